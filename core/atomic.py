@@ -1,0 +1,58 @@
+"""Atomic file writes: a temporary file beside the target, then one rename."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+
+class ExportError(OSError):
+    """A file could not be written; the message says which and what to do."""
+
+
+@contextlib.contextmanager
+def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8") -> Iterator[IO]:
+    """Write to a temporary file; replace `path` only once everything was written and synced.
+
+    On any failure the temporary file is removed and an existing `path` is left untouched.
+    """
+    path = Path(path)
+    binary = "b" in mode
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise ExportError(
+            f"cannot write {str(path)!r}: {exc.strerror or exc}. "
+            "Choose a folder you can write to."
+        ) from exc
+    try:
+        with os.fdopen(fd, mode, encoding=None if binary else encoding,
+                       newline=None if binary else "") as fh:
+            yield fh
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        if isinstance(exc, OSError) and not isinstance(exc, ExportError):
+            raise ExportError(
+                f"cannot write {str(path)!r}: {exc.strerror or exc}. "
+                "Check free disk space and permissions."
+            ) from exc
+        raise
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    with atomic_open(path, "w") as fh:
+        fh.write(text)
+
+
+def atomic_write_bytes(path: str | Path, data: bytes) -> None:
+    with atomic_open(path, "wb") as fh:
+        fh.write(data)

@@ -1,0 +1,179 @@
+"""Typed, validated run configuration: defaults, TOML files, `key=value` overrides, `--at`."""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any
+
+from core.options import (
+    OPTIONS,
+    RUN_OPTIONS,
+    TECHNIQUE_KEYS,
+    TECHNIQUE_OPTIONS,
+    ConfigError,
+    option,
+)
+
+
+@dataclass(frozen=True, slots=True)
+class TechniqueToggles:
+    """The memory techniques in force for a step. Immutable: a change makes a new one."""
+
+    zero_grad: str = "set_to_none"
+    accumulate: int = 1
+    detach_state: bool = True
+    retain_graph: bool = False
+    no_grad_eval: bool = True
+    eval_mode: bool = True
+    amp: str = "off"
+    leak_loss_sum: bool = False
+    leak_cache: bool = False
+
+    def with_change(self, key: str, value: Any) -> TechniqueToggles:
+        if key not in TECHNIQUE_KEYS:
+            raise ConfigError(
+                f"{key!r} is not a technique; techniques: {', '.join(TECHNIQUE_KEYS)}"
+            )
+        return replace(self, **{key: option(key).parse(value)})
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledChange:
+    """`--at STEP:KEY=VALUE`: change a technique at a step boundary, as a live toggle would."""
+
+    step: int
+    key: str
+    value: Any
+
+    @classmethod
+    def parse(cls, text: str) -> ScheduledChange:
+        head, sep, assignment = text.partition(":")
+        if not sep or "=" not in assignment:
+            raise ConfigError(f"--at {text!r}: expected STEP:KEY=VALUE, e.g. 50:zero_grad=off")
+        try:
+            step = int(head)
+        except ValueError:
+            raise ConfigError(f"--at {text!r}: {head!r} is not a step number") from None
+        if step < 0:
+            raise ConfigError(f"--at {text!r}: the step must be >= 0")
+        key, _, raw = assignment.partition("=")
+        key = key.strip()
+        if key not in TECHNIQUE_KEYS:
+            raise ConfigError(
+                f"--at {text!r}: {key!r} cannot change during a run; "
+                f"live techniques: {', '.join(TECHNIQUE_KEYS)}"
+            )
+        return cls(step, key, option(key).parse(raw))
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    preset: str = "mlp"
+    steps: int = 200
+    batch_size: int = 0
+    width: int = 0
+    seq_len: int = 0
+    optimizer: str = "adam"
+    lr: float = 1e-3
+    device: str = "auto"
+    seed: int = 0
+    eval_every: int = 10
+    precise: bool = False
+    lstm_cell: bool = False
+    capture_every: int = 0
+    techniques: TechniqueToggles = field(default_factory=TechniqueToggles)
+    schedule: tuple[ScheduledChange, ...] = ()
+
+    # --- building -------------------------------------------------------------------------
+    def with_values(self, values: dict[str, Any]) -> RunConfig:
+        """Apply flat `{key: value}` overrides (run settings and techniques), checking each."""
+        run: dict[str, Any] = {}
+        tech = self.techniques
+        for key, raw in values.items():
+            opt = option(key)
+            if opt.live:
+                tech = tech.with_change(key, raw)
+            else:
+                run[key] = opt.parse(raw)
+        return replace(self, techniques=tech, **run)
+
+    def with_sets(self, assignments: list[str]) -> RunConfig:
+        values: dict[str, Any] = {}
+        for text in assignments:
+            key, sep, raw = text.partition("=")
+            if not sep:
+                raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. batch_size=32")
+            values[key.strip()] = raw
+        return self.with_values(values)
+
+    def with_schedule(self, changes: list[ScheduledChange]) -> RunConfig:
+        return replace(self, schedule=tuple(sorted(self.schedule + tuple(changes),
+                                                   key=lambda c: c.step)))
+
+    @classmethod
+    def from_toml(cls, path: str | Path, base: RunConfig | None = None) -> RunConfig:
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            raise ConfigError(f"config file {str(path)!r} does not exist") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"config file {str(path)!r} cannot be read: {exc}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+        flat: dict[str, Any] = {}
+        schedule: list[ScheduledChange] = []
+        for key, value in data.items():
+            if key == "techniques":
+                if not isinstance(value, dict):
+                    raise ConfigError(f"{path}: [techniques] must be a table of settings")
+                for tkey, tval in value.items():
+                    if tkey not in TECHNIQUE_KEYS:
+                        raise ConfigError(
+                            f"{path}: techniques.{tkey} is unknown; "
+                            f"techniques: {', '.join(TECHNIQUE_KEYS)}"
+                        )
+                    flat[tkey] = tval
+            elif key == "at":
+                if not isinstance(value, list) or not all(isinstance(v, str) for v in value):
+                    raise ConfigError(f'{path}: at must be a list like ["50:zero_grad=off"]')
+                schedule += [ScheduledChange.parse(v) for v in value]
+            else:
+                if key not in OPTIONS:
+                    option(key)  # raises with the list of valid keys
+                flat[key] = value
+        cfg = (base or cls()).with_values(flat)
+        return cfg.with_schedule(schedule) if schedule else cfg
+
+    # --- reading --------------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        out = {f.name: getattr(self, f.name) for f in fields(self)
+               if f.name not in ("techniques", "schedule")}
+        out["techniques"] = self.techniques.to_dict()
+        out["schedule"] = [f"{c.step}:{c.key}={_fmt(c.value)}" for c in self.schedule]
+        return out
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> RunConfig:
+        """Inverse of to_dict (reading a saved run.json)."""
+        flat = {k: v for k, v in data.items()
+                if k in OPTIONS and not OPTIONS[k].live}
+        flat.update(data.get("techniques") or {})
+        cfg = cls().with_values(flat)
+        sched = [ScheduledChange.parse(s) for s in data.get("schedule") or []]
+        return cfg.with_schedule(sched) if sched else cfg
+
+
+def _fmt(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+__all__ = [
+    "RUN_OPTIONS", "TECHNIQUE_KEYS", "TECHNIQUE_OPTIONS", "ConfigError", "RunConfig",
+    "ScheduledChange", "TechniqueToggles",
+]  # fmt: skip

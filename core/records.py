@@ -1,0 +1,107 @@
+"""Plain-number records that cross from the training thread to everyone else (no tensors)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+# A step runs these phases in this order; `eval` only every `eval_every` steps.
+PHASES: tuple[str, ...] = ("zero_grad", "forward", "backward", "optimizer", "eval")
+# A memory sample names the phase that just finished; `start` is the state before step 0.
+SAMPLE_PHASES: tuple[str, ...] = ("start", *PHASES)
+PHASE_CODE: dict[str, int] = {name: i for i, name in enumerate(SAMPLE_PHASES)}
+
+# Tensor-memory categories, in the order plots stack them.
+MEMORY_CATEGORIES: tuple[str, ...] = ("params", "grads", "optimizer", "activations", "other")
+
+
+@dataclass(slots=True, frozen=True)
+class MemorySample:
+    """Memory at one phase boundary. Category figures are tensor bytes, each storage once."""
+
+    step: int
+    phase: str
+    time_s: float
+    params: int
+    grads: int
+    optimizer: int
+    activations: int
+    other: int
+    # CUDA allocator figures; None on CPU, where no allocator counter exists.
+    allocated: int | None = None
+    reserved: int | None = None
+    # glibc mallinfo2 in-use bytes of the whole process (CPU only, where available).
+    heap: int | None = None
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer + self.activations + self.other
+
+
+@dataclass(slots=True)
+class StepRecord:
+    """One training step (one micro-batch): timings in ms, memory in bytes."""
+
+    step: int
+    time_s: float
+    loss: float
+    grad_norm: float
+    step_ms: float
+    zero_grad_ms: float
+    forward_ms: float
+    backward_ms: float
+    optimizer_ms: float
+    eval_ms: float
+    allocated_bytes: int  # CUDA: memory_allocated(); CPU: tensor bytes (sum of categories)
+    peak_bytes: int  # CUDA: max_memory_allocated() this step; CPU: see peak_is_exact
+    reserved_bytes: int | None  # CUDA only
+    graph_nodes: int  # autograd nodes reachable from this step's loss
+    saved_bytes: int  # bytes saved for backward by this step's forward (each storage once)
+    retained_bytes: int  # saved-for-backward bytes still alive after the step (leaks)
+    eval_loss: float = float("nan")
+    optimizer_stepped: bool = True
+    peak_is_exact: bool = False  # False: peak is the max of the phase samples, a lower bound
+
+
+@dataclass(slots=True)
+class RunEvent:
+    """Something that happened at a step: a toggle, an error, a leak warning."""
+
+    step: int
+    time_s: float
+    kind: str  # "toggle" | "error" | "leak" | "info"
+    key: str = ""
+    old: Any = None
+    new: Any = None
+    phase: str = ""
+    message: str = ""
+    explanation: str = ""
+
+    def label(self) -> str:
+        if self.kind == "toggle":
+            return f"{self.key}: {self.old} -> {self.new}"
+        if self.kind == "error":
+            return f"error in {self.phase or 'step'}: {self.key or self.message[:60]}"
+        return self.message[:80]
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(slots=True)
+class RunSummary:
+    """What a finished (or stopped) run reports."""
+
+    steps_done: int
+    stopped_by: str  # "completed" | "stopped" | "error"
+    wall_s: float
+    final_loss: float
+    peak_bytes: int
+    mean_step_ms: float
+    error: RunEvent | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["error"] = self.error.to_dict() if self.error else None
+        return d

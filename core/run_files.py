@@ -1,0 +1,282 @@
+"""A run folder on disk: steps.csv, memory.csv, run.json (and allocations.csv when precise).
+
+RunWriter streams rows as the loop makes them, flushing each, so a crash keeps what was
+measured; `write_history` writes the same files from a RunHistory (the app's Export);
+`load_run` reads a folder back into a RunHistory with clear errors for bad or partial folders.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import time
+from pathlib import Path
+from typing import Any, TextIO
+
+import numpy as np
+
+from core.atomic import ExportError, atomic_open, atomic_write_text
+from core.history import ALLOC_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, RunHistory, sample_x
+from core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES, RunEvent
+
+STEPS_CSV = "steps.csv"
+MEMORY_CSV = "memory.csv"
+RUN_JSON = "run.json"
+ALLOCATIONS_CSV = "allocations.csv"
+RUN_FORMAT = "memlens-run"
+RUN_FORMAT_VERSION = 1
+
+# File columns: the history's, with `_bytes` on memory figures so a reader knows the unit.
+STEPS_HEADER: tuple[str, ...] = STEP_COLUMNS
+MEMORY_HEADER: tuple[str, ...] = (
+    "step", "phase", "time_s", *(f"{c}_bytes" for c in MEMORY_CATEGORIES), "total_bytes",
+    "allocated_bytes", "reserved_bytes", "heap_bytes",
+)  # fmt: skip
+ALLOC_HEADER: tuple[str, ...] = (
+    "t_us", "action", "storage", "addr", "bytes", "category", "step", "phase", "frames",
+)
+_INT_STEP_COLS = {"step", "allocated_bytes", "peak_bytes", "reserved_bytes", "graph_nodes",
+                  "saved_bytes", "retained_bytes"}
+_ACTIONS = ("alloc", "free")
+
+
+def _cell(value: float, as_int: bool) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if as_int:
+        return str(int(value))
+    return f"{value:.6g}"
+
+
+def steps_row(values: Any) -> list[str]:
+    return [_cell(v, c in _INT_STEP_COLS) for c, v in zip(STEP_COLUMNS, values, strict=True)]
+
+
+def memory_row(values: Any) -> list[str]:
+    # values in SAMPLE_COLUMNS order: step, phase code, x, time_s, categories..., total, ...
+    step, phase, _x, time_s, *rest = values
+    return [str(int(step)), SAMPLE_PHASES[int(phase)], f"{time_s:.6f}",
+            *(_cell(v, True) for v in rest)]
+
+
+def alloc_row(values: Any, frames: str) -> list[str]:
+    t_us, action, storage, addr, nbytes, category, step, phase, *_ = values
+    return [str(int(t_us)), _ACTIONS[int(action)], str(int(storage)), str(int(addr)),
+            str(int(nbytes)), MEMORY_CATEGORIES[int(category)], str(int(step)),
+            SAMPLE_PHASES[int(phase)], frames]
+
+
+class RunWriter:
+    """A run sink that writes the run folder as the run goes."""
+
+    def __init__(self, folder: str | Path, precise: bool = False) -> None:
+        self.folder = Path(folder)
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            self._steps_fh = open(self.folder / STEPS_CSV, "w", newline="", encoding="utf-8")  # noqa: SIM115
+            self._mem_fh = open(self.folder / MEMORY_CSV, "w", newline="", encoding="utf-8")  # noqa: SIM115
+            self._alloc_fh: TextIO | None = (
+                open(self.folder / ALLOCATIONS_CSV, "w", newline="", encoding="utf-8")  # noqa: SIM115
+                if precise else None
+            )
+        except OSError as exc:
+            raise ExportError(
+                f"cannot write the run folder {str(self.folder)!r}: {exc.strerror or exc}. "
+                "Pass --out with a folder you can write to."
+            ) from exc
+        self._steps = csv.writer(self._steps_fh)
+        self._mem = csv.writer(self._mem_fh)
+        self._steps.writerow(STEPS_HEADER)
+        self._mem.writerow(MEMORY_HEADER)
+        self._alloc = None
+        if self._alloc_fh is not None:
+            self._alloc = csv.writer(self._alloc_fh)
+            self._alloc.writerow(ALLOC_HEADER)
+        self._doc: dict[str, Any] = {"format": RUN_FORMAT, "version": RUN_FORMAT_VERSION,
+                                     "events": [], "graphs": [], "summary": None}
+        self._last_json = 0.0
+
+    # --- sink -----------------------------------------------------------------------------
+    def on_start(self, meta: dict) -> None:
+        self._doc.update(meta)
+        self._write_json()
+
+    def on_sample(self, sample) -> None:
+        from core.history import sample_values
+
+        self._mem.writerow(memory_row(sample_values(sample)))
+        self._mem_fh.flush()
+
+    def on_step(self, record) -> None:
+        from core.history import step_values
+
+        self._steps.writerow(steps_row(step_values(record)))
+        self._steps_fh.flush()
+        if time.monotonic() - self._last_json > 2.0:
+            self._write_json()
+
+    def on_allocations(self, rows: list[tuple]) -> None:
+        if self._alloc is None:
+            return
+        for row in rows:
+            *values, frames = row
+            self._alloc.writerow(alloc_row(values, frames))
+        self._alloc_fh.flush()
+
+    def on_event(self, event: RunEvent) -> None:
+        self._doc["events"].append(event.to_dict())
+        self._write_json()
+
+    def on_graph(self, snapshot) -> None:
+        self._doc["graphs"].append(
+            {"step": snapshot.step, "nodes": len(snapshot.nodes),
+             "saved_bytes": snapshot.saved_bytes}
+        )
+
+    def on_finish(self, summary: dict) -> None:
+        self._doc["summary"] = summary
+        self._write_json()
+        self.close()
+
+    # --- helpers --------------------------------------------------------------------------
+    def _write_json(self) -> None:
+        self._last_json = time.monotonic()
+        atomic_write_text(self.folder / RUN_JSON, json.dumps(self._doc, indent=1, default=str))
+
+    def close(self) -> None:
+        for fh in (self._steps_fh, self._mem_fh, self._alloc_fh):
+            if fh is not None and not fh.closed:
+                fh.close()
+
+
+def write_history(history: RunHistory, folder: str | Path) -> list[Path]:
+    """Write a history's run files (the same formats RunWriter streams), atomically."""
+    folder = Path(folder)
+    written = []
+    with atomic_open(folder / STEPS_CSV) as fh:
+        w = csv.writer(fh)
+        w.writerow(STEPS_HEADER)
+        w.writerows(steps_row(r) for r in history.steps.rows())
+    written.append(folder / STEPS_CSV)
+    with atomic_open(folder / MEMORY_CSV) as fh:
+        w = csv.writer(fh)
+        w.writerow(MEMORY_HEADER)
+        w.writerows(memory_row(r) for r in history.samples.rows())
+    written.append(folder / MEMORY_CSV)
+    if len(history.allocs):
+        with atomic_open(folder / ALLOCATIONS_CSV) as fh:
+            w = csv.writer(fh)
+            w.writerow(ALLOC_HEADER)
+            w.writerows(alloc_row(r, history.frames[int(r[-1])]) for r in history.allocs.rows())
+        written.append(folder / ALLOCATIONS_CSV)
+    doc = {"format": RUN_FORMAT, "version": RUN_FORMAT_VERSION, **history.meta,
+           "events": [e.to_dict() for e in history.events()],
+           "graphs": [{"step": g.step, "nodes": len(g.nodes), "saved_bytes": g.saved_bytes}
+                      for g in history.graphs],
+           "summary": history.summary}
+    atomic_write_text(folder / RUN_JSON, json.dumps(doc, indent=1, default=str))
+    written.append(folder / RUN_JSON)
+    return written
+
+
+class RunFolderError(ValueError):
+    """A run folder that cannot be read; the message says what is wrong with it."""
+
+
+def load_run(folder: str | Path) -> RunHistory:
+    """Read a run folder written by RunWriter or write_history into a RunHistory.
+
+    A partial folder (a run that crashed) loads what is complete: a torn last CSV line is
+    dropped. A folder that is not a run at all raises RunFolderError with the reason.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise RunFolderError(f"{str(folder)!r} is not a folder; choose a run folder")
+    missing = [n for n in (STEPS_CSV, MEMORY_CSV, RUN_JSON) if not (folder / n).is_file()]
+    if missing:
+        raise RunFolderError(
+            f"{str(folder)!r} is not a memlens run folder: {', '.join(missing)} missing. "
+            "A run folder holds steps.csv, memory.csv and run.json."
+        )
+    try:
+        doc = json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RunFolderError(f"{folder / RUN_JSON}: not readable JSON ({exc})") from None
+    if not isinstance(doc, dict) or doc.get("format") != RUN_FORMAT:
+        raise RunFolderError(f"{folder / RUN_JSON}: not a memlens run.json (no format tag)")
+    history = RunHistory()
+    history.meta = {k: v for k, v in doc.items() if k not in ("events", "summary", "graphs")}
+    history.summary = doc.get("summary")
+    for e in doc.get("events") or []:
+        try:
+            history.on_event(RunEvent(**e))
+        except TypeError:
+            continue
+    history.steps.extend(_read_steps(folder / STEPS_CSV))
+    history.samples.extend(_read_memory(folder / MEMORY_CSV))
+    if (folder / ALLOCATIONS_CSV).is_file():
+        _read_allocs(folder / ALLOCATIONS_CSV, history)
+    return history
+
+
+def _read_csv(path: Path, header: tuple[str, ...]) -> list[list[str]]:
+    try:
+        with open(path, newline="", encoding="utf-8") as fh:
+            rows = list(csv.reader(fh))
+    except (OSError, UnicodeDecodeError, csv.Error) as exc:
+        raise RunFolderError(f"{path}: cannot be read ({exc})") from None
+    if not rows:
+        raise RunFolderError(f"{path}: empty file, no header")
+    got = tuple(rows[0])
+    if got[: len(header)] != header:
+        raise RunFolderError(f"{path}: unexpected columns {got[:4]}...; expected {header[:4]}...")
+    body = rows[1:]
+    # A crash mid-write can leave a torn last line: keep only complete rows.
+    while body and len(body[-1]) != len(got):
+        body.pop()
+    return body
+
+
+def _float(text: str) -> float:
+    return math.nan if text == "" else float(text)
+
+
+def _read_steps(path: Path) -> np.ndarray:
+    rows = _read_csv(path, STEPS_HEADER)
+    try:
+        return np.array([[_float(v) for v in r[: len(STEP_COLUMNS)]] for r in rows],
+                        dtype=np.float64).reshape(-1, len(STEP_COLUMNS))
+    except ValueError as exc:
+        raise RunFolderError(f"{path}: a value is not a number ({exc})") from None
+
+
+def _read_memory(path: Path) -> np.ndarray:
+    rows = _read_csv(path, MEMORY_HEADER)
+    out = np.empty((len(rows), len(SAMPLE_COLUMNS)), dtype=np.float64)
+    try:
+        for i, r in enumerate(rows):
+            step, phase, time_s, *rest = r[: len(MEMORY_HEADER)]
+            step_i = int(step)
+            out[i] = (step_i, PHASE_CODE[phase], sample_x(step_i, phase), float(time_s),
+                      *(_float(v) for v in rest))
+    except (ValueError, KeyError) as exc:
+        raise RunFolderError(f"{path}: row {i + 2} is not valid ({exc})") from None
+    return out
+
+
+def _read_allocs(path: Path, history: RunHistory) -> None:
+    rows = _read_csv(path, ALLOC_HEADER)
+    cats = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
+    batch = []
+    try:
+        for r in rows:
+            t_us, action, storage, addr, nbytes, category, step, phase, frames = r
+            batch.append((int(t_us), _ACTIONS.index(action), int(storage), int(addr),
+                          int(nbytes), cats[category], int(step), PHASE_CODE[phase], frames))
+    except (ValueError, KeyError) as exc:
+        raise RunFolderError(f"{path}: a row is not valid ({exc})") from None
+    history.on_allocations(batch)
+
+
+assert len(ALLOC_HEADER) == len(ALLOC_COLUMNS)

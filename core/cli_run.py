@@ -1,0 +1,178 @@
+"""`python main.py run`: the training lab headless, writing a run folder as it goes."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_TRAINING_ERROR = 0, 2, 3
+
+
+def add_parser(subparsers) -> None:
+    from core.options import OPTIONS, PRESETS
+
+    p = subparsers.add_parser(
+        "run", help="run a training loop headless and write its timeline",
+        description="Run a preset training loop, measuring memory at every phase boundary. "
+        "Settings: " + ", ".join(OPTIONS) + ".",
+    )
+    p.add_argument("--preset", choices=PRESETS, help="model and data (default: mlp)")
+    p.add_argument("--config", metavar="F.toml", help="settings file ([techniques] table, at=[])")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting, e.g. --set batch_size=64 --set zero_grad=off")
+    p.add_argument("--at", dest="ats", action="append", default=[], metavar="STEP:KEY=VALUE",
+                   help="change a technique at a step, as a live toggle: --at 50:zero_grad=off")
+    p.add_argument("--steps", type=int, help="number of steps")
+    p.add_argument("--precise", action="store_true", help="track every storage (exact peak)")
+    p.add_argument("--out", metavar="DIR", help="run folder (default: a new folder in runs/)")
+    p.add_argument("--export", metavar="FORMATS", default="",
+                   help="also write snapshot,trace,timeline (comma-separated, or all)")
+    p.add_argument("--on-error", choices=("stop", "continue"), default="stop",
+                   help="at a training error: stop (exit 3), or record it and go on")
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def build_config(args):
+    """RunConfig from --config, --preset, --set, --steps, --precise, --at (in that order)."""
+    from core.config import RunConfig, ScheduledChange
+
+    cfg = RunConfig.from_toml(args.config) if args.config else RunConfig()
+    values: dict = {}
+    if args.preset:
+        values["preset"] = args.preset
+    if args.steps is not None:
+        values["steps"] = args.steps
+    if args.precise:
+        values["precise"] = True
+    cfg = cfg.with_values(values).with_sets(args.sets)
+    if args.ats:
+        cfg = cfg.with_schedule([ScheduledChange.parse(a) for a in args.ats])
+    return cfg
+
+
+class _Progress:
+    """A progress line on stderr, redrawn at most 5 times a second."""
+
+    def __init__(self, total: int, quiet: bool) -> None:
+        self.total, self.quiet = total, quiet
+        self.last = 0.0
+        self.t0 = time.perf_counter()
+
+    def on_start(self, meta): pass
+    def on_sample(self, s): pass
+    def on_graph(self, g): pass
+    def on_finish(self, summary): self._clear()
+
+    def on_step(self, r) -> None:
+        now = time.perf_counter()
+        if self.quiet or (now - self.last < 0.2 and r.step + 1 < self.total):
+            return
+        self.last = now
+        rate = (r.step + 1) / max(now - self.t0, 1e-9)
+        sys.stderr.write(f"\r  step {r.step + 1}/{self.total}  loss {r.loss:.4f}  "
+                         f"{r.allocated_bytes / 2**20:.1f} MiB  {rate:.1f} steps/s ")
+        sys.stderr.flush()
+
+    def on_event(self, e) -> None:
+        if self.quiet:
+            return
+        self._clear()
+        sys.stderr.write(f"  [{e.kind} at step {e.step}] {e.label()}\n")
+
+    def _clear(self) -> None:
+        if not self.quiet:
+            sys.stderr.write("\r" + " " * 78 + "\r")
+
+
+def default_out(preset: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    base = Path("runs") / f"{stamp}-{preset}"
+    out, n = base, 1
+    while out.exists():
+        n += 1
+        out = base.with_name(f"{base.name}-{n}")
+    return out
+
+
+def main(args) -> int:
+    from core.atomic import ExportError
+    from core.options import ConfigError
+
+    try:
+        cfg = build_config(args)
+        formats = [f.strip() for f in args.export.split(",") if f.strip()]
+        if formats:
+            _check_formats(formats)
+    except ConfigError as exc:
+        print(f"memlens run: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    from core.history import RunHistory
+    from core.loop import run_training
+    from core.run_files import RunWriter
+    from core.sinks import FanOut
+
+    out = Path(args.out) if args.out else default_out(cfg.preset)
+    try:
+        writer = RunWriter(out, precise=cfg.precise)
+    except ExportError as exc:
+        print(f"memlens run: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    history = RunHistory()
+    print(f"memlens: {cfg.preset}, {cfg.steps} steps -> {out}", file=sys.stderr)
+    try:
+        summary = run_training(cfg, sink=FanOut(history, writer, _Progress(cfg.steps, args.quiet)),
+                               on_error=args.on_error)
+    except ConfigError as exc:  # e.g. device=cuda without a GPU
+        writer.close()
+        print(f"memlens run: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    _print_summary(summary, history)
+    if formats:
+        from core.exports import export_run
+
+        try:
+            for path in export_run(history, out, formats):
+                print(f"  wrote {path}")
+        except (ExportError, ValueError) as exc:
+            print(f"memlens run: export failed: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    if summary.stopped_by == "error":
+        e = summary.error
+        print(f"\nTraining error at step {e.step} ({e.phase}): {e.message}\n\n{e.explanation}\n"
+              f"\nFiles are complete up to step {e.step - 1}: {out}", file=sys.stderr)
+        return EXIT_TRAINING_ERROR
+    return EXIT_OK
+
+
+def _check_formats(formats: list[str]) -> None:
+    from core.options import ConfigError
+
+    valid = ("snapshot", "trace", "timeline", "all")
+    bad = [f for f in formats if f not in valid]
+    if bad:
+        raise ConfigError(f"--export: {', '.join(bad)} unknown; use {', '.join(valid)}")
+
+
+def _print_summary(summary, history) -> None:
+    from core.records import MEMORY_CATEGORIES
+
+    env = history.meta.get("environment", {})
+    mib = 2**20
+    print(f"steps: {summary.steps_done} ({summary.stopped_by}), wall {summary.wall_s:.1f} s, "
+          f"mean step {summary.mean_step_ms:.1f} ms")
+    print(f"final loss: {summary.final_loss:.4f}")
+    print(f"memory ({env.get('memory_label', '')}):")
+    if len(history.samples):
+        last = history.samples.rows(len(history.samples) - 1)[0]
+        idx = history.samples.index
+        for c in MEMORY_CATEGORIES:
+            print(f"  {c:<12} {last[idx[c]] / mib:10.2f} MiB")
+        print(f"  {'total':<12} {last[idx['total']] / mib:10.2f} MiB")
+    exact = "exact" if env.get("precise") or env.get("device", "").startswith("cuda") \
+        else "lower bound"
+    print(f"  {'peak':<12} {summary.peak_bytes / mib:10.2f} MiB ({exact})")
+    for e in history.events():
+        if e.kind in ("toggle", "leak"):
+            print(f"  [{e.kind} at step {e.step}] {e.label()}")

@@ -1,0 +1,109 @@
+"""Plain explanations for training errors and leaks, in the user's terms and with the fix."""
+
+from __future__ import annotations
+
+from core.config import TechniqueToggles
+
+
+def error_title(exc: BaseException) -> str:
+    msg = str(exc)
+    if isinstance(exc, FloatingPointError):
+        return "non-finite loss"
+    if "backward through the graph a second time" in msg:
+        return "backward through a freed graph"
+    if "modified by an inplace operation" in msg:
+        return "in-place modification of a saved tensor"
+    if _is_oom(exc):
+        return "out of memory"
+    return type(exc).__name__
+
+
+def _is_oom(exc: BaseException) -> bool:
+    return isinstance(exc, (torch_oom(), MemoryError)) or "out of memory" in str(exc).lower()
+
+
+def torch_oom() -> type:
+    import torch
+
+    return getattr(torch, "OutOfMemoryError", MemoryError)
+
+
+def explain_error(exc: BaseException, preset: str, phase: str, toggles: TechniqueToggles) -> str:
+    """One paragraph: the likely cause here, and what to switch to fix it."""
+    msg = str(exc)
+    if "backward through the graph a second time" in msg:
+        if preset == "lstm" and not toggles.detach_state:
+            return (
+                "The LSTM's hidden state is carried across batches without detach, so this "
+                "step's loss still reaches back into the previous batch's graph, whose saved "
+                "tensors the previous backward already freed. Truncated BPTT needs "
+                "`hidden = hidden.detach()` at each batch: switch detach_state on. "
+                "(retain_graph=True also silences the error, but then every step keeps all "
+                "earlier graphs alive and memory and step time grow without bound.)"
+            )
+        if preset == "gan" and not toggles.detach_state:
+            return (
+                "The discriminator's loss used the generator's output without detach, so its "
+                "backward ran through the generator too and freed the generator's graph; the "
+                "generator's own backward then needed that graph a second time. Use "
+                "`D(fake.detach())` in the D step: switch detach_state on."
+            )
+        return (
+            "backward() reached a part of the autograd graph that an earlier backward already "
+            "freed: some tensor from a previous step is still connected to this loss. Detach "
+            "carried state, or pass retain_graph=True only if you really need two backwards."
+        )
+    if "modified by an inplace operation" in msg and toggles.retain_graph and (
+        preset in ("lstm", "gan") and not toggles.detach_state
+    ):
+        return (
+            "retain_graph=True kept the previous step's graph alive, and without detach this "
+            "step's loss is still connected to it, so backward runs into the old graph. That "
+            "graph saved the weights as they were then, but optimizer.step() has since changed "
+            "them in place, so the old gradients cannot be computed. retain_graph does not "
+            "fix a missing detach: switch detach_state on (and retain_graph off)."
+        )
+    if "modified by an inplace operation" in msg:
+        return (
+            "A tensor that autograd saved for backward was changed in place (an `x += ...`, "
+            "`relu_`, or an optimizer step) before backward used it. Use the out-of-place "
+            "form, clone the tensor first, or run the optimizer step after every backward "
+            "that needs the old values."
+        )
+    if isinstance(exc, FloatingPointError):
+        hint = ("fp16 overflow: fp16 needs the GradScaler and a moderate learning rate; "
+                "try amp=bf16") if toggles.amp == "fp16" else (
+                "the learning rate is probably too high, or gradients grew without clearing "
+                "(zero_grad=off adds every step's gradients together)")
+        return f"The loss became NaN or infinite ({msg}). Likely cause: {hint}."
+    if _is_oom(exc):
+        return (
+            f"Memory ran out during {phase or 'the step'}. Check the memory plot for growth "
+            "before this step: a leak (total_loss += loss, a cache of intermediates, hidden "
+            "state without detach, retain_graph) grows memory every step. Otherwise lower "
+            "batch_size or width, use amp, or accumulate gradients over smaller micro-batches."
+        )
+    return (
+        f"The {phase or 'step'} raised {type(exc).__name__}. The run is paused with every "
+        "measurement up to here kept; change a setting and resume, or reset."
+    )
+
+
+def explain_leak(toggles: TechniqueToggles, grew: str, per_step: float) -> str:
+    """Name the likely cause of steady memory growth from the toggles in force."""
+    size = f"{per_step / 2**20:.2f} MiB per step"
+    causes = []
+    if toggles.leak_loss_sum:
+        where = "" if toggles.no_grad_eval else " (and in eval, run under grad, each eval graph)"
+        causes.append("`total_loss += loss` keeps every step's graph alive through the sum"
+                      f"{where}; use `total_loss += loss.item()`")
+    if toggles.retain_graph and not toggles.detach_state:
+        causes.append("carried state without detach plus retain_graph=True chains every "
+                      "step's graph to the next; detach the carried state")
+    if toggles.leak_cache:
+        causes.append("the loss keeps its intermediates in a list that is never cleared; "
+                      "store .detach() copies or .item() values, or clear the list")
+    if not causes:
+        causes.append("something holds tensors across steps: a list of losses or outputs, "
+                      "a graph kept by retain_graph, or a state tensor without detach")
+    return f"Memory ({grew}) grows {size}. Likely cause: " + "; ".join(causes) + "."

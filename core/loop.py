@@ -1,0 +1,397 @@
+"""The training loop: phases, live techniques, measurement at every phase boundary.
+
+One plain function serves the GUI worker, the headless CLI and the tests. It runs in the
+calling thread, reads techniques from a RunControls at each step boundary, and hands plain
+records to a sink. Training errors become events; nothing recorded before them is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import platform
+import time
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from core.config import RunConfig, TechniqueToggles
+from core.controls import RunControls, StopRequested
+from core.explain import error_title, explain_error, explain_leak
+from core.memory import MemoryProbe, SavedTensorTracker, StorageTracker
+from core.presets import Preset, build_preset
+from core.records import RunEvent, RunSummary, StepRecord
+from core.sinks import FanOut
+
+# Which category a new storage most likely is, by the phase that made it (precise mode).
+_PHASE_CATEGORY = {"start": "other", "zero_grad": "grads", "forward": "activations",
+                   "backward": "grads", "optimizer": "optimizer", "eval": "activations"}
+GRAPH_NODE_LIMIT = 200_000  # stop counting beyond this (a leaked graph can be huge)
+LEAK_WINDOW = 8  # steps of steady growth before a leak is reported
+LEAK_MIN_BYTES = 32 * 1024  # per step
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        from core.options import ConfigError
+
+        raise ConfigError("device: 'cuda' was asked for but torch sees no CUDA GPU; "
+                          "use device=auto or device=cpu")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def count_graph_nodes(roots: list[Tensor], limit: int = GRAPH_NODE_LIMIT) -> int:
+    """Autograd nodes reachable from the given outputs (each node once)."""
+    stack = [r.grad_fn for r in roots if r.grad_fn is not None]
+    seen = set()
+    while stack and len(seen) < limit:
+        fn = stack.pop()
+        if fn in seen:
+            continue
+        seen.add(fn)
+        for nxt, _ in fn.next_functions:
+            if nxt is not None and nxt not in seen:
+                stack.append(nxt)
+    return len(seen)
+
+
+class _PhaseClock:
+    """Phase timings: wall clock; on CUDA, synchronized at each phase edge so it is honest."""
+
+    def __init__(self, device: torch.device) -> None:
+        self.cuda = device.type == "cuda"
+        self.ms: dict[str, float] = {}
+
+    @property
+    def label(self) -> str:
+        return ("wall clock, CUDA synchronized at phase edges" if self.cuda
+                else "wall clock (CPU ops are synchronous)")
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        if self.cuda:
+            torch.cuda.synchronize()
+        t = time.perf_counter()
+        try:
+            yield
+        finally:
+            if self.cuda:
+                torch.cuda.synchronize()
+            self.ms[name] = (time.perf_counter() - t) * 1e3
+
+
+class _LeakWatch:
+    """Reports steady growth of end-of-step memory once, naming the likely cause."""
+
+    def __init__(self) -> None:
+        self.history: list[tuple[int, int, int]] = []  # (total, activations, other)
+        self.reported = False
+
+    def update(self, total: int, activations: int, other: int, toggles: TechniqueToggles
+               ) -> str | None:
+        self.history.append((total, activations, other))
+        h = self.history[-(LEAK_WINDOW + 1):]
+        if len(h) <= LEAK_WINDOW:
+            return None
+        growing = all(b[0] - a[0] >= LEAK_MIN_BYTES for a, b in itertools.pairwise(h))
+        if not growing:
+            self.reported = False
+            return None
+        if self.reported:
+            return None
+        self.reported = True
+        per_step = (h[-1][0] - h[0][0]) / LEAK_WINDOW
+        act = h[-1][1] - h[0][1]
+        grew = "activations saved for backward" if act > (h[-1][0] - h[0][0]) / 2 else "other"
+        return explain_leak(toggles, grew, per_step)
+
+
+class TrainingSession:
+    """A preset plus its measurement; runs steps. Use run_training() unless you need steps."""
+
+    def __init__(self, config: RunConfig, controls: RunControls, sink: Any) -> None:
+        self.config = config
+        self.controls = controls
+        self.sink = sink
+        self.device = resolve_device(config.device)
+        self.t0 = time.perf_counter()
+        self.preset: Preset = build_preset(config, self.device)
+        self.saved = SavedTensorTracker()
+        self.precise = StorageTracker(self.t0) if config.precise else None
+        self.probe = MemoryProbe(self.preset, self.device, self.saved, self.precise)
+        self.clock = _PhaseClock(self.device)
+        self.scaler = None
+        self.micro = 0  # micro-batches since the last optimizer step
+        self.leaks = _LeakWatch()
+        self.cuda_recorder = None
+        self._stop_hooks = [
+            m.register_forward_pre_hook(lambda *_: controls.check_stop())
+            for model in self.preset.models.values() for m in model.children()
+        ]
+        if self.precise is not None:
+            for p in self.preset.parameters():
+                self.precise.track(p, "params", at_start=True)
+            for t in self.preset.carried_tensors():
+                self.precise.track(t, "other", at_start=True)
+
+    # --- metadata -------------------------------------------------------------------------
+    def meta(self) -> dict:
+        n_params = sum(p.numel() for p in self.preset.parameters())
+        env = {
+            "torch": torch.__version__, "python": platform.python_version(),
+            "platform": platform.platform(), "device": str(self.device),
+            "device_name": (torch.cuda.get_device_name(self.device)
+                            if self.device.type == "cuda" else platform.processor() or "cpu"),
+            "memory_source": self.probe.source, "memory_label": self.probe.label,
+            "timing": self.clock.label, "precise": self.config.precise,
+            "heap_source": "glibc mallinfo2 (process heap)" if self.device.type == "cpu" else "",
+            "parameters": n_params,
+            "sizes": {"batch_size": self.preset.batch_size, "width": self.preset.width,
+                      "seq_len": self.preset.seq_len},
+        }
+        cfg = self.config.to_dict()
+        return {"config": cfg, "schedule": cfg["schedule"], "environment": env}
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def sample(self, step: int, phase: str):
+        s = self.probe.sample(step, phase, self.now())
+        self.sink.on_sample(s)
+        return s
+
+    def _flush_allocations(self) -> None:
+        if self.precise is not None and hasattr(self.sink, "on_allocations"):
+            rows = self.precise.drain()
+            if rows:
+                self.sink.on_allocations(rows)
+
+    def _enter_phase(self, step: int, phase: str) -> None:
+        if self.precise is not None:
+            self.precise.begin_phase(step, phase, _PHASE_CATEGORY[phase])
+
+    def close(self) -> None:
+        for h in self._stop_hooks:
+            h.remove()
+
+    # --- one step -------------------------------------------------------------------------
+    def step(self, step: int, toggles: TechniqueToggles, capture: bool) -> StepRecord:
+        p = self.preset
+        p.step_index = step
+        clock = self.clock
+        clock.ms = dict.fromkeys(("zero_grad", "forward", "backward", "optimizer", "eval"), 0.0)
+        cuda = self.device.type == "cuda"
+        if cuda:
+            torch.cuda.reset_peak_memory_stats(self.device)
+        if self.precise is not None:
+            self.precise.reset_peak()
+        self.saved.new_step()
+        if toggles.amp == "fp16" and self.scaler is None:
+            self.scaler = torch.amp.GradScaler(self.device.type)
+        elif toggles.amp != "fp16":
+            self.scaler = None
+        k = toggles.accumulate
+        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(toggles.amp)
+        totals = []
+        self.phase = "zero_grad"
+        with self.saved.hooks(), (self.precise or contextlib.nullcontext()):
+            # zero_grad: at the start of each accumulation cycle, unless switched off.
+            self._enter_phase(step, "zero_grad")
+            with clock.phase("zero_grad"):
+                if self.micro == 0 and toggles.zero_grad != "off":
+                    for opt in p.optimizers:
+                        opt.zero_grad(set_to_none=toggles.zero_grad == "set_to_none")
+            totals.append(self.sample(step, "zero_grad").total)
+
+            self.phase = "forward"
+            self._enter_phase(step, "forward")
+            graph = None
+            if capture:
+                graph = self._begin_capture()
+            with clock.phase("forward"), torch.autocast(
+                self.device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None
+            ):
+                result = p.forward_train(toggles)
+            loss_value = result.report_loss.item()
+            if graph is not None:
+                self.sink.on_graph(graph.finish(result.report_loss, step))
+            if toggles.leak_cache:
+                p.cache.extend(result.intermediates)
+            nodes = count_graph_nodes([loss for loss, _ in result.backward])
+            saved_bytes = self.saved.step_saved_bytes
+            p.account_loss(result.report_loss, toggles, train=True)
+            totals.append(self.sample(step, "forward").total)
+            if not math.isfinite(loss_value):
+                raise FloatingPointError(f"loss = {loss_value}")
+
+            self.phase = "backward"
+            self._enter_phase(step, "backward")
+            with clock.phase("backward"):
+                for loss, inputs in result.backward:
+                    scaled = loss / k if k > 1 else loss
+                    if self.scaler is not None:
+                        scaled = self.scaler.scale(scaled)
+                    scaled.backward(retain_graph=toggles.retain_graph, inputs=inputs)
+            del result, loss, scaled
+            grad_norm = self._grad_norm()
+            totals.append(self.sample(step, "backward").total)
+
+            self.phase = "optimizer"
+            self._enter_phase(step, "optimizer")
+            self.micro += 1
+            stepped = self.micro >= k
+            with clock.phase("optimizer"):
+                if stepped:
+                    for opt in p.optimizers:
+                        if self.scaler is not None:
+                            self.scaler.step(opt)
+                        else:
+                            opt.step()
+                    if self.scaler is not None:
+                        self.scaler.update()
+                    self.micro = 0
+            end = self.sample(step, "optimizer")
+            totals.append(end.total)
+
+            eval_loss = math.nan
+            every = self.config.eval_every
+            if every and (step + 1) % every == 0:
+                self.phase = "eval"
+                self._enter_phase(step, "eval")
+                eval_loss = self._eval(toggles, amp_dtype)
+                end = self.sample(step, "eval")
+                totals.append(end.total)
+        self._flush_allocations()
+
+        ms = clock.ms
+        if cuda:
+            allocated = torch.cuda.memory_allocated(self.device)
+            peak, exact = torch.cuda.max_memory_allocated(self.device), True
+            reserved = torch.cuda.memory_reserved(self.device)
+        elif self.precise is not None:
+            allocated, peak, exact, reserved = end.total, self.precise.peak_bytes, True, None
+        else:
+            allocated, peak, exact, reserved = end.total, max(totals), False, None
+        leak = self.leaks.update(end.total, end.activations, end.other, toggles)
+        if leak:
+            self.sink.on_event(RunEvent(step, self.now(), "leak", key="memory growth",
+                                        message="memory grows every step",
+                                        explanation=leak))
+        return StepRecord(
+            step=step, time_s=self.now(), loss=loss_value, grad_norm=grad_norm,
+            step_ms=sum(ms.values()), zero_grad_ms=ms["zero_grad"], forward_ms=ms["forward"],
+            backward_ms=ms["backward"], optimizer_ms=ms["optimizer"], eval_ms=ms["eval"],
+            allocated_bytes=allocated, peak_bytes=peak, reserved_bytes=reserved,
+            graph_nodes=nodes, saved_bytes=saved_bytes, retained_bytes=self.saved.live_bytes,
+            eval_loss=eval_loss, optimizer_stepped=stepped, peak_is_exact=exact,
+        )
+
+    def _eval(self, toggles: TechniqueToggles, amp_dtype) -> float:
+        p = self.preset
+        if toggles.eval_mode:
+            p.set_train(False)
+        grad_ctx = torch.no_grad() if toggles.no_grad_eval else contextlib.nullcontext()
+        try:
+            with self.clock.phase("eval"), grad_ctx, torch.autocast(
+                self.device.type, dtype=amp_dtype or torch.bfloat16,
+                enabled=amp_dtype is not None,
+            ):
+                loss = p.forward_eval(toggles)
+                value = loss.item()
+                p.account_loss(loss, toggles, train=False)
+        finally:
+            p.set_train(True)
+        return value
+
+    def _grad_norm(self) -> float:
+        grads = [q.grad for q in self.preset.parameters() if q.grad is not None]
+        if not grads:
+            return 0.0
+        norm = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])).item()
+        if self.scaler is not None:  # report the true gradient, not the scaled one
+            norm /= self.scaler.get_scale()
+        return norm
+
+    def _begin_capture(self):
+        try:
+            from core.graph.capture import GraphCapture
+        except ImportError:
+            return None
+        cap = GraphCapture(self.preset.models)
+        cap.begin()
+        return cap
+
+
+def run_training(
+    config: RunConfig,
+    controls: RunControls | None = None,
+    sink: Any = None,
+    *,
+    on_error: str = "stop",
+) -> RunSummary:
+    """Run `config.steps` steps.
+
+    on_error: "stop" ends the run at a training error; "pause" records it, pauses the controls
+    and waits (the GUI); "continue" records it and goes on with the next step.
+    """
+    controls = controls or RunControls(config.techniques, config.schedule)
+    sink = sink if sink is not None else FanOut()
+    session = TrainingSession(config, controls, sink)
+    sink.on_start(session.meta())
+    session.sample(0, "start")
+    session._flush_allocations()
+    stopped_by, error, done, losses, step_ms = "completed", None, 0, [], []
+    peak = 0
+    step = 0
+    try:
+        while step < config.steps:
+            if not controls.wait_while_paused() or controls.stop_requested:
+                stopped_by = "stopped"
+                break
+            toggles, changes = controls.begin_step(step)
+            for key, old, new in changes:
+                session.preset.on_toggle(key, old, new)
+                sink.on_event(RunEvent(step, session.now(), "toggle", key=key, old=old, new=new))
+            every = config.capture_every
+            capture = controls.take_capture_request() or bool(every and step % every == 0)
+            try:
+                record = session.step(step, toggles, capture)
+            except StopRequested:
+                stopped_by = "stopped"
+                break
+            except Exception as exc:  # a training error is data, not a crash
+                session._flush_allocations()
+                phase = getattr(session, "phase", "")
+                error = RunEvent(step, session.now(), "error", key=error_title(exc),
+                                 phase=phase, message=f"{type(exc).__name__}: {exc}",
+                                 explanation=explain_error(exc, config.preset, phase, toggles))
+                sink.on_event(error)
+                session.preset.recover()
+                session.micro = 0
+                if on_error in ("pause", "continue"):
+                    if on_error == "pause":
+                        controls.pause()
+                    step += 1
+                    continue
+                stopped_by = "error"
+                break
+            sink.on_step(record)
+            done += 1
+            losses.append(record.loss)
+            step_ms.append(record.step_ms)
+            peak = max(peak, record.peak_bytes)
+            step += 1
+    finally:
+        session.close()
+    summary = RunSummary(
+        steps_done=done, stopped_by=stopped_by, wall_s=session.now(),
+        final_loss=losses[-1] if losses else math.nan, peak_bytes=peak,
+        mean_step_ms=sum(step_ms) / len(step_ms) if step_ms else math.nan, error=error,
+    )
+    sink.on_finish(summary.to_dict())
+    return summary

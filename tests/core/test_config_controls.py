@@ -1,0 +1,127 @@
+"""Config parsing and live controls: bad input is named, changes land at a step boundary."""
+
+from __future__ import annotations
+
+import threading
+
+import pytest
+
+from core.config import RunConfig, ScheduledChange
+from core.controls import RunControls
+from core.history import RunHistory
+from core.loop import run_training
+from core.options import ConfigError
+from tests.core.helpers import tiny_config
+
+
+def test_set_parses_types_and_techniques():
+    cfg = RunConfig().with_sets(["batch_size=64", "lr=0.01", "zero_grad=OFF", "amp=bf16",
+                                 "precise=true"])
+    assert cfg.batch_size == 64 and cfg.lr == 0.01 and cfg.precise is True
+    assert cfg.techniques.zero_grad == "off" and cfg.techniques.amp == "bf16"
+
+
+@pytest.mark.parametrize(("text", "names"), [
+    ("batch_size=lots", ["batch_size", "'lots'", "whole number"]),
+    ("zero_grad=sometimes", ["zero_grad", "set_to_none", "zeros", "off"]),
+    ("optimiser=adam", ["unknown setting", "optimizer"]),
+    ("lr=-1", ["lr", ">= 0"]),
+    ("steps", ["KEY=VALUE"]),
+])
+def test_bad_values_name_the_key_and_the_valid_ones(text, names):
+    with pytest.raises(ConfigError) as err:
+        RunConfig().with_sets([text])
+    for name in names:
+        assert name in str(err.value)
+
+
+def test_at_parses_and_rejects_non_live_keys():
+    c = ScheduledChange.parse("50:zero_grad=off")
+    assert (c.step, c.key, c.value) == (50, "zero_grad", "off")
+    with pytest.raises(ConfigError, match="cannot change during a run"):
+        ScheduledChange.parse("5:batch_size=3")
+    with pytest.raises(ConfigError, match="STEP:KEY=VALUE"):
+        ScheduledChange.parse("zero_grad=off")
+
+
+def test_toml_file_with_techniques_and_schedule(tmp_path):
+    f = tmp_path / "run.toml"
+    f.write_text('preset = "cnn"\nsteps = 7\nat = ["3:amp=bf16"]\n'
+                 '[techniques]\nno_grad_eval = false\n')
+    cfg = RunConfig.from_toml(f)
+    assert cfg.preset == "cnn" and cfg.steps == 7 and cfg.techniques.no_grad_eval is False
+    assert cfg.schedule == (ScheduledChange(3, "amp", "bf16"),)
+    assert RunConfig.from_dict(cfg.to_dict()) == cfg
+
+
+@pytest.mark.parametrize(("body", "words"), [
+    ("preset = 'vgg'", ["preset", "'vgg'", "mlp"]),
+    ("[techniques]\nturbo = true", ["techniques.turbo", "unknown"]),
+    ("steps = = 3", ["not valid TOML"]),
+])
+def test_bad_toml_is_explained(tmp_path, body, words):
+    f = tmp_path / "bad.toml"
+    f.write_text(body)
+    with pytest.raises(ConfigError) as err:
+        RunConfig.from_toml(f)
+    for w in words:
+        assert w in str(err.value)
+
+
+def test_live_change_applies_at_the_next_step_boundary_and_is_recorded_once():
+    cfg = tiny_config("mlp", steps=8)
+    controls = RunControls(cfg.techniques)
+    history = RunHistory()
+    seen: dict[int, str] = {}
+
+    class FlipAtStep3:
+        """Changes zero_grad from 'the GUI' while step 3 is being recorded."""
+
+        def on_start(self, meta): pass
+        def on_sample(self, s): pass
+        def on_event(self, e): pass
+        def on_finish(self, s): pass
+
+        def on_step(self, r):
+            seen[r.step] = controls.toggles.zero_grad
+            if r.step == 3:
+                # Set from another thread, twice with the same value: one change.
+                t = threading.Thread(target=lambda: (controls.set("zero_grad", "zeros"),
+                                                     controls.set("zero_grad", "zeros")))
+                t.start()
+                t.join()
+                assert controls.toggles.zero_grad == "set_to_none"  # not yet applied
+
+    from core.sinks import FanOut
+
+    run_training(cfg, controls, FanOut(history, FlipAtStep3()))
+    toggles = [e for e in history.events() if e.kind == "toggle"]
+    assert [(e.step, e.key, e.old, e.new) for e in toggles] == [
+        (4, "zero_grad", "set_to_none", "zeros")]
+    assert seen[3] == "set_to_none" and seen[4] == "zeros"
+
+
+def test_bad_live_value_is_refused_at_once():
+    controls = RunControls()
+    with pytest.raises(ConfigError, match="amp"):
+        controls.set("amp", "fp8")
+    assert controls.pending() == {}
+
+
+def test_stop_during_a_paused_run_ends_it():
+    cfg = tiny_config("mlp", steps=1000)
+    controls = RunControls(cfg.techniques)
+
+    class PauseThenStop:
+        def on_start(self, meta): pass
+        def on_sample(self, s): pass
+        def on_event(self, e): pass
+        def on_finish(self, s): pass
+
+        def on_step(self, r):
+            if r.step == 2:
+                controls.pause()
+                threading.Timer(0.05, controls.stop).start()
+
+    summary = run_training(cfg, controls, PauseThenStop())
+    assert summary.stopped_by == "stopped" and summary.steps_done == 3

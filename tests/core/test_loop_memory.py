@@ -1,0 +1,220 @@
+"""The engine's memory figures hold what the issue says they must, measured on tiny runs."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from core.config import RunConfig
+from core.memory import SavedTensorTracker
+from core.presets import build_preset
+from tests.core.helpers import run, samples_at, steps_col, tiny_config
+
+
+def test_mlp_adam_params_and_optimizer_bytes_are_exact():
+    history, _ = run("mlp", steps=3, optimizer="adam")
+    preset = build_preset(tiny_config("mlp"), torch.device("cpu"))
+    params = list(preset.parameters())
+    n = sum(p.numel() for p in params)
+    assert samples_at(history, "start", "params")[0] == 4 * n
+    assert np.all(samples_at(history, "optimizer", "params") == 4 * n)
+    # Adam keeps exp_avg and exp_avg_sq (4 bytes an element each) and a float32 step counter
+    # (its own 4-byte storage) per parameter tensor.
+    opt_after_first = samples_at(history, "optimizer", "optimizer")[0]
+    assert opt_after_first == 2 * 4 * n + 4 * len(params)
+    assert samples_at(history, "zero_grad", "optimizer")[0] == 0
+
+
+def test_set_to_none_frees_grads_and_zeros_keeps_them():
+    h_none, _ = run("mlp", steps=4, zero_grad="set_to_none")
+    h_zero, _ = run("mlp", steps=4, zero_grad="zeros")
+    params = samples_at(h_none, "start", "params")[0]
+    # Step 0 has no grads yet either way; from step 1 the modes differ.
+    assert np.all(samples_at(h_none, "zero_grad", "grads")[1:] == 0)
+    assert np.all(samples_at(h_zero, "zero_grad", "grads")[1:] == params)
+    # After backward both hold one gradient per parameter.
+    assert np.all(samples_at(h_none, "backward", "grads") == params)
+
+
+def test_zero_grad_off_grows_grad_norm_until_switched_back():
+    history, _ = run("mlp", steps=16, at=("0:zero_grad=off", "8:zero_grad=set_to_none"),
+                     optimizer="sgd", lr=0.0)  # lr 0: the same gradient every cycle
+    norms = steps_col(history, "grad_norm")
+    off, back = norms[:8], norms[8:]
+    assert np.all(np.diff(off) > 0), off  # gradients pile up step over step
+    assert back.max() < off[-1] / 2
+    assert np.ptp(back) < 0.5 * back.mean()  # cleared each step: no growth
+    toggles = [e for e in history.events() if e.kind == "toggle"]
+    assert [(e.step, e.key, e.new) for e in toggles] == [
+        (0, "zero_grad", "off"), (8, "zero_grad", "set_to_none")]
+
+
+def test_accumulation_steps_the_optimizer_every_k_micro_batches():
+    history, _ = run("mlp", steps=6, accumulate=3, zero_grad="zeros")
+    opt_ms = steps_col(history, "optimizer_ms")
+    # The optimizer only runs on micro-batches 2 and 5; others cost (almost) nothing.
+    assert opt_ms[2] > opt_ms[0] and opt_ms[5] > opt_ms[3]
+    opt_bytes = samples_at(history, "optimizer", "optimizer")
+    assert opt_bytes[0] == opt_bytes[1] == 0 and opt_bytes[2] > 0
+
+
+def test_loss_sum_leak_grows_by_one_eval_graph_only_under_grad():
+    common = dict(steps=12, eval_every=1, leak_loss_sum=True)
+    leaky, _ = run("mlp", no_grad_eval=False, **common)
+    fixed, _ = run("mlp", no_grad_eval=True, **common)
+    end_leaky = samples_at(leaky, "eval", "total")
+    growth = np.diff(end_leaky)
+    # Each eval forward under grad leaves its saved activations alive through total_loss.
+    per_forward = steps_col(leaky, "saved_bytes")[1:]
+    assert np.all(growth > 0)
+    np.testing.assert_allclose(growth, per_forward, rtol=0.1)
+    assert np.all(np.diff(samples_at(fixed, "eval", "total")) == 0)
+    assert any(e.kind == "leak" and "total_loss += loss" in e.explanation
+               for e in leaky.events())
+
+
+def test_lstm_without_detach_is_an_explained_error_and_files_keep_data():
+    history, summary = run("lstm", steps=5, detach_state=False)
+    assert summary.stopped_by == "error"
+    err = summary.error
+    assert err.step == 1 and err.phase == "backward"
+    assert "second time" in err.message
+    assert "detach" in err.explanation and "hidden" in err.explanation
+    assert len(history.steps) == 1  # step 0 was recorded and kept
+
+
+def test_lstm_detach_back_on_via_schedule_restores_clean_flat_steps():
+    from core.history import RunHistory
+    from core.loop import run_training
+
+    cfg = tiny_config("lstm", 12, ("6:detach_state=true",), detach_state=False)
+    history = RunHistory()
+    summary = run_training(cfg, sink=history, on_error="continue")
+    errors = [e.step for e in history.events() if e.kind == "error"]
+    assert errors == [1, 2, 3, 4, 5]
+    assert list(steps_col(history, "step")) == [0, 6, 7, 8, 9, 10, 11]
+    assert summary.stopped_by == "completed"
+    assert np.ptp(samples_at(history, "optimizer", "total")[1:]) == 0
+
+
+def test_lstm_retain_graph_without_detach_hits_the_real_in_place_error():
+    # With retain_graph the old graph survives, but it saved the weights that
+    # optimizer.step() has since updated in place: PyTorch refuses, and so must we (a pack
+    # hook that forgot the version check would let memory grow silently instead).
+    _, summary = run("lstm", steps=4, detach_state=False, retain_graph=True)
+    assert summary.stopped_by == "error" and summary.error.step == 1
+    assert "modified by an inplace operation" in summary.error.message
+    assert "retain_graph does not fix a missing detach" in summary.error.explanation
+
+
+def test_no_grad_eval_lowers_eval_activations_on_cnn():
+    def eval_saved(no_grad: bool) -> float:
+        cfg = tiny_config("cnn")
+        preset = build_preset(cfg, torch.device("cpu"))
+        tracker = SavedTensorTracker()
+        tracker.param_keys = set()
+        ctx = torch.no_grad() if no_grad else torch.enable_grad()
+        with tracker.hooks(), ctx:
+            loss = preset.forward_eval(cfg.techniques)
+            return tracker.live_bytes + 0 * loss.item()
+
+    assert eval_saved(no_grad=True) == 0
+    assert eval_saved(no_grad=False) > 0
+    # And in the loop, the eval phase under grad holds its graph while the leak keeps it.
+    leaky, _ = run("cnn", steps=3, eval_every=1, leak_loss_sum=True, no_grad_eval=False)
+    fixed, _ = run("cnn", steps=3, eval_every=1, leak_loss_sum=True, no_grad_eval=True)
+    assert samples_at(leaky, "eval", "activations")[-1] > samples_at(fixed, "eval",
+                                                                      "activations")[-1]
+
+
+def test_bf16_autocast_lowers_saved_bytes_on_cnn():
+    fp32, _ = run("cnn", steps=2, amp="off", width=16)
+    bf16, _ = run("cnn", steps=2, amp="bf16", width=16)
+    assert steps_col(bf16, "saved_bytes")[-1] < 0.85 * steps_col(fp32, "saved_bytes")[-1]
+
+
+def test_saved_tensor_hook_still_catches_in_place_modification():
+    tracker = SavedTensorTracker()
+    a = torch.randn(5, requires_grad=True)
+    with tracker.hooks():
+        b = a * 2
+        c = b.sin()  # saves b
+    b.add_(1)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        c.sum().backward()
+
+
+def test_saved_bytes_dedupe_views_and_release_after_backward():
+    tracker = SavedTensorTracker()
+    a = torch.randn(256, requires_grad=True)
+    with tracker.hooks():
+        b = a * 2
+        c = b[:128].sin() + b[128:].cos()  # two views of one storage, saved twice
+    assert tracker.live_bytes == 256 * 4
+    c.sum().backward()
+    assert tracker.live_bytes == 0
+
+
+@pytest.mark.parametrize("preset", ["mlp", "cnn", "lstm", "gan", "transformer"])
+def test_every_preset_trains_and_samples_every_phase(preset):
+    history, summary = run(preset, steps=3, eval_every=2)
+    assert summary.stopped_by == "completed" and summary.steps_done == 3
+    phases = history.samples.column("phase")
+    # start + 4 phases a step + one eval
+    assert len(phases) == 1 + 3 * 4 + 1
+    saved = steps_col(history, "saved_bytes")
+    assert np.all(saved > 0) and np.all(steps_col(history, "graph_nodes") > 0)
+    assert np.isfinite(steps_col(history, "loss")).all()
+
+
+def test_gan_without_detach_errors_with_generator_explanation():
+    _, summary = run("gan", steps=3, detach_state=False)
+    assert summary.stopped_by == "error"
+    assert "generator" in summary.error.explanation
+
+
+def test_user_model_that_raises_becomes_an_event(monkeypatch):
+    from core import presets
+
+    calls = {"n": 0}
+    original = presets.MlpPreset.forward_train
+
+    def flaky(self, toggles):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise ValueError("shape mismatch in user code")
+        return original(self, toggles)
+
+    monkeypatch.setattr(presets.MlpPreset, "forward_train", flaky)
+    history, summary = run("mlp", steps=5)
+    assert summary.stopped_by == "error" and summary.error.step == 2
+    assert "ValueError" in summary.error.message and summary.error.phase == "forward"
+    assert len(history.steps) == 2
+
+
+def test_nan_loss_is_an_error_event():
+    _, summary = run("mlp", steps=30, optimizer="sgd", lr=100.0)
+    assert summary.stopped_by == "error"
+    assert summary.error.key == "non-finite loss"
+    assert "learning rate" in summary.error.explanation
+
+
+def test_precise_mode_gives_exact_peak_and_balanced_events():
+    history, summary = run("mlp", steps=4, precise=True)
+    peak = steps_col(history, "peak_bytes")
+    totals = samples_at(history, "optimizer", "total")
+    assert np.all(peak >= totals)
+    # The in-step peak sees temporaries between phase boundaries that samples miss.
+    assert peak.max() > history.samples.column("total").max()
+    allocs = history.allocs.rows()
+    idx = history.allocs.index
+    live = np.cumsum(np.where(allocs[:, idx["action"]] == 0, 1, -1) * allocs[:, idx["bytes"]])
+    assert live.max() == summary.peak_bytes
+    # The tracker's live total equals the category sum at every sample.
+    assert live[-1] == history.samples.column("total")[-1]
+
+
+def test_config_defaults_validate():
+    cfg = RunConfig()
+    assert cfg.techniques.zero_grad == "set_to_none" and cfg.preset == "mlp"

@@ -1,0 +1,164 @@
+"""What every timeline plot shares: the step axis, event markers, a hover line, pinned-run ghosts.
+
+Items are made once and fed with `setData` from numpy; each draw hands pyqtgraph only the
+visible slice, cut to about two points per pixel (app.decimate), so a draw costs the same
+at step 100 as at step 100,000. The title row doubles as legend and hover read-out.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+
+from app.decimate import min_max, visible_slice
+from app.plot_style import HOVER_COLOR, event_color, lighten
+from app.run_series import RunSeries
+
+MARKER_LABEL_ROWS = (0.96, 0.84, 0.72)
+AXIS_WIDTH = 62
+LEGEND_HEIGHT = 36
+
+
+class LivePlot(pg.PlotWidget):
+    hover_left = Signal()
+
+    def __init__(self, object_name: str, title: str, left_axis: pg.AxisItem | None = None,
+                 parent=None) -> None:
+        axes = {"left": left_axis} if left_axis is not None else None
+        super().__init__(parent=parent, background="w", axisItems=axes)
+        self.setObjectName(object_name)
+        self.title = title
+        item = self.getPlotItem()
+        item.showGrid(x=True, y=True, alpha=0.15)
+        item.setMouseEnabled(x=True, y=False)  # y always fits the visible data
+        item.hideButtons()
+        item.setMenuEnabled(False)
+        item.vb.enableAutoRange(x=False, y=True)
+        item.vb.setLimits(xMin=-5)
+        item.showAxis("right")
+        for side in ("left", "bottom", "right"):
+            item.getAxis(side).setTextPen("#444444")
+            item.getAxis(side).setPen("#999999")
+        # Equal axis widths line the view boxes up, so x-linked plots show the same steps.
+        item.getAxis("left").setWidth(AXIS_WIDTH)
+        item.getAxis("right").setWidth(AXIS_WIDTH)
+        item.getAxis("right").setStyle(showValues=False)
+        self.curves: dict[str, pg.PlotCurveItem] = {}
+        self.markers: list[pg.InfiniteLine] = []
+        self.ghosts: dict[int, pg.PlotCurveItem] = {}
+        self.hover_line = pg.InfiniteLine(angle=90, movable=False,
+                                          pen=pg.mkPen(HOVER_COLOR, width=1, style=Qt.DashLine))
+        self.hover_line.setZValue(40)
+        self.hover_line.hide()
+        item.addItem(self.hover_line, ignoreBounds=True)
+        self.set_legend("")
+
+    # --- items ----------------------------------------------------------------------------
+    def add_curve(self, key: str, color: str, *, fill: bool = False, width: float = 1.0,
+                  style=Qt.SolidLine, z: float = 0, view: pg.ViewBox | None = None,
+                  finite: bool = True) -> pg.PlotCurveItem:
+        """Make a curve once; draws only ever call setData on it."""
+        if fill:
+            curve = pg.PlotCurveItem(pen=None, brush=pg.mkBrush(lighten(color, 0.3)),
+                                     fillLevel=0, skipFiniteCheck=True)
+        else:
+            curve = pg.PlotCurveItem(pen=pg.mkPen(color, width=width, style=style),
+                                     skipFiniteCheck=finite, connect="all" if finite else "finite")
+        curve.setZValue(z)
+        (view or self.getPlotItem()).addItem(curve)
+        self.curves[key] = curve
+        return curve
+
+    def add_marker(self, step: float, label: str, kind: str) -> pg.InfiniteLine:
+        color = event_color(kind)
+        row = MARKER_LABEL_ROWS[len(self.markers) % len(MARKER_LABEL_ROWS)]
+        line = pg.InfiniteLine(
+            pos=step, angle=90, movable=False,
+            pen=pg.mkPen(color, width=1.5 if kind == "error" else 1),
+            label=label,
+            labelOpts={"position": row, "color": color, "anchors": [(0, 0.5), (0, 0.5)],
+                       "fill": pg.mkBrush(255, 255, 255, 210)},
+        )  # fmt: skip
+        line.setZValue(30)
+        self.getPlotItem().addItem(line, ignoreBounds=True)
+        self.markers.append(line)
+        return line
+
+    def clear_markers(self) -> None:
+        for line in self.markers:
+            self.getPlotItem().removeItem(line)
+        self.markers.clear()
+
+    def set_legend(self, html: str) -> None:
+        """Title, values and legend in the title row (two lines: exported images keep it)."""
+        item = self.getPlotItem()
+        item.setTitle(f"<b>{self.title}</b>&nbsp;&nbsp;{html}", size="8.5pt", color="#333333",
+                      justify="left")
+        item.titleLabel.setMaximumHeight(LEGEND_HEIGHT)
+        item.layout.setRowFixedHeight(0, LEGEND_HEIGHT)
+
+    # --- pinned runs ----------------------------------------------------------------------
+    def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
+        """The one line that stands for a pinned run on this plot."""
+        raise NotImplementedError
+
+    def sync_ghosts(self, pins) -> None:
+        """Make or drop ghost curves so they match the pinned runs."""
+        wanted = {p.pin_id: p for p in pins}
+        for pin_id in list(self.ghosts):
+            if pin_id not in wanted:
+                self.ghost_view().removeItem(self.ghosts.pop(pin_id))
+        for pin_id, pin in wanted.items():
+            curve = self.ghosts.get(pin_id)
+            if curve is None:
+                curve = pg.PlotCurveItem(pen=pg.mkPen(pin.color, width=1.6, style=Qt.DashLine),
+                                         connect="finite")
+                curve.setOpacity(0.75)
+                curve.setZValue(20)
+                self.ghost_view().addItem(curve)
+                self.ghosts[pin_id] = curve
+            curve.setVisible(pin.visible)
+
+    def ghost_view(self):
+        return self.getPlotItem()
+
+    def draw_ghosts(self, pins, x0: float, x1: float, max_points: int) -> None:
+        for pin in pins:
+            curve = self.ghosts.get(pin.pin_id)
+            if curve is None or not pin.visible:
+                continue
+            x, y = self.ghost_data(pin.series)
+            sl = visible_slice(x, x0, x1)
+            curve.setData(*min_max(x[sl], y[sl], max_points))
+
+    # --- drawing --------------------------------------------------------------------------
+    def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
+        raise NotImplementedError
+
+    def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
+        raise NotImplementedError
+
+    def clear_data(self) -> None:
+        for curve in self.curves.values():
+            curve.setData([], [])
+
+    def pixel_width(self) -> int:
+        return max(int(self.getPlotItem().vb.width()), 100)
+
+    def leaveEvent(self, event) -> None:
+        self.hover_left.emit()
+        super().leaveEvent(event)
+
+
+def ghost_legend(pins, value_at) -> str:
+    """Legend entries for visible pins: `value_at(series)` gives the text or None."""
+    parts = []
+    for pin in pins:
+        if not pin.visible:
+            continue
+        text = value_at(pin.series)
+        if text is not None:
+            parts.append(f'<span style="color:{pin.color}">&#9477;&nbsp;{pin.name}</span> '
+                         f"<b>{text}</b>")
+    return "&nbsp;&nbsp;".join(parts)

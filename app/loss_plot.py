@@ -1,0 +1,78 @@
+"""Loss (left axis) and global grad norm (right axis) against steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+
+from app.decimate import min_max, visible_slice
+from app.live_plot import LivePlot, ghost_legend
+from app.plot_style import GRAD_NORM_COLOR, LOSS_COLOR, swatch
+from app.run_series import RunSeries
+from app.units import format_number
+
+
+def _finite(y: np.ndarray) -> np.ndarray:
+    # An inf loss (an error step) would flatten everything else on the axis.
+    return np.where(np.isfinite(y), y, np.nan)
+
+
+class LossPlot(LivePlot):
+    """`curves["loss"]` on the left axis; `curves["grad_norm"]` in `grad_view`, right axis."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__("loss_plot", "Loss", parent=parent)
+        item = self.getPlotItem()
+        self.grad_view = pg.ViewBox(enableMouse=False)
+        self.grad_view.setZValue(-100)  # under the main view, so the main view gets the mouse
+        item.scene().addItem(self.grad_view)
+        right = item.getAxis("right")
+        right.setStyle(showValues=True)
+        right.linkToView(self.grad_view)
+        right.setTextPen(GRAD_NORM_COLOR)
+        right.setPen("#999999")
+        self.grad_view.setXLink(item)
+        self.grad_view.enableAutoRange(y=True)
+        item.vb.sigResized.connect(self._sync_views)
+        self.add_curve("loss", LOSS_COLOR, width=1.5, z=5, finite=False)
+        self.add_curve("grad_norm", GRAD_NORM_COLOR, width=1.2, z=5, view=self.grad_view,
+                       finite=False)
+        item.getAxis("left").setTextPen(LOSS_COLOR)
+
+    def _sync_views(self) -> None:
+        vb = self.getPlotItem().vb
+        self.grad_view.setGeometry(vb.sceneBoundingRect())
+        self.grad_view.linkedViewChanged(vb, self.grad_view.XAxis)
+
+    def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
+        return run.step_x + 0.5, _finite(run.step_column("loss"))
+
+    def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
+        if run is None or run.step_count == 0:
+            self.clear_data()
+            return
+        x = run.step_x + 0.5
+        sl = visible_slice(x, x0, x1)
+        for key in ("loss", "grad_norm"):
+            y = _finite(run.step_column(key)[sl])
+            self.curves[key].setData(*min_max(x[sl], y, max_points))
+
+    def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
+        loss = grad = head = ""
+        if run is not None and run.step_count:
+            step = run.last_step if x is None else int(np.floor(x))
+            i = run.step_row(step)
+            if i is not None:
+                row = run.history.steps.rows(i, i + 1)[0]
+                idx = run.history.steps.index
+                loss, grad = format_number(row[idx["loss"]]), format_number(row[idx["grad_norm"]])
+                head = f"<i>step {step}</i>"
+        parts = [head, swatch(LOSS_COLOR, "loss", loss), swatch(GRAD_NORM_COLOR, "grad norm", grad)]
+        if x is not None:
+            parts.append(ghost_legend(pins, lambda s: _ghost_loss(s, x)))
+        return "&nbsp;&nbsp;".join(p for p in parts if p)
+
+
+def _ghost_loss(series: RunSeries, x: float) -> str | None:
+    i = series.step_row(int(np.floor(x)))
+    return None if i is None else format_number(float(series.step_column("loss")[i]))

@@ -1,0 +1,635 @@
+"""The memlens main window: run and technique panels, live timeline plots, events, pins.
+
+The window owns at most one RunSession (the worker thread) and one RunSeries (what the plots
+show: the live run or a loaded one). A ~30 Hz timer pulls the rows added since the last tick
+and redraws the curves; text (legends, status bar, the "what just happened" line) is
+refreshed at a slower rate. Nothing here blocks on the training thread.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+
+os.environ.setdefault("PYQTGRAPH_QT_LIB", "PySide6")
+
+import pyqtgraph as pg
+from PySide6.QtCore import QElapsedTimer, Qt, QTimer
+from PySide6.QtGui import QAction, QKeySequence
+from PySide6.QtWidgets import (
+    QApplication,
+    QDockWidget,
+    QLabel,
+    QMainWindow,
+    QMessageBox,
+    QScrollArea,
+    QTabWidget,
+    QVBoxLayout,
+    QWidget,
+)  # fmt: skip
+
+from app.events_panel import EventsPanel
+from app.export_dialog import ExportDialog
+from app.exporting import export_run
+from app.pins import PinnedRun, pin_color, run_name
+from app.pins_panel import PinsPanel
+from app.plot_stack import PlotStack
+from app.run_panel import RunPanel
+from app.run_series import RunSeries
+from app.run_session import RunSession, TrainFn
+from app.signals import signals_blocked
+from app.status_bar import RunStatusBar
+from app.techniques_panel import TechniquesPanel
+from app.toggle_effect import toggle_effect
+from core.atomic import ExportError
+from core.config import RunConfig
+from core.history import RunHistory
+from core.options import ConfigError
+from core.records import RunEvent
+from core.run_files import RunFolderError, load_run
+
+pg.setConfigOptions(antialias=False, foreground="#333333", background="w")
+
+FRAME_MS = 33  # curves: about 30 Hz
+TEXT_EVERY = 8  # text: every 8th frame, about 4 Hz
+DEFAULT_RUNS_DIR = Path("runs")
+
+
+class MainWindow(QMainWindow):
+    """`train_fn` defaults to core.loop.run_training; tests and benchmarks may pass
+    app.synthetic.synthetic_training. `runs_dir=None` keeps runs in memory only."""
+
+    def __init__(self, config: RunConfig | None = None, *,
+                 runs_dir: Path | None = DEFAULT_RUNS_DIR,
+                 train_fn: TrainFn | None = None) -> None:
+        super().__init__()
+        self.setObjectName("main_window")
+        self.setWindowTitle("memlens")
+        self.runs_dir = runs_dir
+        self.train_fn = train_fn
+        config = config or RunConfig()
+        self.session: RunSession | None = None
+        self.history: RunHistory | None = None  # what the plots show: live or loaded
+        self.series: RunSeries | None = None
+        self.loaded_from: Path | None = None
+        self.pins: list[PinnedRun] = []
+        self._next_pin_id = 0
+        self._events_seen = 0
+        self._graphs_seen = 0
+        self._toggle_rows: list[tuple[int, RunEvent]] = []  # (events list row, event)
+        self._measuring: list[tuple[int, RunEvent]] = []
+        self._error_event: RunEvent | None = None
+        self._reset_pending = False
+        self._close_pending = False
+        self._frame = 0
+        self.frame_ms: list[float] = []  # refresh cost of recent frames (benchmarks read it)
+        self.graph_panel = None
+
+        self.run_panel = RunPanel(config)
+        self.techniques_panel = TechniquesPanel(config.techniques)
+        self.plots = PlotStack()
+        self.events_panel = EventsPanel()
+        self.pins_panel = PinsPanel()
+        self.status = RunStatusBar()
+        self.setStatusBar(self.status)
+        self._build_layout()
+        self._build_menus()
+        self._connect()
+        self._set_state("idle")
+
+        self._timer = QTimer(self)
+        self._timer.setObjectName("refresh_timer")
+        self._timer.setInterval(FRAME_MS)
+        self._timer.timeout.connect(self._on_frame)
+        self._timer.start()
+
+    # --- layout --------------------------------------------------------------------------------
+    def _build_layout(self) -> None:
+        left = QWidget()
+        left_layout = QVBoxLayout(left)
+        left_layout.setContentsMargins(4, 4, 4, 4)
+        left_layout.addWidget(self.run_panel)
+        left_layout.addWidget(self.techniques_panel)
+        left_layout.addStretch(1)
+        scroll = QScrollArea()
+        scroll.setWidget(left)
+        scroll.setWidgetResizable(True)
+        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        scroll.setMinimumWidth(left.sizeHint().width() + 18)
+        self._dock("Run", scroll, Qt.LeftDockWidgetArea, "run_dock")
+
+        self.error_banner = QLabel("")
+        self.error_banner.setObjectName("error_banner")
+        self.error_banner.setWordWrap(True)
+        self.error_banner.setStyleSheet(
+            "background: #FDECEA; color: #8A1F11; border: 1px solid #F5C2BC; padding: 6px;")
+        self.error_banner.hide()
+        self.effect_label = QLabel("Flip a technique while a run goes: what it did shows here.")
+        self.effect_label.setObjectName("effect_label")
+        self.effect_label.setStyleSheet("padding: 3px 6px; color: #333333;")
+        self.effect_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        timeline = QWidget()
+        tl = QVBoxLayout(timeline)
+        tl.setContentsMargins(0, 0, 0, 0)
+        tl.setSpacing(2)
+        tl.addWidget(self.error_banner)
+        tl.addWidget(self.plots, 1)
+        tl.addWidget(self.effect_label)
+        self.tabs = QTabWidget()
+        self.tabs.setObjectName("centre_tabs")
+        self.tabs.addTab(timeline, "Timeline")
+        self._graph_placeholder = QLabel("The autograd graph view loads when you open this tab.")
+        self._graph_placeholder.setAlignment(Qt.AlignCenter)
+        self.tabs.addTab(self._graph_placeholder, "Autograd graph")
+        self.setCentralWidget(self.tabs)
+
+        events_dock = self._dock("Events", self.events_panel, Qt.RightDockWidgetArea,
+                                 "events_dock")
+        pins_dock = self._dock("Pinned runs", self.pins_panel, Qt.RightDockWidgetArea,
+                               "pins_dock")
+        self.splitDockWidget(events_dock, pins_dock, Qt.Vertical)
+        self.resizeDocks([events_dock, pins_dock], [3, 1], Qt.Vertical)
+        self.resizeDocks([events_dock], [300], Qt.Horizontal)
+        self.resize(1480, 920)
+
+    def _dock(self, title: str, widget: QWidget, area, name: str) -> QDockWidget:
+        dock = QDockWidget(title, self)
+        dock.setObjectName(name)
+        dock.setWidget(widget)
+        dock.setFeatures(QDockWidget.DockWidgetMovable | QDockWidget.DockWidgetFloatable)
+        self.addDockWidget(area, dock)
+        return dock
+
+    def _build_menus(self) -> None:
+        file_menu = self.menuBar().addMenu("&File")
+        self.open_action = self._action(file_menu, "&Open run…", QKeySequence.Open,
+                                        self.open_run_dialog, "open_action")
+        self.export_action = self._action(file_menu, "&Export…", "Ctrl+E",
+                                          self.export_dialog, "export_action")
+        file_menu.addSeparator()
+        self._action(file_menu, "&Quit", QKeySequence.Quit, self.close, "quit_action")
+        run_menu = self.menuBar().addMenu("&Run")
+        self.start_action = self._action(run_menu, "&Start", "Ctrl+R", self.start_run,
+                                         "start_action")
+        self._action(run_menu, "&Pause / Resume", "Ctrl+Space", self.toggle_pause,
+                     "pause_action")
+        self._action(run_menu, "S&top", "Ctrl+.", self.stop_run, "stop_action")
+        self._action(run_menu, "&Reset", None, self.reset_run, "reset_action")
+        run_menu.addSeparator()
+        self.pin_action = self._action(run_menu, "P&in this run", "Ctrl+Shift+P",
+                                       self.pin_current_run, "pin_action")
+        self.capture_action = self._action(run_menu, "&Capture graph of next step", "Ctrl+G",
+                                           self._on_capture_requested, "capture_action")
+        view_menu = self.menuBar().addMenu("&View")
+        self._action(view_menu, "&Follow newest step", "End",
+                     lambda: self.plots.set_follow(True), "follow_action")
+
+    def _action(self, menu, text: str, shortcut, slot, name: str) -> QAction:
+        action = QAction(text, self)
+        action.setObjectName(name)
+        if shortcut is not None:
+            action.setShortcut(QKeySequence(shortcut))
+        action.triggered.connect(slot)
+        menu.addAction(action)
+        return action
+
+    def _connect(self) -> None:
+        self.run_panel.start_clicked.connect(self.start_run)
+        self.run_panel.pause_clicked.connect(self.toggle_pause)
+        self.run_panel.stop_clicked.connect(self.stop_run)
+        self.run_panel.reset_clicked.connect(self.reset_run)
+        self.techniques_panel.technique_changed.connect(self._on_technique_changed)
+        self.events_panel.step_activated.connect(self.plots.show_step)
+        self.pins_panel.pin_clicked.connect(self.pin_current_run)
+        self.pins_panel.visibility_changed.connect(self._on_pin_visibility_changed)
+        self.pins_panel.remove_clicked.connect(self.remove_pin)
+        self.tabs.currentChanged.connect(self._on_tab_changed)
+
+    # --- running -------------------------------------------------------------------------------
+    @property
+    def running(self) -> bool:
+        return self.session is not None and self.session.running
+
+    def start_run(self) -> None:
+        if self.running:
+            return
+        try:
+            config = self.run_panel.config(self.techniques_panel.toggles())
+        except ConfigError as exc:
+            self._set_state("idle", str(exc))
+            return
+        self.start_config(config)
+
+    def start_config(self, config: RunConfig) -> RunSession:
+        """Start a run of exactly this config (the shot command and tests use it)."""
+        if self.running:
+            raise RuntimeError("a run is already going; stop it first")
+        self.run_panel.set_config(config)
+        self.techniques_panel.set_toggles(config.techniques)
+        session = RunSession(config, self.runs_dir, self.train_fn, parent=self)
+        session.finished.connect(self._on_session_finished)
+        session.failed.connect(self._on_session_failed)
+        self.session = session
+        self.loaded_from = None
+        self._show_history(session.history)
+        session.start()
+        self._set_state("starting")
+        return session
+
+    def toggle_pause(self) -> None:
+        if not self.running:
+            return
+        controls = self.session.controls
+        if controls.paused:
+            self._error_event = None
+            self.error_banner.hide()
+            controls.resume()
+            self._set_state("running")
+        else:
+            controls.pause()
+            self._set_state("paused")
+
+    def stop_run(self) -> None:
+        if self.running:
+            self.session.stop()
+            self._set_state("stopping")
+
+    def reset_run(self) -> None:
+        """Stop the run (if any) and clear the plots; pins stay."""
+        if self.running:
+            self._reset_pending = True
+            self.session.stop()
+            self._set_state("stopping")
+            return
+        self._reset_pending = False
+        self.session = None
+        self._show_history(None)
+        self._set_state("idle")
+
+    def _on_technique_changed(self, key: str, value) -> None:
+        if not self.running:
+            return  # the panel's values are the next run's starting techniques
+        try:
+            self.session.controls.set(key, value)
+        except ConfigError as exc:
+            self.techniques_panel.show_note(str(exc))
+            return
+        self.techniques_panel.show_note(f"{key} -> {value}: applies at the next step")
+
+    def _on_session_finished(self, summary) -> None:
+        self._on_frame(force_text=True)  # the last rows, before the state says finished
+        session = self.sender() if isinstance(self.sender(), RunSession) else self.session
+        if session is not self.session:
+            return
+        if self._close_pending:
+            self.close()
+            return
+        if self._reset_pending:
+            self.reset_run()
+            return
+        self._error_event = None
+        self.error_banner.hide()
+        self._set_state("finished", self._finished_text(summary))
+
+    def _finished_text(self, summary) -> str:
+        if not summary:
+            return "Run ended (see the events list)"
+        done = summary.get("steps_done", 0)
+        how = summary.get("stopped_by", "completed")
+        where = f"; saved in {self.session.folder}" if self.session.folder else ""
+        return {"completed": f"Finished: {done} steps{where}",
+                "stopped": f"Stopped after {done} steps{where}",
+                "error": f"Stopped on an error after {done} steps{where}"}.get(how, how)
+
+    def _on_session_failed(self, message: str, details: str) -> None:
+        if self.history is None:
+            return
+        event = RunEvent(step=max(self.series.last_step if self.series else 0, 0),
+                         time_s=0.0, kind="error", key="run failed", message=message,
+                         explanation="The run could not go on. What it recorded so far "
+                                     "is kept.\n\n" + details[-1500:])
+        self.history.on_event(event)
+
+    # --- the ~30 Hz frame ------------------------------------------------------------------------
+    def _on_frame(self, force_text: bool = False) -> None:
+        timer = QElapsedTimer()
+        timer.start()
+        new_data = False
+        if self.series is not None:
+            new_samples, new_steps = self.series.pull()
+            new_data = bool(new_samples or new_steps)
+            self._pull_events()
+            self._pull_graphs()
+        self.plots.refresh(new_data)
+        self._frame += 1
+        if force_text or self._frame % TEXT_EVERY == 0:
+            self._refresh_text()
+        self.frame_ms.append(timer.nsecsElapsed() / 1e6)
+        if len(self.frame_ms) > 4096:
+            del self.frame_ms[:2048]
+
+    def _pull_events(self) -> None:
+        events = self.history.events(self._events_seen)
+        if not events:
+            return
+        self._events_seen += len(events)
+        for event in events:
+            self.plots.add_event(event)
+            item_row = self.events_panel.list.count()
+            self.events_panel.add_event(event)
+            if event.kind == "toggle":
+                self.techniques_panel.set_value(event.key, event.new)
+                self.techniques_panel.show_note("")
+                self._measuring.append((item_row, event))
+                self._toggle_rows.append((item_row, event))
+            elif event.kind == "error" and self.running:
+                self._error_event = event
+                self._show_error(event)
+
+    def _pull_graphs(self) -> None:
+        graphs = self.history.graphs
+        if len(graphs) <= self._graphs_seen:
+            return
+        new = graphs[self._graphs_seen:]
+        self._graphs_seen = len(graphs)
+        panel = self._ensure_graph_panel()
+        if panel is not None and hasattr(panel, "show_snapshot"):
+            panel.show_snapshot(new[-1])
+
+    def _show_error(self, event: RunEvent) -> None:
+        where = f" in {event.phase}" if event.phase else ""
+        text = (f"<b>Step {event.step} failed{where}:</b> {event.message}<br>"
+                f"{event.explanation}<br><i>The run is paused. Change a technique on the left "
+                "and press Resume, or press Reset.</i>")
+        self.error_banner.setText(text)
+        self.error_banner.show()
+
+    def _refresh_text(self) -> None:
+        self.plots.refresh_legends()
+        self._update_effects()
+        series = self.series
+        if series is not None:
+            total = float(series.total[-1]) if series.sample_count else None
+            self.status.set_progress(series.last_step, series.step_count, total,
+                                     series.peak if series.step_count else None,
+                                     live=self.running)
+        if self.running:
+            self._set_state(self._live_state())
+
+    def _live_state(self) -> str:
+        controls = self.session.controls
+        if controls.stop_requested:
+            return "stopping"
+        if controls.paused:
+            return "error" if self._error_event is not None else "paused"
+        if not self.history.meta:
+            return "starting"
+        return "running"
+
+    def _update_effects(self) -> None:
+        if not self._measuring or self.series is None:
+            return
+        still = []
+        for row, event in self._measuring:
+            effect = toggle_effect(self.series, event)
+            text = effect.text()
+            self.events_panel.set_effect(row, text, effect.details())
+            if (row, event) == self._toggle_rows[-1]:
+                self.effect_label.setText(f"What just happened: {text}")
+                self.effect_label.setToolTip(effect.details())
+            if not effect.complete and self.running:
+                still.append((row, event))
+        self._measuring = still
+
+    # --- state -------------------------------------------------------------------------------
+    def _set_state(self, state: str, message: str = "") -> None:
+        self.state = state
+        if self.history is not None and self.history.meta:
+            self.status.set_environment(self.history.meta.get("environment", {}))
+        text = message or {
+            "idle": "Ready: choose a preset and press Start",
+            "starting": "Starting (loading torch and the model)…",
+            "running": "Running",
+            "paused": "Paused",
+            "error": "Paused on an error",
+            "stopping": "Stopping after this step…",
+        }.get(state, state)
+        config = self.session.config if self.session is not None else None
+        self.run_panel.set_state(state, config, text)
+        can_pin, why = self._can_pin()
+        self.pins_panel.set_can_pin(can_pin, why)
+        self.pin_action.setEnabled(can_pin)
+
+    def _can_pin(self) -> tuple[bool, str]:
+        if self.series is None or self.series.step_count == 0:
+            return False, "Nothing to pin yet: run or open a run first"
+        if self.running:
+            return False, "Pin a run once it has finished or stopped"
+        if any(p.series is self.series for p in self.pins):
+            return False, "This run is pinned already"
+        return True, ""
+
+    def _show_history(self, history: RunHistory | None) -> None:
+        self.history = history
+        self.series = RunSeries(history) if history is not None else None
+        self._events_seen = 0
+        self._graphs_seen = 0
+        self._toggle_rows.clear()
+        self._measuring.clear()
+        self._error_event = None
+        self.error_banner.hide()
+        self.events_panel.clear()
+        self.status.clear_run()
+        self.effect_label.setText("Flip a technique while a run goes: what it did shows here.")
+        self.effect_label.setToolTip("")
+        self.plots.set_run(self.series)
+        if self.series is not None:
+            self.series.pull()
+            self._pull_events()
+            self._measuring = list(self._toggle_rows)
+        self.plots.refresh(True)
+        self._refresh_text()
+
+    # --- pins --------------------------------------------------------------------------------
+    def pin_current_run(self) -> PinnedRun | None:
+        can, why = self._can_pin()
+        if not can:
+            self.statusBar().showMessage(why, 4000)
+            return None
+        return self._add_pin(self.series)
+
+    def _add_pin(self, series: RunSeries) -> PinnedRun:
+        pin = PinnedRun(self._next_pin_id, run_name(series.history.meta, series.step_count),
+                        series, pin_color(self._next_pin_id))
+        self._next_pin_id += 1
+        self.pins.append(pin)
+        self._pins_changed()
+        return pin
+
+    def remove_pin(self, pin_id: int) -> None:
+        self.pins = [p for p in self.pins if p.pin_id != pin_id]
+        self._pins_changed()
+
+    def _on_pin_visibility_changed(self, pin_id: int, visible: bool) -> None:
+        for pin in self.pins:
+            if pin.pin_id == pin_id:
+                pin.visible = visible
+        self._pins_changed()
+
+    def _pins_changed(self) -> None:
+        self.pins_panel.set_pins(self.pins)
+        self.plots.set_pins(self.pins)
+        self._set_state(self.state)
+
+    # --- open and export -------------------------------------------------------------------------
+    def open_run_dialog(self) -> None:
+        from PySide6.QtWidgets import QFileDialog
+
+        start = str(self.runs_dir or Path.cwd())
+        folder = QFileDialog.getExistingDirectory(self, "Open a run folder", start)
+        if folder:
+            self.open_run(Path(folder))
+
+    def open_run(self, folder: Path) -> bool:
+        """Load a saved run folder: into the plots, or as a pin while a run is going."""
+        QApplication.setOverrideCursor(Qt.WaitCursor)
+        try:
+            history = load_run(folder)
+        except (RunFolderError, OSError, ValueError) as exc:
+            QApplication.restoreOverrideCursor()
+            self._message("Cannot open this run", str(exc), QMessageBox.Warning, "open_error")
+            return False
+        QApplication.restoreOverrideCursor()
+        if self.running:
+            series = RunSeries(history)
+            series.pull()
+            self._add_pin(series)
+            self.statusBar().showMessage(f"Opened {folder} as a pinned run", 6000)
+            return True
+        self.session = None
+        self.loaded_from = Path(folder)
+        self._show_history(history)
+        config = (history.meta or {}).get("config")
+        if isinstance(config, dict):
+            try:
+                cfg = RunConfig.from_dict(config)
+                self.run_panel.set_config(cfg)
+                self.techniques_panel.set_toggles(cfg.techniques)
+            except (ConfigError, TypeError, ValueError):
+                pass  # an odd config does not stop the run from being shown
+        self._set_state("finished", f"Opened {folder} (read-only; pin it to compare)")
+        return True
+
+    def export_dialog(self) -> ExportDialog | None:
+        if self.history is None:
+            self._message("Nothing to export", "Run or open a run first.",
+                          QMessageBox.Information, "export_message")
+            return None
+        dialog = ExportDialog(self._default_export_folder(), self)
+        dialog.accepted.connect(lambda: self.export_to(dialog.folder(), dialog.choices()))
+        dialog.open()
+        return dialog
+
+    def _default_export_folder(self) -> Path:
+        base = self.session.folder if self.session is not None and self.session.folder else None
+        if base is not None:
+            return base.with_name(base.name + "-export")
+        if self.loaded_from is not None:
+            return self.loaded_from.with_name(self.loaded_from.name + "-export")
+        return Path.cwd() / "exports" / time.strftime("%Y%m%d-%H%M%S")
+
+    def plot_widgets(self) -> dict:
+        return {"memory": self.plots.memory_plot, "time": self.plots.time_plot,
+                "loss": self.plots.loss_plot}
+
+    def export_to(self, folder: Path, choices: set[str]) -> list[Path]:
+        if self.history is None:
+            return []
+        self._on_frame(force_text=True)  # the newest rows into the plots first
+        try:
+            written, problems = export_run(self.history, self.plot_widgets(), folder, choices)
+        except ExportError as exc:
+            self._message("Export failed", str(exc), QMessageBox.Warning, "export_message")
+            return []
+        text = f"Wrote {len(written)} files to {folder}"
+        if problems:
+            self._message("Export finished with problems",
+                          text + ".\n\nNot written:\n" + "\n".join(problems),
+                          QMessageBox.Warning, "export_message")
+        self.statusBar().showMessage(text, 8000)
+        return written
+
+    def _message(self, title: str, text: str, icon, name: str) -> QMessageBox:
+        # Window-modal and opened, not exec'd: the timer and the run keep going meanwhile.
+        box = QMessageBox(icon, title, text, QMessageBox.Ok, self)
+        box.setObjectName(name)
+        box.setAttribute(Qt.WA_DeleteOnClose)
+        box.open()
+        return box
+
+    # --- graph panel -----------------------------------------------------------------------------
+    def _on_tab_changed(self, index: int) -> None:
+        if self.tabs.widget(index) is self._graph_placeholder:
+            self._ensure_graph_panel()
+
+    def _ensure_graph_panel(self):
+        if self.graph_panel is not None:
+            return self.graph_panel
+        try:
+            from app.graph_panel import GraphPanel
+
+            panel = GraphPanel()
+        except Exception as exc:  # the graph view is optional; the timeline works without it
+            self._graph_placeholder.setText(f"The autograd graph view is not available:\n{exc}")
+            return None
+        panel.setObjectName("graph_panel")
+        if hasattr(panel, "capture_requested"):
+            panel.capture_requested.connect(self._on_capture_requested)
+        if hasattr(panel, "capture_every_changed"):
+            panel.capture_every_changed.connect(
+                lambda n: self.run_panel.set_value("capture_every", int(n)))
+        index = self.tabs.indexOf(self._graph_placeholder)
+        current = self.tabs.currentIndex()
+        with signals_blocked(self.tabs):
+            self.tabs.removeTab(index)
+            self.tabs.insertTab(index, panel, "Autograd graph")
+            self.tabs.setCurrentIndex(current)
+        self.graph_panel = panel
+        if self.history is not None and self.history.graphs:
+            panel.show_snapshot(self.history.graphs[-1])
+        return panel
+
+    def _on_capture_requested(self) -> None:
+        if self.running:
+            self.session.controls.request_capture()
+            self.statusBar().showMessage("The autograd graph of the next step will be captured",
+                                         4000)
+        else:
+            self.statusBar().showMessage("Start a run to capture its graph", 4000)
+
+    # --- closing -----------------------------------------------------------------------------
+    def closeEvent(self, event) -> None:
+        # The loop checks the stop flag between steps and inside long phases.
+        if self.running and not self.session.shutdown(timeout_ms=3000):
+            self._close_pending = True
+            self._set_state("stopping", "Closing once the current step ends…")
+            self.hide()
+            event.ignore()
+            return
+        self._timer.stop()
+        super().closeEvent(event)
+
+
+def launch(argv: list[str] | None = None) -> int:
+    """`python main.py`: open the window. Returns the exit status."""
+    app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
+    app.setApplicationName("memlens")
+    window = MainWindow()
+    window.show()
+    return app.exec()
+
+
+if __name__ == "__main__":
+    sys.exit(launch())

@@ -1,0 +1,85 @@
+"""Memory against steps: stacked category areas from the phase samples, total, peak, reserved."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PySide6.QtCore import Qt
+
+from app.bytes_axis import BytesAxis
+from app.decimate import envelope, min_max, visible_slice
+from app.live_plot import LivePlot, ghost_legend
+from app.plot_style import CATEGORY_COLORS, PEAK_COLOR, RESERVED_COLOR, TOTAL_COLOR, swatch
+from app.run_series import RunSeries
+from app.units import format_bytes
+from core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
+
+
+class MemoryPlot(LivePlot):
+    """`curves[category]` holds the cumulative layer (params, params+grads, ...); `total` the
+    sum; `peak` each step's peak at step + 0.5; `reserved`/`allocated` only on CUDA."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__("memory_plot", "Memory", BytesAxis("left"), parent)
+        for i, cat in enumerate(MEMORY_CATEGORIES):
+            self.add_curve(cat, CATEGORY_COLORS[cat], fill=True, z=10 - i)
+        self.add_curve("total", TOTAL_COLOR, width=1.2, z=15)
+        self.add_curve("peak", PEAK_COLOR, width=1.2, style=Qt.DotLine, z=16, finite=False)
+        self.add_curve("allocated", TOTAL_COLOR, width=1, style=Qt.DashDotLine, z=14,
+                       finite=False)
+        self.add_curve("reserved", RESERVED_COLOR, width=1.5, z=14, finite=False)
+
+    def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
+        return run.sample_x, run.total
+
+    def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
+        if run is None or run.sample_count == 0:
+            self.clear_data()
+            return
+        sl = visible_slice(run.sample_x, x0, x1)
+        x = run.sample_x[sl]
+        xs, layers = envelope(x, run.memory_layers[:, sl], max_points)
+        for cat, layer in zip(MEMORY_CATEGORIES, layers, strict=True):
+            self.curves[cat].setData(xs, layer)
+        self.curves["total"].setData(xs, layers[-1])
+        if run.has_reserved:
+            self.curves["reserved"].setData(*min_max(x, run.reserved[sl], max_points))
+            self.curves["allocated"].setData(*min_max(x, run.allocated[sl], max_points))
+        if run.step_count:
+            sx = run.step_x
+            ssl = visible_slice(sx, x0 - 1, x1)
+            self.curves["peak"].setData(
+                *min_max(sx[ssl] + 0.5, run.step_column("peak_bytes")[ssl], max_points)
+            )
+
+    def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
+        row = None
+        if run is not None and run.sample_count:
+            i = run.sample_row_at(run.sample_x[-1] if x is None else x)
+            if i is not None:
+                row = run.history.samples.rows(i, i + 1)[0]
+        head = ""
+        values = dict.fromkeys(MEMORY_CATEGORIES, "")
+        total = peak = ""
+        if row is not None:
+            idx = run.history.samples.index
+            head = f"step {int(row[idx['step']])} after {SAMPLE_PHASES[int(row[idx['phase']])]}"
+            values = {c: format_bytes(row[idx[c]]) for c in MEMORY_CATEGORIES}
+            total = format_bytes(row[idx["total"]])
+            step_row = run.step_row(int(row[idx["step"]]))
+            if step_row is not None:
+                peak = format_bytes(float(run.step_column("peak_bytes")[step_row]))
+            if not math.isnan(row[idx["reserved"]]):
+                total += f" &nbsp;reserved <b>{format_bytes(row[idx['reserved']])}</b>"
+        first = [f"<i>{head}</i>" if head else "", swatch(TOTAL_COLOR, "total", total),
+                 swatch(PEAK_COLOR, "peak", peak)]
+        if x is not None:
+            first.append(ghost_legend(pins, lambda s: _ghost_total(s, x)))
+        second = [swatch(CATEGORY_COLORS[c], c, values[c]) for c in MEMORY_CATEGORIES]
+        return "&nbsp;&nbsp;".join(p for p in first if p) + "<br>" + "&nbsp;&nbsp;".join(second)
+
+
+def _ghost_total(series: RunSeries, x: float) -> str | None:
+    i = series.sample_row_at(x)
+    return None if i is None else format_bytes(float(series.total[i]))

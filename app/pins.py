@@ -1,0 +1,40 @@
+"""Pinned runs: finished or loaded runs kept on the plots, faded, to compare against."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from app.plot_style import PIN_COLORS
+from app.run_series import RunSeries
+
+
+@dataclass
+class PinnedRun:
+    pin_id: int
+    name: str
+    series: RunSeries
+    color: str
+    visible: bool = True
+
+
+def run_name(meta: dict, steps: int) -> str:
+    """A short name for a run: preset and the techniques that differ from the defaults."""
+    from core.config import TechniqueToggles
+
+    config = meta.get("config") or {}
+    techniques = config.get("techniques") or {}
+    defaults = TechniqueToggles().to_dict()
+    changed = [f"{k}={_text(v)}" for k, v in techniques.items() if defaults.get(k) != v]
+    schedule = config.get("schedule") or []
+    parts = [str(config.get("preset", "run")), *changed]
+    if schedule:
+        parts.append(f"{len(schedule)} scheduled")
+    return f"{' '.join(parts)} ({steps} steps)"
+
+
+def _text(value) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def pin_color(pin_id: int) -> str:
+    return PIN_COLORS[pin_id % len(PIN_COLORS)]

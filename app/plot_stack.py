@@ -1,0 +1,214 @@
+"""The three timeline plots on one step axis: follow-newest, hover read-out, markers, pins."""
+
+from __future__ import annotations
+
+import math
+
+import pyqtgraph as pg
+from PySide6.QtCore import QPointF, Signal
+from PySide6.QtWidgets import QHBoxLayout, QLabel, QPushButton, QSplitter, QVBoxLayout, QWidget
+
+from app.live_plot import LivePlot
+from app.loss_plot import LossPlot
+from app.memory_plot import MemoryPlot
+from app.run_series import RunSeries
+from app.signals import signals_blocked
+from app.time_plot import TimePlot
+from core.records import RunEvent
+
+MIN_SPAN_STEPS = 10.0
+
+
+class PlotStack(QWidget):
+    """Shows one live (or loaded) run plus pinned runs.
+
+    Follow mode keeps the newest step in view: the whole run while `window` is None, or the
+    last `window` steps once the user zoomed in at the right end. Panning back turns
+    following off until the user presses "Follow newest" again.
+    """
+
+    follow_changed = Signal(bool)
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.memory_plot = MemoryPlot()
+        self.time_plot = TimePlot()
+        self.loss_plot = LossPlot()
+        self.plots: tuple[LivePlot, ...] = (self.memory_plot, self.time_plot, self.loss_plot)
+        for plot in self.plots[1:]:
+            plot.setXLink(self.memory_plot)
+        self.loss_plot.getPlotItem().setLabel("bottom", "step")
+        self.run: RunSeries | None = None
+        self.pins: list = []
+        self.follow = True
+        self.window: float | None = None
+        self.hover_x: float | None = None
+        self._dirty = True
+        self._legend_dirty = True
+        self._drawn_range: tuple[float, float] | None = None
+
+        self.follow_button = QPushButton("Follow newest")
+        self.follow_button.setObjectName("follow_button")
+        self.follow_button.setCheckable(True)
+        self.follow_button.setChecked(True)
+        self.follow_button.setToolTip("Keep the newest step in view (panning back turns it off)")
+        self.follow_button.toggled.connect(self._on_follow_button_toggled)
+        hint = QLabel("Drag to pan, wheel to zoom the step axis; hover for values.")
+        hint.setStyleSheet("color: #777777")
+        top = QHBoxLayout()
+        top.setContentsMargins(4, 0, 4, 0)
+        top.addWidget(hint, 1)
+        top.addWidget(self.follow_button)
+
+        splitter = QSplitter()
+        splitter.setOrientation(pg.QtCore.Qt.Vertical)
+        for plot in self.plots:
+            splitter.addWidget(plot)
+            vb = plot.getPlotItem().vb
+            vb.sigRangeChangedManually.connect(self._on_range_changed_manually)
+            vb.sigXRangeChanged.connect(self._on_x_range_changed)
+            plot.hover_left.connect(self._on_hover_left)
+        splitter.setSizes([400, 220, 220])
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(0, 0, 0, 0)
+        layout.setSpacing(2)
+        layout.addLayout(top)
+        layout.addWidget(splitter, 1)
+        # Hover: rate-limited to the paint rate, per plot (each has its own scene).
+        self._hover_proxies = [
+            pg.SignalProxy(plot.scene().sigMouseMoved, rateLimit=30,
+                           slot=lambda args, p=plot: self._on_mouse_moved(p, args[0]))
+            for plot in self.plots
+        ]
+
+    # --- what is shown ----------------------------------------------------------------------
+    def set_run(self, run: RunSeries | None, events: list[RunEvent] = ()) -> None:
+        self.run = run
+        for plot in self.plots:
+            plot.clear_markers()
+            plot.clear_data()
+        for event in events:
+            self.add_event(event)
+        self.set_follow(True, window=None)
+        self.mark_dirty()
+
+    def set_pins(self, pins: list) -> None:
+        self.pins = list(pins)
+        for plot in self.plots:
+            plot.sync_ghosts(self.pins)
+        self.mark_dirty()
+
+    def add_event(self, event: RunEvent) -> None:
+        label = f"{event.step}: {event.label()}" if event.kind == "error" else event.label()
+        for plot in self.plots:
+            plot.add_marker(event.step, label, event.kind)
+
+    def mark_dirty(self) -> None:
+        self._dirty = True
+        self._legend_dirty = True
+
+    # --- follow and navigation ----------------------------------------------------------------
+    def set_follow(self, on: bool, window: float | None = None) -> None:
+        self.follow = on
+        self.window = window if on else None
+        if self.follow_button.isChecked() != on:
+            with signals_blocked(self.follow_button):
+                self.follow_button.setChecked(on)
+        self._dirty = True
+        self.follow_changed.emit(on)
+
+    def show_step(self, step: float) -> None:
+        """Centre the plots on a step (an event the user clicked) and read out its values."""
+        x0, x1 = self.x_range()
+        span = max(x1 - x0, 2 * MIN_SPAN_STEPS)
+        if self.run is not None and self.run.x_end > 0:
+            span = min(span, max(self.run.x_end, 2 * MIN_SPAN_STEPS))
+        self.set_follow(False)
+        self.memory_plot.setXRange(step - span / 2, step + span / 2, padding=0)
+        self.set_hover(step + 0.5)
+
+    def x_range(self) -> tuple[float, float]:
+        (x0, x1), _ = self.memory_plot.getPlotItem().vb.viewRange()
+        return x0, x1
+
+    def data_end(self) -> float:
+        ends = [self.run.x_end if self.run is not None else 0.0]
+        ends += [p.series.x_end for p in self.pins if p.visible]
+        return max(ends)
+
+    def _apply_follow(self) -> None:
+        end = self.data_end()
+        if self.window is None:
+            x0, x1 = 0.0, max(end, MIN_SPAN_STEPS)
+        else:
+            x1 = max(end, self.window)
+            x0 = x1 - self.window
+        if (x0, x1) != self.x_range():
+            self.memory_plot.setXRange(x0, x1, padding=0)
+
+    def _on_follow_button_toggled(self, on: bool) -> None:
+        self.set_follow(on, window=None)
+
+    def _on_range_changed_manually(self, *_args) -> None:
+        x0, x1 = self.x_range()
+        end = self.data_end()
+        # Zoomed at the right end: keep following with this window. Panned back: stop.
+        if end > 0 and x1 >= end - 0.5:
+            self.set_follow(True, window=max(x1 - x0, MIN_SPAN_STEPS))
+        else:
+            self.set_follow(False)
+
+    def _on_x_range_changed(self, *_args) -> None:
+        self._dirty = True
+
+    # --- hover ------------------------------------------------------------------------------
+    def _on_mouse_moved(self, plot: LivePlot, pos: QPointF) -> None:
+        vb = plot.getPlotItem().vb
+        if not vb.sceneBoundingRect().contains(pos):
+            self._on_hover_left()
+            return
+        self.set_hover(vb.mapSceneToView(pos).x())
+
+    def set_hover(self, x: float | None) -> None:
+        self.hover_x = x
+        for plot in self.plots:
+            if x is None:
+                plot.hover_line.hide()
+            else:
+                plot.hover_line.setPos(x)
+                plot.hover_line.show()
+        self._legend_dirty = True
+        self.refresh_legends()
+
+    def _on_hover_left(self) -> None:
+        if self.hover_x is not None:
+            self.set_hover(None)
+
+    # --- drawing (the window's timer calls these) ---------------------------------------------
+    def refresh(self, new_data: bool) -> bool:
+        """Redraw curves if data or the view changed. Returns whether anything was drawn."""
+        if self.follow and (new_data or self._dirty):
+            self._apply_follow()
+        if not (new_data or self._dirty):
+            return False
+        x0, x1 = self.x_range()
+        for plot in self.plots:
+            points = 2 * plot.pixel_width()
+            plot.draw(self.run, x0, x1, points)
+            plot.draw_ghosts(self.pins, x0, x1, points)
+        self._dirty = False
+        self._drawn_range = (x0, x1)
+        if new_data:
+            self._legend_dirty = True
+        return True
+
+    def refresh_legends(self) -> None:
+        """The legends are text: refreshed at a slower rate than the curves."""
+        if not self._legend_dirty:
+            return
+        x = self.hover_x
+        if x is not None and (math.isnan(x) or math.isinf(x)):
+            x = None
+        for plot in self.plots:
+            plot.set_legend(plot.legend_at(self.run, x, self.pins))
+        self._legend_dirty = False

@@ -1,0 +1,179 @@
+"""One run in the app: the worker that runs the core loop in a QThread, and what it feeds.
+
+The worker is the app's only thread. It calls the same `run_training` as the CLI with a
+RunControls (pause, stop and technique changes are flags the loop reads between steps) and
+a sink that fills a RunHistory, which the GUI pulls on its timer, and streams the run folder
+to disk so nothing is lost. Records are plain numbers; no tensor leaves the worker. Every
+exception the loop raises is caught and reported as the `failed` signal.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from collections.abc import Callable
+from pathlib import Path
+
+from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+
+from core.atomic import ExportError
+from core.config import RunConfig
+from core.controls import RunControls
+from core.history import RunHistory
+from core.records import RunEvent
+from core.run_files import RunWriter
+
+TrainFn = Callable[..., object]
+
+
+class SessionSink:
+    """History first (the GUI reads it), then the run folder; a failing disk never stops
+    the run: the writer is dropped and an info event says why."""
+
+    def __init__(self, history: RunHistory, writer: RunWriter | None) -> None:
+        self.history = history
+        self.writer = writer
+
+    def _write(self, method: str, *args) -> None:
+        if self.writer is None:
+            return
+        try:
+            getattr(self.writer, method)(*args)
+        except (OSError, ValueError) as exc:
+            folder = self.writer.folder
+            self.writer = None
+            self.history.on_event(RunEvent(
+                step=max(len(self.history.steps) - 1, 0), time_s=0.0, kind="info",
+                message=f"run files in {folder} stopped: {exc}",
+                explanation="The run goes on in memory; use File > Export to save it.",
+            ))  # fmt: skip
+
+    def on_start(self, meta: dict) -> None:
+        self.history.on_start(meta)
+        self._write("on_start", meta)
+
+    def on_sample(self, sample) -> None:
+        self.history.on_sample(sample)
+        self._write("on_sample", sample)
+
+    def on_step(self, record) -> None:
+        self.history.on_step(record)
+        self._write("on_step", record)
+
+    def on_allocations(self, rows) -> None:
+        self.history.on_allocations(rows)
+        self._write("on_allocations", rows)
+
+    def on_event(self, event) -> None:
+        self.history.on_event(event)
+        self._write("on_event", event)
+
+    def on_graph(self, snapshot) -> None:
+        self.history.on_graph(snapshot)
+        self._write("on_graph", snapshot)
+
+    def on_finish(self, summary: dict) -> None:
+        self.history.on_finish(summary)
+        self._write("on_finish", summary)
+
+
+def core_training() -> TrainFn:
+    # Imported on the worker thread at Start: torch loads there, never on the GUI thread.
+    from core.loop import run_training
+
+    return run_training
+
+
+class RunWorker(QObject):
+    done = Signal(object)  # the summary dict; None when the loop raised
+    failed = Signal(str, str)  # message, traceback text
+
+    def __init__(self, config: RunConfig, controls: RunControls, sink: SessionSink,
+                 train_fn: TrainFn | None) -> None:
+        super().__init__()
+        self._config, self._controls, self._sink, self._train_fn = config, controls, sink, train_fn
+        self.summary: dict | None = None
+
+    @Slot()
+    def run(self) -> None:
+        try:
+            train = self._train_fn or core_training()
+            result = train(self._config, self._controls, self._sink, on_error="pause")
+            self.summary = result.to_dict() if hasattr(result, "to_dict") else result
+        except Exception as exc:  # every failure is reported, none escapes the thread
+            self.failed.emit(f"{type(exc).__name__}: {exc}", traceback.format_exc())
+        finally:
+            self.done.emit(self.summary)
+
+
+def new_run_folder(runs_dir: Path, preset: str) -> Path:
+    stamp = time.strftime("%Y%m%d-%H%M%S")
+    folder = runs_dir / f"{stamp}-{preset}"
+    n = 2
+    while folder.exists():
+        folder = runs_dir / f"{stamp}-{preset}-{n}"
+        n += 1
+    return folder
+
+
+class RunSession(QObject):
+    """Owns a run's history, controls, run folder and worker thread."""
+
+    finished = Signal(object)  # summary dict or None; after the thread has ended
+    failed = Signal(str, str)
+
+    def __init__(self, config: RunConfig, runs_dir: Path | None = None,
+                 train_fn: TrainFn | None = None, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.config = config
+        self.history = RunHistory()
+        self.controls = RunControls(config.techniques, config.schedule)
+        self.folder: Path | None = None
+        self.summary: dict | None = None
+        self.ended = False
+        writer = None
+        if runs_dir is not None:
+            folder = new_run_folder(Path(runs_dir), config.preset)
+            try:
+                writer = RunWriter(folder, precise=config.precise)
+                self.folder = folder
+            except ExportError as exc:
+                self.history.on_event(RunEvent(0, 0.0, "info", message=str(exc),
+                                               explanation="The run is kept in memory only."))
+        self.sink = SessionSink(self.history, writer)
+        self._thread = QThread(self)
+        self._thread.setObjectName("memlens-run")
+        self._worker = RunWorker(config, self.controls, self.sink, train_fn)
+        self._worker.moveToThread(self._thread)
+        self._thread.started.connect(self._worker.run)
+        self._worker.failed.connect(self.failed)
+        # Direct: the worker's own thread ends its event loop, so the thread finishes even
+        # while the GUI thread is blocked in shutdown()'s wait.
+        self._worker.done.connect(self._thread.quit, Qt.DirectConnection)
+        self._thread.finished.connect(self._on_thread_finished)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.controls.stop()
+
+    @property
+    def running(self) -> bool:
+        return not self.ended
+
+    def shutdown(self, timeout_ms: int = 10_000) -> bool:
+        """Stop and wait for the thread (window closing). True once it has ended."""
+        self.controls.stop()
+        if not self._thread.isRunning():
+            return True
+        return self._thread.wait(timeout_ms)
+
+    @Slot()
+    def _on_thread_finished(self) -> None:
+        if self.ended:
+            return
+        self.ended = True
+        self.summary = self._worker.summary
+        self._worker.deleteLater()
+        self.finished.emit(self.summary)

@@ -1,0 +1,62 @@
+"""The status bar: device, memory source, steps/s, step, total and peak memory."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from PySide6.QtWidgets import QLabel, QStatusBar
+
+from app.units import format_bytes
+
+RATE_WINDOW_S = 1.5
+
+
+class RunStatusBar(QStatusBar):
+    FIELDS = ("device", "memory_source", "rate", "step", "total", "peak")
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.labels: dict[str, QLabel] = {}
+        for name in self.FIELDS:
+            label = QLabel("")
+            label.setObjectName(f"status_{name}")
+            label.setContentsMargins(6, 0, 6, 0)
+            self.addPermanentWidget(label)
+            self.labels[name] = label
+        self.labels["memory_source"].setToolTip(
+            "Where the memory figures come from: CPU tensor bytes counted by category, "
+            "or the CUDA caching allocator"
+        )
+        self.labels["peak"].setToolTip("Highest per-step peak so far (on CPU outside precise "
+                                       "mode, the highest phase sample: a lower bound)")
+        self._counts: deque[tuple[float, int]] = deque()
+        self.clear_run()
+
+    def clear_run(self) -> None:
+        self._counts.clear()
+        self.set_environment({})
+        self.set_progress(None, 0, None, None, live=False)
+
+    def set_environment(self, env: dict) -> None:
+        self.labels["device"].setText(f"device: {env.get('device', '–')}")
+        self.labels["memory_source"].setText(env.get("memory_label", "memory: –"))
+
+    def set_progress(self, step: int | None, steps_done: int, total: float | None,
+                     peak: float | None, live: bool) -> None:
+        now = time.monotonic()
+        if live:
+            self._counts.append((now, steps_done))
+            while len(self._counts) > 2 and now - self._counts[0][0] > RATE_WINDOW_S:
+                self._counts.popleft()
+        else:
+            self._counts.clear()
+        rate = "–"
+        if len(self._counts) >= 2:
+            (t0, n0), (t1, n1) = self._counts[0], self._counts[-1]
+            if t1 > t0:
+                rate = f"{(n1 - n0) / (t1 - t0):.1f}"
+        self.labels["rate"].setText(f"steps/s: {rate}")
+        self.labels["step"].setText(f"step: {'–' if step is None or step < 0 else step}")
+        self.labels["total"].setText(f"total: {format_bytes(total) if total is not None else '–'}")
+        self.labels["peak"].setText(f"peak: {format_bytes(peak) if peak is not None else '–'}")

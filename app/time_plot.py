@@ -1,0 +1,60 @@
+"""Step time against steps, stacked by phase (zero_grad, forward, backward, optimizer, eval)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from app.decimate import envelope, visible_slice
+from app.live_plot import LivePlot, ghost_legend
+from app.plot_style import PHASE_COLORS, TOTAL_COLOR, swatch
+from app.run_series import PHASE_MS_COLUMNS, RunSeries
+from app.units import format_ms
+from core.records import PHASES
+
+
+class TimePlot(LivePlot):
+    """`curves[phase]` holds the cumulative layer; the last (eval) is the whole step."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__("time_plot", "Step time", parent=parent)
+        self.getPlotItem().getAxis("left").setLabel(units="ms")
+        self.getPlotItem().getAxis("left").enableAutoSIPrefix(False)
+        for i, phase in enumerate(PHASES):
+            self.add_curve(phase, PHASE_COLORS[phase], fill=True, z=10 - i)
+
+    def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
+        return run.step_x + 0.5, run.time_layers[-1]
+
+    def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
+        if run is None or run.step_count == 0:
+            self.clear_data()
+            return
+        x = run.step_x + 0.5  # a step's time belongs to the middle of its interval
+        sl = visible_slice(x, x0, x1)
+        xs, layers = envelope(x[sl], run.time_layers[:, sl], max_points)
+        for phase, layer in zip(PHASES, layers, strict=True):
+            self.curves[phase].setData(xs, layer)
+
+    def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
+        values = dict.fromkeys(PHASES, "")
+        head = total = ""
+        if run is not None and run.step_count:
+            step = run.last_step if x is None else int(np.floor(x))
+            i = run.step_row(step)
+            if i is not None:
+                row = run.history.steps.rows(i, i + 1)[0]
+                idx = run.history.steps.index
+                values = {p: format_ms(row[idx[c]]) for p, c in zip(PHASES, PHASE_MS_COLUMNS,
+                                                                    strict=True)}
+                total = format_ms(row[idx["step_ms"]])
+                head = f"<i>step {step}</i>"
+        first = [head, swatch(TOTAL_COLOR, "whole step", total)]
+        if x is not None:
+            first.append(ghost_legend(pins, lambda s: _ghost_ms(s, x)))
+        second = [swatch(PHASE_COLORS[p], p, values[p]) for p in PHASES]
+        return "&nbsp;&nbsp;".join(p for p in first if p) + "<br>" + "&nbsp;&nbsp;".join(second)
+
+
+def _ghost_ms(series: RunSeries, x: float) -> str | None:
+    i = series.step_row(int(np.floor(x)))
+    return None if i is None else format_ms(float(series.time_layers[-1][i]))

@@ -311,8 +311,7 @@ class TrainingSession:
         grads = [q.grad for q in self.preset.parameters() if q.grad is not None]
         if not grads:
             return 0.0
-        norm = torch.linalg.vector_norm(
-            torch.stack([torch.linalg.vector_norm(g.float()) for g in grads])).item()
+        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).item()
         if self.scaler is not None:  # report the true gradient, not the scaled one
             norm /= self.scaler.get_scale()
         return norm

@@ -23,13 +23,31 @@ from core.records import MEMORY_CATEGORIES, PHASE_CODE, MemorySample
 CATEGORY_CODE = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
 
 
-def storage_key(t: Tensor) -> tuple[int, int, int]:
-    st = t.untyped_storage()
-    return (t.device.type == "cuda", t.device.index or 0, st.data_ptr())
+def storage_key(t: Tensor) -> tuple[int, int]:
+    """(device index, -1 for CPU; storage base pointer): one key per storage, not per view."""
+    return (t.get_device(), t.untyped_storage().data_ptr())
 
 
-def storage_bytes(t: Tensor) -> int:
-    return t.untyped_storage().nbytes()
+class _StorageCache:
+    """Remembers each live tensor's storage key and size, so sampling the same optimizer
+    state and grads every phase costs a dict lookup, not storage queries."""
+
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple] = {}
+
+    def lookup(self, t: Tensor) -> tuple[tuple[int, int], int]:
+        hit = self._by_id.get(id(t))
+        if hit is not None and hit[0]() is t:
+            return hit[1], hit[2]
+        st = t.untyped_storage()
+        key, n = (t.get_device(), st.data_ptr()), st.nbytes()
+        tid = id(t)
+        ref = weakref.ref(t, lambda _r, tid=tid, by_id=self._by_id: by_id.pop(tid, None))
+        self._by_id[tid] = (ref, key, n)
+        return key, n
+
+
+_CACHE = _StorageCache()
 
 
 class _Bytes:
@@ -42,11 +60,11 @@ class _Bytes:
         self.total = 0
 
     def add(self, t: Tensor, exclude: Iterable[set] = ()) -> None:
-        key = storage_key(t)
+        key, n = _CACHE.lookup(t)
         if key in self.keys or any(key in ex for ex in exclude):
             return
         self.keys.add(key)
-        self.total += storage_bytes(t)
+        self.total += n
 
 
 # --- activations saved for backward ---------------------------------------------------------
@@ -95,7 +113,7 @@ class SavedTensorTracker:
 
     def _pack(self, t: Tensor) -> _Saved:
         st = t.untyped_storage()
-        key = (t.device.type == "cuda", t.device.index or 0, st.data_ptr())
+        key = (t.get_device(), st.data_ptr())
         alias = t.detach()
         if key in self.param_keys:
             return _Saved(alias, t._version, None, self)
@@ -208,7 +226,7 @@ class StorageTracker(TorchDispatchMode):
             return
         st = t.untyped_storage()
         ptr = st.data_ptr()
-        key = (t.device.type == "cuda", t.device.index or 0, ptr)
+        key = (t.get_device(), ptr)
         if key in self.live or ptr == 0:
             return
         rec = _StorageRecord()
@@ -232,7 +250,7 @@ class StorageTracker(TorchDispatchMode):
             return
         self.live_bytes -= rec.nbytes
         t_us = int((time.perf_counter() - self.t0) * 1e6)
-        self._events.append((t_us, 1, rec.id, key[2], rec.nbytes, rec, self.step,
+        self._events.append((t_us, 1, rec.id, key[1], rec.nbytes, rec, self.step,
                              PHASE_CODE[self.phase], ""))
 
     # bookkeeping -------------------------------------------------------------------------------

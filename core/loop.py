@@ -212,10 +212,16 @@ class TrainingSession:
             graph = None
             if capture:
                 graph = self._begin_capture()
-            with clock.phase("forward"), torch.autocast(
-                self.device.type, dtype=amp_dtype or torch.bfloat16, enabled=amp_dtype is not None
-            ):
-                result = p.forward_train(toggles)
+            try:
+                with clock.phase("forward"), torch.autocast(
+                    self.device.type, dtype=amp_dtype or torch.bfloat16,
+                    enabled=amp_dtype is not None,
+                ):
+                    result = p.forward_train(toggles)
+            except BaseException:
+                if graph is not None:
+                    graph.abort()
+                raise
             loss_value = result.report_loss.item()
             if graph is not None:
                 self.sink.on_graph(graph.finish(result.report_loss, step))
@@ -262,7 +268,7 @@ class TrainingSession:
             if every and (step + 1) % every == 0:
                 self.phase = "eval"
                 self._enter_phase(step, "eval")
-                eval_loss = self._eval(toggles, amp_dtype)
+                eval_loss = self._eval(step, toggles, amp_dtype, capture)
                 end = self.sample(step, "eval")
                 totals.append(end.total)
         self._flush_allocations()
@@ -290,11 +296,13 @@ class TrainingSession:
             eval_loss=eval_loss, optimizer_stepped=stepped, peak_is_exact=exact,
         )
 
-    def _eval(self, toggles: TechniqueToggles, amp_dtype) -> float:
+    def _eval(self, step: int, toggles: TechniqueToggles, amp_dtype, capture: bool) -> float:
         p = self.preset
         if toggles.eval_mode:
             p.set_train(False)
         grad_ctx = torch.no_grad() if toggles.no_grad_eval else contextlib.nullcontext()
+        # A capture shows the eval graph too: empty under no_grad, a full graph without it.
+        graph = self._begin_capture() if capture else None
         try:
             with self.clock.phase("eval"), grad_ctx, torch.autocast(
                 self.device.type, dtype=amp_dtype or torch.bfloat16,
@@ -303,7 +311,12 @@ class TrainingSession:
                 loss = p.forward_eval(toggles)
                 value = loss.item()
                 p.account_loss(loss, toggles, train=False)
+            if graph is not None:
+                self.sink.on_graph(graph.finish(loss, step, kind="eval"))
+                graph = None
         finally:
+            if graph is not None:
+                graph.abort()
             p.set_train(True)
         return value
 

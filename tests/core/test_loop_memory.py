@@ -218,3 +218,23 @@ def test_precise_mode_gives_exact_peak_and_balanced_events():
 def test_config_defaults_validate():
     cfg = RunConfig()
     assert cfg.techniques.zero_grad == "set_to_none" and cfg.preset == "mlp"
+
+
+def test_leak_cache_grows_other_by_the_kept_intermediates_and_is_named():
+    history, _ = run("mlp", steps=12, leak_cache=True, batch_size=128,
+                     at=("10:leak_cache=false",))
+    other = samples_at(history, "optimizer", "other")
+    # Each step keeps the penultimate features (128 x 64) and the logits (128 x 10), fp32.
+    assert np.all(np.diff(other[:10]) == 4 * 128 * (64 + 10))
+    assert other[10] < other[9]  # the fix drops what the bug kept
+    leak = [e for e in history.events() if e.kind == "leak"]
+    assert leak and "intermediates in a list" in leak[0].explanation
+
+
+def test_fp16_uses_a_grad_scaler_and_reports_the_unscaled_grad_norm():
+    fp32, _ = run("mlp", steps=3, optimizer="sgd", lr=0.0)
+    fp16, summary = run("mlp", steps=3, optimizer="sgd", lr=0.0, amp="fp16")
+    assert summary.stopped_by == "completed"
+    # The scaler multiplies the loss by 65536; the reported norm must not be.
+    np.testing.assert_allclose(steps_col(fp16, "grad_norm"), steps_col(fp32, "grad_norm"),
+                               rtol=0.05)

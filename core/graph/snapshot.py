@@ -1,0 +1,185 @@
+"""GraphSnapshot: one step's autograd graph as plain data (no tensors), safe across threads."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+NODE_KINDS: tuple[str, ...] = ("op", "param", "saved", "output")
+# torchviz's fill colours, by node kind ("output" also covers a view's base, darkolivegreen3).
+TORCHVIZ_COLOURS: dict[str, str] = {
+    "op": "lightgrey",
+    "param": "lightblue",
+    "saved": "orange",
+    "output": "darkolivegreen1",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class SavedTensor:
+    """One tensor a backward node saved (or a parameter / output tensor shown as a node)."""
+
+    name: str  # the backward node's attribute: "mat1", "result", "self[0]"; or a param name
+    shape: tuple[int, ...]
+    dtype: str  # "float32"
+    bytes: int  # bytes of the whole storage it keeps alive
+    storage: str = ""  # "device:0xADDR": tensors that share a storage share this key
+    counted: bool = False  # the first saved use of a non-parameter storage: in saved_bytes
+    is_param: bool = False  # a parameter's storage: never counted as saved
+    # Why it could not be read: "freed by an earlier backward" (a graph kept past its
+    # backward), "modified in place after it was saved"; "" when it was read.
+    problem: str = ""
+    for_backward: bool = True  # False: a parameter or output node's own tensor
+
+    def describe(self) -> str:
+        shape = "(" + ", ".join(str(s) for s in self.shape) + ")"
+        if self.problem:
+            return f"{self.name}: {self.problem}"
+        if not self.for_backward:
+            what = "parameter" if self.is_param else "tensor"
+            return f"{self.name} {shape} {self.dtype}: {what}, {human_bytes(self.bytes)}"
+        if self.is_param:
+            note = "parameter storage, not counted"
+        elif self.counted:
+            note = human_bytes(self.bytes)
+        else:
+            note = f"{human_bytes(self.bytes)}, shared storage counted once"
+        return f"{self.name} {shape} {self.dtype}: {note}"
+
+
+@dataclass(frozen=True, slots=True)
+class GraphNode:
+    """A node as torchviz draws it: a backward op, or a tensor (parameter, saved, output)."""
+
+    id: str  # the node's name in the DOT source
+    kind: str  # one of NODE_KINDS
+    label: str  # torchviz's label
+    op: str = ""  # backward class name for ops ("AddmmBackward0")
+    saved: tuple[SavedTensor, ...] = ()  # op: what it saved; tensor node: itself
+    param: str = ""  # parameter name for param nodes (and AccumulateGrad ops)
+    module: str = ""  # innermost module that produced it ("" = outside every module)
+    scope: tuple[str, ...] = ()  # module calls, outermost first: ("encoder", "encoder.fc#2")
+    shape: tuple[int, ...] = ()  # tensor nodes
+    dtype: str = ""  # tensor nodes
+
+    @property
+    def saved_bytes(self) -> int:
+        """Bytes this op adds to the snapshot's saved_bytes (each storage counted once)."""
+        if self.kind != "op":
+            return 0
+        return sum(t.bytes for t in self.saved if t.counted)
+
+    @property
+    def held_bytes(self) -> int:
+        """Bytes of saved non-parameter storages this node keeps alive (shared ones included)."""
+        return sum(t.bytes for t in self.saved
+                   if t.for_backward and not t.is_param and not t.problem)  # fmt: skip
+
+    @property
+    def title(self) -> str:
+        """A one-line name: the op, the parameter, or the saved tensor's attribute."""
+        if self.kind == "op":
+            return self.op
+        if self.kind == "param":
+            return self.param or self.label.split("\n")[0]
+        first = self.label.split("\n")[0].strip()
+        return first or ("loss" if self.kind == "output" else "tensor")
+
+
+@dataclass(frozen=True, slots=True)
+class GraphEdge:
+    src: str
+    dst: str
+    style: str = ""  # "" data flow; "none" op -> saved tensor; "dotted" view -> base
+
+
+@dataclass(frozen=True)
+class GraphSnapshot:
+    """The autograd graph reachable from one step's loss, captured before backward."""
+
+    step: int
+    kind: str = "train"  # "train" | "eval"
+    nodes: tuple[GraphNode, ...] = ()
+    edges: tuple[GraphEdge, ...] = ()
+    saved_bytes: int = 0  # unique non-parameter storages of the saved tensors
+    dot: str = ""  # DOT source (torchviz make_dot unless dot_by says otherwise)
+    dot_by: str = "torchviz"  # "torchviz" | "memlens" (make_dot failed; see notes)
+    message: str = ""  # for an empty graph: why there is none
+    notes: tuple[str, ...] = ()  # anything the user should know about this capture
+    capture_ms: float = 0.0
+    models: tuple[str, ...] = ("model",)
+    _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        self._index.update({n.id: i for i, n in enumerate(self.nodes)})
+
+    # --- reading --------------------------------------------------------------------------
+    @property
+    def is_empty(self) -> bool:
+        return not self.nodes
+
+    @property
+    def node_count(self) -> int:
+        return len(self.nodes)
+
+    def count(self, kind: str) -> int:
+        return sum(1 for n in self.nodes if n.kind == kind)
+
+    def node(self, node_id: str) -> GraphNode:
+        return self.nodes[self._index[node_id]]
+
+    def ops(self) -> list[str]:
+        return [n.op for n in self.nodes if n.kind == "op"]
+
+    def summary(self) -> str:
+        if self.is_empty:
+            return f"step {self.step} ({self.kind}): {self.message or 'no autograd graph'}"
+        return (
+            f"step {self.step} ({self.kind}): {self.node_count} nodes "
+            f"({self.count('op')} ops, {self.count('param')} params, "
+            f"{self.count('saved')} saved tensors), saved {human_bytes(self.saved_bytes)}"
+        )
+
+    # --- persistence ----------------------------------------------------------------------
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "step": self.step, "kind": self.kind, "saved_bytes": self.saved_bytes,
+            "dot": self.dot, "dot_by": self.dot_by, "message": self.message,
+            "notes": list(self.notes), "capture_ms": self.capture_ms,
+            "models": list(self.models),
+            "nodes": [asdict(n) for n in self.nodes],
+            "edges": [[e.src, e.dst, e.style] for e in self.edges],
+        }  # fmt: skip
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> GraphSnapshot:
+        nodes = []
+        for n in data.get("nodes", ()):
+            saved = tuple(
+                SavedTensor(**{**t, "shape": tuple(t["shape"])}) for t in n.get("saved", ())
+            )
+            nodes.append(GraphNode(**{
+                **n, "saved": saved, "scope": tuple(n.get("scope", ())),
+                "shape": tuple(n.get("shape", ())),
+            }))  # fmt: skip
+        return cls(
+            step=int(data["step"]), kind=data.get("kind", "train"), nodes=tuple(nodes),
+            edges=tuple(GraphEdge(*e) for e in data.get("edges", ())),
+            saved_bytes=int(data.get("saved_bytes", 0)), dot=data.get("dot", ""),
+            dot_by=data.get("dot_by", "torchviz"), message=data.get("message", ""),
+            notes=tuple(data.get("notes", ())), capture_ms=float(data.get("capture_ms", 0.0)),
+            models=tuple(data.get("models", ("model",))),
+        )  # fmt: skip
+
+
+def human_bytes(n: float) -> str:
+    """1536 -> '1.50 KiB' (binary units, as the app shows them)."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if abs(value) < 1024 or unit == "GiB":
+            if unit == "B":
+                return f"{value:.0f} B"
+            digits = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
+            return f"{value:.{digits}f} {unit}"
+        value /= 1024
+    return f"{value:.1f} GiB"  # pragma: no cover - the loop always returns

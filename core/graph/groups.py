@@ -1,0 +1,143 @@
+"""What the view draws: the snapshot's nodes, with module calls collapsed into group nodes.
+
+A node's scope lists the module calls it was made in, outermost first ("encoder",
+"encoder.layer#3"). A collapsed call stands for every node inside it; expanding it shows its
+own nodes and its inner calls, collapsed in turn.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from core.graph.snapshot import GraphNode, GraphSnapshot, human_bytes
+
+GROUP_ABOVE = 400  # snapshots with more nodes open grouped by module
+
+
+@dataclass(frozen=True)
+class ViewNode:
+    id: str
+    kind: str  # "op" | "param" | "saved" | "output" | "group"
+    title: str
+    detail: str = ""  # second line: shape, bytes
+    node: GraphNode | None = None  # the snapshot node (None for groups)
+    group: str = ""  # group key, for group nodes
+    members: tuple[str, ...] = ()  # snapshot node ids inside a group
+    saved_bytes: int = 0  # counted saved bytes (a group: of all its members)
+    held_bytes: int = 0  # bytes kept alive, for shading
+
+    @property
+    def label(self) -> str:
+        return f"{self.title}\n{self.detail}" if self.detail else self.title
+
+
+@dataclass(frozen=True)
+class ViewGraph:
+    nodes: tuple[ViewNode, ...]
+    edges: tuple[tuple[str, str, str], ...]
+    attached: frozenset[str]  # saved tensors drawn under their op
+    shown_as: dict[str, str] = field(default_factory=dict)  # snapshot id -> view node id
+
+    def find(self, snapshot: GraphSnapshot, text: str) -> list[str]:
+        """View nodes whose op, parameter, module or tensor name contains `text`."""
+        text = text.strip().lower()
+        if not text:
+            return []
+        hits = dict.fromkeys(
+            self.shown_as[n.id] for n in snapshot.nodes
+            if n.id in self.shown_as and _matches(n, text)
+        )  # fmt: skip
+        for v in self.nodes:
+            if v.kind == "group" and text in v.title.lower():
+                hits.setdefault(v.id, None)
+        return list(hits)
+
+
+def _matches(n: GraphNode, text: str) -> bool:
+    return (text in n.op.lower() or text in n.param.lower() or text in n.module.lower()
+            or (n.kind != "op" and text in n.title.lower()))  # fmt: skip
+
+
+def group_title(key: str) -> str:
+    name, sep, call = key.rpartition("#")
+    return f"{name} #{call}" if sep else key
+
+
+def view_graph(
+    snapshot: GraphSnapshot,
+    expanded: frozenset[str] | set[str] = frozenset(),
+    *,
+    grouped: bool = False,
+    show_saved: bool = True,
+) -> ViewGraph:
+    """The graph to draw: with `grouped`, module calls not in `expanded` become one node."""
+    shown_as: dict[str, str] = {}
+    members: dict[str, list[GraphNode]] = {}
+    keep: list[GraphNode] = []
+    owner_of: dict[str, str] = {}
+    if not show_saved:
+        for e in snapshot.edges:
+            if e.style == "none":
+                owner_of.setdefault(e.dst, e.src)
+    for n in snapshot.nodes:
+        key = ""
+        if grouped:
+            for k in n.scope:
+                if k not in expanded:
+                    key = k
+                    break
+        if key:
+            members.setdefault(key, []).append(n)
+            shown_as[n.id] = "group:" + key
+        elif n.kind == "saved" and not show_saved:
+            continue  # its op still lists it
+        else:
+            keep.append(n)
+            shown_as[n.id] = n.id
+    nodes = [_plain(n) for n in keep]
+    for key, inside in members.items():
+        saved = sum(m.saved_bytes for m in inside)
+        held = sum(m.held_bytes for m in inside if m.kind == "op")
+        ops = sum(1 for m in inside if m.kind == "op")
+        params_only = all(m.kind == "param" or m.op == "AccumulateGrad" for m in inside)
+        detail = ("parameters" if params_only
+                  else f"{ops} ops" + (f" · saved {human_bytes(saved)}" if saved else ""))
+        nodes.append(ViewNode(
+            id="group:" + key, kind="group", title=group_title(key), detail=detail,
+            group=key, members=tuple(m.id for m in inside), saved_bytes=saved, held_bytes=held,
+        ))  # fmt: skip
+    edges: dict[tuple[str, str], str] = {}
+    for e in snapshot.edges:
+        s, d = shown_as.get(e.src), shown_as.get(e.dst)
+        if s is None or d is None or s == d:
+            continue
+        style = e.style
+        if style == "none" and (s.startswith("group:") or d.startswith("group:")):
+            style = ""  # a saved tensor outside the group that saved it: plain link
+        if edges.get((s, d), style) != style:
+            style = ""
+        edges[(s, d)] = style
+    attached = frozenset(v.id for v in nodes if v.kind == "saved")
+    return ViewGraph(tuple(nodes), tuple((s, d, st) for (s, d), st in edges.items()),
+                     attached, shown_as)  # fmt: skip
+
+
+def _plain(n: GraphNode) -> ViewNode:
+    shape = "(" + ", ".join(str(s) for s in n.shape) + ")"
+    if n.kind == "op":
+        detail = f"saved {human_bytes(n.saved_bytes)}" if n.saved_bytes else ""
+        problems = {t.problem for t in n.saved if t.problem}
+        if problems:
+            detail = "saved: " + ", ".join(sorted(problems))
+    elif n.kind == "saved":
+        t = n.saved[0] if n.saved else None
+        size = human_bytes(t.bytes) if t and not t.is_param else "param"
+        detail = f"{shape} {size}"
+    else:
+        detail = shape
+    return ViewNode(id=n.id, kind=n.kind, title=n.title, detail=detail, node=n,
+                    saved_bytes=n.saved_bytes, held_bytes=n.held_bytes)  # fmt: skip
+
+
+def default_grouped(snapshot: GraphSnapshot) -> bool:
+    return snapshot.node_count > GROUP_ABOVE

@@ -1,0 +1,119 @@
+"""`python main.py graph`: write the autograd graph of one training step as DOT, SVG or PNG."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_NOT_CAPTURED, EXIT_BAD_INPUT = 0, 1, 2
+
+
+def add_parser(subparsers) -> None:
+    from core.options import PRESETS
+
+    p = subparsers.add_parser(
+        "graph", help="write the autograd graph of a training step (DOT, SVG or PNG)",
+        description="Run a preset up to step N and write the autograd graph of that step, "
+        "captured after forward and before backward, as torchviz's make_dot draws it "
+        "(grey ops, blue parameters, orange saved tensors, green output). Errors in earlier "
+        "steps are reported and the run goes on, so a broken setting still shows its graph.",
+    )  # fmt: skip
+    p.add_argument("--preset", choices=PRESETS, help="model and data (default: mlp)")
+    p.add_argument("--config", metavar="F.toml", help="settings file ([techniques] table)")
+    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
+                   help="override a setting, e.g. --set amp=bf16 --set lstm_cell=true")
+    p.add_argument("--step", type=int, default=0, metavar="N",
+                   help="which step's graph (default 0, the first)")
+    p.add_argument("--eval", action="store_true",
+                   help="the eval phase's graph of step N instead of the training graph "
+                   "(empty under no_grad_eval=true, the default)")  # fmt: skip
+    p.add_argument("--out", required=True, metavar="FILE",
+                   help="where to write: .dot (torchviz make_dot source), .svg or .png")
+
+
+def build_config(args):
+    """The run: settings as given, then only as many steps as needed to reach --step."""
+    from core.config import RunConfig
+    from core.options import ConfigError
+
+    if args.step < 0:
+        raise ConfigError(f"--step {args.step}: the step must be >= 0")
+    cfg = RunConfig.from_toml(args.config) if args.config else RunConfig()
+    values: dict = {"preset": args.preset} if args.preset else {}
+    cfg = cfg.with_values(values).with_sets(args.sets)
+    # Captures come from --step alone; eval runs only when its graph is wanted.
+    return cfg.with_values({"steps": args.step + 1, "capture_every": 0,
+                            "eval_every": args.step + 1 if args.eval else 0})  # fmt: skip
+
+
+class _CaptureAt:
+    """A run sink that asks for a capture of step N and keeps that step's graph."""
+
+    def __init__(self, controls, step: int, kind: str) -> None:
+        self.controls, self.step, self.kind = controls, step, kind
+        self.snapshot = None
+        self.errors: list = []
+        if step == 0:
+            controls.request_capture()
+
+    def on_start(self, meta): pass
+    def on_sample(self, sample): pass
+    def on_finish(self, summary): pass
+
+    def on_step(self, record) -> None:
+        if record.step == self.step - 1:
+            self.controls.request_capture()
+
+    def on_event(self, event) -> None:
+        if event.kind == "error":
+            self.errors.append(event)
+            if event.step == self.step - 1:  # no on_step for a failed step: ask here
+                self.controls.request_capture()
+
+    def on_graph(self, snapshot) -> None:
+        if snapshot.step == self.step and snapshot.kind == self.kind:
+            self.snapshot = snapshot
+
+
+def main(args) -> int:
+    from core.atomic import ExportError
+    from core.options import ConfigError
+
+    try:
+        cfg = build_config(args)
+        from core.graph.export import format_of
+
+        fmt = format_of(args.out)
+    except (ConfigError, ExportError) as exc:
+        print(f"memlens graph: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    from core.controls import RunControls
+    from core.graph.export import export_graph
+    from core.loop import run_training
+
+    controls = RunControls(cfg.techniques, cfg.schedule)
+    sink = _CaptureAt(controls, args.step, "eval" if args.eval else "train")
+    try:
+        run_training(cfg, controls, sink, on_error="continue")
+    except ConfigError as exc:  # e.g. device=cuda without a GPU
+        print(f"memlens graph: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for e in sink.errors:
+        print(f"  [error at step {e.step}, {e.phase}] {e.message.splitlines()[0][:160]}",
+              file=sys.stderr)
+    snap = sink.snapshot
+    if snap is None:
+        print(f"memlens graph: step {args.step} was not captured (the run did not reach its "
+              "forward pass; see the errors above)", file=sys.stderr)
+        return EXIT_NOT_CAPTURED
+    try:
+        result = export_graph(snap, Path(args.out), fmt)
+    except ExportError as exc:
+        print(f"memlens graph: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    print(snap.summary())
+    for note in snap.notes:
+        print(f"  note: {note}")
+    print(f"wrote {result.path} ({result.how}, {result.seconds:.2f} s)")
+    return EXIT_OK

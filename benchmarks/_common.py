@@ -1,0 +1,145 @@
+"""What every benchmark group shares: a figure row, interleaved timing, percentiles."""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+
+@dataclass
+class Figure:
+    """One row of the table and one key of the JSON: a measured number and its target.
+
+    `limit` with `better` ("lower" or "higher") makes it a target; without a limit the row is
+    context only (printed, never hit or missed).
+    """
+
+    name: str
+    label: str
+    value: float
+    unit: str = ""
+    limit: float | None = None
+    better: str = "lower"
+    note: str = ""
+
+    @property
+    def hit(self) -> bool | None:
+        if self.limit is None:
+            return None
+        if self.value is None or math.isnan(self.value):
+            return False
+        return self.value <= self.limit if self.better == "lower" else self.value >= self.limit
+
+    @property
+    def target(self) -> str:
+        if self.limit is None:
+            return ""
+        sign = "<=" if self.better == "lower" else ">="
+        return f"{sign} {fmt(self.limit, self.unit)}"
+
+    @property
+    def verdict(self) -> str:
+        return {None: "", True: "hit", False: "MISS"}[self.hit]
+
+
+@dataclass
+class Settings:
+    quick: bool
+    threads: int
+    reps: int  # interleaved repetitions (after warm-up) for ratios
+    warmup: int
+
+
+def fmt(value: float, unit: str = "") -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if unit == "x":
+        return f"{value:.3f}x"
+    if unit == "B":
+        return human_bytes(value)
+    if unit in ("ms", "s", "Hz", "B/row", "steps/s", "rows/s", "nodes"):
+        digits = 0 if abs(value) >= 1000 else (1 if abs(value) >= 10 else 2)
+        return f"{value:,.{digits}f} {unit}"
+    if float(value).is_integer():
+        return f"{int(value):,}{(' ' + unit) if unit else ''}"
+    return f"{value:.3g}{(' ' + unit) if unit else ''}"
+
+
+def human_bytes(n: float) -> str:
+    for unit, size in (("GB", 1e9), ("MB", 1e6), ("kB", 1e3)):
+        if abs(n) >= size:
+            return f"{n / size:.1f} {unit}"
+    return f"{n:.0f} B"
+
+
+def percentile(values: Sequence[float], q: float) -> float:
+    """The q-th percentile (0..100), linear between ranks; nan for no values."""
+    if not values:
+        return math.nan
+    xs = sorted(values)
+    pos = (len(xs) - 1) * q / 100
+    lo = math.floor(pos)
+    hi = min(lo + 1, len(xs) - 1)
+    return xs[lo] + (xs[hi] - xs[lo]) * (pos - lo)
+
+
+def median(values: Sequence[float]) -> float:
+    return statistics.median(values) if values else math.nan
+
+
+def interleaved(variants: dict[str, Callable[[], float]], reps: int, warmup: int
+                ) -> dict[str, list[float]]:
+    """Run each variant's block once per round, rounds after `warmup` recorded.
+
+    The order rotates every round (A B C, B C A, ...) so no variant always runs right after
+    the same other one; contention from other processes then falls on every variant alike.
+    Each block returns its own measurement (seconds per step); returns the lists by name.
+    """
+    names = list(variants)
+    out: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(warmup + reps):
+        k = r % len(names)
+        for name in names[k:] + names[:k]:
+            value = variants[name]()
+            if r >= warmup:
+                out[name].append(value)
+    return out
+
+
+def paired_ratios(times: dict[str, list[float]], num: str, den: str) -> list[float]:
+    """Per-round ratios num/den: each pair ran in the same round, under the same load."""
+    return [a / b for a, b in zip(times[num], times[den], strict=True) if b > 0]
+
+
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    import platform
+
+    return platform.processor() or "unknown"
+
+
+def machine() -> dict[str, str]:
+    import platform
+
+    return {"nproc": str(os.cpu_count()), "cpu": cpu_model(), "python": platform.python_version(),
+            "platform": platform.platform(), "load_avg": " ".join(
+                f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else ""}
+
+
+class Stopwatch:
+    def __init__(self) -> None:
+        self.t0 = time.perf_counter()
+
+    @property
+    def s(self) -> float:
+        return time.perf_counter() - self.t0

@@ -1,0 +1,240 @@
+"""Figure 1: what memlens costs a training step, beside MemTracker and torch.profiler.
+
+Per preset, five copies of the same seeded preset run the same steps: the plain loop a user
+writes (the baseline), memlens light and precise mode (TrainingSession.step into a
+RunHistory, as the app runs it), and the plain loop under
+torch.distributed._tools.mem_tracker.MemTracker and under
+torch.profiler.profile(profile_memory=True). Blocks of a few steps interleave round by round;
+each round's ratio compares blocks that ran back to back, under the same load, and the figure
+is the median over the rounds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+import time
+import warnings
+from collections.abc import Callable
+
+from benchmarks._common import Figure, Settings, interleaved, median, paired_ratios, percentile
+
+PRESETS = ("mlp", "cnn", "lstm", "gan", "transformer")
+LIGHT_LIMIT = 1.05
+PRECISE_LIMIT = 1.30
+BLOCK_S = 0.3  # seconds a block should take at the baseline's speed (full run)
+MAX_BLOCK_STEPS = 16
+
+
+def plain_step(preset, toggles, step: int, forward: Callable | None = None) -> None:
+    """The uninstrumented loop: what a user's own training loop does for one step."""
+    preset.step_index = step
+    for opt in preset.optimizers:
+        opt.zero_grad(set_to_none=True)
+    result = (forward or preset.forward_train)(toggles)
+    result.report_loss.item()
+    for loss, inputs in result.backward:
+        loss.backward(inputs=inputs)
+    for opt in preset.optimizers:
+        opt.step()
+
+
+class _Variant:
+    """One way of running the preset; `block(k)` runs k steps and returns seconds per step."""
+
+    def __init__(self, name: str, config) -> None:
+        self.name = name
+        self.config = config
+        self.toggles = config.techniques
+        self.step = 0
+
+    def _timed(self, k: int, one: Callable[[int], None]) -> float:
+        t0 = time.perf_counter()
+        for _ in range(k):
+            one(self.step)
+            self.step += 1
+        return (time.perf_counter() - t0) / k
+
+
+class Plain(_Variant):
+    """The plain loop, alone or inside a tool's context.
+
+    `tool(preset)` returns (context factory, per-step hook, forward). A block's time covers
+    entering the context, the steps and leaving it: torch.profiler does its work on the
+    recorded events when it stops, a cost that grows with the steps profiled, so a user pays
+    it per step. `steps_only` keeps the time of the steps alone as well, for context. The
+    per-step hook runs inside the timing; `forward`, if not None, replaces forward_train.
+    """
+
+    def __init__(self, name: str, config, tool: Callable | None = None) -> None:
+        import torch
+
+        from core.presets import build_preset
+
+        super().__init__(name, config)
+        self.preset = build_preset(config, torch.device("cpu"))
+        self.context, self.per_step, self.forward = tool(self.preset) if tool else (None,) * 3
+        self.steps_only: list[float] = []
+
+    def _one(self, step: int) -> None:
+        if self.per_step is not None:
+            self.per_step()
+        plain_step(self.preset, self.toggles, step, self.forward)
+
+    def block(self, k: int) -> float:
+        if self.context is None:
+            return self._timed(k, self._one)
+        t0 = time.perf_counter()
+        with self.context():
+            self.steps_only.append(self._timed(k, self._one))
+        return (time.perf_counter() - t0) / k
+
+
+class Memlens(_Variant):
+    def __init__(self, name: str, config) -> None:
+        from core.controls import RunControls
+        from core.history import RunHistory
+        from core.loop import TrainingSession
+
+        super().__init__(name, config)
+        self.history = RunHistory()
+        self.session = TrainingSession(config, RunControls(config.techniques), self.history)
+        self.history.on_start(self.session.meta())
+        self.session.sample(0, "start")
+
+    def _one(self, step: int) -> None:
+        record = self.session.step(step, self.toggles, False)
+        self.history.on_step(record)
+
+    def block(self, k: int) -> float:
+        return self._timed(k, self._one)
+
+    def close(self) -> None:
+        self.session.close()
+
+
+def _memtracker(preset):
+    import torch
+    from torch.distributed._tools.mem_tracker import MemTracker
+
+    class TrainStep(torch.nn.Module):
+        """MemTracker refuses a root module called twice in one iteration (the gan's D is),
+        so the forward runs inside one parent module that holds the preset's models."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.models = torch.nn.ModuleDict(preset.models)
+
+        def forward(self, toggles):
+            return preset.forward_train(toggles)
+
+    step_module = TrainStep()
+    tracker = MemTracker()
+    tracker.track_external(step_module, *preset.optimizers)
+    # Its documented way to follow a loop: clear the per-module stats every iteration.
+    return (lambda: tracker), tracker.reset_mod_stats, step_module
+
+
+@contextlib.contextmanager
+def _quiet_stderr():
+    """Kineto prints a line to fd 2 at every profiler start and stop; keep the table clean."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _profiler(preset):
+    import torch
+
+    @contextlib.contextmanager
+    def ctx():
+        prof = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU],
+                                      profile_memory=True)
+        with _quiet_stderr():
+            prof.__enter__()
+        try:
+            yield prof
+        finally:
+            with _quiet_stderr():
+                prof.__exit__(None, None, None)
+
+    return ctx, None, None
+
+
+def measure_preset(name: str, s: Settings) -> dict[str, list[float]]:
+    from core.config import RunConfig
+
+    # No eval phase: the plain loop has none, and both sides must do the same work.
+    base = RunConfig(preset=name, device="cpu", eval_every=0, steps=10**9)
+    precise = RunConfig(preset=name, device="cpu", eval_every=0, steps=10**9, precise=True)
+    variants: dict[str, _Variant] = {
+        "plain": Plain("plain", base),
+        "light": Memlens("light", base),
+        "precise": Memlens("precise", precise),
+        "memtracker": Plain("memtracker", base, _memtracker),
+        "profiler": Plain("profiler", base, _profiler),
+    }
+    # Block size from the baseline's speed after one warm step, the same for every variant.
+    plain = variants["plain"]
+    plain.block(1)
+    k = 1
+    if not s.quick:
+        k = max(1, min(MAX_BLOCK_STEPS, round(BLOCK_S / max(plain.block(2), 1e-4))))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the profiler warns about its own set-up on CPU
+        times = interleaved({n: (lambda v=v: v.block(k)) for n, v in variants.items()},
+                            s.reps, s.warmup)
+    for v in variants.values():
+        if isinstance(v, Memlens):
+            v.close()
+        elif getattr(v, "steps_only", None):
+            times[f"{v.name}_steps_only"] = v.steps_only[-s.reps:]
+    times["_block_steps"] = [k]
+    return times
+
+
+def _spread(ratios: list[float]) -> str:
+    return f"IQR {percentile(ratios, 25):.3f}-{percentile(ratios, 75):.3f}, n={len(ratios)}"
+
+
+def figures_for(name: str, times: dict[str, list[float]]) -> list[Figure]:
+    out = []
+    k = times["_block_steps"][0]
+    out.append(Figure(f"overhead_{name}_plain_ms", f"{name}: plain step (context)",
+                      median(times["plain"]) * 1e3, "ms",
+                      note=f"median of {len(times['plain'])} blocks of {k} steps"))
+    for mode, limit in (("light", LIGHT_LIMIT), ("precise", PRECISE_LIMIT)):
+        r = paired_ratios(times, mode, "plain")
+        out.append(Figure(f"overhead_{name}_{mode}", f"{name}: memlens {mode} / plain",
+                          median(r), "x", limit, note=_spread(r)))
+    for tool in ("memtracker", "profiler"):
+        r = paired_ratios(times, tool, "plain")
+        out.append(Figure(f"overhead_{name}_{tool}", f"{name}: {tool} / plain (context)",
+                          median(r), "x", note=_spread(r)))
+    r = paired_ratios(times, "profiler_steps_only", "plain")
+    out.append(Figure(f"overhead_{name}_profiler_steps_only",
+                      f"{name}: profiler, steps only / plain", median(r), "x",
+                      note="without its stop, which processes what it recorded; " + _spread(r)))
+    for tool in ("memtracker", "profiler"):
+        for mode in ("light", "precise"):
+            r = paired_ratios(times, mode, tool)
+            limit = 1.0 if mode == "precise" else None  # precise must beat both tools
+            out.append(Figure(f"overhead_{name}_{mode}_vs_{tool}",
+                              f"{name}: memlens {mode} / {tool}", median(r), "x", limit,
+                              note=_spread(r)))
+    return out
+
+
+def run(s: Settings, presets: tuple[str, ...] = PRESETS) -> list[Figure]:
+    out: list[Figure] = []
+    for name in presets:
+        out += figures_for(name, measure_preset(name, s))
+    return out

@@ -10,6 +10,7 @@ from app.plot_style import event_color
 from core.records import RunEvent
 
 STEP_ROLE = Qt.UserRole
+PLACEHOLDER = "Toggles and errors appear here as the run goes; click one to see its step."
 
 
 def _dot(color: str) -> QIcon:
@@ -33,9 +34,11 @@ class EventsPanel(QWidget):
         self.list = QListWidget()
         self.list.setObjectName("events_list")
         self.list.setToolTip("Click an event to move the plots to its step")
+        self.list.setWordWrap(True)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
         self.list.itemClicked.connect(self._on_item_clicked)
         self.list.currentRowChanged.connect(self._on_current_row_changed)
-        self.detail = QLabel("Toggles and errors appear here as the run goes.")
+        self.detail = QLabel(PLACEHOLDER)
         self.detail.setObjectName("event_detail")
         self.detail.setWordWrap(True)
         self.detail.setTextInteractionFlags(Qt.TextSelectableByMouse)
@@ -50,7 +53,7 @@ class EventsPanel(QWidget):
     def clear(self) -> None:
         self.events.clear()
         self.list.clear()
-        self.detail.setText("")
+        self.detail.setText(PLACEHOLDER)
 
     def add_event(self, event: RunEvent) -> QListWidgetItem:
         self.events.append(event)

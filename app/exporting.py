@@ -27,22 +27,44 @@ def extra_formats() -> tuple[str, ...]:
     return tuple(f for f in formats if f != "all")
 
 
-def _export_scene(widget, path: Path, kind: str) -> Path:
-    from pyqtgraph.exporters import ImageExporter, SVGExporter
+def _render_scene(widget, path: Path, kind: str) -> None:
+    """Paint the plot's whole scene (legend, both axes, markers) into a PNG or an SVG."""
+    from PySide6.QtCore import QRectF, QSize
+    from PySide6.QtGui import QImage, QPainter
+    from PySide6.QtSvg import QSvgGenerator
 
+    source = QRectF(widget.viewport().rect())
+    if kind == PNG:
+        scale = 2  # crisp on high-density screens and in documents
+        image = QImage(int(source.width()) * scale, int(source.height()) * scale,
+                       QImage.Format_ARGB32)
+        image.fill(0xFFFFFFFF)
+        painter = QPainter(image)
+        painter.setRenderHint(QPainter.Antialiasing)
+        widget.scene().render(painter, QRectF(image.rect()), widget.mapToScene(
+            widget.viewport().rect()).boundingRect())
+        painter.end()
+        if not image.save(str(path), "PNG"):
+            raise OSError(f"Qt could not write {path}")
+        return
+    generator = QSvgGenerator()
+    generator.setFileName(str(path))
+    generator.setSize(QSize(int(source.width()), int(source.height())))
+    generator.setViewBox(source)
+    generator.setTitle(widget.objectName())
+    painter = QPainter(generator)
+    widget.scene().render(painter, source, widget.mapToScene(
+        widget.viewport().rect()).boundingRect())
+    painter.end()
+
+
+def _export_scene(widget, path: Path, kind: str) -> Path:
     # Write beside the target under a temporary name, then rename: never a half file.
     tmp = path.with_name(f".tmp-{os.getpid()}-{path.name}")
-    scene = widget.scene()
     try:
-        if kind == PNG:
-            exporter = ImageExporter(scene)
-            exporter.parameters()["width"] = int(scene.sceneRect().width() * 2)
-            exporter.parameters()["antialias"] = True
-        else:
-            exporter = SVGExporter(scene)
-        exporter.export(fileName=str(tmp))
-        if not tmp.is_file():
-            raise ExportError(f"cannot write {str(path)!r}: the plot exporter wrote nothing")
+        _render_scene(widget, tmp, kind)
+        if not tmp.is_file() or tmp.stat().st_size == 0:
+            raise ExportError(f"cannot write {str(path)!r}: the plot renderer wrote nothing")
         os.replace(tmp, path)
     except OSError as exc:
         with contextlib.suppress(OSError):

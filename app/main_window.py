@@ -324,7 +324,8 @@ class MainWindow(QMainWindow):
             self._pull_graphs()
         self.plots.refresh(new_data)
         self._frame += 1
-        if force_text or self._frame % TEXT_EVERY == 0:
+        starting = self.state == "starting" and self.history is not None and self.history.meta
+        if force_text or starting or self._frame % TEXT_EVERY == 0:
             self._refresh_text()
         self.frame_ms.append(timer.nsecsElapsed() / 1e6)
         if len(self.frame_ms) > 4096:

@@ -17,6 +17,8 @@ from app.time_plot import TimePlot
 from core.records import RunEvent
 
 MIN_SPAN_STEPS = 10.0
+# Showing an event: the ten steps either side that "what just happened" compares, and a margin.
+EVENT_SPAN_STEPS = 30.0
 
 
 class PlotStack(QWidget):
@@ -120,9 +122,7 @@ class PlotStack(QWidget):
     def show_step(self, step: float) -> None:
         """Centre the plots on a step (an event the user clicked) and read out its values."""
         x0, x1 = self.x_range()
-        span = max(x1 - x0, 2 * MIN_SPAN_STEPS)
-        if self.run is not None and self.run.x_end > 0:
-            span = min(span, max(self.run.x_end, 2 * MIN_SPAN_STEPS))
+        span = min(x1 - x0, EVENT_SPAN_STEPS)
         self.set_follow(False)
         self.memory_plot.setXRange(step - span / 2, step + span / 2, padding=0)
         self.set_hover(step + 0.5)

@@ -31,7 +31,7 @@ class RunPanel(QGroupBox):
     value_changed = Signal(str, object)
 
     def __init__(self, config: RunConfig | None = None, parent=None) -> None:
-        super().__init__("Run", parent)
+        super().__init__("Settings (apply at Start)", parent)
         self.fields: dict[str, OptionField] = {}
         self.hints: dict[str, QLabel] = {}
         self._running_config: RunConfig | None = None
@@ -124,7 +124,7 @@ class RunPanel(QGroupBox):
         active = state in ("starting", "running", "paused", "error", "stopping")
         self._running_config = running_config if active else None
         self.run_button.setEnabled(not active)
-        self.pause_button.setEnabled(state in ("running", "paused", "error"))
+        self.pause_button.setEnabled(state in ("starting", "running", "paused", "error"))
         self.pause_button.setText("Resume" if state in ("paused", "error") else "Pause")
         self.stop_button.setEnabled(state in ("starting", "running", "paused", "error"))
         self.reset_button.setEnabled(state != "idle" or bool(message))

@@ -16,9 +16,7 @@ class TimePlot(LivePlot):
     """`curves[phase]` holds the cumulative layer; the last (eval) is the whole step."""
 
     def __init__(self, parent=None) -> None:
-        super().__init__("time_plot", "Step time", parent=parent)
-        self.getPlotItem().getAxis("left").setLabel(units="ms")
-        self.getPlotItem().getAxis("left").enableAutoSIPrefix(False)
+        super().__init__("time_plot", "Step time (ms)", parent=parent)
         for i, phase in enumerate(PHASES):
             self.add_curve(phase, PHASE_COLORS[phase], fill=True, z=10 - i)
 

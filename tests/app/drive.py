@@ -1,0 +1,39 @@
+"""Driving the window as a user would: set the run panel, click, wait for steps."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+
+# Tiny sizes keep a step at a few milliseconds; every knob is set through the widgets.
+TINY = {"batch_size": 8, "width": 16, "seq_len": 8, "eval_every": 5}
+
+
+def choose(window, preset: str = "mlp", steps: int = 100_000, **values) -> None:
+    """Set the run panel as a user would: preset combo, then the spin boxes."""
+    fields = window.run_panel.fields
+    fields["preset"].widget.setCurrentText(preset)
+    for key, value in {**TINY, "steps": steps, **values}.items():
+        w = fields[key].widget
+        if hasattr(w, "setValue"):
+            w.setValue(value)
+        elif hasattr(w, "setChecked"):
+            w.setChecked(bool(value))
+        else:
+            w.setCurrentText(str(value))
+
+
+def click(qtbot, widget) -> None:
+    assert widget.isEnabled(), f"{widget.objectName()} is disabled"
+    qtbot.mouseClick(widget, Qt.LeftButton)
+
+
+def wait_steps(qtbot, window, n: int, timeout: int = 60_000) -> None:
+    qtbot.waitUntil(lambda: window.series is not None and window.series.step_count >= n,
+                    timeout=timeout)
+
+
+def wait_frames(qtbot, window, n: int) -> None:
+    """Let the window's refresh timer fire n times."""
+    for _ in range(n):
+        with qtbot.waitSignal(window._timer.timeout, timeout=5_000):
+            pass

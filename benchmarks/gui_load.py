@@ -1,0 +1,293 @@
+"""Figure 2: the real main window, offscreen, under a producer at 5,000 steps/s.
+
+The window runs a "training" through its own RunSession and worker thread; the train
+function (app.synthetic's producer, no torch) first puts 1,000,000 phase samples into the
+session's history, waits until the window has drawn them, then sends 5,000 steps a second,
+each with its four phase samples, for 20 s (quick: 2 s). Meanwhile:
+
+- every event passes through QApplication.notify, timed here: the window's refresh timer
+  (the ~30 Hz slot that pulls new rows and calls setData) and each top-level paint (the
+  backing store painting what changed); a frame is one refresh plus the paints it caused;
+- a 1 ms precise QTimer notes the gaps between its ticks: the longest is the longest time
+  the event loop did nothing else;
+- at the end the producer stops and the window takes its last frame: the rows sent must all
+  be in the history, and all of them in the window's plot series.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from benchmarks._common import Figure, Settings, median, percentile
+
+STEPS_PER_S = 5000
+PRELOAD_SAMPLES = 1_000_000
+PHASES = 4  # zero_grad, forward, backward, optimizer (no eval steps in this run)
+PAINT_P99_MS = 16.0
+STALL_MS = 50.0
+REFRESH_HZ = 30.0
+REFRESH_TOLERANCE = 0.95  # "30 Hz held": at least 95% of the nominal rate
+SLOW_MS = 25.0  # events slower than this are named in the stall figure's note
+
+
+class _CountingSink:
+    """Passes the producer's records to the session's sink, steps shifted to follow the
+    preloaded ones; counts what it sent."""
+
+    def __init__(self, sink, offset: int) -> None:
+        self.sink, self.offset = sink, offset
+        self.samples = self.steps = 0
+
+    def on_start(self, meta) -> None:
+        pass  # the preload already started the run's history
+
+    def on_sample(self, s) -> None:
+        if s.phase == "start":
+            return
+        from core.records import MemorySample
+
+        self.sink.on_sample(MemorySample(s.step + self.offset, s.phase, s.time_s, s.params,
+                                         s.grads, s.optimizer, s.activations, s.other))
+        self.samples += 1
+
+    def on_step(self, r) -> None:
+        r.step += self.offset
+        self.sink.on_step(r)
+        self.steps += 1
+
+    def on_event(self, e) -> None:
+        e.step += self.offset
+        self.sink.on_event(e)
+
+    def on_graph(self, snapshot) -> None:
+        self.sink.on_graph(snapshot)
+
+    def on_finish(self, summary) -> None:
+        self.sink.on_finish(summary)
+
+
+class _Producer:
+    """The window's train function: preload, wait for the go, produce at a fixed rate."""
+
+    def __init__(self, preload_steps: int) -> None:
+        self.preload_steps = preload_steps
+        self.preloaded = threading.Event()
+        self.go = threading.Event()
+        self.counter: _CountingSink | None = None
+        self.t_start = self.t_end = 0.0
+
+    def __call__(self, config, controls, sink, on_error="pause"):
+        from app.synthetic import fill_history, synthetic_training
+
+        fill_history(sink.history, self.preload_steps)
+        self.preloaded.set()
+        while not self.go.wait(0.05):
+            if controls.stop_requested:
+                return None
+        self.counter = _CountingSink(sink, self.preload_steps)
+        self.t_start = time.perf_counter()
+        try:
+            return synthetic_training(config, controls, self.counter, on_error=on_error,
+                                      steps_per_s=STEPS_PER_S)
+        finally:
+            self.t_end = time.perf_counter()
+
+
+def _probe_app():
+    """A QApplication whose notify times the refresh timer and top-level paints."""
+    from PySide6.QtCore import QEvent, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    class ProbeApp(QApplication):
+        def __init__(self, argv) -> None:
+            super().__init__(argv)
+            self.refresh_timer: QTimer | None = None
+            self.recording = False
+            self.frames: list[tuple[float, float]] = []  # (start, ms) of each refresh
+            self.paints: list[tuple[float, float]] = []  # (start, ms) of each top-level paint
+            self._in_paint = False
+            self._depth = 0
+            self.slow: list[tuple[float, str]] = []
+            self.busy: list[tuple[float, float]] = []  # (start, ms) of every outermost event
+            self.stall_timer: QTimer | None = None
+            self._timer_type = QEvent.Timer
+            self._paint_types = (QEvent.UpdateRequest, QEvent.Paint)
+
+        def notify(self, obj, event):
+            # A paint can be nested in another event (a queued scene update flushes it), so
+            # nesting is tracked: the outermost refresh, the outermost paint. Any outermost
+            # event slower than SLOW_MS is kept by kind and receiver, to name what stalls.
+            if not self.recording:
+                return super().notify(obj, event)
+            kind = event.type()
+            if kind == self._timer_type and obj is self.refresh_timer:
+                record = self.frames
+            elif kind in self._paint_types and not self._in_paint:
+                record = self.paints
+            else:
+                record = None
+            paint = record is self.paints
+            self._in_paint |= paint
+            self._depth += 1
+            t0 = time.perf_counter()
+            try:
+                return super().notify(obj, event)
+            finally:
+                ms = (time.perf_counter() - t0) * 1e3
+                self._depth -= 1
+                if record is not None:
+                    record.append((t0, ms))
+                if paint:
+                    self._in_paint = False
+                if self._depth == 0 and obj is not self.stall_timer:
+                    self.busy.append((t0, ms))
+                    if ms > SLOW_MS:
+                        name = type(obj).__name__ + (
+                            f"({obj.objectName()})" if obj.objectName() else "")
+                        self.slow.append((ms, f"{kind.name} -> {name}"))
+
+    return ProbeApp.instance() or ProbeApp([])
+
+
+def _frame_totals(frames: list[tuple[float, float]], busy: list[tuple[float, float]]
+                  ) -> list[float]:
+    """GUI-thread time per frame: every outermost event from one refresh to the next (the
+    refresh itself, the scene updates and paints it caused, text, input), the stall
+    timer's own ticks left out."""
+    totals = []
+    j = 0
+    for i, (start, _ms) in enumerate(frames):
+        end = frames[i + 1][0] if i + 1 < len(frames) else float("inf")
+        total = 0.0
+        while j < len(busy) and busy[j][0] < start:
+            j += 1
+        while j < len(busy) and busy[j][0] < end:
+            total += busy[j][1]
+            j += 1
+        totals.append(total)
+    return totals[:-1] if len(totals) > 1 else totals  # the last frame is cut short
+
+
+def _slowest(slow: list[tuple[float, str]], n: int = 3) -> str:
+    """The kinds of slow event that cost most, with their count and worst time."""
+    by: dict[str, list[float]] = {}
+    for ms, what in slow:
+        by.setdefault(what, []).append(ms)
+    top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:n]
+    return "; ".join(f"{what} x{len(v)} (max {max(v):.0f} ms)" for what, v in top) or "none"
+
+
+def run(s: Settings) -> list[Figure]:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    app = _probe_app()
+    from PySide6.QtCore import QElapsedTimer, QEventLoop, Qt, QTimer
+
+    from app.main_window import MainWindow
+    from core.config import RunConfig
+
+    duration = 2.0 if s.quick else 20.0
+    preload_steps = PRELOAD_SAMPLES // PHASES  # plus the run's one `start` sample
+    producer = _Producer(preload_steps)
+    config = RunConfig(preset="mlp", steps=10_000_000, eval_every=0)
+    window = MainWindow(config, runs_dir=None, train_fn=producer)
+    window.show()
+    app.refresh_timer = window._timer  # the window's ~30 Hz refresh (the frame)
+
+    def spin_until(done, timeout: float) -> bool:
+        """Run the real event loop (as app.exec would) until done() or the timeout."""
+        loop = QEventLoop()
+        poll = QTimer()
+        poll.setInterval(10)
+        end = time.perf_counter() + timeout
+        poll.timeout.connect(lambda: (done() or time.perf_counter() > end) and loop.quit())
+        poll.start()
+        if not done():
+            loop.exec()
+        poll.stop()
+        return done()
+
+    session = window.start_config(config)
+    history = session.history
+    if not spin_until(producer.preloaded.is_set, 120):
+        raise RuntimeError("the producer did not preload the history")
+    # The window catches up with the preload (one big pull) before anything is measured.
+    if not spin_until(lambda: window.series is not None
+                      and window.series.sample_count >= len(history.samples), 120):
+        raise RuntimeError("the window did not pull the preloaded history")
+    settle = time.perf_counter() + 0.5  # let the first draws of the full history settle
+    spin_until(lambda: time.perf_counter() > settle, 5)
+
+    gaps: list[float] = []
+    clock = QElapsedTimer()
+    stall = QTimer()
+    stall.setTimerType(Qt.PreciseTimer)
+    stall.setInterval(1)
+    last = [0]
+
+    def tick() -> None:
+        now = clock.nsecsElapsed()
+        gaps.append((now - last[0]) / 1e6)
+        last[0] = now
+
+    stall.timeout.connect(tick)
+    app.stall_timer = stall
+    preload_rows = (len(history.samples), len(history.steps))
+    app.recording = True
+    clock.start()
+    stall.start()
+    t0 = time.perf_counter()
+    producer.go.set()
+    spin_until(lambda: time.perf_counter() - t0 >= duration, duration + 5)
+    elapsed = time.perf_counter() - t0
+    stall.stop()
+    app.recording = False
+    frames, paints, busy = list(app.frames), list(app.paints), list(app.busy)
+
+    session.stop()
+    if not spin_until(lambda: not window.running, 30):
+        raise RuntimeError("the run did not stop")
+    window._on_frame(force_text=True)
+    sent = producer.counter
+    produced_s = max(producer.t_end - producer.t_start, 1e-9)
+    stored = (len(history.samples) - preload_rows[0], len(history.steps) - preload_rows[1])
+    series = window.series
+    dropped = ((sent.samples - stored[0]) + (sent.steps - stored[1])
+               + (len(history.samples) - series.sample_count)
+               + (len(history.steps) - series.step_count))
+    shows_last = window.plots.x_range()[1] >= series.sample_x[-1]
+    window.close()
+
+    slowest = _slowest(app.slow)
+    frame_ms = [ms for _, ms in frames]
+    paint_ms = [ms for _, ms in paints]
+    totals = _frame_totals(frames, busy)
+    gaps = gaps[1:]
+    longest = max(gaps) if gaps else float("nan")
+    refresh_hz = len(frames) / elapsed
+    n_paint = len(paints)
+    return [
+        Figure("gui_producer_steps_per_s", "producer rate achieved (5,000 asked)",
+               sent.steps / produced_s, "steps/s", STEPS_PER_S * 0.95, "higher",
+               note=f"{sent.steps:,} steps, {sent.samples:,} samples in {produced_s:.1f} s; "
+                    f"{preload_rows[0]:,} samples preloaded"),
+        Figure("gui_records_dropped", "records dropped (sent -> history -> plots)", dropped,
+               "", 0, note="the view reaches the newest sample" if shows_last
+               else "the view does NOT reach the newest sample"),
+        Figure("gui_frame_p50_ms", "frame p50 (refresh, scene updates, paints)",
+               median(totals), "ms", note=f"{len(totals)} frames in {elapsed:.1f} s"),
+        Figure("gui_frame_p99_ms", "frame p99 (refresh, scene updates, paints)",
+               percentile(totals, 99), "ms", PAINT_P99_MS, note=f"max {max(totals):.1f} ms"
+               if totals else ""),
+        Figure("gui_refresh_p50_ms", "  refresh slot p50 (pull + setData)", median(frame_ms),
+               "ms", note=f"p99 {percentile(frame_ms, 99):.1f} ms"),
+        Figure("gui_paint_p50_ms", "  paint p50 (top-level update)", median(paint_ms), "ms",
+               note=f"p99 {percentile(paint_ms, 99):.1f} ms; {n_paint / elapsed:.1f} paints/s"),
+        Figure("gui_longest_stall_ms", "longest event-loop stall", longest, "ms", STALL_MS,
+               note=f"1 ms timer; gap p99 {percentile(gaps, 99):.1f} ms; slowest events: "
+                    f"{slowest}"),
+        Figure("gui_refresh_hz", "refresh rate achieved", refresh_hz, "Hz",
+               REFRESH_HZ * REFRESH_TOLERANCE, "higher",
+               note=f"timer asks for {1000 / window._timer.interval():.1f} Hz"),
+    ]

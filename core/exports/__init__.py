@@ -1,0 +1,114 @@
+"""Exports of a run for the tools people already use: memory_viz, Perfetto, profiler scripts.
+
+    export_run(history, folder, ["all"])  ->  [snapshot.pickle, trace.json, memory_timeline.json]
+
+"all" means every format this run can give: a run recorded without precise mode has no
+allocation events, so it gets no snapshot (`unavailable(history)` says why). Asking for a
+snapshot by name from such a run raises SnapshotUnavailable before anything is written.
+Every file is written atomically (core.atomic): a failure leaves no partial file behind.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from core.atomic import ExportError
+
+if TYPE_CHECKING:  # numpy and the history load only when something is exported
+    from core.history import RunHistory
+
+FORMATS: tuple[str, ...] = ("snapshot", "trace", "timeline")
+FILES: dict[str, str] = {
+    "snapshot": "snapshot.pickle", "trace": "trace.json", "timeline": "memory_timeline.json",
+}
+DEFAULT_MAX_ENTRIES = 100_000  # snapshot entries kept, as the CUDA recorder's ring buffer
+DEFAULT_MAX_ROWS = 1_000_000  # timeline rows; a longer precise run is thinned, peaks kept
+
+__all__ = ["DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_ROWS", "FILES", "FORMATS", "ExportError",
+           "export_run", "parse_formats", "unavailable"]
+
+
+def parse_formats(formats: str | Iterable[str]) -> list[str]:
+    """'snapshot,trace' or ['all'] -> the named formats in FORMATS order; ValueError if bad."""
+    if isinstance(formats, str):
+        formats = formats.split(",")
+    names = [f.strip().lower() for f in formats if f.strip()]
+    bad = [f for f in names if f != "all" and f not in FORMATS]
+    if bad:
+        raise ValueError(f"unknown export format {', '.join(map(repr, bad))}; "
+                         f"choose from {', '.join(FORMATS)} or all")
+    if not names:
+        raise ValueError(f"no export format given; choose from {', '.join(FORMATS)} or all")
+    if "all" in names:
+        return list(FORMATS)
+    return [f for f in FORMATS if f in names]
+
+
+def unavailable(history: RunHistory) -> dict[str, str]:
+    """Formats this history cannot give, each with the reason in plain words."""
+    from core.exports.snapshot import unavailable_reason
+
+    reason = unavailable_reason(history)
+    return {"snapshot": reason} if reason else {}
+
+
+def export_run(history: RunHistory, folder: str | Path, formats: str | Iterable[str] = "all",
+               *, max_entries: int | None = DEFAULT_MAX_ENTRIES,
+               max_rows: int | None = DEFAULT_MAX_ROWS,
+               notes: list[str] | None = None) -> list[Path]:
+    """Write the chosen formats into `folder`; returns the files written.
+
+    max_entries bounds the snapshot to its last trace entries, max_rows the timeline to
+    that many rows (thinned, peaks kept); None or 0 means all. `notes`, if given, receives
+    a line for each format skipped or shortened.
+    """
+    explicit = not (formats == "all" or (not isinstance(formats, str) and "all" in formats))
+    chosen = parse_formats(formats)
+    missing = unavailable(history)
+    for name in chosen:
+        if name in missing and explicit:
+            from core.exports.snapshot import SnapshotUnavailable
+
+            raise SnapshotUnavailable(missing[name])
+    folder = Path(folder)
+    written: list[Path] = []
+    events = None
+    if "snapshot" in chosen or "timeline" in chosen:
+        from core.exports._allocs import allocation_events
+
+        events = allocation_events(history) if len(history.allocs) else None
+    for name in chosen:
+        if name in missing:
+            if notes is not None:
+                notes.append(f"{FILES[name]} not written: {missing[name]}")
+            continue
+        path = folder / FILES[name]
+        if name == "snapshot":
+            from core.exports.snapshot import window_start, write_snapshot
+
+            written.append(write_snapshot(history, path, max_entries=max_entries,
+                                          events=events))
+            start = window_start(events, max_entries)
+            if start and notes is not None:
+                first_step = int(events.details([start])["step"][0])
+                notes.append(
+                    f"{FILES[name]} holds the last {max_entries:,} trace entries (from step "
+                    f"{first_step}); storages from earlier that are still alive, or freed in "
+                    "the window, still count. Raise --max-entries, or 0 for all.")
+        elif name == "trace":
+            from core.exports.chrome_trace import write_chrome_trace
+
+            written.append(write_chrome_trace(history, path))
+        else:
+            from core.exports.memory_timeline import write_memory_timeline
+
+            rows = write_memory_timeline(history, path, events=events, max_rows=max_rows)
+            written.append(path)
+            if len(rows.times) < rows.rows_before_thinning and notes is not None:
+                notes.append(
+                    f"{FILES[name]}: {rows.rows_before_thinning:,} allocation-event rows thinned "
+                    f"to {len(rows.times):,} (each stretch keeps its peak and last state). "
+                    "Raise --max-rows, or 0 for all.")
+    return written

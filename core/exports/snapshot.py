@@ -1,0 +1,208 @@
+"""PyTorch memory snapshot (snapshot.pickle) built from precise mode's storage events.
+
+The file is what `torch.cuda.memory._dump_snapshot` writes and what pytorch.org/memory_viz
+and `python -m torch.cuda._memory_viz {stats,trace,segments,memory,trace_plot}` read:
+
+    {"segments": [segment, ...], "device_traces": [[entry, ...] per device]}
+
+- entry: {"action": "alloc" | "free_requested" | "free_completed" | "snapshot", "addr",
+  "size", "stream": 0, "time_us", "frames": [{"filename", "line", "name"}, ...] newest
+  first, "category": one of MEMORY_CATEGORIES}. A free is a free_requested followed by a
+  free_completed, as on CUDA when no other stream holds the block.
+- segment: CPU has no caching allocator, so every allocation alive at the end is its own
+  segment of exactly its size holding one active block: reserved = allocated, as it is.
+- The CPU trace sits at index torch.cuda.device_count(), where PyTorch's own
+  `_profile_to_snapshot` puts it; a CUDA run's events sit at its CUDA device's index.
+- Like the CUDA recorder's ring buffer, only the last `max_entries` entries are kept.
+  Storages allocated earlier still count: one freed inside the window shows as a free of an
+  allocation that was not recorded, one still alive shows as a segment block.
+- Each entry's frames end with a pseudo-frame {"filename": "<memlens step>", "line": step,
+  "name": phase} saying when the storage was allocated.
+
+Pickle protocol 4 and only dicts, lists, ints and strs: the viewer's own unpickler knows no
+more than that.
+"""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import numpy as np
+
+from core.atomic import ExportError, atomic_open
+from core.exports import DEFAULT_MAX_ENTRIES
+from core.exports._allocs import AllocationEvents, allocation_events, parse_frames
+from core.history import RunHistory
+from core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
+
+SNAPSHOT_FILE = "snapshot.pickle"
+PICKLE_PROTOCOL = 4  # the viewer's unpickler rejects protocol 5
+# Addresses given to allocations whose recorded address is unusable (zero, or shared with
+# another live allocation): above the 47-bit user address space, below 2**53 so the
+# viewer's JavaScript numbers stay exact.
+SYNTHETIC_BASE = 1 << 48
+_ALIGN = 512
+
+
+class SnapshotUnavailable(ExportError):
+    """This run has no allocation events to build a snapshot from."""
+
+
+def unavailable_reason(history: RunHistory) -> str | None:
+    """Why this history cannot give a snapshot, or None if it can."""
+    if len(history.allocs):
+        return None
+    env = history.meta.get("environment") or {}
+    if not env.get("precise") and not (history.meta.get("config") or {}).get("precise"):
+        return ("snapshot.pickle needs allocation and free events, which only precise mode "
+                "records; this run was recorded without it. Rerun with --precise (or "
+                "precise=true) to export a memory snapshot; trace and timeline work without it.")
+    return "snapshot.pickle: this precise run recorded no allocation events (no step ran)."
+
+
+def device_slot(history: RunHistory, cuda_device_count: int | None = None) -> tuple[int, int]:
+    """(index of this run's trace in device_traces, number of device traces)."""
+    if cuda_device_count is None:
+        cuda_device_count = _cuda_device_count()
+    device = str((history.meta.get("environment") or {}).get("device", "cpu"))
+    if device.startswith("cuda"):
+        _, _, idx = device.partition(":")
+        index = int(idx) if idx.isdigit() else 0
+        return index, max(cuda_device_count, index + 1)
+    return cuda_device_count, cuda_device_count + 1
+
+
+def _cuda_device_count() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return int(torch.cuda.device_count())
+
+
+def window_start(events: AllocationEvents, max_entries: int | None) -> int:
+    """First row of the trailing window that fits in max_entries trace entries."""
+    n = len(events)
+    if not max_entries or max_entries <= 0:
+        return 0
+    per_row = np.where(events.is_free, 2, 1)
+    from_end = np.cumsum(per_row[::-1])
+    fits = int(np.searchsorted(from_end, max_entries, side="right"))
+    return n - fits
+
+
+def assign_addresses(events: AllocationEvents, start: int, rows: np.ndarray,
+                     addr: np.ndarray) -> np.ndarray:
+    """An address for each of `rows` (sorted event rows with their recorded `addr`) such
+    that no two allocations alive at once in the window share one. A free gets its
+    allocation's address."""
+    n = len(events)
+    free = events.is_free[rows]
+    partner = events.partner[rows]
+    # One interval per allocation (its rows to its free, or to the end) and per free whose
+    # allocation was never recorded (from before the first row to it).
+    interval = ~free | ((partner < 0) & (rows >= start))
+    ids = np.nonzero(interval)[0]
+    begin = np.where(free[ids], -1, rows[ids])
+    end = np.where(free[ids], rows[ids], np.where(partner[ids] >= 0, partner[ids], n))
+    a = addr[ids]
+    # Sorted by address then start, an interval clashes when an earlier one at the same
+    # address has not ended by the time it starts, or when its address is unusable.
+    order = np.lexsort((begin, a))
+    a, b, e = a[order], begin[order], end[order]
+    group = np.concatenate([[0], np.cumsum(a[1:] != a[:-1])]).astype(np.int64)
+    stride = n + 2
+    running = np.maximum.accumulate(group * stride + e)
+    clash = a <= 0
+    clash[1:] |= (group[1:] == group[:-1]) & (running[:-1] - group[1:] * stride > b[1:])
+    final = a.copy()
+    if clash.any():
+        sizes = events.nbytes[rows[ids][order][clash]]
+        rounded = (sizes + _ALIGN - 1) // _ALIGN * _ALIGN
+        final[clash] = SYNTHETIC_BASE + np.concatenate([[0], np.cumsum(rounded)[:-1]])
+    out = np.zeros(len(rows), dtype=np.int64)
+    out[ids[order]] = final
+    owner = np.where(free & (partner >= 0), np.searchsorted(rows, partner), np.arange(len(rows)))
+    return out[owner]
+
+
+def build_snapshot(history: RunHistory, *, max_entries: int | None = DEFAULT_MAX_ENTRIES,
+                   device: tuple[int, int] | None = None,
+                   events: AllocationEvents | None = None) -> dict:
+    """The snapshot as plain dicts and lists (see the module docstring for the schema)."""
+    reason = unavailable_reason(history)
+    if reason:
+        raise SnapshotUnavailable(reason)
+    events = events if events is not None else allocation_events(history)
+    index, count = device if device is not None else device_slot(history)
+    n = len(events)
+    start = window_start(events, max_entries)
+    window = np.arange(start, n, dtype=np.int64)
+    partner = events.partner
+    # Rows whose details the snapshot shows: the window, the allocations of frees in it,
+    # and the storages still alive at the end (the segments).
+    earlier = partner[window][events.is_free[start:]]
+    earlier = earlier[(earlier >= 0) & (earlier < start)]
+    alive = np.nonzero(events.alive_at_end)[0]
+    rows = np.unique(np.concatenate([window, earlier, alive]))
+    info = events.details(rows)
+    addresses = assign_addresses(events, start, rows, info["addr"])
+    at = {int(r): i for i, r in enumerate(rows.tolist())}
+    names = list(MEMORY_CATEGORIES)
+    parsed = [parse_frames(f) for f in history.frames]
+    frame, step, phase = (info[c].tolist() for c in ("frame", "step", "phase"))
+    stacks: dict[int, list] = {}  # allocation row -> its frames list, shared by its entries
+
+    def stack(i: int) -> list:
+        frames = stacks.get(i)
+        if frames is None:
+            frames = stacks[i] = [*parsed[frame[i]], {
+                "filename": "<memlens step>", "line": step[i], "name": SAMPLE_PHASES[phase[i]]}]
+        return frames
+
+    trace: list[dict] = []
+    w = slice(start, n)
+    for row, free, mate, t, size, cat in zip(
+            window.tolist(), events.is_free[w].tolist(), partner[w].tolist(),
+            events.t_us[w].tolist(), events.nbytes[w].tolist(), events.category[w].tolist(),
+            strict=True):
+        i = at[row]
+        entry = {"action": "alloc", "addr": int(addresses[i]), "size": size, "stream": 0,
+                 "time_us": t, "frames": stack(at[mate] if free and mate >= 0 else i),
+                 "category": names[cat]}
+        if free:
+            trace.append({**entry, "action": "free_requested"})
+            entry["action"] = "free_completed"
+        trace.append(entry)
+    # The viewer colours by category and expects 'unknown' among them (without it, it fails
+    # on a misspelt list); a 'snapshot' entry, which marks when the state was taken,
+    # carries it and no memory.
+    trace.append({"action": "snapshot", "addr": 0, "size": 0, "stream": 0,
+                  "time_us": int(events.t_us[-1]) if n else 0, "frames": [],
+                  "category": "unknown"})
+    segments = []
+    for row in sorted(alive.tolist(), key=lambda r: addresses[at[r]]):
+        i = at[row]
+        size, addr, frames = int(events.nbytes[row]), int(addresses[i]), stack(i)
+        segments.append({
+            "device": index, "address": addr, "total_size": size, "allocated_size": size,
+            "active_size": size, "requested_size": size, "stream": 0, "frames": frames,
+            "blocks": [{"address": addr, "size": size, "requested_size": size,
+                        "state": "active_allocated", "frames": frames}],
+        })
+    device_traces: list[list] = [[] for _ in range(count)]
+    device_traces[index] = trace
+    return {"segments": segments, "device_traces": device_traces}
+
+
+def write_snapshot(history: RunHistory, path: str | Path, *,
+                   max_entries: int | None = DEFAULT_MAX_ENTRIES,
+                   device: tuple[int, int] | None = None,
+                   events: AllocationEvents | None = None) -> Path:
+    """Write snapshot.pickle atomically."""
+    snapshot = build_snapshot(history, max_entries=max_entries, device=device, events=events)
+    path = Path(path)
+    with atomic_open(path, "wb") as fh:
+        pickle.dump(snapshot, fh, protocol=PICKLE_PROTOCOL)
+    return path

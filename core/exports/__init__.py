@@ -71,7 +71,7 @@ def export_run(history: RunHistory, folder: str | Path, formats: str | Iterable[
         if name in missing and explicit:
             from core.exports.snapshot import SnapshotUnavailable
 
-            raise SnapshotUnavailable(missing[name])
+            raise SnapshotUnavailable(f"cannot write {FILES[name]}: {missing[name]}")
     folder = Path(folder)
     written: list[Path] = []
     events = None

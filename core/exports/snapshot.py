@@ -50,15 +50,16 @@ class SnapshotUnavailable(ExportError):
 
 
 def unavailable_reason(history: RunHistory) -> str | None:
-    """Why this history cannot give a snapshot, or None if it can."""
+    """Why this history cannot give a snapshot (a plain sentence), or None if it can."""
     if len(history.allocs):
         return None
     env = history.meta.get("environment") or {}
     if not env.get("precise") and not (history.meta.get("config") or {}).get("precise"):
-        return ("snapshot.pickle needs allocation and free events, which only precise mode "
-                "records; this run was recorded without it. Rerun with --precise (or "
-                "precise=true) to export a memory snapshot; trace and timeline work without it.")
-    return "snapshot.pickle: this precise run recorded no allocation events (no step ran)."
+        return ("this run was recorded without precise mode, so it has no allocation and "
+                "free events to build a memory snapshot from. Rerun with --precise "
+                "(precise=true); trace and timeline work without it.")
+    return ("this precise run holds no allocation events (no step ran, or its "
+            "allocations.csv is empty).")
 
 
 def device_slot(history: RunHistory, cuda_device_count: int | None = None) -> tuple[int, int]:
@@ -133,7 +134,7 @@ def build_snapshot(history: RunHistory, *, max_entries: int | None = DEFAULT_MAX
     """The snapshot as plain dicts and lists (see the module docstring for the schema)."""
     reason = unavailable_reason(history)
     if reason:
-        raise SnapshotUnavailable(reason)
+        raise SnapshotUnavailable(f"cannot write {SNAPSHOT_FILE}: {reason}")
     events = events if events is not None else allocation_events(history)
     index, count = device if device is not None else device_slot(history)
     n = len(events)

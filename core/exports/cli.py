@@ -1,0 +1,81 @@
+"""`python main.py export RUN_DIR --format ...`: convert a saved run folder for other tools."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+EXIT_OK, EXIT_BAD_INPUT = 0, 2
+
+
+def _formats(text: str) -> list[str]:
+    """The names as given (checked): "all" stays "all", so a run that cannot give one
+    format gets the others, while a format asked for by name must be produced."""
+    from core.exports import parse_formats
+
+    names = [f.strip().lower() for f in text.split(",") if f.strip()]
+    try:
+        parse_formats(names)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return names
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; use 0 for no limit")
+    return value
+
+
+def add_parser(subparsers) -> None:
+    from core.exports import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_ROWS
+
+    p = subparsers.add_parser(
+        "export", help="write a saved run as snapshot.pickle, trace.json, memory_timeline.json",
+        description="Convert a run folder for the tools people already use: snapshot.pickle "
+        "(PyTorch memory_viz; needs a precise run), trace.json (ui.perfetto.dev, "
+        "chrome://tracing), memory_timeline.json (the layout of torch.profiler's "
+        "export_memory_timeline). See docs/exports.md.",
+    )
+    p.add_argument("run_dir", metavar="RUN_DIR",
+                   help="a run folder (steps.csv, memory.csv, run.json)")
+    p.add_argument("--format", "-f", dest="formats", type=_formats, default=["all"],
+                   metavar="FORMATS",
+                   help="snapshot, trace, timeline (comma-separated) or all (default: all)")
+    p.add_argument("--out", metavar="DIR", help="where to write the files (default: RUN_DIR)")
+    p.add_argument("--max-entries", type=_count, default=DEFAULT_MAX_ENTRIES, metavar="N",
+                   help="snapshot: keep the last N trace entries, as CUDA's ring buffer "
+                   f"does (default {DEFAULT_MAX_ENTRIES:,}; 0: all)")
+    p.add_argument("--max-rows", type=_count, default=DEFAULT_MAX_ROWS, metavar="N",
+                   help="timeline: at most N rows, thinned keeping each stretch's peak "
+                   f"(default {DEFAULT_MAX_ROWS:,}; 0: one row per event time)")
+
+
+def main(args) -> int:
+    from core.atomic import ExportError
+    from core.exports import export_run
+    from core.run_files import RunFolderError, load_run
+
+    try:
+        history = load_run(args.run_dir)
+    except RunFolderError as exc:
+        print(f"memlens export: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    out = Path(args.out) if args.out else Path(args.run_dir)
+    notes: list[str] = []
+    try:
+        written = export_run(history, out, args.formats, max_entries=args.max_entries,
+                             max_rows=args.max_rows, notes=notes)
+    except ExportError as exc:
+        print(f"memlens export: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    for path in written:
+        print(f"wrote {path}")
+    for note in notes:
+        print(f"note: {note}", file=sys.stderr)
+    return EXIT_OK

@@ -143,3 +143,31 @@ class Stopwatch:
     @property
     def s(self) -> float:
         return time.perf_counter() - self.t0
+
+
+class SlotErrors:
+    """Collects exceptions that Qt reports through sys.excepthook (an exception in a slot
+    does not reach the caller), so a benchmark can stop and say what failed."""
+
+    def __init__(self) -> None:
+        import sys
+
+        self.errors: list[BaseException] = []
+        self._sys = sys
+        self._previous = sys.excepthook
+
+    def __enter__(self) -> SlotErrors:
+        def hook(kind, value, tb) -> None:
+            self.errors.append(value)
+            self._previous(kind, value, tb)
+
+        self._sys.excepthook = hook
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._sys.excepthook = self._previous
+
+    def check(self, what: str) -> None:
+        if self.errors:
+            e = self.errors[0]
+            raise RuntimeError(f"{what} raised {type(e).__name__}: {e}") from e

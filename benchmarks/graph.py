@@ -1,0 +1,180 @@
+"""Figure 4: an autograd graph from capture to a drawn scene, and what the GUI feels meanwhile.
+
+As in the app: a worker thread runs the step's forward under core.graph.GraphCapture and
+snapshots the graph (then runs backward, as the loop does); the GUI thread hands the snapshot
+to the main window's graph panel, which lays it out on its own worker and builds the scene
+in slices. The time runs from the worker's start to the panel's `layout_ready`. A 1 ms
+precise timer on the GUI thread notes the longest gap between its ticks meanwhile.
+
+Graphs: the largest of the default presets (by autograd nodes) and the lstm preset unrolled
+with LSTMCell over its 35 time steps (about 2,000 nodes).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+from benchmarks._common import Figure, Settings, SlotErrors, median
+
+LIMIT_S = 2.0
+STALL_MS = 50.0
+TIMEOUT_S = 30.0  # far past the target: the panel is stuck, not slow
+PRESETS = ("mlp", "cnn", "lstm", "gan", "transformer")
+
+
+def _capture(config):
+    """Build the preset, capture one step's graph, finish the step. Returns the snapshot."""
+    import torch
+
+    from core.graph.capture import GraphCapture
+    from core.presets import build_preset
+
+    preset = build_preset(config, torch.device("cpu"))
+    cap = GraphCapture(preset.models)
+    cap.begin()
+    result = preset.forward_train(config.techniques)
+    snapshot = cap.finish(result.report_loss, 0)
+    for loss, inputs in result.backward:
+        loss.backward(inputs=inputs)
+    return snapshot
+
+
+def _node_count(config) -> int:
+    import torch
+
+    from core.loop import count_graph_nodes
+    from core.presets import build_preset
+
+    preset = build_preset(config, torch.device("cpu"))
+    result = preset.forward_train(config.techniques)
+    return count_graph_nodes([loss for loss, _ in result.backward])
+
+
+class _Probe:
+    """A 1 ms precise timer on the GUI thread: the longest gap between ticks is the longest
+    time the event loop could not run."""
+
+    def __init__(self) -> None:
+        from PySide6.QtCore import QElapsedTimer, Qt, QTimer
+
+        self.clock = QElapsedTimer()
+        self.timer = QTimer()
+        self.timer.setTimerType(Qt.PreciseTimer)
+        self.timer.setInterval(1)
+        self.timer.timeout.connect(self._tick)
+        self.gaps: list[float] = []
+        self._last = 0
+
+    def _tick(self) -> None:
+        now = self.clock.nsecsElapsed()
+        self.gaps.append((now - self._last) / 1e6)
+        self._last = now
+
+    def start(self) -> None:
+        self.gaps.clear()
+        self.clock.start()
+        self._last = 0
+        self.timer.start()
+
+    def stop(self) -> float:
+        self.timer.stop()
+        return max(self.gaps[1:], default=float("nan"))
+
+
+def _one(window, panel, config, errors: SlotErrors) -> dict[str, float]:
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    box: dict = {}
+
+    def work() -> None:
+        try:
+            box["snapshot"] = _capture(config)
+        except BaseException as exc:  # reported on the GUI thread
+            box["error"] = exc
+
+    ready = {"done": False}
+
+    def on_ready() -> None:
+        ready["done"] = True
+
+    panel.layout_ready.connect(on_ready)
+    probe = _Probe()
+    loop = QEventLoop()
+    poll = QTimer()
+    poll.setInterval(5)
+    shown = {"at": 0.0}
+
+    def check() -> None:
+        if ("snapshot" in box or "error" in box) and not shown["at"]:
+            shown["at"] = time.perf_counter()
+            if "snapshot" in box:
+                panel.show_snapshot(box["snapshot"])  # what the window's frame does
+        if (ready["done"] or "error" in box or errors.errors
+                or time.perf_counter() - t0 > TIMEOUT_S):
+            loop.quit()
+
+    poll.timeout.connect(check)
+    probe.start()
+    t0 = time.perf_counter()
+    worker = threading.Thread(target=work, name="capture")
+    worker.start()
+    poll.start()
+    loop.exec()
+    total = time.perf_counter() - t0
+    poll.stop()
+    stall = probe.stop()
+    worker.join()
+    panel.layout_ready.disconnect(on_ready)
+    if "error" in box:
+        raise box["error"]
+    errors.check("the graph panel")
+    if not ready["done"]:
+        raise RuntimeError(f"the graph panel did not finish the layout in {TIMEOUT_S} s")
+    snap = box["snapshot"]
+    return {"total": total, "stall": stall, "nodes": snap.node_count,
+            "capture": snap.capture_ms / 1e3, "to_shown": shown["at"] - t0,
+            "layout": getattr(panel, "last_layout_s", float("nan")),
+            "engine": getattr(panel.layout, "engine", "?")}
+
+
+def run(s: Settings) -> list[Figure]:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication([])
+    from app.main_window import MainWindow
+    from core.config import RunConfig
+
+    counts = {p: _node_count(RunConfig(preset=p, device="cpu")) for p in PRESETS}
+    largest = max(counts, key=counts.get)
+    cases = {f"largest default ({largest})": RunConfig(preset=largest, device="cpu"),
+             "lstm, LSTMCell x35": RunConfig(preset="lstm", device="cpu", lstm_cell=True)}
+    window = MainWindow(RunConfig(), runs_dir=None)
+    window.show()
+    panel = window._ensure_graph_panel()
+    if panel is None:
+        raise RuntimeError("the graph panel cannot be built: " + window._graph_placeholder.text())
+    window.tabs.setCurrentWidget(panel)
+    app.processEvents()
+    out: list[Figure] = []
+    for label, config in cases.items():
+        key = "largest" if label.startswith("largest") else "lstm_cell"
+        with SlotErrors() as errors:
+            _one(window, panel, config, errors)  # warm-up: imports, first layout, fonts
+            runs = [_one(window, panel, config, errors) for _ in range(1 if s.quick else 3)]
+        total = median([r["total"] for r in runs])
+        capture = median([r["capture"] for r in runs])
+        rest = median([r["total"] - r["to_shown"] for r in runs])
+        last = runs[-1]
+        out += [
+            Figure(f"graph_{key}_s", f"graph {label}: capture -> scene", total, "s", LIMIT_S,
+                   note=f"{last['nodes']:,} nodes; capture {capture:.2f} s, layout+scene "
+                        f"{rest:.2f} s ({last['engine']}); median of {len(runs)}"),
+            Figure(f"graph_{key}_stall_ms", f"graph {label}: longest GUI stall",
+                   max(r["stall"] for r in runs), "ms", STALL_MS, note="1 ms timer, worst run"),
+            Figure(f"graph_{key}_nodes", f"graph {label}: nodes (context)", last["nodes"], ""),
+        ]
+    window.close()
+    return out

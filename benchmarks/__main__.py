@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
           + (f": {', '.join(f.name for f in missed)}" if missed else "")
           + (f"; groups failed: {', '.join(failed)}" if failed else ""))
     if args.json:
-        flat = {f.name: f.value for f in figures}
+        # A figure that could not be measured is null, not NaN (which is not JSON).
+        flat = {f.name: (None if f.value is None or f.value != f.value else f.value)
+                for f in figures}
         flat["targets_hit"] = sum(f.hit is True for f in figures)
         flat["targets_missed"] = len(missed)
         flat["groups_failed"] = len(failed)

@@ -213,6 +213,7 @@ def _fill(kind: str, spec: tuple, v, buf: np.ndarray, words: np.ndarray) -> None
         x = np.asarray(v, dtype=np.float64)
         ok = np.isfinite(x)
         a = np.where(ok, np.abs(x), 0.0)
+        a[a < 1e-300] = 0.0  # subnormals would overflow 10**-exponent; they print as 0
         expo = np.floor(np.log10(np.where(a > 0, a, 1.0)))
         mant = np.round(a / 10.0**expo * 1e8)
         over = mant >= 1e9  # 9.999999999 rounds up to 10

@@ -1,0 +1,63 @@
+"""The benchmark harness's own logic (the timed runs are CI's `python -m benchmarks --quick`)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+from benchmarks._common import Figure, interleaved, paired_ratios, percentile
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_interleaved_rotates_and_drops_warmup():
+    order: list[str] = []
+    variants = {n: (lambda n=n: order.append(n) or len(order)) for n in "abc"}
+    times = interleaved(variants, reps=3, warmup=1)
+    assert order == list("abc" "bca" "cab" "abc")
+    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
+    assert times["a"] == [6, 8, 10]  # rounds 2-4: where "a" ran in each
+
+
+def test_paired_ratios_and_percentile():
+    times = {"x": [2.0, 3.0, 4.0], "base": [1.0, 2.0, 0.0]}
+    assert paired_ratios(times, "x", "base") == [2.0, 1.5]  # a zero baseline is skipped
+    assert percentile([1, 2, 3, 4], 50) == 2.5
+    assert percentile([5], 99) == 5
+    assert math.isnan(percentile([], 50))
+
+
+def test_figure_verdicts():
+    assert Figure("a", "a", 1.04, "x", 1.05).hit is True
+    assert Figure("a", "a", 1.06, "x", 1.05).verdict == "MISS"
+    assert Figure("a", "a", 31.0, "Hz", 28.5, "higher").hit is True
+    assert Figure("a", "a", float("nan"), "ms", 16).hit is False
+    assert Figure("a", "a", 3.0).hit is None  # context only
+
+
+def test_frame_totals_sum_the_events_of_each_frame():
+    from benchmarks.gui_load import _frame_totals
+
+    frames = [(0.0, 5.0), (1.0, 5.0), (2.0, 5.0)]
+    busy = [(0.0, 5.0), (0.5, 7.0), (1.0, 5.0), (2.0, 5.0), (2.5, 1.0)]
+    assert _frame_totals(frames, busy) == [12.0, 5.0]  # the last frame is cut short
+
+
+def test_unknown_group_is_a_usage_error(tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--only", "nope"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "unknown group" in proc.stderr
+
+
+def test_one_cheap_group_writes_flat_json(tmp_path):
+    out = tmp_path / "bench.json"
+    proc = subprocess.run([sys.executable, "-m", "benchmarks", "--quick", "--only",
+                           "history_memory", "--json", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    data = json.loads(out.read_text())
+    assert data["history_bytes_per_sample"] > 0
+    assert all(v is None or isinstance(v, (int, float)) for v in data.values())

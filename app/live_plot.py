@@ -11,9 +11,11 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 
-from app.decimate import min_max, visible_slice
+from app.decimate import PeakDecimator, visible_slice
+from app.grid_lines import GridLines
 from app.plot_style import HOVER_COLOR, event_color, lighten
 from app.run_series import RunSeries
+from app.stacked_area import AreaLayer, StackedArea
 
 MARKER_LABEL_ROWS = (0.96, 0.84, 0.72)
 AXIS_WIDTH = 62
@@ -28,22 +30,30 @@ class LivePlot(pg.PlotWidget):
         axes = {"left": left_axis} if left_axis is not None else None
         super().__init__(parent=parent, background="w", axisItems=axes)
         self.setObjectName(object_name)
+        # Curves change shape every frame: Qt's BSP index would be rebuilt each time.
+        self.scene().setItemIndexMethod(self.scene().ItemIndexMethod.NoIndex)
         self.title = title
         item = self.getPlotItem()
-        item.showGrid(x=True, y=True, alpha=0.15)
+        # A light y grid of our own (see app.grid_lines); markers and the hover line give
+        # the x reference.
+        self.grid = GridLines(item.getAxis("left"))
+        item.vb.addItem(self.grid, ignoreBounds=True)
         item.setMouseEnabled(x=True, y=False)  # y always fits the visible data
         item.hideButtons()
         item.setMenuEnabled(False)
         item.vb.enableAutoRange(x=False, y=True)
         item.vb.setLimits(xMin=-5)
-        item.showAxis("right")
         for side in ("left", "bottom", "right"):
-            item.getAxis(side).setTextPen("#444444")
-            item.getAxis(side).setPen("#999999")
-        # Equal axis widths line the view boxes up, so x-linked plots show the same steps.
+            axis = item.getAxis(side)
+            axis.setTextPen("#444444")
+            axis.setPen("#999999")
+            axis.setStyle(maxTickLevel=1)
+        # Equal axis widths line the view boxes up, so x-linked plots show the same steps;
+        # where there is no right axis its column stays, empty.
         item.getAxis("left").setWidth(AXIS_WIDTH)
         item.getAxis("right").setWidth(AXIS_WIDTH)
-        item.getAxis("right").setStyle(showValues=False)
+        item.layout.setColumnFixedWidth(2, AXIS_WIDTH)
+        self.decimators: dict[object, PeakDecimator] = {}
         self.curves: dict[str, pg.PlotCurveItem] = {}
         self.markers: list[pg.InfiniteLine] = []
         self.ghosts: dict[int, pg.PlotCurveItem] = {}
@@ -70,6 +80,15 @@ class LivePlot(pg.PlotWidget):
         self.curves[key] = curve
         return curve
 
+    def add_area(self, keys: tuple[str, ...], colors: list[str], z: float = 0) -> StackedArea:
+        """Stacked areas; `curves[key]` reads each layer back as a curve would."""
+        area = StackedArea([lighten(c, 0.3) for c in colors])
+        area.setZValue(z)
+        self.getPlotItem().addItem(area)
+        for i, key in enumerate(keys):
+            self.curves[key] = AreaLayer(area, i)
+        return area
+
     def add_marker(self, step: float, label: str, kind: str) -> pg.InfiniteLine:
         color = event_color(kind)
         row = MARKER_LABEL_ROWS[len(self.markers) % len(MARKER_LABEL_ROWS)]
@@ -77,8 +96,9 @@ class LivePlot(pg.PlotWidget):
             pos=step, angle=90, movable=False,
             pen=pg.mkPen(color, width=1.5 if kind == "error" else 1),
             label=label,
-            labelOpts={"position": row, "color": color, "anchors": [(0, 0.5), (0, 0.5)],
-                       "fill": pg.mkBrush(255, 255, 255, 210)},
+            # pyqtgraph puts the label on the side of the line facing the view's centre,
+            # so labels near either edge stay readable.
+            labelOpts={"position": row, "color": color, "fill": pg.mkBrush(255, 255, 255, 210)},
         )  # fmt: skip
         line.setZValue(30)
         self.getPlotItem().addItem(line, ignoreBounds=True)
@@ -99,9 +119,17 @@ class LivePlot(pg.PlotWidget):
         item.layout.setRowFixedHeight(0, LEGEND_HEIGHT)
 
     # --- pinned runs ----------------------------------------------------------------------
+    ghost_x_shift = 0.0
+
     def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
-        """The one line that stands for a pinned run on this plot."""
+        """The one line that stands for a pinned run on this plot (x before the shift)."""
         raise NotImplementedError
+
+    def decimator(self, key, mode: str) -> PeakDecimator:
+        d = self.decimators.get(key)
+        if d is None:
+            d = self.decimators[key] = PeakDecimator(mode)
+        return d
 
     def sync_ghosts(self, pins) -> None:
         """Make or drop ghost curves so they match the pinned runs."""
@@ -109,6 +137,7 @@ class LivePlot(pg.PlotWidget):
         for pin_id in list(self.ghosts):
             if pin_id not in wanted:
                 self.ghost_view().removeItem(self.ghosts.pop(pin_id))
+                self.decimators.pop(("pin", pin_id), None)
         for pin_id, pin in wanted.items():
             curve = self.ghosts.get(pin_id)
             if curve is None:
@@ -129,8 +158,9 @@ class LivePlot(pg.PlotWidget):
             if curve is None or not pin.visible:
                 continue
             x, y = self.ghost_data(pin.series)
-            sl = visible_slice(x, x0, x1)
-            curve.setData(*min_max(x[sl], y[sl], max_points))
+            xs, ys = self.decimator(("pin", pin.pin_id), "minmax")(
+                x, y[None, :], visible_slice(x, x0, x1), max_points)
+            curve.setData(xs + self.ghost_x_shift, ys[0])
 
     # --- drawing --------------------------------------------------------------------------
     def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
@@ -140,8 +170,11 @@ class LivePlot(pg.PlotWidget):
         raise NotImplementedError
 
     def clear_data(self) -> None:
+        """A new run: empty curves, and forget the bins kept for the old one."""
         for curve in self.curves.values():
             curve.setData([], [])
+        for key in [k for k in self.decimators if not (isinstance(k, tuple) and k[0] == "pin")]:
+            del self.decimators[key]
 
     def pixel_width(self) -> int:
         return max(int(self.getPlotItem().vb.width()), 100)

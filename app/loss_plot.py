@@ -5,16 +5,11 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
-from app.decimate import min_max, visible_slice
+from app.decimate import visible_slice
 from app.live_plot import LivePlot, ghost_legend
 from app.plot_style import GRAD_NORM_COLOR, LOSS_COLOR, swatch
 from app.run_series import RunSeries
 from app.units import format_number
-
-
-def _finite(y: np.ndarray) -> np.ndarray:
-    # An inf loss (an error step) would flatten everything else on the axis.
-    return np.where(np.isfinite(y), y, np.nan)
 
 
 class LossPlot(LivePlot):
@@ -26,8 +21,8 @@ class LossPlot(LivePlot):
         self.grad_view = pg.ViewBox(enableMouse=False)
         self.grad_view.setZValue(-100)  # under the main view, so the main view gets the mouse
         item.scene().addItem(self.grad_view)
+        item.showAxis("right")
         right = item.getAxis("right")
-        right.setStyle(showValues=True)
         right.linkToView(self.grad_view)
         right.setTextPen(GRAD_NORM_COLOR)
         right.setPen("#999999")
@@ -44,18 +39,20 @@ class LossPlot(LivePlot):
         self.grad_view.setGeometry(vb.sceneBoundingRect())
         self.grad_view.linkedViewChanged(vb, self.grad_view.XAxis)
 
+    ghost_x_shift = 0.5
+
     def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
-        return run.step_x + 0.5, _finite(run.step_column("loss"))
+        return run.step_x, run.loss_rows[0]
 
     def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
         if run is None or run.step_count == 0:
             self.clear_data()
             return
-        x = run.step_x + 0.5
-        sl = visible_slice(x, x0, x1)
-        for key in ("loss", "grad_norm"):
-            y = _finite(run.step_column(key)[sl])
-            self.curves[key].setData(*min_max(x[sl], y, max_points))
+        sl = visible_slice(run.step_x, x0 - 0.5, x1 - 0.5)
+        xs, rows = self.decimator("loss", "minmax")(run.step_x, run.loss_rows, sl, max_points)
+        xs = xs + self.ghost_x_shift
+        self.curves["loss"].setData(xs, rows[0])
+        self.curves["grad_norm"].setData(xs, rows[1])
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
         loss = grad = head = ""
@@ -75,4 +72,4 @@ class LossPlot(LivePlot):
 
 def _ghost_loss(series: RunSeries, x: float) -> str | None:
     i = series.step_row(int(np.floor(x)))
-    return None if i is None else format_number(float(series.step_column("loss")[i]))
+    return None if i is None else format_number(float(series.loss_rows[0][i]))

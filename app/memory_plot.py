@@ -8,7 +8,7 @@ import numpy as np
 from PySide6.QtCore import Qt
 
 from app.bytes_axis import BytesAxis
-from app.decimate import envelope, min_max, visible_slice
+from app.decimate import visible_slice
 from app.live_plot import LivePlot, ghost_legend
 from app.plot_style import CATEGORY_COLORS, PEAK_COLOR, RESERVED_COLOR, TOTAL_COLOR, swatch
 from app.run_series import RunSeries
@@ -22,8 +22,8 @@ class MemoryPlot(LivePlot):
 
     def __init__(self, parent=None) -> None:
         super().__init__("memory_plot", "Memory", BytesAxis("left"), parent)
-        for i, cat in enumerate(MEMORY_CATEGORIES):
-            self.add_curve(cat, CATEGORY_COLORS[cat], fill=True, z=10 - i)
+        self.area = self.add_area(MEMORY_CATEGORIES,
+                                  [CATEGORY_COLORS[c] for c in MEMORY_CATEGORIES], z=5)
         self.add_curve("total", TOTAL_COLOR, width=1.2, z=15)
         self.add_curve("peak", PEAK_COLOR, width=1.2, style=Qt.DotLine, z=16, finite=False)
         self.add_curve("allocated", TOTAL_COLOR, width=1, style=Qt.DashDotLine, z=14,
@@ -38,20 +38,20 @@ class MemoryPlot(LivePlot):
             self.clear_data()
             return
         sl = visible_slice(run.sample_x, x0, x1)
-        x = run.sample_x[sl]
-        xs, layers = envelope(x, run.memory_layers[:, sl], max_points)
-        for cat, layer in zip(MEMORY_CATEGORIES, layers, strict=True):
-            self.curves[cat].setData(xs, layer)
+        xs, layers = self.decimator("layers", "envelope")(run.sample_x, run.memory_layers, sl,
+                                                          max_points)
+        self.area.setData(xs, layers)
         self.curves["total"].setData(xs, layers[-1])
         if run.has_reserved:
-            self.curves["reserved"].setData(*min_max(x, run.reserved[sl], max_points))
-            self.curves["allocated"].setData(*min_max(x, run.allocated[sl], max_points))
+            xa, rows = self.decimator("allocator", "minmax")(run.sample_x, run.allocator_rows,
+                                                             sl, max_points)
+            self.curves["allocated"].setData(xa, rows[0])
+            self.curves["reserved"].setData(xa, rows[1])
         if run.step_count:
-            sx = run.step_x
-            ssl = visible_slice(sx, x0 - 1, x1)
-            self.curves["peak"].setData(
-                *min_max(sx[ssl] + 0.5, run.step_column("peak_bytes")[ssl], max_points)
-            )
+            ssl = visible_slice(run.step_x, x0 - 1, x1)
+            xp, peak = self.decimator("peak", "minmax")(
+                run.step_x, run.step_column("peak_bytes")[None, :], ssl, max_points)
+            self.curves["peak"].setData(xp + 0.5, peak[0])
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
         row = None

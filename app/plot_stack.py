@@ -40,6 +40,8 @@ class PlotStack(QWidget):
         for plot in self.plots[1:]:
             plot.setXLink(self.memory_plot)
         self.loss_plot.getPlotItem().setLabel("bottom", "step")
+        for plot in self.plots[:-1]:
+            plot.getPlotItem().hideAxis("bottom")  # one step axis, under the stack
         self.run: RunSeries | None = None
         self.pins: list = []
         self.follow = True

@@ -82,6 +82,8 @@ class RunSeries:
             self._step_x.append(new_steps[:, self._step_col][None, :])
             phases = np.cumsum(np.nan_to_num(new_steps[:, self._phase_cols]), axis=1)
             rest = new_steps[:, self._step_cols]
+            # An inf loss (a failed step) would flatten everything else on its axis.
+            rest[~np.isfinite(rest)] = np.nan
             peaks = rest[:, 2]
             if np.isfinite(peaks).any():
                 self.peak = max(self.peak, float(np.nanmax(peaks)))
@@ -117,6 +119,16 @@ class RunSeries:
     @property
     def reserved(self) -> np.ndarray:
         return self._sample_y.view[len(MEMORY_CATEGORIES) + 1]
+
+    @property
+    def allocator_rows(self) -> np.ndarray:
+        """CUDA allocated and reserved bytes, shape (2, samples); NaN on CPU."""
+        return self._sample_y.view[len(MEMORY_CATEGORIES) : len(MEMORY_CATEGORIES) + 2]
+
+    @property
+    def loss_rows(self) -> np.ndarray:
+        """Loss and grad norm, shape (2, steps); NaN where not finite."""
+        return self._step_y.view[len(PHASES) : len(PHASES) + 2]
 
     @property
     def step_x(self) -> np.ndarray:

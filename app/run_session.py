@@ -33,6 +33,9 @@ class SessionSink:
     def __init__(self, history: RunHistory, writer: RunWriter | None) -> None:
         self.history = history
         self.writer = writer
+        if writer is None:  # the hot path, called for every record: no extra layer
+            for name in ("on_sample", "on_step", "on_allocations", "on_event", "on_graph"):
+                setattr(self, name, getattr(history, name))
 
     def _write(self, method: str, *args) -> None:
         if self.writer is None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.decimate import envelope, visible_slice
+from app.decimate import visible_slice
 from app.live_plot import LivePlot, ghost_legend
 from app.plot_style import PHASE_COLORS, TOTAL_COLOR, swatch
 from app.run_series import PHASE_MS_COLUMNS, RunSeries
@@ -17,21 +17,21 @@ class TimePlot(LivePlot):
 
     def __init__(self, parent=None) -> None:
         super().__init__("time_plot", "Step time (ms)", parent=parent)
-        for i, phase in enumerate(PHASES):
-            self.add_curve(phase, PHASE_COLORS[phase], fill=True, z=10 - i)
+        self.area = self.add_area(PHASES, [PHASE_COLORS[p] for p in PHASES], z=5)
+
+    ghost_x_shift = 0.5  # a step's time belongs to the middle of its interval
 
     def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
-        return run.step_x + 0.5, run.time_layers[-1]
+        return run.step_x, run.time_layers[-1]
 
     def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
         if run is None or run.step_count == 0:
             self.clear_data()
             return
-        x = run.step_x + 0.5  # a step's time belongs to the middle of its interval
-        sl = visible_slice(x, x0, x1)
-        xs, layers = envelope(x[sl], run.time_layers[:, sl], max_points)
-        for phase, layer in zip(PHASES, layers, strict=True):
-            self.curves[phase].setData(xs, layer)
+        sl = visible_slice(run.step_x, x0 - 0.5, x1 - 0.5)
+        xs, layers = self.decimator("layers", "envelope")(run.step_x, run.time_layers, sl,
+                                                          max_points)
+        self.area.setData(xs + self.ghost_x_shift, layers)
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
         values = dict.fromkeys(PHASES, "")

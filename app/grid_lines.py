@@ -1,0 +1,42 @@
+"""A light horizontal grid at the left axis's major ticks, drawn in one call.
+
+pyqtgraph's own grid is painted by the axis across the whole view, alpha-blended, at every
+tick level, and was half of a frame's paint time here; this one is a few opaque lines.
+"""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+from PySide6.QtCore import QLineF, QRectF
+from PySide6.QtGui import QColor, QPen
+
+# Dark at low alpha: light grey on white, a slightly deeper shade over the stacked areas.
+GRID_COLOR = QColor(0, 0, 0, 30)
+
+
+class GridLines(pg.GraphicsObject):
+    def __init__(self, axis: pg.AxisItem) -> None:
+        super().__init__()
+        self.axis = axis
+        self._pen = QPen(GRID_COLOR)
+        self._pen.setCosmetic(True)
+        self.setZValue(7)  # over the areas (z 5), under every line
+
+    def boundingRect(self) -> QRectF:
+        vb = self.getViewBox()
+        return vb.viewRect() if vb is not None else QRectF()
+
+    def viewRangeChanged(self) -> None:
+        self.prepareGeometryChange()
+        self.update()
+
+    def paint(self, painter, *_args) -> None:
+        vb = self.getViewBox()
+        if vb is None:
+            return
+        (x0, x1), (y0, y1) = vb.viewRange()
+        levels = self.axis.tickValues(y0, y1, max(vb.height(), 1.0))
+        if not levels:
+            return
+        painter.setPen(self._pen)
+        painter.drawLines([QLineF(x0, v, x1, v) for v in levels[0][1]])

@@ -1,0 +1,129 @@
+"""`python main.py shot`: run the real window offscreen for N steps and save a screenshot.
+
+The README's pictures come from here, so they show what a user sees: the same window, the
+same loop, toggles scheduled with --at exactly as live flips would apply. Nothing heavy is
+imported until main() runs (main.py imports every subcommand at start-up).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED = 0, 2, 1
+
+
+def add_parser(subparsers) -> None:
+    from core.options import PRESETS
+
+    p = subparsers.add_parser(
+        "shot", help="run the app window offscreen for N steps and save a PNG screenshot",
+        description="Open the real window offscreen, run a preset for N steps (toggles "
+        "scheduled with --at apply at step boundaries, as live flips do) and save the window "
+        "as a PNG. A training error is shown as the app shows it (paused, explained).",
+    )  # fmt: skip
+    p.add_argument("--preset", choices=PRESETS, help="model and data (default: mlp)")
+    p.add_argument("--config", metavar="F.toml", help="settings file ([techniques] table, at=[])")
+    p.add_argument("--set", dest="sets", action="extend", nargs="+", default=[],
+                   metavar="KEY=VALUE", help="override settings, e.g. --set batch_size=8 width=16")
+    p.add_argument("--at", dest="ats", action="extend", nargs="+", default=[],
+                   metavar="STEP:KEY=VALUE",
+                   help="change a technique at a step: --at 30:zero_grad=off")
+    p.add_argument("--steps", type=int, default=60, help="steps to run (default 60)")
+    p.add_argument("--out", required=True, metavar="FILE.png", help="where to save the PNG")
+    p.add_argument("--size", default="1480x920", metavar="WxH", help="window size in pixels")
+    p.add_argument("--hover", type=float, metavar="STEP",
+                   help="show the values at this step, as hovering there does")
+    p.add_argument("--resume", action="store_true",
+                   help="when the run pauses on a training error, resume it as the Resume button "
+                   "does (pair it with an --at change that fixes the cause)")
+    p.add_argument("--tab", choices=("timeline", "graph"), default="timeline",
+                   help="which centre tab to show")
+    p.add_argument("--timeout", type=float, default=900.0, metavar="S",
+                   help="give up waiting for the run after S seconds (the shot is still saved)")
+    p.add_argument("--precise", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--synthetic", action="store_true", help=argparse.SUPPRESS)
+
+
+def _size(text: str) -> tuple[int, int]:
+    w, sep, h = text.lower().partition("x")
+    if not sep or not w.isdigit() or not h.isdigit() or int(w) < 400 or int(h) < 300:
+        raise ValueError(f"--size {text!r}: expected WIDTHxHEIGHT, at least 400x300")
+    return int(w), int(h)
+
+
+def main(args) -> int:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from core.cli_run import build_config
+    from core.options import ConfigError
+
+    try:
+        config = build_config(args)
+        width, height = _size(args.size)
+    except (ConfigError, ValueError) as exc:
+        print(f"memlens shot: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    out = Path(args.out)
+    if out.suffix.lower() != ".png":
+        print(f"memlens shot: --out {str(out)!r}: the screenshot is a .png file", file=sys.stderr)
+        return EXIT_BAD_INPUT
+
+    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(["memlens-shot"])
+    from app.main_window import MainWindow
+
+    train_fn = None
+    if args.synthetic:
+        from app.synthetic import synthetic_training
+
+        train_fn = synthetic_training
+    window = MainWindow(config, runs_dir=None, train_fn=train_fn)
+    window.resize(width, height)
+    window.show()
+    session = window.start_config(config)
+
+    def settle(ms: int) -> None:
+        loop = QEventLoop()
+        QTimer.singleShot(ms, loop.quit)
+        loop.exec()
+
+    deadline = time.monotonic() + args.timeout
+    while session.running and time.monotonic() < deadline:
+        settle(50)
+        window._on_frame(force_text=True)  # the error state is noticed now, not at 4 Hz
+        if window.state == "error":
+            if not args.resume:
+                break
+            window.toggle_pause()
+    timed_out = session.running and window.state != "error"
+    settle(150)  # the last rows drawn, the slow text refreshed
+    window._on_frame(force_text=True)
+    if args.hover is not None:
+        window.plots.set_hover(args.hover)
+    if args.tab == "graph":
+        window.tabs.setCurrentIndex(1)
+        settle(500)
+    app.processEvents()
+    image = window.grab()
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
+    saved = image.save(str(tmp), "PNG")
+    if saved:
+        os.replace(tmp, out)
+    session.shutdown(30_000)
+    window.close()
+    errors = [e for e in session.history.events() if e.kind == "error"]
+    if not saved:
+        print(f"memlens shot: cannot write {str(out)!r}", file=sys.stderr)
+        return EXIT_FAILED
+    note = f"; paused on an error at step {errors[0].step}" if errors else ""
+    print(f"wrote {out}: {len(session.history.steps)} steps{note}")
+    if timed_out:
+        print(f"memlens shot: the run did not end within {args.timeout:g} s", file=sys.stderr)
+        return EXIT_FAILED
+    return EXIT_OK

@@ -1,0 +1,112 @@
+"""The numbers behind the plots: units, decimation, the pulled series, toggle effects."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from app.decimate import envelope, min_max, visible_slice
+from app.run_series import RunSeries
+from app.synthetic import fill_history, synthetic_training
+from app.toggle_effect import toggle_effect
+from app.units import byte_unit, format_bytes, format_ms, format_percent_change
+from core.config import RunConfig, ScheduledChange
+from core.controls import RunControls
+from core.history import RunHistory
+from core.records import MEMORY_CATEGORIES
+
+
+@pytest.mark.parametrize(("value", "text"), [
+    (0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (1536, "1.50 KiB"),
+    (10 * 2**20, "10.0 MiB"), (300 * 2**20, "300 MiB"), (3 * 2**30, "3.00 GiB"),
+    (-2.6 * 2**20, "-2.60 MiB"), (float("nan"), "n/a"),
+])  # fmt: skip
+def test_format_bytes(value, text):
+    assert format_bytes(value) == text
+
+
+def test_signed_and_other_formats():
+    assert format_bytes(2**20, signed=True) == "+1.00 MiB"
+    assert byte_unit(5 * 2**30) == (2**30, "GiB")
+    assert format_ms(0.25) == "0.25 ms" and format_ms(1500) == "1.50 s"
+    assert format_percent_change(100, 97) == "-3%" and format_percent_change(0, 1) == "n/a"
+
+
+def test_visible_slice_keeps_a_neighbour_each_side():
+    x = np.arange(100.0)
+    sl = visible_slice(x, 10.5, 20.5)
+    assert (sl.start, sl.stop) == (10, 22)
+    assert visible_slice(x, -50, 500) == slice(0, 100)
+
+
+def test_envelope_keeps_peaks_and_layer_order():
+    rng = np.random.default_rng(0)
+    n = 100_003
+    layers = np.cumsum(rng.random((5, n)), axis=0).astype(np.float32)
+    layers[2, 54_321] = 1e6  # one spike must survive
+    layers[3:, 54_321] += 1e6
+    x = np.arange(n, dtype=np.float64)
+    xs, ys = envelope(x, layers, 2000)
+    assert ys.shape[1] == len(xs) <= 2001
+    assert ys[2].max() == layers[2].max()
+    assert (np.diff(ys, axis=0) >= 0).all()  # stacked layers never cross
+    assert xs[0] == 0 and xs[-1] <= x[-1]
+
+
+def test_min_max_keeps_both_extremes_in_order():
+    y = np.sin(np.linspace(0, 60, 50_000))
+    y[123] = -5
+    y[40_000] = 7
+    xs, ys = min_max(np.arange(50_000.0), y, 1000)
+    assert len(xs) == len(ys) <= 1002
+    assert ys.min() == -5 and ys.max() == 7
+    assert (np.diff(xs) >= 0).all()
+    short = np.arange(10.0)
+    assert min_max(short, short, 1000)[1] is short  # nothing to cut: the data itself
+
+
+def test_run_series_pulls_only_new_rows_and_stacks_categories():
+    h = RunHistory()
+    series = RunSeries(h)
+    assert series.pull() == (0, 0)
+    synthetic_training(RunConfig(steps=20, eval_every=5), sink=h)
+    n_samples, n_steps = series.pull()
+    assert (n_samples, n_steps) == (len(h.samples), 20)
+    assert series.pull() == (0, 0)
+    cats = h.samples.rows()[:, [h.samples.index[c] for c in MEMORY_CATEGORIES]]
+    np.testing.assert_allclose(series.memory_layers, np.cumsum(cats, axis=1).T, rtol=1e-6)
+    np.testing.assert_allclose(series.total, h.samples.column("total"), rtol=1e-6)
+    assert series.peak == h.steps.column("peak_bytes").max()
+    assert series.step_row(7) == 7 and series.step_row(99) is None
+    assert series.last_step == 19 and series.x_end == 20.0
+
+
+def test_toggle_effect_compares_ten_steps_each_side():
+    h = RunHistory()
+    cfg = RunConfig(steps=40, eval_every=0)
+    controls = RunControls(cfg.techniques, (ScheduledChange(20, "zero_grad", "zeros"),))
+    synthetic_training(cfg, controls, h)
+    series = RunSeries(h)
+    series.pull()
+    event = h.events()[0]
+    effect = toggle_effect(series, event)
+    assert effect.complete and (effect.before_steps, effect.after_steps) == (10, 10)
+    params = h.samples.column("params")[0]
+    assert effect.memory_delta["zero_grad"] == pytest.approx(params)
+    assert effect.memory_delta["backward"] == pytest.approx(0)
+    text = effect.text()
+    assert text.startswith("zero_grad: set_to_none -> zeros: ")
+    assert f"{format_bytes(params, signed=True)} at zero_grad" in text
+    assert "step time" in text
+    partial = toggle_effect(series, event, window=30)
+    assert not partial.complete and "measuring: 20 of 30 steps" in partial.text()
+
+
+def test_fill_history_makes_a_million_samples_fast():
+    h = RunHistory()
+    fill_history(h, 250_000)
+    assert len(h.samples) == 1_000_001 and len(h.steps) == 250_000
+    series = RunSeries(h)
+    series.pull()
+    assert series.sample_count == 1_000_001
+    assert (np.diff(series.sample_x) > 0).all()

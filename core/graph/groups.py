@@ -54,7 +54,8 @@ class ViewGraph:
 
 
 def _matches(n: GraphNode, text: str) -> bool:
-    return (text in n.op.lower() or text in n.param.lower() or text in n.module.lower()
+    return (text in n.op.lower() or text in n.param.lower()
+            or any(text in group_title(k).lower() for k in n.scope)
             or (n.kind != "op" and text in n.title.lower()))  # fmt: skip
 
 
@@ -125,7 +126,12 @@ def view_graph(
 def _plain(n: GraphNode) -> ViewNode:
     shape = "(" + ", ".join(str(s) for s in n.shape) + ")"
     if n.kind == "op":
-        detail = f"saved {human_bytes(n.saved_bytes)}" if n.saved_bytes else ""
+        if n.saved_bytes:
+            detail = f"saved {human_bytes(n.saved_bytes)}"
+        elif n.held_bytes:  # all of it already counted at another op (a shared storage)
+            detail = f"shares {human_bytes(n.held_bytes)}"
+        else:
+            detail = ""
         problems = {t.problem for t in n.saved if t.problem}
         if problems:
             detail = "saved: " + ", ".join(sorted(problems))

@@ -8,6 +8,7 @@ node positions are centres.
 
 from __future__ import annotations
 
+import itertools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -153,8 +154,10 @@ def layered_layout(
 
     layer = _layers(n, src, dst, attached, w)
     stop()
-    order = _order(n, src, dst, layer, w, sweeps, t0 + deadline_s / 3, stop)
-    x = _x_positions(n, src, dst, layer, order, w, passes, t0 + deadline_s, stop)
+    rows = _Rows(n, src, dst, layer, w)
+    _order(rows, sweeps, t0 + deadline_s / 3, stop)
+    _x_positions(rows, passes, t0 + deadline_s, stop)
+    x = np.array(rows.x)
 
     n_layers = int(layer.max()) + 1
     layer_h = np.zeros(n_layers)
@@ -291,110 +294,116 @@ def _layers(
     return np.searchsorted(used, layer)
 
 
-def _pack(widths: np.ndarray) -> np.ndarray:
-    """Centres of boxes placed side by side, the row centred on 0."""
-    right = np.cumsum(widths + NODE_GAP)
-    centres = right - NODE_GAP - widths / 2
-    return centres - (right[-1] - NODE_GAP) / 2
+class _Rows:
+    """The layers as Python lists: most layers hold a handful of nodes, where list work beats
+    numpy's per-call overhead many times over."""
+
+    def __init__(self, n: int, src: np.ndarray, dst: np.ndarray, layer: np.ndarray,
+                 w: np.ndarray) -> None:  # fmt: skip
+        self.n_layers = int(layer.max()) + 1
+        self.members: list[list[int]] = [[] for _ in range(self.n_layers)]
+        for v in range(n):  # walk order within each layer to start with
+            self.members[int(layer[v])].append(v)
+        self.w = w.tolist()
+        self.preds: list[list[int]] = [[] for _ in range(n)]
+        self.succs: list[list[int]] = [[] for _ in range(n)]
+        for s, d in zip(src.tolist(), dst.tolist(), strict=True):
+            self.preds[d].append(s)
+            self.succs[s].append(d)
+        self.x = [0.0] * n
+        for m in self.members:
+            self.pack(m)
+
+    def pack(self, m: list[int]) -> None:
+        """Boxes side by side in this order, the row centred on 0."""
+        w, x = self.w, self.x
+        total = sum(w[v] for v in m) + NODE_GAP * (len(m) - 1)
+        left = -total / 2
+        for v in m:
+            x[v] = left + w[v] / 2
+            left += w[v] + NODE_GAP
+
+    def mean_x(self, v: int, down: bool, up: bool) -> float | None:
+        x = self.x
+        total, count = 0.0, 0
+        if down:
+            for p in self.preds[v]:
+                total += x[p]
+                count += 1
+        if up:
+            for s in self.succs[v]:
+                total += x[s]
+                count += 1
+        return total / count if count else None
 
 
-def _by_layer(keys: np.ndarray, n_layers: int) -> list[np.ndarray]:
-    """Edge indices grouped by the layer in `keys` (one array per layer)."""
-    order = np.argsort(keys, kind="stable")
-    bounds = np.searchsorted(keys[order], np.arange(n_layers + 1))
-    return [order[bounds[k]:bounds[k + 1]] for k in range(n_layers)]
-
-
-def _order(n, src, dst, layer, w, sweeps, deadline, stop) -> list[np.ndarray]:
+def _order(rows: _Rows, sweeps: int, deadline: float, stop) -> None:
     """Barycentre crossing reduction over all edges (no dummy nodes: a long edge counts by
-    where its far end sits now)."""
-    n_layers = int(layer.max()) + 1
-    members = [np.flatnonzero(layer == k) for k in range(n_layers)]  # walk order first
-    rank = np.zeros(n, dtype=np.int64)
-    x = np.zeros(n)
-    for m in members:
-        x[m] = _pack(w[m])
-        rank[m] = np.arange(len(m))
-    into = _by_layer(layer[dst], n_layers)
-    out_of = _by_layer(layer[src], n_layers)
+    where its far end sits now), sweeping down and up."""
+    x = rows.x
     for sweep in range(2 * sweeps):
         down = sweep % 2 == 0
-        k_range = range(1, n_layers) if down else range(n_layers - 2, -1, -1)
-        a, b, groups = (src, dst, into) if down else (dst, src, out_of)
+        k_range = range(1, rows.n_layers) if down else range(rows.n_layers - 2, -1, -1)
         for k in k_range:
-            m = members[k]
-            e = groups[k]
-            if len(m) < 2 or len(e) == 0:
+            m = rows.members[k]
+            if len(m) < 2:
                 continue
-            local = rank[b[e]]
-            sums = np.bincount(local, weights=x[a[e]], minlength=len(m))
-            cnt = np.bincount(local, minlength=len(m))
-            key = np.where(cnt > 0, sums / np.maximum(cnt, 1), x[m])
-            m = m[np.argsort(key, kind="stable")]
-            members[k] = m
-            rank[m] = np.arange(len(m))
-            x[m] = _pack(w[m])
+            keys = {}
+            for v in m:
+                mean = rows.mean_x(v, down, not down)
+                keys[v] = x[v] if mean is None else mean
+            m.sort(key=keys.__getitem__)
+            rows.pack(m)
         stop()
         if time.perf_counter() > deadline:
             break
-    return members
 
 
-def _x_positions(n, src, dst, layer, members, w, passes, deadline, stop) -> np.ndarray:
+def _x_positions(rows: _Rows, passes: int, deadline: float, stop) -> None:
     """Pull each node towards its neighbours' mean x, keeping the order and the gaps."""
-    x = np.zeros(n)
-    rank = np.zeros(n, dtype=np.int64)
-    for m in members:
-        x[m] = _pack(w[m])
-        rank[m] = np.arange(len(m))
-    n_layers = len(members)
-    into = _by_layer(layer[dst], n_layers)
-    out_of = _by_layer(layer[src], n_layers)
+    x, w = rows.x, rows.w
     for p in range(passes):
         mode = ("down", "up", "both")[p % 3] if p < passes - 2 else "both"
-        k_range = range(n_layers - 1, -1, -1) if mode == "up" else range(n_layers)
+        k_range = range(rows.n_layers - 1, -1, -1) if mode == "up" else range(rows.n_layers)
+        down, up = mode in ("down", "both"), mode in ("up", "both")
         for k in k_range:
-            m = members[k]
-            locs, vals = [], []
-            if mode in ("down", "both") and len(into[k]):
-                locs.append(rank[dst[into[k]]])
-                vals.append(x[src[into[k]]])
-            if mode in ("up", "both") and len(out_of[k]):
-                locs.append(rank[src[out_of[k]]])
-                vals.append(x[dst[out_of[k]]])
-            if not locs:
-                continue
-            local = np.concatenate(locs)
-            sums = np.bincount(local, weights=np.concatenate(vals), minlength=len(m))
-            cnt = np.bincount(local, minlength=len(m))
-            want = np.where(cnt > 0, sums / np.maximum(cnt, 1), x[m])
-            x[m] = _isotonic_place(want, w[m])
+            m = rows.members[k]
+            want = []
+            for v in m:
+                mean = rows.mean_x(v, down, up)
+                want.append(x[v] if mean is None else mean)
+            for v, xv in zip(m, _isotonic_place(want, [w[v] for v in m]), strict=True):
+                x[v] = xv
         stop()
         if time.perf_counter() > deadline:
             break
-    return x
 
 
-def _isotonic_place(want: np.ndarray, widths: np.ndarray) -> np.ndarray:
+def _isotonic_place(want: list[float], widths: list[float]) -> list[float]:
     """Positions closest (least squares) to `want`, in this order, with no overlaps.
 
     With offsets o_i = the minimum distance from the first box, z_i = x_i - o_i must not
     decrease: isotonic regression of want - o, solved by pool-adjacent-violators.
     """
     if len(want) == 1:
-        return want.copy()
-    gaps = (widths[:-1] + widths[1:]) / 2 + NODE_GAP
-    offsets = np.concatenate([[0.0], np.cumsum(gaps)])
-    target = (want - offsets).tolist()
-    blocks: list[list[float]] = []  # [mean, count]
-    for t in target:
-        blocks.append([t, 1.0])
-        while len(blocks) > 1 and blocks[-2][0] > blocks[-1][0]:
-            m2, c2 = blocks.pop()
-            m1, c1 = blocks[-1]
-            blocks[-1] = [(m1 * c1 + m2 * c2) / (c1 + c2), c1 + c2]
-    z = np.repeat([b[0] for b in blocks], [int(b[1]) for b in blocks])
-    return z + offsets
+        return want
+    offsets = [0.0]
+    for a, b in itertools.pairwise(widths):
+        offsets.append(offsets[-1] + (a + b) / 2 + NODE_GAP)
+    means: list[float] = []
+    counts: list[int] = []
+    for t, o in zip(want, offsets, strict=True):
+        means.append(t - o)
+        counts.append(1)
+        while len(means) > 1 and means[-2] > means[-1]:
+            m2, c2 = means.pop(), counts.pop()
+            m1, c1 = means[-1], counts[-1]
+            means[-1] = (m1 * c1 + m2 * c2) / (c1 + c2)
+            counts[-1] = c1 + c2
+    out = []
+    for mean, count in zip(means, counts, strict=True):
+        out.extend([mean] * count)
+    return [z + o for z, o in zip(out, offsets, strict=True)]
 
 
 def _curve(p: Point, ps: Point, q: Point, qs: Point, style: str) -> list[Point]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
 NODE_KINDS: tuple[str, ...] = ("op", "param", "saved", "output")
@@ -153,13 +153,15 @@ class GraphSnapshot:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GraphSnapshot:
+        """Inverse of to_dict; keys it does not know (a newer file) are skipped."""
         nodes = []
         for n in data.get("nodes", ()):
             saved = tuple(
-                SavedTensor(**{**t, "shape": tuple(t["shape"])}) for t in n.get("saved", ())
+                SavedTensor(**{**_known(SavedTensor, t), "shape": tuple(t["shape"])})
+                for t in n.get("saved", ())
             )
             nodes.append(GraphNode(**{
-                **n, "saved": saved, "scope": tuple(n.get("scope", ())),
+                **_known(GraphNode, n), "saved": saved, "scope": tuple(n.get("scope", ())),
                 "shape": tuple(n.get("shape", ())),
             }))  # fmt: skip
         return cls(
@@ -170,6 +172,11 @@ class GraphSnapshot:
             notes=tuple(data.get("notes", ())), capture_ms=float(data.get("capture_ms", 0.0)),
             models=tuple(data.get("models", ("model",))),
         )  # fmt: skip
+
+
+def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
+    names = {f.name for f in fields(cls)}
+    return {k: v for k, v in data.items() if k in names}
 
 
 def human_bytes(n: float) -> str:

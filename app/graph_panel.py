@@ -1,0 +1,666 @@
+"""GraphPanel: the captured autograd graph, live: zoom, search, bytes, module groups, export."""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from PySide6.QtCore import (
+    QObject,
+    QPointF,
+    QRunnable,
+    QSignalBlocker,
+    Qt,
+    QThreadPool,
+    Signal,
+    Slot,
+)  # fmt: skip
+from PySide6.QtGui import QAction, QColor, QImage, QPainter, QPen
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QComboBox,
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QListWidget,
+    QListWidgetItem,
+    QMenu,
+    QPushButton,
+    QSizePolicy,
+    QSpinBox,
+    QSplitter,
+    QVBoxLayout,
+    QWidget,
+)  # fmt: skip
+
+from app.graph_scene import GraphScene, GraphView, TextMetrics
+from app.units import format_bytes, format_ms
+from core.graph.groups import ViewGraph, default_grouped, group_title, view_graph
+from core.graph.layout import Layout, LayoutCancelled, LayoutRequest, layout_graph
+from core.graph.snapshot import GraphSnapshot
+
+ENGINES = {"auto": "auto", "Graphviz dot": "dot", "memlens layered": "layered"}
+TREND_KEEP = 200
+MAX_CAPTURES = 50  # kept for the capture list (each holds only plain data)
+
+
+def _capture_text(s: GraphSnapshot) -> str:
+    nodes = "no graph" if s.is_empty else f"{s.node_count:,} nodes"
+    return f"step {s.step} {s.kind}: {nodes}"
+
+
+# --- the layout worker ----------------------------------------------------------------------
+@dataclass(frozen=True)
+class _LayoutJob:
+    generation: int
+    snapshot: GraphSnapshot
+    expanded: frozenset[str]
+    grouped: bool
+    show_saved: bool
+    engine: str
+
+
+class _LayoutSignals(QObject):
+    done = Signal(int, object, object)  # generation, ViewGraph, Layout
+    failed = Signal(int, str)
+
+
+class _LayoutTask(QRunnable):
+    """Builds the view graph and lays it out off the GUI thread; checks `cancel` between
+    stages so a newer request is not kept waiting."""
+
+    def __init__(self, job: _LayoutJob, metrics: TextMetrics, signals: _LayoutSignals,
+                 cancel: threading.Event) -> None:  # fmt: skip
+        super().__init__()
+        self.job, self.metrics, self.signals, self.cancel = job, metrics, signals, cancel
+        self.setAutoDelete(True)
+
+    def run(self) -> None:
+        job = self.job
+        try:
+            view = view_graph(job.snapshot, job.expanded, grouped=job.grouped,
+                              show_saved=job.show_saved)  # fmt: skip
+            request = LayoutRequest(
+                ids=tuple(v.id for v in view.nodes),
+                sizes=tuple(self.metrics.size(v.label) for v in view.nodes),
+                edges=view.edges, attached=view.attached,
+            )  # fmt: skip
+            layout = layout_graph(request, job.engine, should_stop=self.cancel.is_set)
+        except LayoutCancelled:
+            return
+        except Exception as exc:  # reported on the GUI thread, never lost
+            if not self.cancel.is_set():
+                self.signals.failed.emit(job.generation, f"{type(exc).__name__}: {exc}")
+            return
+        if not self.cancel.is_set():
+            self.signals.done.emit(job.generation, view, layout)
+
+
+class _ExportSignals(QObject):
+    done = Signal(str)
+    failed = Signal(str)
+
+
+class _ExportTask(QRunnable):
+    def __init__(self, snapshot: GraphSnapshot, path: Path, fmt: str,
+                 signals: _ExportSignals) -> None:  # fmt: skip
+        super().__init__()
+        self.snapshot, self.path, self.fmt, self.signals = snapshot, path, fmt, signals
+
+    def run(self) -> None:
+        from core.graph.export import export_graph
+
+        try:
+            r = export_graph(self.snapshot, self.path, self.fmt)
+        except Exception as exc:  # ExportError, DotError, a full disk: shown, not raised
+            self.signals.failed.emit(str(exc))
+            return
+        self.signals.done.emit(f"Wrote {r.path.name} ({r.how}, {r.seconds:.2f} s)")
+
+
+# --- small widgets --------------------------------------------------------------------------
+class NodeTrend(QWidget):
+    """Node count per capture on a step axis, train and eval apart: a graph that grows from
+    capture to capture (carried state not detached, eval under grad) shows at a glance."""
+
+    COLOURS = {"train": "#1565c0", "eval": "#e65100"}
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setObjectName("graph_trend")
+        self.series: dict[str, list[tuple[int, int]]] = {"train": [], "eval": []}
+        self.setMinimumHeight(86)
+        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
+
+    def add(self, step: int, nodes: int, kind: str = "train") -> None:
+        points = self.series.setdefault(kind, [])
+        points.append((step, nodes))
+        del points[:-TREND_KEEP]
+        self.update()
+
+    def counts(self, kind: str = "train") -> list[int]:
+        return [n for _, n in self.series.get(kind, ())]
+
+    def clear(self) -> None:
+        for points in self.series.values():
+            points.clear()
+        self.update()
+
+    def _caption(self, kind: str) -> str:
+        points = self.series[kind]
+        (s0, first), (_s1, last) = points[0], points[-1]
+        if len(points) == 1:
+            return f"{kind}: {last:,} nodes at step {s0}"
+        return f"{kind}: {first:,} → {last:,} nodes ({last - first:+,} since step {s0})"
+
+    def paintEvent(self, event) -> None:
+        p = QPainter(self)
+        p.setRenderHint(QPainter.RenderHint.Antialiasing)
+        fm = p.fontMetrics()
+        line = fm.height()
+        kinds = [k for k, pts in self.series.items() if pts]
+        p.setPen(QColor("#555555"))
+        if not kinds:
+            p.drawText(4, line, "Nodes per capture: no captures yet")
+            return
+        p.drawText(4, line, "Nodes per capture")
+        for i, kind in enumerate(kinds):
+            p.setPen(QColor(self.COLOURS.get(kind, "#555555")))
+            p.drawText(4, line * (2 + i), self._caption(kind))
+        r = self.rect().adjusted(6, int(line * (len(kinds) + 1) + 6), -6, -4)
+        every = [pt for k in kinds for pt in self.series[k]]
+        s_lo, s_hi = min(s for s, _ in every), max(s for s, _ in every)
+        n_lo, n_hi = min(n for _, n in every), max(n for _, n in every)
+
+        def at(step: int, nodes: int) -> QPointF:
+            fx = (step - s_lo) / (s_hi - s_lo) if s_hi > s_lo else 1.0
+            fy = (nodes - n_lo) / (n_hi - n_lo) if n_hi > n_lo else 0.5
+            return QPointF(r.left() + r.width() * fx, r.bottom() - r.height() * fy)
+
+        p.setPen(QPen(QColor("#dddddd"), 1))
+        p.drawLine(r.bottomLeft(), r.bottomRight())
+        for kind in kinds:
+            colour = QColor(self.COLOURS.get(kind, "#555555"))
+            pts = [at(s, n) for s, n in self.series[kind]]
+            p.setPen(QPen(colour, 1.6))
+            for a, b in itertools.pairwise(pts):
+                p.drawLine(a, b)
+            p.setBrush(colour)
+            p.setPen(Qt.PenStyle.NoPen)
+            for q in pts[-60:]:
+                p.drawEllipse(q, 2.4, 2.4)
+
+
+# --- the panel ------------------------------------------------------------------------------
+class GraphPanel(QWidget):
+    """Shows GraphSnapshots (`show_snapshot`); asks the run for captures by signal."""
+
+    capture_requested = Signal()
+    capture_every_changed = Signal(int)
+    layout_ready = Signal()  # the scene now shows the latest request
+    export_finished = Signal(str)  # a message: what was written, or what went wrong
+
+    def __init__(self, parent: QWidget | None = None) -> None:
+        super().__init__(parent)
+        self.snapshot: GraphSnapshot | None = None  # the one on screen
+        self.captures: list[GraphSnapshot] = []  # oldest first
+        self.view: ViewGraph | None = None
+        self.layout: Layout | None = None
+        self.expanded: set[str] = set()
+        self.selected: str | None = None
+        self.last_layout_s = 0.0  # request -> on screen, for the header and tests
+        self._generation = 0
+        self._requested_at = 0.0
+        self._cancel = threading.Event()
+        self._hits: list[str] = []
+        self._hit_index = -1
+        self._pool = QThreadPool(self)
+        self._pool.setMaxThreadCount(1)
+        self._signals = _LayoutSignals(self)
+        self._signals.done.connect(self._on_layout_done)
+        self._signals.failed.connect(self._on_layout_failed)
+        self._export_signals = _ExportSignals(self)
+        self._export_signals.done.connect(self._on_export_done)
+        self._export_signals.failed.connect(self._on_export_failed)
+        self._build()
+
+    # --- widgets --------------------------------------------------------------------------
+    def _build(self) -> None:
+        self.header = QLabel("No graph captured yet. Press “Capture next step” while a run "
+                             "is going.")  # fmt: skip
+        self.header.setObjectName("graph_header")
+        self.header.setWordWrap(True)
+        self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+
+        self.capture_button = QPushButton("Capture next step")
+        self.capture_button.setObjectName("capture_button")
+        self.capture_button.setToolTip("Capture the autograd graph of the next training step, "
+                                       "before its backward frees it")  # fmt: skip
+        self.capture_button.clicked.connect(self.capture_requested)
+        self.every = QSpinBox()
+        self.every.setObjectName("capture_every")
+        self.every.setRange(0, 100000)
+        self.every.setPrefix("every ")
+        self.every.setSuffix(" steps")
+        self.every.setSpecialValueText("every: off")
+        self.every.setToolTip("Also capture every N steps (0 = only on request)")
+        self.every.valueChanged.connect(self._on_every_changed)
+
+        self.search = QLineEdit()
+        self.search.setObjectName("graph_search")
+        self.search.setPlaceholderText("Find op, parameter or module…")
+        self.search.setClearButtonEnabled(True)
+        self.search.setMinimumWidth(220)
+        self.search.textChanged.connect(self._on_search_changed)
+        self.search.returnPressed.connect(self._next_hit)
+        self.grouped = QCheckBox("Group by module")
+        self.grouped.setObjectName("graph_grouped")
+        self.grouped.setToolTip("Collapse each module call into one node; click it to expand")
+        self.grouped.toggled.connect(self._on_grouped_changed)
+        self.show_saved = QCheckBox("Saved tensors")
+        self.show_saved.setChecked(True)
+        self.show_saved.setToolTip("Draw saved tensors as orange nodes (as torchviz does)")
+        self.show_saved.toggled.connect(self._on_show_saved_changed)
+        self.capture_list = QComboBox()
+        self.capture_list.setObjectName("graph_capture")
+        self.capture_list.setToolTip("Captured graphs, newest first")
+        self.capture_list.setMinimumContentsLength(22)
+        self.capture_list.currentIndexChanged.connect(self._on_capture_chosen)
+        self.engine = QComboBox()
+        self.engine.setObjectName("graph_engine")
+        self.engine.addItems(list(ENGINES))
+        self.engine.setToolTip("auto: Graphviz dot for small graphs (bounded in time), "
+                               "memlens' layered layout otherwise")  # fmt: skip
+        self.engine.currentTextChanged.connect(lambda _t: self._relayout())
+        fit = QPushButton("Fit")
+        fit.setToolTip("Show the whole graph")
+        fit.clicked.connect(lambda: self.graph_view.fit())
+        self.export_buttons = {}
+        for fmt in ("dot", "svg", "png"):
+            b = QPushButton(fmt.upper())
+            b.setObjectName(f"export_{fmt}")
+            b.setToolTip(f"Export the captured graph as {fmt.upper()}")
+            b.clicked.connect(lambda _c=False, f=fmt: self._ask_export(f))
+            b.setEnabled(False)
+            self.export_buttons[fmt] = b
+
+        self.scene = GraphScene(self)
+        self.scene.graph_built.connect(self._on_graph_built)
+        self.graph_view = GraphView(self.scene)
+        self.graph_view.node_clicked.connect(self._on_node_clicked)
+        self.graph_view.node_context.connect(self._on_node_context)
+
+        self.trend = NodeTrend()
+        self.selection_title = QLabel("Click a node to list what it saved for backward.")
+        self.selection_title.setWordWrap(True)
+        self.saved_list = QListWidget()
+        self.saved_list.setObjectName("saved_list")
+        self.notes = QLabel("")
+        self.notes.setObjectName("graph_notes")
+        self.notes.setWordWrap(True)
+        self.notes.setStyleSheet("color: #8a5a00;")
+
+        top = QHBoxLayout()  # capturing, and what to do with a capture
+        for w in (self.capture_button, self.every, QLabel("Showing:"), self.capture_list):
+            top.addWidget(w)
+        top.addStretch(1)
+        top.addWidget(QLabel("Export:"))
+        for b in self.export_buttons.values():
+            b.setMaximumWidth(56)
+            top.addWidget(b)
+        view_row = QHBoxLayout()  # how to look at it
+        for w in (self.search, self.grouped, self.show_saved, QLabel("Layout:"), self.engine,
+                  fit):  # fmt: skip
+            view_row.addWidget(w)
+        view_row.addStretch(1)
+        side = QWidget()
+        side_box = QVBoxLayout(side)
+        side_box.setContentsMargins(0, 0, 0, 0)
+        side_box.addWidget(self.trend)
+        side_box.addWidget(self.selection_title)
+        side_box.addWidget(self.saved_list, 1)
+        side_box.addWidget(self.notes)
+        split = QSplitter(Qt.Orientation.Horizontal)
+        split.addWidget(self.graph_view)
+        split.addWidget(side)
+        split.setStretchFactor(0, 4)
+        split.setStretchFactor(1, 1)
+        split.setSizes([800, 260])
+        box = QVBoxLayout(self)
+        box.addWidget(self.header)
+        box.addLayout(top)
+        box.addLayout(view_row)
+        box.addWidget(split, 1)
+
+    # --- showing a snapshot ---------------------------------------------------------------
+    @Slot(object)
+    def show_snapshot(self, snapshot: GraphSnapshot) -> None:
+        """Add a captured graph and show it (returns at once; layout runs on a worker).
+
+        Every capture goes into the trend and the capture list. An eval graph that arrives
+        right after the train graph of the same step is listed, not shown over it.
+        """
+        self.trend.add(snapshot.step, snapshot.node_count, snapshot.kind)
+        self.captures.append(snapshot)
+        del self.captures[:-MAX_CAPTURES]
+        with QSignalBlocker(self.capture_list):
+            self.capture_list.insertItem(0, _capture_text(snapshot))
+            while self.capture_list.count() > MAX_CAPTURES:
+                self.capture_list.removeItem(self.capture_list.count() - 1)
+        shown = self.snapshot
+        if (snapshot.kind == "eval" and shown is not None and shown.kind == "train"
+                and shown.step == snapshot.step):  # fmt: skip
+            with QSignalBlocker(self.capture_list):
+                self.capture_list.setCurrentIndex(self.captures[::-1].index(shown))
+            return
+        with QSignalBlocker(self.capture_list):
+            self.capture_list.setCurrentIndex(0)
+        self._display(snapshot)
+
+    @Slot(int)
+    def _on_capture_chosen(self, index: int) -> None:
+        if 0 <= index < len(self.captures):
+            self._display(self.captures[::-1][index])
+
+    def _display(self, snapshot: GraphSnapshot) -> None:
+        self.snapshot = snapshot
+        self.expanded = set()
+        self.selected = None
+        for b in self.export_buttons.values():
+            b.setEnabled(True)
+        self.notes.setText("\n".join(snapshot.notes))
+        self.saved_list.clear()
+        self.selection_title.setText("Click a node to list what it saved for backward.")
+        with QSignalBlocker(self.grouped):
+            self.grouped.setChecked(default_grouped(snapshot))
+        self._update_header()
+        if snapshot.is_empty:
+            self._cancel_layout()
+            self._generation += 1
+            self.view, self.layout = None, None
+            self.scene.show_message(f"Step {snapshot.step} ({snapshot.kind}): "
+                                    f"{snapshot.message}")  # fmt: skip
+            self.graph_view.fit()
+            self.layout_ready.emit()
+            return
+        self._relayout()
+
+    def _relayout(self) -> None:
+        if self.snapshot is None or self.snapshot.is_empty:
+            return
+        self._cancel_layout()
+        self._generation += 1
+        self._requested_at = time.perf_counter()
+        job = _LayoutJob(self._generation, self.snapshot, frozenset(self.expanded),
+                         self.grouped.isChecked(), self.show_saved.isChecked(),
+                         ENGINES[self.engine.currentText()])  # fmt: skip
+        self._cancel = threading.Event()
+        self._pool.start(_LayoutTask(job, self.scene.metrics, self._signals, self._cancel))
+        self._update_header(laying_out=True)
+
+    def _cancel_layout(self) -> None:
+        self._cancel.set()
+
+    @Slot(int, object, object)
+    def _on_layout_done(self, generation: int, view: ViewGraph, layout: Layout) -> None:
+        if generation != self._generation:
+            return  # superseded by a newer request
+        self.view, self.layout = view, layout
+        self.scene.show_graph(view, layout)  # builds in slices, then graph_built
+
+    @Slot()
+    def _on_graph_built(self) -> None:
+        view, layout = self.view, self.layout
+        if view is None or layout is None:
+            return
+        focus = None
+        for v in view.nodes:
+            if v.kind == "output" and v.id in layout.positions:
+                focus = QPointF(*layout.positions[v.id])
+        self.graph_view.show_readable(focus)
+        self.last_layout_s = time.perf_counter() - self._requested_at
+        if layout.notes:
+            note = "\n".join(layout.notes)
+            self.notes.setText("\n".join([*self.snapshot.notes, note]))
+        if self.selected in self.scene.items_by_id:
+            self.select_node(self.selected)
+        self._on_search_changed(self.search.text())
+        self._update_header()
+        self.layout_ready.emit()
+
+    @Slot(int, str)
+    def _on_layout_failed(self, generation: int, message: str) -> None:
+        if generation != self._generation:
+            return
+        self.scene.show_message(f"The layout failed: {message}")
+        self.layout_ready.emit()
+
+    def _update_header(self, laying_out: bool = False) -> None:
+        s = self.snapshot
+        if s is None:
+            return
+        if s.is_empty:
+            self.header.setText(f"<b>Step {s.step}</b> ({s.kind}): {s.message}")
+            return
+        text = (f"<b>Step {s.step}</b> ({s.kind}) · <b>{s.node_count:,} nodes</b> "
+                f"({s.count('op'):,} ops, {s.count('param'):,} parameters, "
+                f"{s.count('saved'):,} saved tensors) · saved for backward "
+                f"<b>{format_bytes(s.saved_bytes)}</b> · capture "
+                f"{format_ms(s.capture_ms)}")  # fmt: skip
+        if laying_out:
+            text += " · <i>laying out…</i>"
+        elif self.layout is not None and self.view is not None:
+            shown = len(self.view.nodes)
+            what = f"{shown:,} shown, " if shown != s.node_count else ""
+            text += (f" · {what}layout: {self.layout.engine} "
+                     f"{self.layout.seconds:.2f} s")  # fmt: skip
+        self.header.setText(text)
+
+    # --- interaction ----------------------------------------------------------------------
+    @Slot(int)
+    def _on_every_changed(self, value: int) -> None:
+        self.capture_every_changed.emit(value)
+
+    def set_capture_every(self, value: int) -> None:
+        """Show the run's setting without echoing it back as a change."""
+        with QSignalBlocker(self.every):
+            self.every.setValue(value)
+
+    @Slot(bool)
+    def _on_grouped_changed(self, _checked: bool) -> None:
+        self.expanded = set()
+        self._relayout()
+
+    @Slot(bool)
+    def _on_show_saved_changed(self, _checked: bool) -> None:
+        self._relayout()
+
+    @Slot(str)
+    def _on_node_clicked(self, view_id: str) -> None:
+        self.select_node(view_id)
+        v = self._view_node(view_id)
+        if v is not None and v.kind == "group":
+            self.expand(v.group)
+
+    def expand(self, key: str) -> None:
+        self.expanded.add(key)
+        self._relayout()
+
+    def collapse(self, key: str) -> None:
+        self.expanded.discard(key)
+        for k in list(self.expanded):  # inner calls close with their module
+            if self._inside(k, key):
+                self.expanded.discard(k)
+        self._relayout()
+
+    def _inside(self, inner: str, outer: str) -> bool:
+        return any(inner in n.scope and outer in n.scope[: n.scope.index(inner)]
+                   for n in self.snapshot.nodes if inner in n.scope)  # fmt: skip
+
+    @Slot(str, object)
+    def _on_node_context(self, view_id: str, where) -> None:
+        v = self._view_node(view_id)
+        if v is None or v.node is None or not self.grouped.isChecked():
+            return
+        menu = QMenu(self)
+        for key in v.node.scope:
+            if key in self.expanded:
+                act = QAction(f"Collapse {group_title(key)}", menu)
+                act.triggered.connect(lambda _c=False, k=key: self.collapse(k))
+                menu.addAction(act)
+        if not menu.isEmpty():
+            menu.popup(where)
+
+    def _view_node(self, view_id: str):
+        if self.view is None:
+            return None
+        return next((v for v in self.view.nodes if v.id == view_id), None)
+
+    def select_node(self, view_id: str) -> None:
+        """Select a node and list its saved tensors in `saved_list`."""
+        v = self._view_node(view_id)
+        if v is None:
+            return
+        old = self.scene.items_by_id.get(self.selected or "")
+        if old is not None:
+            old.set_state(selected=False)
+        self.selected = view_id
+        item = self.scene.items_by_id.get(view_id)
+        if item is not None:
+            item.set_state(selected=True)
+        self.scene.highlight_edges(view_id)
+        self.saved_list.clear()
+        if v.kind == "group":
+            inside = [self.snapshot.node(m) for m in v.members]
+            tensors = [(n, t) for n in inside if n.kind == "op" for t in n.saved]
+            tensors.sort(key=lambda nt: -nt[1].bytes)
+            self.selection_title.setText(
+                f"<b>{v.title}</b>: {len(inside)} nodes, saved "
+                f"{format_bytes(v.saved_bytes)} (largest first)")
+            for n, t in tensors[:500]:
+                self._add_saved_row(f"{n.op}.{t.describe()}", t)
+            return
+        n = v.node
+        where = f" in {n.module}" if n.module else ""
+        if n.kind == "op":
+            self.selection_title.setText(
+                f"<b>{n.op}</b>{where} saved {len(n.saved)} "
+                f"tensor{'' if len(n.saved) == 1 else 's'}, {format_bytes(n.saved_bytes)} "
+                "counted here")
+        elif n.kind == "saved":
+            self.selection_title.setText(f"<b>saved tensor {n.title}</b>{where}")
+        else:
+            self.selection_title.setText(f"<b>{n.kind} {n.title}</b>{where}")
+        for t in n.saved:
+            self._add_saved_row(t.describe(), t)
+        if not n.saved:
+            self.saved_list.addItem("(saves no tensors)")
+
+    def _add_saved_row(self, text: str, t) -> None:
+        item = QListWidgetItem(text)
+        item.setData(Qt.ItemDataRole.UserRole, t)
+        if t.counted:
+            item.setForeground(QColor("#b34700"))
+        self.saved_list.addItem(item)
+
+    @Slot(str)
+    def _on_search_changed(self, text: str) -> None:
+        for item in self.scene.items_by_id.values():
+            if item.marked:
+                item.set_state(marked=False)
+        self._hits = []
+        self._hit_index = -1
+        if self.view is None or self.snapshot is None or not text.strip():
+            return
+        self._hits = [h for h in self.view.find(self.snapshot, text)
+                      if h in self.scene.items_by_id]  # fmt: skip
+        for h in self._hits:
+            self.scene.items_by_id[h].set_state(marked=True)
+        self.search.setToolTip(f"{len(self._hits)} matches; Enter goes to the next")
+
+    @property
+    def search_hits(self) -> list[str]:
+        return list(self._hits)
+
+    @Slot()
+    def _next_hit(self) -> None:
+        if not self._hits:
+            return
+        self._hit_index = (self._hit_index + 1) % len(self._hits)
+        item = self.scene.items_by_id[self._hits[self._hit_index]]
+        if self.graph_view.zoom < 0.6:
+            self.graph_view.resetTransform()
+            self.graph_view.scale(0.9, 0.9)
+        self.graph_view.centerOn(item)
+        self.select_node(self._hits[self._hit_index])
+
+    # --- export ---------------------------------------------------------------------------
+    def _ask_export(self, fmt: str) -> None:
+        if self.snapshot is None:
+            return
+        path, _ = QFileDialog.getSaveFileName(
+            self, f"Export graph as {fmt.upper()}", f"graph_step{self.snapshot.step}.{fmt}",
+            f"{fmt.upper()} (*.{fmt})")  # fmt: skip
+        if path:
+            self.export_to(path, fmt)
+
+    def export_to(self, path: str | Path, fmt: str | None = None) -> None:
+        """Write the snapshot (DOT as captured; SVG/PNG via Graphviz, see docs/graph.md) on
+        a worker; `export_finished` reports the result. PNG without Graphviz: the scene."""
+        from core.graph import graphviz
+        from core.graph.export import format_of
+
+        if self.snapshot is None:
+            return
+        path = Path(path)
+        fmt = format_of(path, fmt)
+        if fmt == "png" and graphviz.find_dot() is None:
+            self._export_scene_png(path)
+            return
+        QThreadPool.globalInstance().start(
+            _ExportTask(self.snapshot, path, fmt, self._export_signals))
+
+    def _export_scene_png(self, path: Path) -> None:
+        from core.atomic import ExportError, atomic_open
+
+        rect = self.scene.sceneRect()
+        scale = min(2.0, 16000 / max(rect.width(), rect.height(), 1))
+        image = QImage(int(rect.width() * scale) + 1, int(rect.height() * scale) + 1,
+                       QImage.Format.Format_ARGB32)  # fmt: skip
+        image.fill(QColor("white"))
+        painter = QPainter(image)
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        self.scene.render(painter)
+        painter.end()
+        try:
+            from PySide6.QtCore import QBuffer, QByteArray, QIODevice
+
+            data = QByteArray()
+            buf = QBuffer(data)
+            buf.open(QIODevice.OpenModeFlag.WriteOnly)
+            image.save(buf, "PNG")
+            with atomic_open(path, "wb") as fh:
+                fh.write(bytes(data))
+        except ExportError as exc:
+            self._on_export_failed(str(exc))
+            return
+        self._on_export_done(f"Wrote {path.name} (the view as drawn; no Graphviz found)")
+
+    @Slot(str)
+    def _on_export_done(self, message: str) -> None:
+        self.notes.setText(message)
+        self.export_finished.emit(message)
+
+    @Slot(str)
+    def _on_export_failed(self, message: str) -> None:
+        self.notes.setText(f"Export failed: {message}")
+        self.export_finished.emit(f"Export failed: {message}")
+
+    def closeEvent(self, event) -> None:
+        self._cancel_layout()
+        super().closeEvent(event)
+

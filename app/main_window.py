@@ -86,6 +86,7 @@ class MainWindow(QMainWindow):
         self._frame = 0
         self.frame_ms: list[float] = []  # refresh cost of recent frames (benchmarks read it)
         self.graph_panel = None
+        self._graph_error = ""
 
         self.run_panel = RunPanel(config)
         self.techniques_panel = TechniquesPanel(config.techniques)
@@ -206,6 +207,7 @@ class MainWindow(QMainWindow):
         self.pins_panel.visibility_changed.connect(self._on_pin_visibility_changed)
         self.pins_panel.remove_clicked.connect(self.remove_pin)
         self.tabs.currentChanged.connect(self._on_tab_changed)
+        self.run_panel.value_changed.connect(self._on_run_value_changed)
 
     # --- running -------------------------------------------------------------------------------
     @property
@@ -353,11 +355,13 @@ class MainWindow(QMainWindow):
         graphs = self.history.graphs
         if len(graphs) <= self._graphs_seen:
             return
-        new = graphs[self._graphs_seen:]
+        if self.graph_panel is None:
+            self._ensure_graph_panel()  # a new panel shows the recent captures itself
+            self._graphs_seen = len(graphs)
+            return
+        for snapshot in graphs[self._graphs_seen:]:  # each one: the panel keeps a trend
+            self.graph_panel.show_snapshot(snapshot)
         self._graphs_seen = len(graphs)
-        panel = self._ensure_graph_panel()
-        if panel is not None and hasattr(panel, "show_snapshot"):
-            panel.show_snapshot(new[-1])
 
     def _show_error(self, event: RunEvent) -> None:
         where = f" in {event.phase}" if event.phase else ""
@@ -576,14 +580,16 @@ class MainWindow(QMainWindow):
             self._ensure_graph_panel()
 
     def _ensure_graph_panel(self):
-        if self.graph_panel is not None:
+        if self.graph_panel is not None or self._graph_error:
             return self.graph_panel
         try:
             from app.graph_panel import GraphPanel
 
             panel = GraphPanel()
         except Exception as exc:  # the graph view is optional; the timeline works without it
-            self._graph_placeholder.setText(f"The autograd graph view is not available:\n{exc}")
+            self._graph_error = f"{type(exc).__name__}: {exc}"
+            self._graph_placeholder.setText(
+                f"The autograd graph view is not available:\n{self._graph_error}")
             return None
         panel.setObjectName("graph_panel")
         if hasattr(panel, "capture_requested"):
@@ -591,6 +597,8 @@ class MainWindow(QMainWindow):
         if hasattr(panel, "capture_every_changed"):
             panel.capture_every_changed.connect(
                 lambda n: self.run_panel.set_value("capture_every", int(n)))
+        if hasattr(panel, "set_capture_every"):
+            panel.set_capture_every(self.run_panel.fields["capture_every"].value())
         index = self.tabs.indexOf(self._graph_placeholder)
         current = self.tabs.currentIndex()
         with signals_blocked(self.tabs):
@@ -598,9 +606,15 @@ class MainWindow(QMainWindow):
             self.tabs.insertTab(index, panel, "Autograd graph")
             self.tabs.setCurrentIndex(current)
         self.graph_panel = panel
-        if self.history is not None and self.history.graphs:
-            panel.show_snapshot(self.history.graphs[-1])
+        if self.history is not None:
+            for snapshot in self.history.graphs[-8:]:
+                panel.show_snapshot(snapshot)
         return panel
+
+    def _on_run_value_changed(self, key: str, value) -> None:
+        if key == "capture_every" and self.graph_panel is not None and hasattr(
+                self.graph_panel, "set_capture_every"):
+            self.graph_panel.set_capture_every(int(value))
 
     def _on_capture_requested(self) -> None:
         if self.running:

@@ -40,6 +40,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--resume", action="store_true",
                    help="when the run pauses on a training error, resume it as the Resume button "
                    "does (pair it with an --at change that fixes the cause)")
+    p.add_argument("--baseline", action="extend", nargs="+", default=None, metavar="KEY=VALUE",
+                   help="first run the same settings with these changes (and no --at), pin it, "
+                   "then run the main one over it: a before/after picture")
     p.add_argument("--tab", choices=("timeline", "graph"), default="timeline",
                    help="which centre tab to show")
     p.add_argument("--timeout", type=float, default=900.0, metavar="S",
@@ -57,11 +60,16 @@ def _size(text: str) -> tuple[int, int]:
 
 def main(args) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    from dataclasses import replace
+
     from core.cli_run import build_config
     from core.options import ConfigError
 
     try:
         config = build_config(args)
+        baseline = None
+        if args.baseline is not None:
+            baseline = replace(config, schedule=()).with_sets(args.baseline)
         width, height = _size(args.size)
     except (ConfigError, ValueError) as exc:
         print(f"memlens shot: {exc}", file=sys.stderr)
@@ -85,7 +93,6 @@ def main(args) -> int:
     window = MainWindow(config, runs_dir=None, train_fn=train_fn)
     window.resize(width, height)
     window.show()
-    session = window.start_config(config)
 
     def settle(ms: int) -> None:
         loop = QEventLoop()
@@ -93,13 +100,24 @@ def main(args) -> int:
         loop.exec()
 
     deadline = time.monotonic() + args.timeout
-    while session.running and time.monotonic() < deadline:
-        settle(50)
-        window._on_frame(force_text=True)  # the error state is noticed now, not at 4 Hz
-        if window.state == "error":
-            if not args.resume:
-                break
-            window.toggle_pause()
+
+    def run(cfg):
+        session = window.start_config(cfg)
+        while session.running and time.monotonic() < deadline:
+            settle(50)
+            window._on_frame(force_text=True)  # the error state is noticed now, not at 4 Hz
+            if window.state == "error":
+                if not args.resume:
+                    break
+                window.toggle_pause()
+        return session
+
+    if baseline is not None:
+        first = run(baseline)
+        first.shutdown(30_000)
+        settle(100)
+        window.pin_current_run()
+    session = run(config)
     timed_out = session.running and window.state != "error"
     settle(150)  # the last rows drawn, the slow text refreshed
     window._on_frame(force_text=True)
@@ -121,7 +139,7 @@ def main(args) -> int:
     if not saved:
         print(f"memlens shot: cannot write {str(out)!r}", file=sys.stderr)
         return EXIT_FAILED
-    note = f"; paused on an error at step {errors[0].step}" if errors else ""
+    note = f"; training error at step {errors[0].step}" if errors else ""
     print(f"wrote {out}: {len(session.history.steps)} steps{note}")
     if timed_out:
         print(f"memlens shot: the run did not end within {args.timeout:g} s", file=sys.stderr)

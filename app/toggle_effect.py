@@ -31,10 +31,12 @@ class ToggleEffect:
     step_ms_before: float = math.nan
     step_ms_after: float = math.nan
     window: int = WINDOW_STEPS
+    last_step: int = -1  # the newest step the run has recorded
 
     @property
     def complete(self) -> bool:
-        return self.after_steps >= self.window
+        # By step numbers, not records: a failed step inside the window has no record.
+        return self.last_step >= self.event.step + self.window - 1
 
     @property
     def memory_delta(self) -> dict[str, float]:
@@ -49,9 +51,12 @@ class ToggleEffect:
             return f"{head}: measuring (0 of {self.window} steps after)"
         parts = [self._memory_text()]
         change = format_percent_change(self.step_ms_before, self.step_ms_after)
-        if change != "n/a":
+        if change in ("+0%", "-0%"):
+            parts.append("step time unchanged")
+        elif change != "n/a":
             parts.append(f"step time {change}")
-        tail = "" if self.complete else f" (measuring: {self.after_steps} of {self.window} steps)"
+        done = min(self.last_step - self.event.step + 1, self.window)
+        tail = "" if self.complete else f" (measuring: {done} of {self.window} steps)"
         return f"{head}: {', '.join(parts)}{tail}"
 
     def _memory_text(self) -> str:
@@ -110,5 +115,5 @@ def toggle_effect(series: RunSeries, event: RunEvent, window: int = WINDOW_STEPS
         memory_after=_phase_means(series, s, s + window),
         step_ms_before=float(before_ms.mean()) if len(before_ms) else math.nan,
         step_ms_after=float(after_ms.mean()) if len(after_ms) else math.nan,
-        window=window,
+        window=window, last_step=series.last_step,
     )  # fmt: skip

@@ -40,12 +40,19 @@ from PySide6.QtWidgets import (
 from app.graph_scene import GraphScene, GraphView, TextMetrics
 from app.units import format_bytes, format_ms
 from core.graph.groups import ViewGraph, default_grouped, group_title, view_graph
-from core.graph.layout import Layout, LayoutCancelled, LayoutRequest, layout_graph
+from core.graph.layout import (
+    DOT_MAX_NODES,
+    Layout,
+    LayoutCancelled,
+    LayoutRequest,
+    layout_graph,
+)  # fmt: skip
 from core.graph.snapshot import GraphSnapshot
 
 ENGINES = {"auto": "auto", "Graphviz dot": "dot", "memlens layered": "layered"}
 TREND_KEEP = 200
 MAX_CAPTURES = 50  # kept for the capture list (each holds only plain data)
+DOT_ALWAYS_TRY = 60  # auto always lets dot try graphs this small
 
 
 def _capture_text(s: GraphSnapshot) -> str:
@@ -62,6 +69,7 @@ class _LayoutJob:
     grouped: bool
     show_saved: bool
     engine: str
+    dot_max_nodes: int
 
 
 class _LayoutSignals(QObject):
@@ -89,7 +97,8 @@ class _LayoutTask(QRunnable):
                 sizes=tuple(self.metrics.size(v.label) for v in view.nodes),
                 edges=view.edges, attached=view.attached,
             )  # fmt: skip
-            layout = layout_graph(request, job.engine, should_stop=self.cancel.is_set)
+            layout = layout_graph(request, job.engine, should_stop=self.cancel.is_set,
+                                  dot_max_nodes=job.dot_max_nodes)  # fmt: skip
         except LayoutCancelled:
             return
         except Exception as exc:  # reported on the GUI thread, never lost
@@ -214,6 +223,7 @@ class GraphPanel(QWidget):
         self.selected: str | None = None
         self.last_layout_s = 0.0  # request -> on screen, for the header and tests
         self._generation = 0
+        self._dot_max_nodes = DOT_MAX_NODES  # lowered when dot loses the race (auto)
         self._requested_at = 0.0
         self._cancel = threading.Event()
         self._hits: list[str] = []
@@ -255,6 +265,9 @@ class GraphPanel(QWidget):
         self.search.setPlaceholderText("Find op, parameter or module…")
         self.search.setClearButtonEnabled(True)
         self.search.setMinimumWidth(220)
+        self.search_count = QLabel("")
+        self.search_count.setObjectName("graph_search_count")
+        self.search_count.setMinimumWidth(70)
         self.search.textChanged.connect(self._on_search_changed)
         self.search.returnPressed.connect(self._next_hit)
         self.grouped = QCheckBox("Group by module")
@@ -313,8 +326,8 @@ class GraphPanel(QWidget):
             b.setMaximumWidth(56)
             top.addWidget(b)
         view_row = QHBoxLayout()  # how to look at it
-        for w in (self.search, self.grouped, self.show_saved, QLabel("Layout:"), self.engine,
-                  fit):  # fmt: skip
+        for w in (self.search, self.search_count, self.grouped, self.show_saved,
+                  QLabel("Layout:"), self.engine, fit):  # fmt: skip
             view_row.addWidget(w)
         view_row.addStretch(1)
         side = QWidget()
@@ -397,7 +410,7 @@ class GraphPanel(QWidget):
         self._requested_at = time.perf_counter()
         job = _LayoutJob(self._generation, self.snapshot, frozenset(self.expanded),
                          self.grouped.isChecked(), self.show_saved.isChecked(),
-                         ENGINES[self.engine.currentText()])  # fmt: skip
+                         ENGINES[self.engine.currentText()], self._dot_max_nodes)  # fmt: skip
         self._cancel = threading.Event()
         self._pool.start(_LayoutTask(job, self.scene.metrics, self._signals, self._cancel))
         self._update_header(laying_out=True)
@@ -410,6 +423,9 @@ class GraphPanel(QWidget):
         if generation != self._generation:
             return  # superseded by a newer request
         self.view, self.layout = view, layout
+        if layout.dot_lost:  # do not make the next expand wait for dot again at this size
+            self._dot_max_nodes = max(DOT_ALWAYS_TRY, min(self._dot_max_nodes,
+                                                          len(view.nodes) - 1))
         self.scene.show_graph(view, layout)  # builds in slices, then graph_built
 
     @Slot()
@@ -545,7 +561,7 @@ class GraphPanel(QWidget):
                 self._add_saved_row(f"{n.op}.{t.describe()}", t)
             return
         n = v.node
-        where = f" in {n.module}" if n.module else ""
+        where = f" in module {n.module}" if n.module else ""
         if n.kind == "op":
             self.selection_title.setText(
                 f"<b>{n.op}</b>{where} saved {len(n.saved)} "
@@ -574,13 +590,15 @@ class GraphPanel(QWidget):
                 item.set_state(marked=False)
         self._hits = []
         self._hit_index = -1
+        self.search_count.setText("")
         if self.view is None or self.snapshot is None or not text.strip():
             return
         self._hits = [h for h in self.view.find(self.snapshot, text)
                       if h in self.scene.items_by_id]  # fmt: skip
         for h in self._hits:
             self.scene.items_by_id[h].set_state(marked=True)
-        self.search.setToolTip(f"{len(self._hits)} matches; Enter goes to the next")
+        self.search_count.setText(f"{len(self._hits)} match{'' if len(self._hits) == 1 else 'es'}")
+        self.search.setToolTip("Enter goes to the next match")
 
     @property
     def search_hits(self) -> list[str]:
@@ -611,13 +629,18 @@ class GraphPanel(QWidget):
     def export_to(self, path: str | Path, fmt: str | None = None) -> None:
         """Write the snapshot (DOT as captured; SVG/PNG via Graphviz, see docs/graph.md) on
         a worker; `export_finished` reports the result. PNG without Graphviz: the scene."""
+        from core.atomic import ExportError
         from core.graph import graphviz
         from core.graph.export import format_of
 
         if self.snapshot is None:
             return
         path = Path(path)
-        fmt = format_of(path, fmt)
+        try:
+            fmt = format_of(path, fmt)
+        except ExportError as exc:
+            self._on_export_failed(str(exc))
+            return
         if fmt == "png" and graphviz.find_dot() is None:
             self._export_scene_png(path)
             return

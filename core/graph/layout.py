@@ -43,6 +43,7 @@ class Layout:
     engine: str  # "graphviz dot" | "memlens layered"
     seconds: float = 0.0
     notes: list[str] = field(default_factory=list)
+    dot_lost: bool = False  # an `auto` race that dot did not finish in time
 
 
 @dataclass(frozen=True)
@@ -65,10 +66,12 @@ def layout_graph(
     *,
     time_limit: float | None = None,
     should_stop: Callable[[], bool] | None = None,
+    dot_max_nodes: int = DOT_MAX_NODES,
 ) -> Layout:
     """Lay out with `engine`: "layered" (ours), "dot" (Graphviz, up to DOT_CHOSEN_TIME_S),
-    or "auto": Graphviz dot races our layout on small graphs and wins if it finishes
-    within `time_limit` (DOT_TIME_LIMIT_S); otherwise ours, which is already done.
+    or "auto": Graphviz dot races our layout on graphs of up to `dot_max_nodes` and wins if
+    it finishes within `time_limit` (DOT_TIME_LIMIT_S); otherwise ours, already done.
+    `Layout.dot_lost` tells the caller that dot was too slow at this size.
     """
     from core.graph import graphviz
 
@@ -79,9 +82,11 @@ def layout_graph(
         dot = graphviz.find_dot()
         if dot is None:
             notes.append(graphviz.missing_text())
-        elif engine == "auto" and len(request.ids) > DOT_MAX_NODES:
-            notes.append(f"{len(request.ids):,} nodes: Graphviz dot skipped (over "
-                         f"{DOT_MAX_NODES:,} nodes it can take minutes)")  # fmt: skip
+        elif engine == "auto" and len(request.ids) > dot_max_nodes:
+            why = ("over {:,} nodes it can take minutes" if dot_max_nodes == DOT_MAX_NODES
+                   else "it ran out of time on graphs over {:,} nodes here")
+            notes.append(f"{len(request.ids):,} nodes: Graphviz dot skipped "
+                         f"({why.format(dot_max_nodes)})")  # fmt: skip
         else:
             try:
                 job = graphviz.DotLayoutJob(request, dot)
@@ -113,6 +118,7 @@ def layout_graph(
             if should_stop is not None and should_stop():
                 raise LayoutCancelled from None
             notes.append(f"{exc}; used memlens' layered layout")
+            ours.dot_lost = True
     ours.notes = notes + ours.notes
     return ours
 

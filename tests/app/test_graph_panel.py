@@ -1,0 +1,254 @@
+"""The graph panel with real captured graphs: the scene, clicks, search, groups, export, and a
+2,000-node graph that opens while the event loop keeps turning."""
+
+from __future__ import annotations
+
+import itertools
+import time
+
+import pytest
+from PySide6.QtCore import QPoint, Qt, QTimer
+
+from app.graph_panel import GraphPanel
+from core.graph.groups import GROUP_ABOVE
+from core.graph.snapshot import GraphSnapshot
+from tests.core.helpers import run
+
+
+class _Keep:
+    def __init__(self) -> None:
+        self.snapshots: list[GraphSnapshot] = []
+
+    def on_graph(self, s) -> None:
+        self.snapshots.append(s)
+
+
+def capture(preset: str = "mlp", steps: int = 1, **values) -> list[GraphSnapshot]:
+    keep = _Keep()
+    run(preset, steps=steps, sink=keep, capture_every=1, **values)
+    return keep.snapshots
+
+
+@pytest.fixture(scope="module")
+def mlp() -> GraphSnapshot:
+    return capture("mlp")[0]
+
+
+@pytest.fixture(scope="module")
+def big() -> GraphSnapshot:
+    """The lstm preset unrolled with LSTMCell over 64 steps: about 2,000 nodes."""
+    snap = capture("lstm", lstm_cell=True, seq_len=64, batch_size=2, width=8)[0]
+    assert snap.node_count >= 1900
+    return snap
+
+
+@pytest.fixture
+def panel(qtbot):
+    p = GraphPanel()
+    qtbot.addWidget(p)
+    p.resize(1100, 760)
+    p.show()
+    qtbot.waitExposed(p)
+    return p
+
+
+def shown(qtbot, panel, snapshot, timeout: int = 20_000) -> None:
+    with qtbot.waitSignal(panel.layout_ready, timeout=timeout):
+        panel.show_snapshot(snapshot)
+
+
+def click_node(qtbot, panel, view_id: str) -> None:
+    item = panel.scene.items_by_id[view_id]
+    view = panel.graph_view
+    view.centerOn(item)
+    qtbot.mouseClick(view.viewport(), Qt.LeftButton, pos=view.mapFromScene(item.pos()))
+
+
+def test_scene_shows_every_node_and_the_header_counts_them(qtbot, panel, mlp):
+    shown(qtbot, panel, mlp)
+    assert set(panel.scene.items_by_id) == {n.id for n in mlp.nodes}
+    for n in mlp.nodes:
+        x, y = panel.layout.positions[n.id]
+        pos = panel.scene.items_by_id[n.id].pos()
+        assert (pos.x(), pos.y()) == (x, y)
+    header = panel.header.text()
+    assert f"{mlp.node_count:,} nodes" in header
+    assert f"{mlp.count('op'):,} ops" in header
+    from app.units import format_bytes
+
+    assert format_bytes(mlp.saved_bytes) in header
+    # torchviz colours: blue parameters, green output, orange saved, grey ops
+    fills = {n.kind: panel.scene.items_by_id[n.id].fill for n in mlp.nodes}
+    assert fills["param"].name() == "#add8e6" and fills["output"].name() == "#caff70"
+    assert fills["saved"].red() == 255 and fills["saved"].blue() < fills["saved"].green()
+    op = fills["op"]
+    assert op.red() == op.green() == op.blue()
+
+
+def test_clicking_an_op_lists_its_saved_tensors(qtbot, panel, mlp):
+    shown(qtbot, panel, mlp)
+    op = next(n for n in mlp.nodes if n.op == "AddmmBackward0" and len(n.saved) >= 2)
+    click_node(qtbot, panel, op.id)
+    assert panel.selected == op.id
+    rows = [panel.saved_list.item(i).text() for i in range(panel.saved_list.count())]
+    assert rows == [t.describe() for t in op.saved]
+    assert any("(" + ", ".join(map(str, t.shape)) + ")" in rows[0] for t in op.saved[:1])
+    assert panel.scene.items_by_id[op.id].selected
+    # a drag is a pan, not a click
+    other = next(n for n in mlp.nodes if n.kind == "param")
+    item = panel.scene.items_by_id[other.id]
+    start = panel.graph_view.mapFromScene(item.pos())
+    qtbot.mousePress(panel.graph_view.viewport(), Qt.LeftButton, pos=start)
+    qtbot.mouseRelease(panel.graph_view.viewport(), Qt.LeftButton, pos=start + QPoint(40, 30))
+    assert panel.selected == op.id
+
+
+def test_search_marks_ops_and_parameters(qtbot, panel, mlp):
+    shown(qtbot, panel, mlp)
+    qtbot.keyClicks(panel.search, "addmm")
+    addmm = {n.id for n in mlp.nodes if n.op == "AddmmBackward0"}
+    assert set(panel.search_hits) == addmm
+    assert all(panel.scene.items_by_id[i].marked for i in addmm)
+    panel.search.clear()
+    qtbot.keyClicks(panel.search, "0.weight")
+    assert {mlp.node(i).param for i in panel.search_hits} >= {"0.weight"}
+    qtbot.keyClick(panel.search, Qt.Key_Return)
+    assert panel.selected in panel.search_hits
+
+
+def test_capture_button_and_every_n_emit(qtbot, panel):
+    with qtbot.waitSignal(panel.capture_requested, timeout=1000):
+        qtbot.mouseClick(panel.findChild(type(panel.capture_button), "capture_button"),
+                         Qt.LeftButton)  # fmt: skip
+    with qtbot.waitSignal(panel.capture_every_changed, timeout=1000) as sig:
+        panel.every.setValue(5)
+    assert sig.args == [5]
+    with qtbot.assertNotEmitted(panel.capture_every_changed):
+        panel.set_capture_every(9)
+    assert panel.every.value() == 9
+
+
+def test_empty_eval_graph_says_why(qtbot, panel):
+    snaps = capture("mlp", eval_every=1)
+    train, ev = snaps
+    assert ev.is_empty
+    shown(qtbot, panel, ev)
+    assert "no autograd graph" in panel.header.text()
+    assert not panel.scene.items_by_id
+    texts = [i.toPlainText() for i in panel.scene.items() if hasattr(i, "toPlainText")]
+    assert any("no_grad" in t for t in texts)
+    # an eval capture right after its step's train capture is listed, not shown over it
+    shown(qtbot, panel, train)
+    panel.show_snapshot(ev)
+    assert panel.snapshot is train
+    assert panel.capture_list.count() == 3
+    assert panel.trend.counts("eval") == [0, 0]
+
+
+def test_trend_follows_a_growing_graph(qtbot, panel):
+    from core.controls import RunControls
+    from core.loop import run_training
+    from tests.core.helpers import tiny_config
+
+    cfg = tiny_config("lstm", steps=3, detach_state=False, retain_graph=True, capture_every=1)
+    keep = _Keep()
+    for name in ("on_start", "on_sample", "on_step", "on_event", "on_finish"):
+        setattr(keep, name, lambda *a: None)
+    run_training(cfg, RunControls(cfg.techniques), keep, on_error="continue")
+    for s in keep.snapshots:
+        shown(qtbot, panel, s)
+    counts = panel.trend.counts("train")
+    assert counts == [s.node_count for s in keep.snapshots]
+    assert counts[0] < counts[1] < counts[2]
+    assert panel.snapshot is keep.snapshots[-1]
+    assert "freed" in panel.notes.text() or "cannot be read" in panel.notes.text()
+
+
+def test_a_2000_node_graph_opens_without_blocking_the_gui(qtbot, panel, big):
+    ticks: list[float] = []
+    timer = QTimer()
+    timer.setInterval(10)
+    timer.timeout.connect(lambda: ticks.append(time.perf_counter()))
+    timer.start()
+    qtbot.wait(50)
+    for grouped in (True, False):
+        ticks.clear()
+        start = time.perf_counter()
+        with qtbot.waitSignal(panel.layout_ready, timeout=30_000):
+            if grouped:
+                panel.show_snapshot(big)
+            else:
+                panel.grouped.setChecked(False)
+            returned = time.perf_counter() - start
+        waited = time.perf_counter() - start
+        assert returned < 0.25  # layout and scene building happen after the call returns
+        gaps = [b - a for a, b in itertools.pairwise(ticks)]
+        # the event loop kept turning the whole time: many ticks, no long freeze
+        assert len(ticks) >= waited / 0.010 * 0.3, (len(ticks), waited)
+        assert max(gaps) < 0.5, max(gaps)
+    timer.stop()
+    assert big.node_count > GROUP_ABOVE
+    assert len(panel.scene.items_by_id) == big.node_count
+
+
+def test_groups_expand_on_click_and_collapse_back(qtbot, panel, big):
+    shown(qtbot, panel, big)
+    assert panel.grouped.isChecked()
+    groups = [v for v in panel.view.nodes if v.kind == "group" and v.group.startswith("rnn#")]
+    assert groups and len(panel.view.nodes) < big.node_count / 3
+    target = groups[len(groups) // 2]
+    before = len(panel.view.nodes)
+    with qtbot.waitSignal(panel.layout_ready, timeout=20_000):
+        click_node(qtbot, panel, target.id)
+    assert target.group in panel.expanded
+    assert len(panel.view.nodes) == before - 1 + len(target.members)
+    assert set(target.members) <= set(panel.scene.items_by_id)
+    rows = panel.saved_list.count()
+    assert rows == sum(len(big.node(m).saved) for m in target.members
+                       if big.node(m).kind == "op")  # fmt: skip
+    with qtbot.waitSignal(panel.layout_ready, timeout=20_000):
+        panel.collapse(target.group)
+    assert len(panel.view.nodes) == before
+
+
+def test_exports_write_the_captured_graph(qtbot, panel, mlp, tmp_path):
+    shown(qtbot, panel, mlp)
+    out = tmp_path / "graph.dot"
+    with qtbot.waitSignal(panel.export_finished, timeout=20_000) as sig:
+        panel.export_to(out)
+    assert "Wrote graph.dot" in sig.args[0]
+    assert out.read_text() == mlp.dot
+    with qtbot.waitSignal(panel.export_finished, timeout=60_000) as sig:
+        panel.export_to(tmp_path / "graph.png")
+    assert (tmp_path / "graph.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    with qtbot.waitSignal(panel.export_finished, timeout=20_000) as sig:
+        panel.export_to(tmp_path / "graph.txt")
+    assert sig.args[0].startswith("Export failed") and ".dot, .svg or .png" in sig.args[0]
+
+
+def test_png_without_graphviz_is_drawn_from_the_scene(qtbot, panel, mlp, tmp_path, monkeypatch):
+    monkeypatch.setenv("MEMLENS_DOT", "none")
+    shown(qtbot, panel, mlp)
+    assert "graphviz-pure" in panel.notes.text()  # what to install, said in the panel
+    with qtbot.waitSignal(panel.export_finished, timeout=20_000) as sig:
+        panel.export_to(tmp_path / "graph.png")
+    assert "no Graphviz found" in sig.args[0]
+    assert (tmp_path / "graph.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_capture_from_the_running_app(qtbot, window):
+    from tests.app.drive import choose, click, wait_steps
+    from tests.app.test_main_window import button
+
+    choose(window, "mlp", eval_every=0)
+    click(qtbot, button(window, "run_button"))
+    wait_steps(qtbot, window, 2)
+    window.tabs.setCurrentIndex(window.tabs.indexOf(window._graph_placeholder))
+    panel = window.findChild(GraphPanel, "graph_panel")
+    assert panel is not None
+    with qtbot.waitSignal(panel.layout_ready, timeout=60_000):
+        click(qtbot, panel.capture_button)
+    snap = panel.snapshot
+    assert snap is not None and snap.kind == "train" and not snap.is_empty
+    assert set(panel.scene.items_by_id) == {n.id for n in snap.nodes}
+    assert "AddmmBackward0" in snap.ops()

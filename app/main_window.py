@@ -324,6 +324,7 @@ class MainWindow(QMainWindow):
             new_data = bool(new_samples or new_steps)
             self._pull_events()
             self._pull_graphs()
+        self.plots.set_live(self.running)
         self.plots.refresh(new_data)
         self._frame += 1
         starting = self.state == "starting" and self.history is not None and self.history.meta

@@ -17,6 +17,9 @@ from app.time_plot import TimePlot
 from core.records import RunEvent
 
 MIN_SPAN_STEPS = 10.0
+# Following a live run whole, the axis runs this share ahead of the data: it moves (and the
+# axes redraw) once per 5% of growth instead of at every frame.
+HEADROOM = 0.05
 # Showing an event: the ten steps either side that "what just happened" compares, and a margin.
 EVENT_SPAN_STEPS = 30.0
 
@@ -45,6 +48,7 @@ class PlotStack(QWidget):
         self.run: RunSeries | None = None
         self.pins: list = []
         self.follow = True
+        self.live = False  # a run is adding steps (the window says so)
         self.window: float | None = None
         self.hover_x: float | None = None
         self._dirty = True
@@ -112,6 +116,11 @@ class PlotStack(QWidget):
         self._legend_dirty = True
 
     # --- follow and navigation ----------------------------------------------------------------
+    def set_live(self, live: bool) -> None:
+        if live != self.live:
+            self.live = live
+            self._dirty = True
+
     def set_follow(self, on: bool, window: float | None = None) -> None:
         self.follow = on
         self.window = window if on else None
@@ -142,6 +151,11 @@ class PlotStack(QWidget):
         end = self.data_end()
         if self.window is None:
             x0, x1 = 0.0, max(end, MIN_SPAN_STEPS)
+            if self.live:
+                shown = self.x_range()[1]
+                if shown >= x1 and shown <= x1 * (1 + 2 * HEADROOM) + 1:
+                    return  # the newest step is in view, with room to grow into
+                x1 = x1 * (1 + HEADROOM) + 1
         else:
             x1 = max(end, self.window)
             x0 = x1 - self.window

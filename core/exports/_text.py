@@ -98,9 +98,13 @@ class Choice:
 
 def max_abs(values: np.ndarray) -> int:
     """The largest finite |value| (0 for none): what an Int hole must be sized for."""
-    v = np.asarray(values, dtype=np.float64)
-    v = v[np.isfinite(v)]
-    return int(np.abs(v).max()) if len(v) else 0
+    v = np.asarray(values)
+    if not len(v):
+        return 0
+    if v.dtype.kind in "iu":
+        return int(max(abs(int(v.max())), abs(int(v.min()))))
+    finite = np.isfinite(v)
+    return int(np.abs(v).max(where=finite, initial=0))
 
 
 class RowTemplate:

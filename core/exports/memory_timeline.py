@@ -75,18 +75,19 @@ def _distinct_times(times: np.ndarray) -> np.ndarray:
 
 
 def thin(total: np.ndarray, max_rows: int) -> np.ndarray:
-    """Positions of at most max_rows rows: split into equal stretches, keep each stretch's
-    highest-total row and its last row. The overall peak and the final state survive."""
+    """Positions of at most max_rows rows: cut into equal stretches, keep each stretch's
+    (first) highest-total row and its last row. The overall peak and the final state
+    survive, and every kept row is one that occurred."""
     k = len(total)
-    buckets = max(1, max_rows // 2)
-    starts = (np.arange(buckets, dtype=np.int64) * k) // buckets
-    starts = starts[np.append(True, starts[1:] != starts[:-1])]  # sorted: drop repeats
-    highest = np.maximum.reduceat(total, starts)
-    counts = np.diff(np.append(starts, k))
-    at_max = np.flatnonzero(total == np.repeat(highest, counts))
+    size = max(1, -(-k // max(1, max_rows // 2)))  # rows per stretch, rounded up
+    whole = k // size
     chosen = np.zeros(k, dtype=bool)
-    chosen[at_max[np.searchsorted(at_max, starts)]] = True  # each stretch's first peak
-    chosen[np.append(starts[1:], k) - 1] = True  # and its last row
+    starts = np.arange(whole, dtype=np.int64) * size
+    chosen[starts + np.argmax(total[: whole * size].reshape(whole, size), axis=1)] = True
+    chosen[starts + size - 1] = True
+    if whole * size < k:  # a shorter last stretch
+        chosen[whole * size + int(np.argmax(total[whole * size :]))] = True
+        chosen[k - 1] = True
     return np.flatnonzero(chosen)
 
 
@@ -132,9 +133,14 @@ def _category_totals(ev: AllocationEvents, rows: np.ndarray) -> list[np.ndarray]
     start = np.bincount(ev.category[unmatched], weights=ev.nbytes[unmatched],
                         minlength=ncat).round().astype(np.int64)
     sums = np.zeros((k + 1, ncat), dtype=np.int64)
+    chosen = np.zeros(_CHUNK + 1, dtype=np.int64)
     for lo in range(0, n, _CHUNK):
         hi = min(n, lo + _CHUNK)
-        stretch = np.searchsorted(rows, np.arange(lo, hi))
+        # the stretch of event i: how many chosen rows come before it
+        a, b = np.searchsorted(rows, [lo, hi])
+        chosen[: hi - lo + 1] = 0
+        chosen[rows[a:b] - lo + 1] = 1
+        stretch = a + np.cumsum(chosen[: hi - lo])
         first = int(stretch[0])
         key = (stretch - first) * ncat + ev.owner_category(lo, hi)
         width = (int(stretch[-1]) - first + 1) * ncat

@@ -83,14 +83,23 @@ def _cuda_device_count() -> int:
 
 
 def window_start(events: AllocationEvents, max_entries: int | None) -> int:
-    """First row of the trailing window that fits in max_entries trace entries."""
+    """First row of the trailing window that fits in max_entries trace entries (an
+    allocation is one entry, a free two). Walks back from the end, so a long run's early
+    rows are never touched."""
     n = len(events)
     if not max_entries or max_entries <= 0:
         return 0
-    per_row = np.where(events.is_free, 2, 1)
-    from_end = np.cumsum(per_row[::-1])
-    fits = int(np.searchsorted(from_end, max_entries, side="right"))
-    return n - fits
+    room, hi = max_entries, n
+    while hi > 0:
+        lo = max(0, hi - 65_536)
+        per_row = np.where(events.is_free[lo:hi], 2, 1)[::-1]
+        used = np.cumsum(per_row)
+        fits = int(np.searchsorted(used, room, side="right"))
+        if fits < hi - lo:
+            return hi - fits
+        room -= int(used[-1])
+        hi = lo
+    return 0
 
 
 def assign_addresses(events: AllocationEvents, start: int, rows: np.ndarray,
@@ -146,32 +155,25 @@ def build_snapshot(history: RunHistory, *, max_entries: int | None = DEFAULT_MAX
     earlier = partner[window][events.is_free[start:]]
     earlier = earlier[(earlier >= 0) & (earlier < start)]
     alive = np.nonzero(events.alive_at_end)[0]
-    rows = np.unique(np.concatenate([window, earlier, alive]))
+    rows = np.sort(np.concatenate([window, earlier, alive]))
+    rows = rows[np.append(True, rows[1:] != rows[:-1])]
     info = events.details(rows)
     addresses = assign_addresses(events, start, rows, info["addr"])
-    at = {int(r): i for i, r in enumerate(rows.tolist())}
-    names = list(MEMORY_CATEGORIES)
-    parsed = [parse_frames(f) for f in history.frames]
-    frame, step, phase = (info[c].tolist() for c in ("frame", "step", "phase"))
-    stacks: dict[int, list] = {}  # allocation row -> its frames list, shared by its entries
-
-    def stack(i: int) -> list:
-        frames = stacks.get(i)
-        if frames is None:
-            frames = stacks[i] = [*parsed[frame[i]], {
-                "filename": "<memlens step>", "line": step[i], "name": SAMPLE_PHASES[phase[i]]}]
-        return frames
-
-    trace: list[dict] = []
+    # Per window row: its position in rows, and its allocation's (a free's is its alloc's).
     w = slice(start, n)
-    for row, free, mate, t, size, cat in zip(
-            window.tolist(), events.is_free[w].tolist(), partner[w].tolist(),
-            events.t_us[w].tolist(), events.nbytes[w].tolist(), events.category[w].tolist(),
+    pos = np.searchsorted(rows, window)
+    mates = partner[w]
+    owner = np.where(events.is_free[w] & (mates >= 0), np.searchsorted(rows, mates), pos)
+    alive_pos = np.searchsorted(rows, alive)
+    frames_of = _stacks(history, info, np.concatenate([owner, alive_pos]))
+    names = list(MEMORY_CATEGORIES)
+    trace: list[dict] = []
+    for free, addr, t, size, cat, frames in zip(
+            events.is_free[w].tolist(), addresses[pos].tolist(), events.t_us[w].tolist(),
+            events.nbytes[w].tolist(), events.category[w].tolist(), frames_of[: len(owner)],
             strict=True):
-        i = at[row]
-        entry = {"action": "alloc", "addr": int(addresses[i]), "size": size, "stream": 0,
-                 "time_us": t, "frames": stack(at[mate] if free and mate >= 0 else i),
-                 "category": names[cat]}
+        entry = {"action": "alloc", "addr": addr, "size": size, "stream": 0, "time_us": t,
+                 "frames": frames, "category": names[cat]}
         if free:
             trace.append({**entry, "action": "free_requested"})
             entry["action"] = "free_completed"
@@ -183,9 +185,10 @@ def build_snapshot(history: RunHistory, *, max_entries: int | None = DEFAULT_MAX
                   "time_us": int(events.t_us[-1]) if n else 0, "frames": [],
                   "category": "unknown"})
     segments = []
-    for row in sorted(alive.tolist(), key=lambda r: addresses[at[r]]):
-        i = at[row]
-        size, addr, frames = int(events.nbytes[row]), int(addresses[i]), stack(i)
+    order = np.argsort(addresses[alive_pos], kind="stable")
+    for k in order.tolist():
+        row, i, frames = int(alive[k]), int(alive_pos[k]), frames_of[len(owner) + k]
+        size, addr = int(events.nbytes[row]), int(addresses[i])
         segments.append({
             "device": index, "address": addr, "total_size": size, "allocated_size": size,
             "active_size": size, "requested_size": size, "stream": 0, "frames": frames,
@@ -195,6 +198,30 @@ def build_snapshot(history: RunHistory, *, max_entries: int | None = DEFAULT_MAX
     device_traces: list[list] = [[] for _ in range(count)]
     device_traces[index] = trace
     return {"segments": segments, "device_traces": device_traces}
+
+
+def _stacks(history: RunHistory, info: dict[str, np.ndarray], which: np.ndarray) -> list:
+    """The frames list of each of `which` (positions into info's rows): its Python stack,
+    newest first, then a frame naming the step and phase it was allocated in. One list
+    per distinct (stack, step, phase), shared: pickle writes it once, the viewer holds it
+    once."""
+    frame, step, phase = (info[c][which] for c in ("frame", "step", "phase"))
+    if not len(which):
+        return []
+    low = int(step.min())
+    span = int(step.max()) - low + 1
+    key = (frame * span + (step - low)) * len(SAMPLE_PHASES) + phase
+    distinct, inverse = np.unique(key, return_inverse=True)
+    parsed: dict[int, list] = {}
+    shared = np.empty(len(distinct), dtype=object)
+    for j, k in enumerate(distinct.tolist()):
+        f, rest = divmod(k, span * len(SAMPLE_PHASES))
+        s, p = divmod(rest, len(SAMPLE_PHASES))
+        if f not in parsed:
+            parsed[f] = parse_frames(history.frames[f])
+        shared[j] = [*parsed[f], {"filename": "<memlens step>", "line": s + low,
+                                  "name": SAMPLE_PHASES[p]}]
+    return shared[inverse.reshape(-1)].tolist()
 
 
 def write_snapshot(history: RunHistory, path: str | Path, *,

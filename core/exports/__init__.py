@@ -64,8 +64,9 @@ def export_run(history: RunHistory, folder: str | Path, formats: str | Iterable[
     that many rows (thinned, peaks kept); None or 0 means all. `notes`, if given, receives
     a line for each format skipped or shortened.
     """
-    explicit = not (formats == "all" or (not isinstance(formats, str) and "all" in formats))
-    chosen = parse_formats(formats)
+    given = formats.split(",") if isinstance(formats, str) else list(formats)
+    explicit = "all" not in (f.strip().lower() for f in given)  # named, so must be produced
+    chosen = parse_formats(given)
     missing = unavailable(history)
     for name in chosen:
         if name in missing and explicit:

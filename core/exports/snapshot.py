@@ -156,7 +156,9 @@ def build_snapshot(history: RunHistory, *, max_entries: int | None = DEFAULT_MAX
     earlier = earlier[(earlier >= 0) & (earlier < start)]
     alive = np.nonzero(events.alive_at_end)[0]
     rows = np.sort(np.concatenate([window, earlier, alive]))
-    rows = rows[np.append(True, rows[1:] != rows[:-1])]
+    first = np.ones(len(rows), dtype=bool)
+    first[1:] = rows[1:] != rows[:-1]
+    rows = rows[first]
     info = events.details(rows)
     addresses = assign_addresses(events, start, rows, info["addr"])
     # Per window row: its position in rows, and its allocation's (a free's is its alloc's).

@@ -14,6 +14,7 @@ import pytest
 import core.exports.chrome_trace as chrome_trace
 from core.atomic import ExportError
 from core.exports import export_run, parse_formats
+from core.history import RunHistory
 from core.run_files import write_history
 from main import main as memlens
 from tests.core.export_histories import small_history
@@ -142,3 +143,25 @@ def test_cli_module_imports_nothing_heavy():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parents[2]).stdout
     assert out.strip() == "[]"
+
+
+def test_empty_and_failed_at_first_step_runs_still_give_valid_files(tmp_path):
+    from core.records import RunEvent
+    from tests.core.export_histories import META, sample
+
+    empty = RunHistory()
+    empty.on_start(META)
+    written = export_run(empty, tmp_path / "empty", "all")
+    assert [p.name for p in written] == ["trace.json", "memory_timeline.json"]
+    assert json.loads(written[1].read_text()) == [[], []]
+    failed = RunHistory()
+    failed.on_start(META)
+    failed.on_sample(sample(0, "start", 0.5, params=100))
+    failed.on_allocations([(10, 0, 0, 0x1000, 64, 0, 0, 0, "")])
+    failed.on_event(RunEvent(0, 0.7, "error", key="OOM", phase="forward", message="boom"))
+    written = export_run(failed, tmp_path / "failed", "all")
+    trace = json.loads(written[1].read_text())["traceEvents"]
+    assert [e["name"] for e in trace if e["ph"] == "i"] == ["error in forward: OOM"]
+    assert json.loads(written[2].read_text()) == [[10], [[0, 64, 0, 0, 0, 0, 0, 0, 0]]]
+    snap = pickle.loads(written[0].read_bytes())
+    assert [e["action"] for e in snap["device_traces"][-1]] == ["alloc", "snapshot"]

@@ -21,22 +21,29 @@ class GridLines(pg.GraphicsObject):
         self._pen = QPen(GRID_COLOR)
         self._pen.setCosmetic(True)
         self.setZValue(7)  # over the areas (z 5), under every line
+        self._lines: list[QLineF] | None = None
 
     def boundingRect(self) -> QRectF:
         vb = self.getViewBox()
         return vb.viewRect() if vb is not None else QRectF()
 
     def viewRangeChanged(self) -> None:
+        # Lines are worked out once per view change, not at every paint.
+        self._lines = None
         self.prepareGeometryChange()
         self.update()
 
-    def paint(self, painter, *_args) -> None:
+    def _compute_lines(self) -> list[QLineF]:
         vb = self.getViewBox()
         if vb is None:
-            return
+            return []
         (x0, x1), (y0, y1) = vb.viewRange()
         levels = self.axis.tickValues(y0, y1, max(vb.height(), 1.0))
-        if not levels:
-            return
-        painter.setPen(self._pen)
-        painter.drawLines([QLineF(x0, v, x1, v) for v in levels[0][1]])
+        return [QLineF(x0, v, x1, v) for v in levels[0][1]] if levels else []
+
+    def paint(self, painter, *_args) -> None:
+        if self._lines is None:
+            self._lines = self._compute_lines()
+        if self._lines:
+            painter.setPen(self._pen)
+            painter.drawLines(self._lines)

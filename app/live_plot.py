@@ -75,6 +75,8 @@ class LivePlot(pg.PlotWidget):
         else:
             curve = pg.PlotCurveItem(pen=pg.mkPen(color, width=width, style=style),
                                      skipFiniteCheck=finite, connect="all" if finite else "finite")
+        # One cached path per setData; "segmented" lines are rebuilt at every paint.
+        curve.setSegmentedLineMode("off")
         curve.setZValue(z)
         (view or self.getPlotItem()).addItem(curve)
         self.curves[key] = curve
@@ -143,6 +145,7 @@ class LivePlot(pg.PlotWidget):
             if curve is None:
                 curve = pg.PlotCurveItem(pen=pg.mkPen(pin.color, width=1.6, style=Qt.DashLine),
                                          connect="finite")
+                curve.setSegmentedLineMode("off")
                 curve.setOpacity(0.75)
                 curve.setZValue(20)
                 self.ghost_view().addItem(curve)

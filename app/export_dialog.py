@@ -30,7 +30,8 @@ DESCRIPTIONS = {
 
 
 class ExportDialog(QDialog):
-    def __init__(self, folder: Path, parent=None) -> None:
+    def __init__(self, folder: Path, parent=None, unavailable: dict[str, str] | None = None
+                 ) -> None:
         super().__init__(parent)
         self.setObjectName("export_dialog")
         self.setWindowTitle("Export run")
@@ -49,6 +50,11 @@ class ExportDialog(QDialog):
             check = QCheckBox(DESCRIPTIONS.get(fmt, fmt))
             check.setObjectName(f"export_{fmt.replace(' ', '_')}")
             check.setChecked(fmt in (RUN_FILES, PNG, SVG))
+            reason = (unavailable or {}).get(fmt)
+            if reason:
+                check.setEnabled(False)
+                check.setToolTip(reason)
+                check.setText(f"{check.text()}: not for this run")
             box_layout.addWidget(check)
             self.checks[fmt] = check
         buttons = QDialogButtonBox(QDialogButtonBox.Ok | QDialogButtonBox.Cancel)

@@ -100,14 +100,24 @@ def export_run(history, plots: dict, folder: str | Path, choices: set[str]
     if extras:
         from core import exports
 
-        for fmt in extras:
+        missing = unavailable_formats(history)
+        problems += [f"{fmt}: {missing[fmt]}" for fmt in extras if fmt in missing]
+        wanted = [fmt for fmt in extras if fmt not in missing]
+        notes: list[str] = []
+        if wanted:
             try:
-                result = exports.export_run(history, folder, [fmt])
+                written += [Path(p) for p in exports.export_run(history, folder, wanted,
+                                                                notes=notes)]
             except (OSError, ValueError, RuntimeError) as exc:
-                problems.append(f"{fmt}: {exc}")
-                continue
-            if isinstance(result, (list, tuple)):
-                written += [Path(p) for p in result]
-            elif isinstance(result, (str, Path)):
-                written.append(Path(result))
+                problems.append(str(exc))
+        problems += notes
     return written, problems
+
+
+def unavailable_formats(history) -> dict[str, str]:
+    """Timeline formats this run cannot give, with the reason (a snapshot needs precise)."""
+    try:
+        from core.exports import unavailable
+    except ImportError:
+        return {}
+    return unavailable(history)

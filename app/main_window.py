@@ -32,7 +32,7 @@ from PySide6.QtWidgets import (
 
 from app.events_panel import EventsPanel
 from app.export_dialog import ExportDialog
-from app.exporting import export_run
+from app.exporting import export_run, unavailable_formats
 from app.pins import PinnedRun, pin_color, run_name
 from app.pins_panel import PinsPanel
 from app.plot_stack import PlotStack
@@ -455,6 +455,7 @@ class MainWindow(QMainWindow):
             self.series.pull()
             self._pull_events()
             self._measuring = list(self._toggle_rows)
+            self.status.set_environment(history.meta.get("environment", {}))
         self.plots.refresh(True)
         self._refresh_text()
 
@@ -533,7 +534,8 @@ class MainWindow(QMainWindow):
             self._message("Nothing to export", "Run or open a run first.",
                           QMessageBox.Information, "export_message")
             return None
-        dialog = ExportDialog(self._default_export_folder(), self)
+        dialog = ExportDialog(self._default_export_folder(), self,
+                              unavailable_formats(self.history))
         dialog.accepted.connect(lambda: self.export_to(dialog.folder(), dialog.choices()))
         dialog.open()
         return dialog

@@ -132,6 +132,10 @@ def test_export_writes_run_files_and_plot_images(qtbot, window, tmp_path):
     assert dialog is not None and dialog.isVisible()
     out = tmp_path / "exported"
     dialog.folder_edit.setText(str(out))
+    for fmt in ("trace", "timeline"):
+        dialog.checks[fmt].setChecked(True)
+    snapshot = dialog.checks["snapshot"]
+    assert not snapshot.isEnabled() and "precise" in snapshot.toolTip()  # needs precise mode
     dialog.accept()
     steps_csv = (out / "steps.csv").read_text().splitlines()
     assert steps_csv[0].split(",") == list(STEP_COLUMNS)
@@ -147,6 +151,11 @@ def test_export_writes_run_files_and_plot_images(qtbot, window, tmp_path):
         root = ET.parse(out / f"{name}.svg").getroot()
         assert root.tag.endswith("svg")
     assert "Wrote" in window.statusBar().currentMessage()
+    trace = json.loads((out / "trace.json").read_text())
+    spans = [e for e in trace["traceEvents"] if e.get("ph") == "X"]
+    assert len([e for e in spans if e.get("name", "").startswith("step")]) >= 8
+    times, sizes = json.loads((out / "memory_timeline.json").read_text())
+    assert len(times) == len(sizes) > 0
 
 
 def test_pin_two_runs_compare_hide_and_remove(qtbot, window):

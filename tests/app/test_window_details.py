@@ -145,3 +145,45 @@ def test_status_bar_and_toggle_sync_with_a_scheduled_change(qtbot):
     assert w.findChild(QLabel, "status_total").text() == f"total: {format_bytes(total)}"
     peak = np.max(w.history.steps.column("peak_bytes"))
     assert w.findChild(QLabel, "status_peak").text() == f"peak: {format_bytes(peak)}"
+
+
+def test_reset_while_paused_on_an_error_clears_the_run_and_keeps_pins(qtbot):
+    from core.config import RunConfig
+
+    w = MainWindow(runs_dir=None, train_fn=synthetic_training)
+    qtbot.addWidget(w)
+    w.show()
+    w.start_config(RunConfig(steps=20))
+    qtbot.waitUntil(lambda: w.state == "finished", timeout=30_000)
+    w.pin_current_run()
+    w.start_config(RunConfig(preset="lstm", steps=50).with_sets(["detach_state=false"]))
+    qtbot.waitUntil(lambda: w.state == "error", timeout=30_000)
+    assert w.error_banner.isVisible()
+    click(qtbot, button(w, "reset_button"))
+    qtbot.waitUntil(lambda: w.state == "idle", timeout=30_000)
+    assert w.series is None and w.events_panel.list.count() == 0
+    assert not w.error_banner.isVisible()
+    assert len(w.pins) == 1 and len(w.plots.memory_plot.ghosts) == 1
+    assert button(w, "run_button").isEnabled() and not button(w, "stop_button").isEnabled()
+
+
+def test_cuda_runs_show_reserved_and_allocated_lines(qtbot):
+    from core.history import RunHistory
+    from core.records import MemorySample
+
+    h = RunHistory()
+    h.on_start({"environment": {"device": "cuda:0", "memory_label": "CUDA allocator"}})
+    for step in range(5):
+        for i, phase in enumerate(("zero_grad", "forward", "backward", "optimizer")):
+            h.on_sample(MemorySample(step, phase, step + i / 10, 1000, 1000, 2000, 500 * i, 0,
+                                     allocated=5000 + 500 * i, reserved=2**20))
+    w = MainWindow(runs_dir=None)
+    qtbot.addWidget(w)
+    w._show_history(h)
+    memory = w.plots.memory_plot
+    x, reserved = memory.curves["reserved"].getData()
+    assert len(x) == 20 and (reserved == 2**20).all()
+    _, allocated = memory.curves["allocated"].getData()
+    assert allocated[1] == 5500
+    assert w.status.labels["memory_source"].text() == "CUDA allocator"
+    assert "reserved" in memory.getPlotItem().titleLabel.text

@@ -41,13 +41,26 @@ def plain_step(preset, toggles, step: int, forward: Callable | None = None) -> N
 
 
 class _Variant:
-    """One way of running the preset; `block(k)` runs k steps and returns seconds per step."""
+    """One way of running the preset; `block(k)` runs k steps and returns wall seconds per
+    step. It also keeps the block's CPU seconds per step of this thread (`cpu`): with one
+    torch thread every op and the CPU backward run on it, and CPU time, unlike wall time,
+    does not count the moments another process had the core."""
 
     def __init__(self, name: str, config) -> None:
         self.name = name
         self.config = config
         self.toggles = config.techniques
         self.step = 0
+        self.cpu: list[float] = []
+
+    def block(self, k: int) -> float:
+        c0 = time.thread_time()
+        wall = self._block(k)
+        self.cpu.append((time.thread_time() - c0) / k)
+        return wall
+
+    def _block(self, k: int) -> float:
+        raise NotImplementedError
 
     def _timed(self, k: int, one: Callable[[int], None]) -> float:
         t0 = time.perf_counter()
@@ -82,7 +95,7 @@ class Plain(_Variant):
             self.per_step()
         plain_step(self.preset, self.toggles, step, self.forward)
 
-    def block(self, k: int) -> float:
+    def _block(self, k: int) -> float:
         if self.context is None:
             return self._timed(k, self._one)
         t0 = time.perf_counter()
@@ -107,7 +120,7 @@ class Memlens(_Variant):
         record = self.session.step(step, self.toggles, False)
         self.history.on_step(record)
 
-    def block(self, k: int) -> float:
+    def _block(self, k: int) -> float:
         return self._timed(k, self._one)
 
     def close(self) -> None:
@@ -193,6 +206,7 @@ def measure_preset(name: str, s: Settings) -> dict[str, list[float]]:
         times = interleaved({n: (lambda v=v: v.block(k)) for n, v in variants.items()},
                             s.reps, s.warmup)
     for v in variants.values():
+        times[f"{v.name}_cpu"] = v.cpu[-s.reps:]
         if isinstance(v, Memlens):
             v.close()
         elif getattr(v, "steps_only", None):
@@ -215,6 +229,10 @@ def figures_for(name: str, times: dict[str, list[float]]) -> list[Figure]:
         r = paired_ratios(times, mode, "plain")
         out.append(Figure(f"overhead_{name}_{mode}", f"{name}: memlens {mode} / plain",
                           median(r), "x", limit, note=_spread(r)))
+        r = paired_ratios(times, f"{mode}_cpu", "plain_cpu")
+        out.append(Figure(f"overhead_{name}_{mode}_cpu", f"{name}:   same, in CPU time (context)",
+                          median(r), "x", note="thread CPU seconds: blind to other processes; "
+                          + _spread(r)))
     for tool in ("memtracker", "profiler"):
         r = paired_ratios(times, tool, "plain")
         out.append(Figure(f"overhead_{name}_{tool}", f"{name}: {tool} / plain (context)",

@@ -33,13 +33,13 @@ from PySide6.QtWidgets import (
 from app.events_panel import EventsPanel
 from app.export_dialog import ExportDialog
 from app.exporting import export_run, unavailable_formats
+from app.graph_tab import GraphTab
 from app.pins import PinnedRun, pin_color, run_name
 from app.pins_panel import PinsPanel
 from app.plot_stack import PlotStack
 from app.run_panel import RunPanel
 from app.run_series import RunSeries
 from app.run_session import RunSession, TrainFn
-from app.signals import signals_blocked
 from app.status_bar import RunStatusBar
 from app.techniques_panel import TechniquesPanel
 from app.toggle_effect import toggle_effect
@@ -85,8 +85,6 @@ class MainWindow(QMainWindow):
         self._close_pending = False
         self._frame = 0
         self.frame_ms: list[float] = []  # refresh cost of recent frames (benchmarks read it)
-        self.graph_panel = None
-        self._graph_error = ""
 
         self.run_panel = RunPanel(config)
         self.techniques_panel = TechniquesPanel(config.techniques)
@@ -141,9 +139,10 @@ class MainWindow(QMainWindow):
         self.tabs = QTabWidget()
         self.tabs.setObjectName("centre_tabs")
         self.tabs.addTab(timeline, "Timeline")
-        self._graph_placeholder = QLabel("The autograd graph view loads when you open this tab.")
-        self._graph_placeholder.setAlignment(Qt.AlignCenter)
-        self.tabs.addTab(self._graph_placeholder, "Autograd graph")
+        self.graph_tab = GraphTab(
+            recent=lambda: self.history.graphs[-8:] if self.history is not None else [],
+            capture_every=lambda: self.run_panel.fields["capture_every"].value())
+        self.tabs.addTab(self.graph_tab, "Autograd graph")
         self.setCentralWidget(self.tabs)
 
         events_dock = self._dock("Events", self.events_panel, Qt.RightDockWidgetArea,
@@ -206,7 +205,9 @@ class MainWindow(QMainWindow):
         self.pins_panel.pin_clicked.connect(self.pin_current_run)
         self.pins_panel.visibility_changed.connect(self._on_pin_visibility_changed)
         self.pins_panel.remove_clicked.connect(self.remove_pin)
-        self.tabs.currentChanged.connect(self._on_tab_changed)
+        self.graph_tab.capture_requested.connect(self._on_capture_requested)
+        self.graph_tab.capture_every_changed.connect(
+            lambda n: self.run_panel.set_value("capture_every", int(n)))
         self.run_panel.value_changed.connect(self._on_run_value_changed)
 
     # --- running -------------------------------------------------------------------------------
@@ -356,13 +357,9 @@ class MainWindow(QMainWindow):
         graphs = self.history.graphs
         if len(graphs) <= self._graphs_seen:
             return
-        if self.graph_panel is None:
-            self._ensure_graph_panel()  # a new panel shows the recent captures itself
-            self._graphs_seen = len(graphs)
-            return
-        for snapshot in graphs[self._graphs_seen:]:  # each one: the panel keeps a trend
-            self.graph_panel.show_snapshot(snapshot)
+        new = graphs[self._graphs_seen:]
         self._graphs_seen = len(graphs)
+        self.graph_tab.show_snapshots(new)
 
     def _show_error(self, event: RunEvent) -> None:
         where = f" in {event.phase}" if event.phase else ""
@@ -577,47 +574,19 @@ class MainWindow(QMainWindow):
         box.open()
         return box
 
-    # --- graph panel -----------------------------------------------------------------------------
-    def _on_tab_changed(self, index: int) -> None:
-        if self.tabs.widget(index) is self._graph_placeholder:
-            self._ensure_graph_panel()
+    # --- graph tab -------------------------------------------------------------------------------
+    @property
+    def graph_panel(self):
+        return self.graph_tab.panel
 
-    def _ensure_graph_panel(self):
-        if self.graph_panel is not None or self._graph_error:
-            return self.graph_panel
-        try:
-            from app.graph_panel import GraphPanel
-
-            panel = GraphPanel()
-        except Exception as exc:  # the graph view is optional; the timeline works without it
-            self._graph_error = f"{type(exc).__name__}: {exc}"
-            self._graph_placeholder.setText(
-                f"The autograd graph view is not available:\n{self._graph_error}")
-            return None
-        panel.setObjectName("graph_panel")
-        if hasattr(panel, "capture_requested"):
-            panel.capture_requested.connect(self._on_capture_requested)
-        if hasattr(panel, "capture_every_changed"):
-            panel.capture_every_changed.connect(
-                lambda n: self.run_panel.set_value("capture_every", int(n)))
-        if hasattr(panel, "set_capture_every"):
-            panel.set_capture_every(self.run_panel.fields["capture_every"].value())
-        index = self.tabs.indexOf(self._graph_placeholder)
-        current = self.tabs.currentIndex()
-        with signals_blocked(self.tabs):
-            self.tabs.removeTab(index)
-            self.tabs.insertTab(index, panel, "Autograd graph")
-            self.tabs.setCurrentIndex(current)
-        self.graph_panel = panel
-        if self.history is not None:
-            for snapshot in self.history.graphs[-8:]:
-                panel.show_snapshot(snapshot)
-        return panel
+    @property
+    def _graph_placeholder(self) -> GraphTab:
+        # The tab's old name; tests/app/test_graph_panel.py selects the tab through it.
+        return self.graph_tab
 
     def _on_run_value_changed(self, key: str, value) -> None:
-        if key == "capture_every" and self.graph_panel is not None and hasattr(
-                self.graph_panel, "set_capture_every"):
-            self.graph_panel.set_capture_every(int(value))
+        if key == "capture_every":
+            self.graph_tab.set_capture_every(value)
 
     def _on_capture_requested(self) -> None:
         if self.running:

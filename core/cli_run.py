@@ -132,9 +132,12 @@ def main(args) -> int:
     if formats:
         from core.exports import export_run
 
+        notes: list[str] = []
         try:
-            for path in export_run(history, out, formats):
+            for path in export_run(history, out, formats, notes=notes):
                 print(f"  wrote {path}")
+            for note in notes:
+                print(f"  note: {note}")
         except (ExportError, ValueError) as exc:
             print(f"memlens run: export failed: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
@@ -147,12 +150,13 @@ def main(args) -> int:
 
 
 def _check_formats(formats: list[str]) -> None:
+    from core.exports import parse_formats
     from core.options import ConfigError
 
-    valid = ("snapshot", "trace", "timeline", "all")
-    bad = [f for f in formats if f not in valid]
-    if bad:
-        raise ConfigError(f"--export: {', '.join(bad)} unknown; use {', '.join(valid)}")
+    try:
+        parse_formats(formats)
+    except ValueError as exc:
+        raise ConfigError(f"--export: {exc}") from None
 
 
 def _print_summary(summary, history) -> None:

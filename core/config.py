@@ -86,6 +86,8 @@ class RunConfig:
     precise: bool = False
     lstm_cell: bool = False
     capture_every: int = 0
+    cuda_snapshot_start: int = 0
+    cuda_snapshot_steps: int = 0
     techniques: TechniqueToggles = field(default_factory=TechniqueToggles)
     schedule: tuple[ScheduledChange, ...] = ()
 

@@ -128,6 +128,11 @@ class TrainingSession:
         self.micro = 0  # micro-batches since the last optimizer step
         self.leaks = _LeakWatch()
         self.cuda_recorder = None
+        if self.device.type == "cuda" and config.cuda_snapshot_steps:
+            from core.exports.cuda_recorder import CudaSnapshotRecorder
+
+            self.cuda_recorder = CudaSnapshotRecorder(
+                config.cuda_snapshot_start, config.cuda_snapshot_steps, device=self.device)
         self._stop_hooks = [
             m.register_forward_pre_hook(lambda *_: controls.check_stop())
             for model in self.preset.models.values() for m in model.children()
@@ -371,8 +376,13 @@ def run_training(
                 sink.on_event(RunEvent(step, session.now(), "toggle", key=key, old=old, new=new))
             every = config.capture_every
             capture = controls.take_capture_request() or bool(every and step % every == 0)
+            recorder = session.cuda_recorder
             try:
+                if recorder is not None:
+                    recorder.on_step_begin(step)
                 record = session.step(step, toggles, capture)
+                if recorder is not None:
+                    recorder.on_step_end(step)
             except StopRequested:
                 stopped_by = "stopped"
                 break
@@ -400,6 +410,12 @@ def run_training(
             step += 1
     finally:
         session.close()
+        if session.cuda_recorder is not None:
+            if session.cuda_recorder.recording or session.cuda_recorder.snapshot is not None:
+                sink_cuda = getattr(sink, "on_cuda_snapshot", None)
+                if sink_cuda is not None:
+                    sink_cuda(session.cuda_recorder)
+            session.cuda_recorder.close()
     summary = RunSummary(
         steps_done=done, stopped_by=stopped_by, wall_s=session.now(),
         final_loss=losses[-1] if losses else math.nan, peak_bytes=peak,

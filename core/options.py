@@ -94,6 +94,12 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("lstm_cell", bool, False, "lstm: unroll an LSTMCell in Python (a large graph)"),
     Option("capture_every", int, 0, "capture the autograd graph every N steps; 0 = on request",
            minimum=0),
+    Option("cuda_snapshot_start", int, 0,
+           "CUDA: first step recorded by PyTorch's allocator history (cuda_snapshot.pickle)",
+           minimum=0),
+    Option("cuda_snapshot_steps", int, 0,
+           "CUDA: steps the allocator history records from its start; 0 = off", minimum=0,
+           maximum=10_000),
 )  # fmt: skip
 
 TECHNIQUE_OPTIONS: tuple[Option, ...] = (

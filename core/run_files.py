@@ -24,6 +24,7 @@ STEPS_CSV = "steps.csv"
 MEMORY_CSV = "memory.csv"
 RUN_JSON = "run.json"
 ALLOCATIONS_CSV = "allocations.csv"
+CUDA_SNAPSHOT = "cuda_snapshot.pickle"  # PyTorch's own recording (CUDA runs)
 RUN_FORMAT = "memlens-run"
 RUN_FORMAT_VERSION = 1
 
@@ -123,6 +124,15 @@ class RunWriter:
             *values, frames = row
             self._alloc.writerow(alloc_row(values, frames))
         self._alloc_fh.flush()
+
+    def on_cuda_snapshot(self, recorder) -> None:
+        """CUDA: PyTorch's own allocator history for the chosen window of steps."""
+        try:
+            path = recorder.dump(self.folder / CUDA_SNAPSHOT)
+            self._doc["cuda_snapshot"] = {"file": path.name,
+                                          "steps": list(recorder.steps_recorded)}
+        except OSError as exc:  # ExportError: a message, not a crash; the run data stays
+            self._doc["cuda_snapshot"] = {"error": str(exc)}
 
     def on_event(self, event: RunEvent) -> None:
         self._doc["events"].append(event.to_dict())

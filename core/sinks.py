@@ -14,6 +14,7 @@ class RunSink(Protocol):
     def on_event(self, event: RunEvent) -> None: ...
     def on_graph(self, snapshot: Any) -> None: ...
     def on_finish(self, summary: dict) -> None: ...
+    # Optional: on_allocations(rows) (precise mode), on_cuda_snapshot(recorder) (CUDA).
 
 
 class FanOut:
@@ -42,6 +43,16 @@ class FanOut:
         for s in self.sinks:
             if hasattr(s, "on_graph"):
                 s.on_graph(snapshot)
+
+    def on_allocations(self, rows: list[tuple]) -> None:
+        for s in self.sinks:
+            if hasattr(s, "on_allocations"):
+                s.on_allocations(rows)
+
+    def on_cuda_snapshot(self, recorder: Any) -> None:
+        for s in self.sinks:
+            if hasattr(s, "on_cuda_snapshot"):
+                s.on_cuda_snapshot(recorder)
 
     def on_finish(self, summary: dict) -> None:
         for s in self.sinks:

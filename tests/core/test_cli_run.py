@@ -80,3 +80,16 @@ def test_unwritable_out_is_a_clear_message(tmp_path):
     blocker.write_text("x")
     p = cli("run", "--steps", "1", *TINY, "--out", str(blocker / "sub"))
     assert p.returncode == 2 and "cannot write the run folder" in p.stderr
+
+
+def test_precise_run_exports_every_format_through_the_cli(tmp_path):
+    out = tmp_path / "p"
+    p = cli("run", "--preset", "mlp", "--steps", "4", *TINY, "--precise", "--export", "all",
+            "--out", str(out), "--quiet")
+    assert p.returncode == 0, p.stderr
+    allocs = read_csv(out / "allocations.csv")
+    assert {r["action"] for r in allocs} == {"alloc", "free"}
+    for name in ("snapshot.pickle", "trace.json", "memory_timeline.json"):
+        assert (out / name).stat().st_size > 0
+    p = cli("run", "--steps", "1", *TINY, "--export", "snapshot", "--out", str(tmp_path / "q"))
+    assert p.returncode == 2 and "precise" in p.stderr

@@ -17,7 +17,7 @@ from app.plot_style import HOVER_COLOR, event_color, lighten
 from app.run_series import RunSeries
 from app.stacked_area import AreaLayer, StackedArea
 
-MARKER_LABEL_ROWS = (0.96, 0.84, 0.72)
+MARKER_LABEL_ROWS = (0.92, 0.8, 0.68)
 AXIS_WIDTH = 62
 LEGEND_HEIGHT = 36
 
@@ -119,6 +119,9 @@ class LivePlot(pg.PlotWidget):
                       justify="left")
         item.titleLabel.setMaximumHeight(LEGEND_HEIGHT)
         item.layout.setRowFixedHeight(0, LEGEND_HEIGHT)
+        # A long legend must not widen the plot (it would push the view past the widget
+        # and out of line with the other plots): it may run out to the right instead.
+        item.titleLabel.setMinimumWidth(0)
 
     # --- pinned runs ----------------------------------------------------------------------
     ghost_x_shift = 0.0
@@ -195,6 +198,6 @@ def ghost_legend(pins, value_at) -> str:
             continue
         text = value_at(pin.series)
         if text is not None:
-            parts.append(f'<span style="color:{pin.color}">&#9477;&nbsp;{pin.name}</span> '
+            parts.append(f'<span style="color:{pin.color}">&#9477;&nbsp;{pin.label}</span> '
                          f"<b>{text}</b>")
     return "&nbsp;&nbsp;".join(parts)

@@ -16,6 +16,11 @@ class PinnedRun:
     color: str
     visible: bool = True
 
+    @property
+    def label(self) -> str:
+        """Short, for legends; the pins list shows it with the full name."""
+        return f"pin {self.pin_id + 1}"
+
 
 def run_name(meta: dict, steps: int) -> str:
     """A short name for a run: preset and the techniques that differ from the defaults."""

@@ -71,7 +71,7 @@ class PinsPanel(QWidget):
         current = self.current_pin_id()
         self.list.clear()
         for pin in pins:
-            item = QListWidgetItem(_swatch(pin.color), pin.name)
+            item = QListWidgetItem(_swatch(pin.color), f"{pin.label}: {pin.name}")
             item.setData(PIN_ROLE, pin.pin_id)
             item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
             item.setCheckState(Qt.Checked if pin.visible else Qt.Unchecked)

@@ -166,6 +166,8 @@ def test_pin_two_runs_compare_hide_and_remove(qtbot, window):
     run_to_end(qtbot, window, steps=14)
     click(qtbot, button(window, "pin_button"))
     assert [p.name for p in window.pins] == ["mlp (10 steps)", "mlp zero_grad=off (14 steps)"]
+    pins_list = window.findChild(QListWidget, "pins_list")
+    assert pins_list.item(1).text() == "pin 2: mlp zero_grad=off (14 steps)"
     wait_frames(qtbot, window, 2)
     for name in PLOTS:
         ghosts = plot(window, name).ghosts
@@ -176,7 +178,6 @@ def test_pin_two_runs_compare_hide_and_remove(qtbot, window):
     np.testing.assert_allclose(ghost_total, first.series.history.samples.column("total"),
                                rtol=1e-6)
 
-    pins_list = window.findChild(QListWidget, "pins_list")
     item = pins_list.item(0)
     from PySide6.QtCore import Qt
 

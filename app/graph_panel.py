@@ -73,7 +73,7 @@ class _LayoutJob:
 
 
 class _LayoutSignals(QObject):
-    done = Signal(int, object, object)  # generation, ViewGraph, Layout
+    done = Signal(int, object, object, object)  # generation, GraphSnapshot, ViewGraph, Layout
     failed = Signal(int, str)
 
 
@@ -89,6 +89,8 @@ class _LayoutTask(QRunnable):
 
     def run(self) -> None:
         job = self.job
+        if self.cancel.is_set():
+            return
         try:
             view = view_graph(job.snapshot, job.expanded, grouped=job.grouped,
                               show_saved=job.show_saved)  # fmt: skip
@@ -106,7 +108,7 @@ class _LayoutTask(QRunnable):
                 self.signals.failed.emit(job.generation, f"{type(exc).__name__}: {exc}")
             return
         if not self.cancel.is_set():
-            self.signals.done.emit(job.generation, view, layout)
+            self.signals.done.emit(job.generation, job.snapshot, view, layout)
 
 
 class _ExportSignals(QObject):
@@ -223,6 +225,9 @@ class GraphPanel(QWidget):
         self.selected: str | None = None
         self.last_layout_s = 0.0  # request -> on screen, for the header and tests
         self._generation = 0
+        self._wanted: GraphSnapshot | None = None  # the newest one asked for
+        self._running = False  # a layout job is in flight
+        self._pending = False  # a newer request waits for it
         self._dot_max_nodes = DOT_MAX_NODES  # lowered when dot loses the race (auto)
         self._requested_at = 0.0
         self._cancel = threading.Event()
@@ -288,7 +293,7 @@ class GraphPanel(QWidget):
         self.engine.addItems(list(ENGINES))
         self.engine.setToolTip("auto: Graphviz dot for small graphs (bounded in time), "
                                "memlens' layered layout otherwise")  # fmt: skip
-        self.engine.currentTextChanged.connect(lambda _t: self._relayout())
+        self.engine.currentTextChanged.connect(lambda _t: self._relayout())  # interrupts
         fit = QPushButton("Fit")
         fit.setToolTip("Show the whole graph")
         fit.clicked.connect(lambda: self.graph_view.fit())
@@ -364,11 +369,11 @@ class GraphPanel(QWidget):
             self.capture_list.insertItem(0, _capture_text(snapshot))
             while self.capture_list.count() > MAX_CAPTURES:
                 self.capture_list.removeItem(self.capture_list.count() - 1)
-        shown = self.snapshot
-        if (snapshot.kind == "eval" and shown is not None and shown.kind == "train"
-                and shown.step == snapshot.step):  # fmt: skip
+        wanted = self._wanted
+        if (snapshot.kind == "eval" and wanted is not None and wanted.kind == "train"
+                and wanted.step == snapshot.step and wanted in self.captures):  # fmt: skip
             with QSignalBlocker(self.capture_list):
-                self.capture_list.setCurrentIndex(self.captures[::-1].index(shown))
+                self.capture_list.setCurrentIndex(self.captures[::-1].index(wanted))
             return
         with QSignalBlocker(self.capture_list):
             self.capture_list.setCurrentIndex(0)
@@ -380,52 +385,68 @@ class GraphPanel(QWidget):
             self._display(self.captures[::-1][index])
 
     def _display(self, snapshot: GraphSnapshot) -> None:
-        self.snapshot = snapshot
+        """Make `snapshot` the one to show; its layout starts now, or once the running one
+        ends (captures can come every step: the view keeps up without queueing them)."""
+        self._wanted = snapshot
         self.expanded = set()
         self.selected = None
         for b in self.export_buttons.values():
             b.setEnabled(True)
-        self.notes.setText("\n".join(snapshot.notes))
-        self.saved_list.clear()
-        self.selection_title.setText("Click a node to list what it saved for backward.")
         with QSignalBlocker(self.grouped):
             self.grouped.setChecked(default_grouped(snapshot))
-        self._update_header()
         if snapshot.is_empty:
             self._cancel_layout()
+            self._running = self._pending = False
             self._generation += 1
-            self.view, self.layout = None, None
+            self.snapshot, self.view, self.layout = snapshot, None, None
+            self.notes.setText("\n".join(snapshot.notes))
+            self._clear_selection_list()
             self.scene.show_message(f"Step {snapshot.step} ({snapshot.kind}): "
                                     f"{snapshot.message}")  # fmt: skip
             self.graph_view.fit()
+            self._update_header()
             self.layout_ready.emit()
             return
-        self._relayout()
+        self._relayout(interrupt=False)
 
-    def _relayout(self) -> None:
-        if self.snapshot is None or self.snapshot.is_empty:
+    def _relayout(self, interrupt: bool = True) -> None:
+        """Lay out the wanted snapshot as the controls say. `interrupt`: a user action that
+        drops a running layout; otherwise a running layout finishes first."""
+        if self._wanted is None or self._wanted.is_empty:
+            return
+        if self._running and not interrupt:
+            self._pending = True
+            self._update_header()
             return
         self._cancel_layout()
         self._generation += 1
+        self._running, self._pending = True, False
         self._requested_at = time.perf_counter()
-        job = _LayoutJob(self._generation, self.snapshot, frozenset(self.expanded),
+        job = _LayoutJob(self._generation, self._wanted, frozenset(self.expanded),
                          self.grouped.isChecked(), self.show_saved.isChecked(),
                          ENGINES[self.engine.currentText()], self._dot_max_nodes)  # fmt: skip
         self._cancel = threading.Event()
         self._pool.start(_LayoutTask(job, self.scene.metrics, self._signals, self._cancel))
-        self._update_header(laying_out=True)
+        self._update_header()
 
     def _cancel_layout(self) -> None:
         self._cancel.set()
 
-    @Slot(int, object, object)
-    def _on_layout_done(self, generation: int, view: ViewGraph, layout: Layout) -> None:
+    @Slot(int, object, object, object)
+    def _on_layout_done(self, generation: int, snapshot: GraphSnapshot, view: ViewGraph,
+                        layout: Layout) -> None:  # fmt: skip
         if generation != self._generation:
             return  # superseded by a newer request
-        self.view, self.layout = view, layout
+        self._running = False
+        if snapshot is not self.snapshot:
+            self._clear_selection_list()
+        self.snapshot, self.view, self.layout = snapshot, view, layout
         if layout.dot_lost:  # do not make the next expand wait for dot again at this size
             self._dot_max_nodes = max(DOT_ALWAYS_TRY, min(self._dot_max_nodes,
                                                           len(view.nodes) - 1))
+        self.notes.setText("\n".join([*snapshot.notes, *layout.notes]))
+        if self._pending:  # a newer capture came meanwhile: lay it out while this one shows
+            self._relayout(interrupt=False)
         self.scene.show_graph(view, layout)  # builds in slices, then graph_built
 
     @Slot()
@@ -439,25 +460,34 @@ class GraphPanel(QWidget):
                 focus = QPointF(*layout.positions[v.id])
         self.graph_view.show_readable(focus)
         self.last_layout_s = time.perf_counter() - self._requested_at
-        if layout.notes:
-            note = "\n".join(layout.notes)
-            self.notes.setText("\n".join([*self.snapshot.notes, note]))
         if self.selected in self.scene.items_by_id:
             self.select_node(self.selected)
         self._on_search_changed(self.search.text())
         self._update_header()
-        self.layout_ready.emit()
+        if not self._running:
+            self.layout_ready.emit()
 
     @Slot(int, str)
     def _on_layout_failed(self, generation: int, message: str) -> None:
         if generation != self._generation:
             return
+        self._running = False
         self.scene.show_message(f"The layout failed: {message}")
-        self.layout_ready.emit()
+        self._update_header()
+        if self._pending:
+            self._relayout(interrupt=False)
+        else:
+            self.layout_ready.emit()
 
-    def _update_header(self, laying_out: bool = False) -> None:
+    def _clear_selection_list(self) -> None:
+        self.saved_list.clear()
+        self.selection_title.setText("Click a node to list what it saved for backward.")
+
+    def _update_header(self) -> None:
         s = self.snapshot
         if s is None:
+            if self._wanted is not None:
+                self.header.setText(f"Laying out step {self._wanted.step}…")
             return
         if s.is_empty:
             self.header.setText(f"<b>Step {s.step}</b> ({s.kind}): {s.message}")
@@ -467,8 +497,10 @@ class GraphPanel(QWidget):
                 f"{s.count('saved'):,} saved tensors) · saved for backward "
                 f"<b>{format_bytes(s.saved_bytes)}</b> · capture "
                 f"{format_ms(s.capture_ms)}")  # fmt: skip
-        if laying_out:
-            text += " · <i>laying out…</i>"
+        if self._running or self._pending:
+            wanted = self._wanted
+            newer = f" step {wanted.step}" if wanted is not None and wanted is not s else ""
+            text += f" · <i>laying out{newer}…</i>"
         elif self.layout is not None and self.view is not None:
             shown = len(self.view.nodes)
             what = f"{shown:,} shown, " if shown != s.node_count else ""

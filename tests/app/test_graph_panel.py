@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import gc
 import itertools
 import time
 
@@ -164,7 +165,18 @@ def test_trend_follows_a_growing_graph(qtbot, panel):
     assert "freed" in panel.notes.text() or "cannot be read" in panel.notes.text()
 
 
-def test_a_2000_node_graph_opens_without_blocking_the_gui(qtbot, panel, big):
+@pytest.fixture
+def frozen_gc():
+    """Start-up objects out of the cyclic collector, as the app should do after start-up: a
+    full collection over this test session's hundreds of thousands of objects pauses every
+    thread for 0.3 to 0.8 s here, whatever the panel does."""
+    gc.collect()
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
+def test_a_2000_node_graph_opens_without_blocking_the_gui(qtbot, panel, big, frozen_gc):
     ticks: list[float] = []
     timer = QTimer()
     timer.setInterval(10)
@@ -183,9 +195,10 @@ def test_a_2000_node_graph_opens_without_blocking_the_gui(qtbot, panel, big):
         waited = time.perf_counter() - start
         assert returned < 0.25  # layout and scene building happen after the call returns
         gaps = [b - a for a, b in itertools.pairwise(ticks)]
-        # the event loop kept turning the whole time: many ticks, no long freeze
-        assert len(ticks) >= waited / 0.010 * 0.3, (len(ticks), waited)
-        assert max(gaps) < 0.5, max(gaps)
+        # The event loop kept turning the whole time: no pause near the length of the work
+        # (done on the GUI thread, layout and scene would be one pause of all of it).
+        assert len(ticks) >= 5, (len(ticks), waited)
+        assert max(gaps) < min(0.5, 0.6 * waited), (max(gaps), waited)
     timer.stop()
     assert big.node_count > GROUP_ABOVE
     assert len(panel.scene.items_by_id) == big.node_count
@@ -243,12 +256,28 @@ def test_capture_from_the_running_app(qtbot, window):
     choose(window, "mlp", eval_every=0)
     click(qtbot, button(window, "run_button"))
     wait_steps(qtbot, window, 2)
-    window.tabs.setCurrentIndex(window.tabs.indexOf(window._graph_placeholder))
+    window.tabs.setCurrentWidget(window.graph_tab)  # the tab builds its panel when shown
     panel = window.findChild(GraphPanel, "graph_panel")
-    assert panel is not None
+    assert panel is not None and panel.isVisible()
     with qtbot.waitSignal(panel.layout_ready, timeout=60_000):
         click(qtbot, panel.capture_button)
     snap = panel.snapshot
     assert snap is not None and snap.kind == "train" and not snap.is_empty
     assert set(panel.scene.items_by_id) == {n.id for n in snap.nodes}
     assert "AddmmBackward0" in snap.ops()
+
+
+def test_captures_every_step_do_not_queue_layouts(qtbot, panel, mlp):
+    from dataclasses import replace
+
+    snaps = [replace(mlp, step=i) for i in range(12)]
+    ready: list[int] = []
+    panel.layout_ready.connect(lambda: ready.append(panel.snapshot.step))
+    for s in snaps:  # as fast as a worker could deliver them
+        panel.show_snapshot(s)
+    qtbot.waitUntil(lambda: bool(ready) and ready[-1] == 11, timeout=20_000)
+    assert panel.snapshot is snaps[-1]
+    assert ready == [11]  # the view skipped to the newest; no backlog of layouts
+    assert panel.trend.counts("train") == [mlp.node_count] * 12
+    assert panel.capture_list.count() == 12
+    assert panel.capture_list.currentText().startswith("step 11 train")

@@ -29,6 +29,7 @@ PAINT_P99_MS = 16.0
 STALL_MS = 50.0
 REFRESH_HZ = 30.0
 REFRESH_TOLERANCE = 0.95  # "30 Hz held": at least 95% of the nominal rate
+PROFILE_ENV = "MEMLENS_BENCH_PROFILE"
 SLOW_MS = 25.0  # events slower than this are named in the stall figure's note
 
 
@@ -110,7 +111,8 @@ def _probe_app():
             self._in_paint = False
             self._depth = 0
             self.slow: list[tuple[float, str]] = []
-            self.busy: list[tuple[float, float]] = []  # (start, ms) of every outermost event
+            # (start, wall ms, GUI-thread CPU ms) of every outermost event
+            self.busy: list[tuple[float, float, float]] = []
             self.stall_timer: QTimer | None = None
             self._timer_type = QEvent.Timer
             self._paint_types = (QEvent.UpdateRequest, QEvent.Paint)
@@ -131,6 +133,7 @@ def _probe_app():
             paint = record is self.paints
             self._in_paint |= paint
             self._depth += 1
+            c0 = time.thread_time()
             t0 = time.perf_counter()
             try:
                 return super().notify(obj, event)
@@ -142,7 +145,7 @@ def _probe_app():
                 if paint:
                     self._in_paint = False
                 if self._depth == 0 and obj is not self.stall_timer:
-                    self.busy.append((t0, ms))
+                    self.busy.append((t0, ms, (time.thread_time() - c0) * 1e3))
                     if ms > SLOW_MS:
                         name = type(obj).__name__ + (
                             f"({obj.objectName()})" if obj.objectName() else "")
@@ -151,7 +154,7 @@ def _probe_app():
     return ProbeApp.instance() or ProbeApp([])
 
 
-def _frame_totals(frames: list[tuple[float, float]], busy: list[tuple[float, float]]
+def _frame_totals(frames: list[tuple[float, float]], busy: list[tuple], field: int = 1
                   ) -> list[float]:
     """GUI-thread time per frame: every outermost event from one refresh to the next (the
     refresh itself, the scene updates and paints it caused, text, input), the stall
@@ -164,10 +167,22 @@ def _frame_totals(frames: list[tuple[float, float]], busy: list[tuple[float, flo
         while j < len(busy) and busy[j][0] < start:
             j += 1
         while j < len(busy) and busy[j][0] < end:
-            total += busy[j][1]
+            total += busy[j][field]
             j += 1
         totals.append(total)
     return totals[:-1] if len(totals) > 1 else totals  # the last frame is cut short
+
+
+def _gui_profiler():
+    """With $MEMLENS_BENCH_PROFILE=FILE, profile the GUI thread while the load runs, in
+    thread CPU time (blind to other processes), into FILE for pstats / snakeviz."""
+    if not os.environ.get(PROFILE_ENV):
+        return None
+    import cProfile
+
+    profile = cProfile.Profile(time.thread_time)
+    profile.enable()
+    return profile
 
 
 def _slowest(slow: list[tuple[float, str]], n: int = 3) -> str:
@@ -234,6 +249,7 @@ def run(s: Settings) -> list[Figure]:
     stall.timeout.connect(tick)
     app.stall_timer = stall
     preload_rows = (len(history.samples), len(history.steps))
+    profile = _gui_profiler()
     app.recording = True
     clock.start()
     stall.start()
@@ -243,6 +259,9 @@ def run(s: Settings) -> list[Figure]:
     elapsed = time.perf_counter() - t0
     stall.stop()
     app.recording = False
+    if profile is not None:
+        profile.disable()
+        profile.dump_stats(os.environ[PROFILE_ENV])
     frames, paints, busy = list(app.frames), list(app.paints), list(app.busy)
 
     session.stop()
@@ -263,6 +282,7 @@ def run(s: Settings) -> list[Figure]:
     frame_ms = [ms for _, ms in frames]
     paint_ms = [ms for _, ms in paints]
     totals = _frame_totals(frames, busy)
+    cpu = _frame_totals(frames, busy, field=2)
     gaps = gaps[1:]
     longest = max(gaps) if gaps else float("nan")
     refresh_hz = len(frames) / elapsed
@@ -280,6 +300,9 @@ def run(s: Settings) -> list[Figure]:
         Figure("gui_frame_p99_ms", "frame p99 (refresh, scene updates, paints)",
                percentile(totals, 99), "ms", PAINT_P99_MS, note=f"max {max(totals):.1f} ms"
                if totals else ""),
+        Figure("gui_frame_cpu_p99_ms", "  same p99 in GUI-thread CPU time (context)",
+               percentile(cpu, 99), "ms", note=f"p50 {median(cpu):.1f} ms; CPU time leaves out "
+               "waiting for a core (other processes, the producer)"),
         Figure("gui_refresh_p50_ms", "  refresh slot p50 (pull + setData)", median(frame_ms),
                "ms", note=f"p99 {percentile(frame_ms, 99):.1f} ms"),
         Figure("gui_paint_p50_ms", "  paint p50 (top-level update)", median(paint_ms), "ms",

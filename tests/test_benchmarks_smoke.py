@@ -42,8 +42,9 @@ def test_frame_totals_sum_the_events_of_each_frame():
     from benchmarks.gui_load import _frame_totals
 
     frames = [(0.0, 5.0), (1.0, 5.0), (2.0, 5.0)]
-    busy = [(0.0, 5.0), (0.5, 7.0), (1.0, 5.0), (2.0, 5.0), (2.5, 1.0)]
+    busy = [(0.0, 5.0, 1.0), (0.5, 7.0, 2.0), (1.0, 5.0, 1.0), (2.0, 5.0, 1.0), (2.5, 1.0, 1.0)]
     assert _frame_totals(frames, busy) == [12.0, 5.0]  # the last frame is cut short
+    assert _frame_totals(frames, busy, field=2) == [3.0, 1.0]
 
 
 def test_unknown_group_is_a_usage_error(tmp_path):

@@ -281,3 +281,23 @@ def test_captures_every_step_do_not_queue_layouts(qtbot, panel, mlp):
     assert panel.trend.counts("train") == [mlp.node_count] * 12
     assert panel.capture_list.count() == 12
     assert panel.capture_list.currentText().startswith("step 11 train")
+
+
+def test_hover_shows_op_shapes_and_bytes(qtbot, panel, mlp):
+    from PySide6.QtCore import QEvent
+    from PySide6.QtGui import QHelpEvent
+    from PySide6.QtWidgets import QToolTip
+
+    from app.units import format_bytes
+
+    shown(qtbot, panel, mlp)
+    op = max((n for n in mlp.nodes if n.kind == "op"), key=lambda n: n.saved_bytes)
+    item = panel.scene.items_by_id[op.id]
+    view = panel.graph_view
+    view.centerOn(item)
+    pos = view.mapFromScene(item.pos())
+    view.viewportEvent(QHelpEvent(QEvent.ToolTip, pos, view.viewport().mapToGlobal(pos)))
+    text = QToolTip.text()
+    assert op.op in text and format_bytes(op.saved_bytes) in text
+    assert all("(" + ", ".join(map(str, t.shape)) + ")" in text for t in op.saved)
+    QToolTip.hideText()

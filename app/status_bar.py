@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QLabel, QStatusBar
 from app.units import format_bytes
 
 RATE_WINDOW_S = 1.5
+MIN_RATE_SPAN_S = 0.5
 
 
 class RunStatusBar(QStatusBar):
@@ -54,7 +55,7 @@ class RunStatusBar(QStatusBar):
         rate = "–"
         if len(self._counts) >= 2:
             (t0, n0), (t1, n1) = self._counts[0], self._counts[-1]
-            if t1 > t0:
+            if t1 - t0 >= MIN_RATE_SPAN_S:  # shorter spans only show how steps bunch up
                 rate = f"{(n1 - n0) / (t1 - t0):.1f}"
         self.labels["rate"].setText(f"steps/s: {rate}")
         self.labels["step"].setText(f"step: {'–' if step is None or step < 0 else step}")

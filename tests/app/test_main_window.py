@@ -106,6 +106,9 @@ def test_pause_holds_the_loop_and_resume_goes_on(qtbot, window):
     choose(window, steps=100_000)
     click(qtbot, button(window, "run_button"))
     wait_steps(qtbot, window, 3)
+    rate = window.status.labels["rate"]  # steps/s over the last second or so
+    qtbot.waitUntil(lambda: rate.text() != "steps/s: –")
+    assert float(rate.text().split(": ")[1]) > 0
     pause = button(window, "pause_button")
     click(qtbot, pause)
     assert pause.text() == "Resume"
@@ -280,3 +283,11 @@ def test_clicking_an_event_moves_the_plots_to_its_step(qtbot, window):
     assert window.plots.memory_plot.hover_line.value() == event.step + 0.5
     assert f"step {event.step} after" in plot(window, "memory_plot").getPlotItem().titleLabel.text
     assert f"step {event.step}" in plot(window, "loss_plot").getPlotItem().titleLabel.text
+
+
+def test_precise_run_streams_allocations_and_exports_a_snapshot(qtbot, window, tmp_path):
+    run_to_end(qtbot, window, steps=4, precise=True)
+    assert len(window.history.allocs) > 0
+    assert (window.session.folder / "allocations.csv").is_file()
+    written = window.export_to(tmp_path / "out", {"snapshot"})
+    assert [p.name for p in written] == ["snapshot.pickle"]

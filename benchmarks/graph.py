@@ -102,7 +102,8 @@ def _one(window, panel, config, errors: SlotErrors, ungrouped: bool = False) -> 
     state = {"ready": 0, "shown": 0.0, "regroup": 0.0, "first": 0.0}
 
     def on_ready() -> None:
-        state["ready"] += 1
+        if state["shown"]:  # not a layout still finishing from before this capture
+            state["ready"] += 1
 
     panel.layout_ready.connect(on_ready)
     probe = _Probe()
@@ -152,6 +153,18 @@ def _one(window, panel, config, errors: SlotErrors, ungrouped: bool = False) -> 
             "engine": getattr(panel.layout, "engine", "?")}
 
 
+def _settle(panel, action) -> None:
+    """Do `action` and let the relayout it starts finish before the next case."""
+    from PySide6.QtCore import QEventLoop, QTimer
+
+    loop = QEventLoop()
+    panel.layout_ready.connect(loop.quit)
+    QTimer.singleShot(int(TIMEOUT_S * 1000), loop.quit)
+    action()
+    loop.exec()
+    panel.layout_ready.disconnect(loop.quit)
+
+
 def run(s: Settings) -> list[Figure]:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from benchmarks.gui_load import _probe_app, _slowest
@@ -188,7 +201,8 @@ def run(s: Settings) -> list[Figure]:
             runs = [_one(window, panel, config, errors, every)
                     for _ in range(1 if s.quick else 3)]
             app.recording = False
-            panel.grouped.setChecked(True)
+            if not panel.grouped.isChecked():
+                _settle(panel, lambda: panel.grouped.setChecked(True))
         total = median([r["total"] for r in runs])
         capture = median([r["capture"] for r in runs])
         rest = median([r["layout_scene"] for r in runs])

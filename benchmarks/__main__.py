@@ -36,8 +36,21 @@ def run_group(group: str, s: Settings) -> list[Figure]:
         import torch
 
         torch.set_num_threads(s.threads)
+    if group in ("gui_load", "graph", "export"):
+        _quiet_offscreen_warning()
     module = __import__(f"benchmarks.{group}", fromlist=["run"])
     return module.run(s)
+
+
+def _quiet_offscreen_warning() -> None:
+    """The offscreen platform warns on every window that it ignores size hints: noise."""
+    from PySide6.QtCore import qInstallMessageHandler
+
+    def handler(mode, context, message: str) -> None:
+        if "propagateSizeHints" not in message:
+            sys.stderr.write(message + "\n")
+
+    qInstallMessageHandler(handler)
 
 
 def _child(args: argparse.Namespace) -> int:

@@ -51,7 +51,7 @@ from core.graph.snapshot import GraphSnapshot
 
 ENGINES = {"auto": "auto", "Graphviz dot": "dot", "memlens layered": "layered"}
 TREND_KEEP = 200
-MAX_CAPTURES = 50  # kept for the capture list (each holds only plain data)
+MAX_CAPTURES = 20  # kept for the capture list (a 2,000-node one is about 1 MB)
 DOT_ALWAYS_TRY = 60  # auto always lets dot try graphs this small
 
 

@@ -354,11 +354,13 @@ class MainWindow(QMainWindow):
                 self._show_error(event)
 
     def _pull_graphs(self) -> None:
-        graphs = self.history.graphs
-        if len(graphs) <= self._graphs_seen:
+        # history.graphs keeps only the newest captures; graphs_seen counts them all.
+        seen = self.history.graphs_seen
+        if seen <= self._graphs_seen:
             return
-        new = graphs[self._graphs_seen:]
-        self._graphs_seen = len(graphs)
+        graphs = self.history.graphs
+        new = graphs[max(0, len(graphs) - (seen - self._graphs_seen)):]
+        self._graphs_seen = seen
         self.graph_tab.show_snapshots(new)
 
     def _show_error(self, event: RunEvent) -> None:

@@ -25,6 +25,8 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+        # mkstemp makes the file 0600; give it the mode a plain open() would have.
+        os.chmod(tmp, 0o666 & ~_umask())
     except OSError as exc:
         raise ExportError(
             f"cannot write {str(path)!r}: {exc.strerror or exc}. "
@@ -46,6 +48,12 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
                 "Check free disk space and permissions."
             ) from exc
         raise
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

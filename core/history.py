@@ -21,6 +21,7 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
     "step", "phase", "x", "time_s", *MEMORY_CATEGORIES, "total", "allocated", "reserved", "heap",
 )
 PHASES_PER_STEP = len(PHASE_CODE)
+MAX_GRAPHS = 32
 # Precise mode's storage events: action 0 = alloc, 1 = free; category is an index into
 # MEMORY_CATEGORIES; frame indexes RunHistory.frames.
 ALLOC_COLUMNS: tuple[str, ...] = (
@@ -121,7 +122,8 @@ class RunHistory:
         self._events_lock = threading.Lock()
         self.meta: dict = {}
         self.summary: dict | None = None
-        self.graphs: list = []  # GraphSnapshot objects, newest last
+        self.graphs: list = []  # the newest MAX_GRAPHS GraphSnapshot objects, newest last
+        self.graphs_seen = 0  # all captures, including those dropped from `graphs`
         self.allocs = ColumnTable(ALLOC_COLUMNS, capacity=4096)
         self.frames: list[str] = []  # interned Python stacks of allocations
         self._frame_ids: dict[str, int] = {}
@@ -151,7 +153,12 @@ class RunHistory:
             self._events.append(e)
 
     def on_graph(self, snapshot) -> None:
+        # Keep the newest captures only: a 2,000-node snapshot is ~1 MB, and capture_every=1
+        # over a long run must not grow without bound. The run files keep every summary.
         self.graphs.append(snapshot)
+        self.graphs_seen += 1
+        if len(self.graphs) > MAX_GRAPHS:
+            del self.graphs[: len(self.graphs) - MAX_GRAPHS]
 
     def on_finish(self, summary: dict) -> None:
         self.summary = dict(summary)

@@ -125,3 +125,31 @@ def test_stop_during_a_paused_run_ends_it():
 
     summary = run_training(cfg, controls, PauseThenStop())
     assert summary.stopped_by == "stopped" and summary.steps_done == 3
+
+
+def test_atomic_files_get_the_usual_permissions(tmp_path):
+    import os
+    import stat
+
+    from core.atomic import atomic_write_text
+
+    atomic_write_text(tmp_path / "a.txt", "x")
+    with open(tmp_path / "b.txt", "w") as fh:
+        fh.write("x")
+    mode = stat.S_IMODE(os.stat(tmp_path / "a.txt").st_mode)
+    assert mode == stat.S_IMODE(os.stat(tmp_path / "b.txt").st_mode)
+
+
+def test_history_keeps_only_the_newest_graphs():
+    from core.history import MAX_GRAPHS
+
+    history = RunHistory()
+
+    class G:
+        def __init__(self, step):
+            self.step = step
+
+    for i in range(MAX_GRAPHS + 5):
+        history.on_graph(G(i))
+    assert len(history.graphs) == MAX_GRAPHS and history.graphs_seen == MAX_GRAPHS + 5
+    assert history.graphs[-1].step == MAX_GRAPHS + 4 and history.graphs[0].step == 5

@@ -33,6 +33,7 @@ from PySide6.QtWidgets import (
 from app.events_panel import EventsPanel
 from app.export_dialog import ExportDialog
 from app.exporting import export_run, unavailable_formats
+from app.frame_pacer import FramePacer
 from app.graph_tab import GraphTab
 from app.pins import PinnedRun, pin_color, run_name
 from app.pins_panel import PinsPanel
@@ -101,6 +102,7 @@ class MainWindow(QMainWindow):
         self._timer = QTimer(self)
         self._timer.setObjectName("refresh_timer")
         self._timer.setInterval(FRAME_MS)
+        self.pacer = FramePacer(base_ms=FRAME_MS)
         self._timer.timeout.connect(self._on_frame)
         self._timer.start()
 
@@ -334,6 +336,9 @@ class MainWindow(QMainWindow):
         self.frame_ms.append(timer.nsecsElapsed() / 1e6)
         if len(self.frame_ms) > 4096:
             del self.frame_ms[:2048]
+        interval = self.pacer.tick()
+        if interval is not None:
+            self._timer.setInterval(interval)
 
     def _pull_events(self) -> None:
         events = self.history.events(self._events_seen)

@@ -110,3 +110,25 @@ def test_fill_history_makes_a_million_samples_fast():
     series.pull()
     assert series.sample_count == 1_000_001
     assert (np.diff(series.sample_x) > 0).all()
+
+
+def test_frame_pacer_slows_down_when_drawing_takes_too_much_cpu_and_recovers():
+    from app.frame_pacer import FramePacer
+
+    t = {"wall": 0.0, "cpu": 0.0}
+    pacer = FramePacer(base_ms=33, max_ms=250, share=0.5, window_s=0.5,
+                       clock=lambda: t["wall"], cpu=lambda: t["cpu"])
+    t["wall"], t["cpu"] = 0.2, 0.2
+    assert pacer.tick() is None  # not half a second yet
+    t["wall"], t["cpu"] = 1.0, 0.9  # 90% of the thread's time went into frames
+    assert pacer.tick() == 59
+    for _ in range(10):
+        t["wall"] += 1.0
+        t["cpu"] += 1.0
+        pacer.tick()
+    assert pacer.interval_ms == 250  # capped
+    for _ in range(30):
+        t["wall"] += 1.0
+        t["cpu"] += 0.1
+        pacer.tick()
+    assert pacer.interval_ms == 33  # back to 30 Hz once frames are cheap again

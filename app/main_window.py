@@ -428,6 +428,9 @@ class MainWindow(QMainWindow):
         }.get(state, state)
         config = self.session.config if self.session is not None else None
         self.run_panel.set_state(state, config, text)
+        name = (self.history.meta.get("config") or {}).get("preset") if self.history else None
+        self.setWindowTitle(f"memlens: {name} ({text.split(';')[0].lower()})" if name
+                            else "memlens")
         can_pin, why = self._can_pin()
         self.pins_panel.set_can_pin(can_pin, why)
         self.pin_action.setEnabled(can_pin)

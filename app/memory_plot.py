@@ -29,6 +29,9 @@ class MemoryPlot(LivePlot):
         self.add_curve("allocated", TOTAL_COLOR, width=1, style=Qt.DashDotLine, z=14,
                        finite=False)
         self.add_curve("reserved", RESERVED_COLOR, width=1.5, z=14, finite=False)
+        # Before any data: an axis in MiB rather than "0 B .. 1 B"; data rescales it.
+        self.getPlotItem().setYRange(0, 2**20, padding=0)
+        self.getPlotItem().vb.enableAutoRange(y=True)
 
     def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
         return run.sample_x, run.total

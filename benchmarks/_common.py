@@ -171,3 +171,37 @@ class SlotErrors:
         if self.errors:
             e = self.errors[0]
             raise RuntimeError(f"{what} raised {type(e).__name__}: {e}") from e
+
+
+class GcPauses:
+    """Records Python's garbage-collector pauses (any thread; a collection holds the GIL, so
+    it stops the GUI thread too): [(generation, ms)]."""
+
+    def __init__(self) -> None:
+        self.pauses: list[tuple[int, float]] = []
+        self._t0 = 0.0
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._t0 = time.perf_counter()
+        else:
+            self.pauses.append((info.get("generation", -1), (time.perf_counter() - self._t0) * 1e3))
+
+    def __enter__(self) -> GcPauses:
+        import gc
+
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc) -> None:
+        import gc
+
+        gc.callbacks.remove(self._callback)
+
+    def text(self) -> str:
+        if not self.pauses:
+            return "no GC pauses"
+        worst = max(self.pauses, key=lambda p: p[1])
+        full = sum(1 for g, _ in self.pauses if g == 2)
+        return (f"{len(self.pauses)} GC pauses ({full} full), longest {worst[1]:.0f} ms "
+                f"(gen {worst[0]})")

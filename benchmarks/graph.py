@@ -19,7 +19,7 @@ import os
 import threading
 import time
 
-from benchmarks._common import Figure, Settings, SlotErrors, median
+from benchmarks._common import Figure, GcPauses, Settings, SlotErrors, median
 
 LIMIT_S = 2.0
 STALL_MS = 50.0
@@ -198,8 +198,9 @@ def run(s: Settings) -> list[Figure]:
             _one(window, panel, config, errors, every)  # warm-up: imports, layout, fonts
             app.slow.clear()
             app.recording = True
-            runs = [_one(window, panel, config, errors, every)
-                    for _ in range(1 if s.quick else 3)]
+            with GcPauses() as gc_pauses:
+                runs = [_one(window, panel, config, errors, every)
+                        for _ in range(1 if s.quick else 3)]
             app.recording = False
             if not panel.grouped.isChecked():
                 _settle(panel, lambda: panel.grouped.setChecked(True))
@@ -214,7 +215,8 @@ def run(s: Settings) -> list[Figure]:
                         f"median of {len(runs)}"),
             Figure(f"graph_{key}_stall_ms", f"graph {label}: longest GUI stall",
                    max(r["stall"] for r in runs), "ms", STALL_MS,
-                   note=f"1 ms timer, worst run; slowest events: {_slowest(app.slow)}"),
+                   note=f"1 ms timer, worst run; slowest events: {_slowest(app.slow)}; "
+                        f"{gc_pauses.text()}"),
             Figure(f"graph_{key}_nodes", f"graph {label}: nodes (context)", last["nodes"], ""),
         ]
     window.close()

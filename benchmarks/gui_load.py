@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-from benchmarks._common import Figure, Settings, median, percentile
+from benchmarks._common import Figure, GcPauses, Settings, median, percentile
 
 STEPS_PER_S = 5000
 PRELOAD_SAMPLES = 1_000_000
@@ -250,6 +250,7 @@ def run(s: Settings) -> list[Figure]:
     app.stall_timer = stall
     preload_rows = (len(history.samples), len(history.steps))
     profile = _gui_profiler()
+    gc_pauses = GcPauses().__enter__()
     app.recording = True
     clock.start()
     stall.start()
@@ -259,6 +260,7 @@ def run(s: Settings) -> list[Figure]:
     elapsed = time.perf_counter() - t0
     stall.stop()
     app.recording = False
+    gc_pauses.__exit__()
     if profile is not None:
         profile.disable()
         profile.dump_stats(os.environ[PROFILE_ENV])
@@ -309,7 +311,7 @@ def run(s: Settings) -> list[Figure]:
                note=f"p99 {percentile(paint_ms, 99):.1f} ms; {n_paint / elapsed:.1f} paints/s"),
         Figure("gui_longest_stall_ms", "longest event-loop stall", longest, "ms", STALL_MS,
                note=f"1 ms timer; gap p99 {percentile(gaps, 99):.1f} ms; slowest events: "
-                    f"{slowest}"),
+                    f"{slowest}; {gc_pauses.text()}"),
         Figure("gui_refresh_hz", "refresh rate achieved", refresh_hz, "Hz",
                REFRESH_HZ * REFRESH_TOLERANCE, "higher",
                note=f"timer asks for {1000 / window._timer.interval():.1f} Hz"),

@@ -65,11 +65,23 @@ def _print_rows(figures: list[Figure]) -> None:
               f"  {f.note}", flush=True)
 
 
+def markdown(figures: list[Figure], heading: str, failed: list[str]) -> str:
+    rows = ["| figure | key | target | measured | | note |", "|---|---|---|---|---|---|"]
+    for f in figures:
+        note = f.note.replace("|", "/")
+        rows.append(f"| {f.label.strip()} | `{f.name}` | {f.target} | {fmt(f.value, f.unit)} "
+                    f"| {'**MISS**' if f.hit is False else f.verdict} | {note} |")
+    tail = f"\n\nGroups that failed: {', '.join(failed)}\n" if failed else "\n"
+    return heading + "\n\n" + "\n".join(rows) + tail
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument("--quick", action="store_true",
                         help="a smoke run: short, few repetitions (CI); figures are rough")
     parser.add_argument("--json", metavar="FILE", help="also write {figure_name: number}")
+    parser.add_argument("--markdown", metavar="FILE",
+                        help="also write the table as Markdown (for docs/benchmarks.md)")
     parser.add_argument("--only", metavar="GROUPS",
                         help=f"comma-separated groups to run: {', '.join(GROUPS)}")
     parser.add_argument("--threads", type=int, default=1,
@@ -93,10 +105,11 @@ def main(argv: list[str] | None = None) -> int:
     info = machine()
     import torch  # only for its version, in the table's heading
 
-    print(f"memlens benchmarks{' (quick)' if s.quick else ''}: {info['nproc']} CPUs, "
-          f"{info['cpu']}, torch {torch.__version__}, Python {info['python']}, "
-          f"torch threads {s.threads}, {s.reps} interleaved repetitions after {s.warmup} "
-          f"warm-up, load average at start {info['load_avg']}")
+    heading = (f"memlens benchmarks{' (quick)' if s.quick else ''}: {info['nproc']} CPUs, "
+               f"{info['cpu']}, torch {torch.__version__}, Python {info['python']}, "
+               f"torch threads {s.threads}, {s.reps} interleaved repetitions after "
+               f"{s.warmup} warm-up, load average at start {info['load_avg']}")
+    print(heading)
     print(f"  {'figure':<44} {'target':>13} {'measured':>14} {'':>5}  note")
     figures: list[Figure] = []
     failed: list[str] = []
@@ -124,6 +137,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{sum(f.hit is True for f in figures)} targets hit, {len(missed)} missed"
           + (f": {', '.join(f.name for f in missed)}" if missed else "")
           + (f"; groups failed: {', '.join(failed)}" if failed else ""))
+    if args.markdown:
+        Path(args.markdown).write_text(markdown(figures, heading, failed), encoding="utf-8")
     if args.json:
         # A figure that could not be measured is null, not NaN (which is not JSON).
         flat = {f.name: (None if f.value is None or f.value != f.value else f.value)

@@ -147,11 +147,18 @@ def _probe_app():
                 if self._depth == 0 and obj is not self.stall_timer:
                     self.busy.append((t0, ms, (time.thread_time() - c0) * 1e3))
                     if ms > SLOW_MS:
-                        name = type(obj).__name__ + (
-                            f"({obj.objectName()})" if obj.objectName() else "")
-                        self.slow.append((ms, f"{kind.name} -> {name}"))
+                        self.slow.append((ms, f"{kind.name} -> {_name(obj)}"))
 
     return ProbeApp.instance() or ProbeApp([])
+
+
+def _name(obj) -> str:
+    """Class and object name; only the class once the event has deleted the object."""
+    try:
+        name = obj.objectName()
+    except RuntimeError:  # its C++ side is gone (an animation deletes itself when done)
+        name = ""
+    return type(obj).__name__ + (f"({name})" if name else "")
 
 
 def _frame_totals(frames: list[tuple[float, float]], busy: list[tuple], field: int = 1

@@ -110,7 +110,7 @@ def _probe_app():
             self.paints: list[tuple[float, float]] = []  # (start, ms) of each top-level paint
             self._in_paint = False
             self._depth = 0
-            self.slow: list[tuple[float, str]] = []
+            self.slow: list[tuple[float, str, float]] = []  # (ms, what, start)
             # (start, wall ms, GUI-thread CPU ms) of every outermost event
             self.busy: list[tuple[float, float, float]] = []
             self.stall_timer: QTimer | None = None
@@ -147,7 +147,7 @@ def _probe_app():
                 if self._depth == 0 and obj is not self.stall_timer:
                     self.busy.append((t0, ms, (time.thread_time() - c0) * 1e3))
                     if ms > SLOW_MS:
-                        self.slow.append((ms, f"{kind.name} -> {_name(obj)}"))
+                        self.slow.append((ms, f"{kind.name} -> {_name(obj)}", t0))
 
     return ProbeApp.instance() or ProbeApp([])
 
@@ -192,10 +192,10 @@ def _gui_profiler():
     return profile
 
 
-def _slowest(slow: list[tuple[float, str]], n: int = 3) -> str:
+def _slowest(slow: list[tuple[float, str, float]], n: int = 3) -> str:
     """The kinds of slow event that cost most, with their count and worst time."""
     by: dict[str, list[float]] = {}
-    for ms, what in slow:
+    for ms, what, _t in slow:
         by.setdefault(what, []).append(ms)
     top = sorted(by.items(), key=lambda kv: -sum(kv[1]))[:n]
     return "; ".join(f"{what} x{len(v)} (max {max(v):.0f} ms)" for what, v in top) or "none"

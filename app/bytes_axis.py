@@ -1,4 +1,9 @@
-"""A plot axis that labels bytes in KiB, MiB or GiB, with ticks at round numbers of that unit."""
+"""A plot axis that labels bytes in KiB, MiB or GiB, with ticks at round numbers of that unit.
+
+`unit` is how many bytes one unit of the view holds: the memory plot draws in MiB because
+Qt's raster engine fills paths under a view that maps millions of bytes to pixels about 30
+times slower than the same paths in MiB.
+"""
 
 from __future__ import annotations
 
@@ -10,21 +15,22 @@ from app.units import byte_unit
 
 
 class BytesAxis(pg.AxisItem):
-    def __init__(self, orientation: str = "left", **kwargs) -> None:
+    def __init__(self, orientation: str = "left", unit: float = 1.0, **kwargs) -> None:
         super().__init__(orientation, **kwargs)
         self.enableAutoSIPrefix(False)
-        self._unit_size, self._unit = 1.0, "B"
+        self.unit = unit
+        self._shown, self._name = 1.0, "B"  # the unit the labels use, in bytes
 
     def tickSpacing(self, minVal: float, maxVal: float, size: float):
-        self._unit_size, self._unit = byte_unit(max(abs(minVal), abs(maxVal)))
-        u = self._unit_size
-        levels = super().tickSpacing(minVal / u, maxVal / u, size)
+        self._shown, self._name = byte_unit(max(abs(minVal), abs(maxVal)) * self.unit)
+        k = self._shown / self.unit  # view units per shown unit
+        levels = super().tickSpacing(minVal / k, maxVal / k, size)
         # Whole bytes are the finest tick that means anything.
-        return [(max(spacing * u, 1.0), offset * u) for spacing, offset in levels]
+        return [(max(spacing * k, 1.0 / self.unit), offset * k) for spacing, offset in levels]
 
     def tickStrings(self, values, scale, spacing):
-        u = self._unit_size
-        places = max(0, ceil(-log10(spacing / u))) if spacing > 0 else 0
-        if self._unit == "B":
+        k = self._shown / self.unit
+        places = max(0, ceil(-log10(spacing / k))) if spacing > 0 else 0
+        if self._name == "B":
             places = 0
-        return [f"{v / u:.{places}f} {self._unit}" for v in values]
+        return [f"{v / k:.{places}f} {self._name}" for v in values]

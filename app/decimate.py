@@ -71,12 +71,13 @@ class PeakDecimator:
 
     def __call__(self, x: np.ndarray, ys: np.ndarray, sl: slice, max_points: int
                  ) -> tuple[np.ndarray, np.ndarray]:
-        """Decimate rows `sl` of (x, ys) to at most about `max_points` points per layer."""
+        """Decimate rows `sl` of (x, ys) into at most `max_points // 2` bins: two points a
+        bin for lines (min and max), one for areas, whose every edge costs paint time."""
         i0, i1 = sl.start, sl.stop
-        per_bin = 2 if self.mode == "minmax" else 1
-        if i1 - i0 <= max_points:
+        bins = max(max_points // 2, 1)
+        if i1 - i0 <= (max_points if self.mode == "minmax" else bins):
             return x[i0:i1], ys[:, i0:i1]
-        k = bin_size(i1 - i0, max_points // per_bin)
+        k = bin_size(i1 - i0, bins)
         if k != self._k:
             self.reset()
             self._k = k

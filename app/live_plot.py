@@ -62,6 +62,7 @@ class LivePlot(pg.PlotWidget):
         self.hover_line.setZValue(40)
         self.hover_line.hide()
         item.addItem(self.hover_line, ignoreBounds=True)
+        self._legend_html: str | None = None
         self.set_legend("")
 
     # --- items ----------------------------------------------------------------------------
@@ -114,6 +115,9 @@ class LivePlot(pg.PlotWidget):
 
     def set_legend(self, html: str) -> None:
         """Title, values and legend in the title row (two lines: exported images keep it)."""
+        if html == self._legend_html:
+            return  # setting a title relays out the whole plot: only when it changed
+        self._legend_html = html
         item = self.getPlotItem()
         item.setTitle(f"<b>{self.title}</b>&nbsp;&nbsp;{html}", size="8.5pt", color="#333333",
                       justify="left")
@@ -125,6 +129,7 @@ class LivePlot(pg.PlotWidget):
 
     # --- pinned runs ----------------------------------------------------------------------
     ghost_x_shift = 0.0
+    ghost_y_scale = 1.0
 
     def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
         """The one line that stands for a pinned run on this plot (x before the shift)."""
@@ -146,7 +151,7 @@ class LivePlot(pg.PlotWidget):
         for pin_id, pin in wanted.items():
             curve = self.ghosts.get(pin_id)
             if curve is None:
-                curve = pg.PlotCurveItem(pen=pg.mkPen(pin.color, width=1.6, style=Qt.DashLine),
+                curve = pg.PlotCurveItem(pen=pg.mkPen(pin.color, width=1, style=Qt.DashLine),
                                          connect="finite")
                 curve.setSegmentedLineMode("off")
                 curve.setOpacity(0.75)
@@ -166,7 +171,8 @@ class LivePlot(pg.PlotWidget):
             x, y = self.ghost_data(pin.series)
             xs, ys = self.decimator(("pin", pin.pin_id), "minmax")(
                 x, y[None, :], visible_slice(x, x0, x1), max_points)
-            curve.setData(xs + self.ghost_x_shift, ys[0])
+            ys = ys[0] * self.ghost_y_scale if self.ghost_y_scale != 1.0 else ys[0]
+            curve.setData(xs + self.ghost_x_shift, ys)
 
     # --- drawing --------------------------------------------------------------------------
     def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:

@@ -29,8 +29,8 @@ class LossPlot(LivePlot):
         self.grad_view.setXLink(item)
         self.grad_view.enableAutoRange(y=True)
         item.vb.sigResized.connect(self._sync_views)
-        self.add_curve("loss", LOSS_COLOR, width=1.5, z=5, finite=False)
-        self.add_curve("grad_norm", GRAD_NORM_COLOR, width=1.2, z=5, view=self.grad_view,
+        self.add_curve("loss", LOSS_COLOR, z=5, finite=False)
+        self.add_curve("grad_norm", GRAD_NORM_COLOR, z=5, view=self.grad_view,
                        finite=False)
         item.getAxis("left").setTextPen(LOSS_COLOR)
 

@@ -15,22 +15,28 @@ from app.run_series import RunSeries
 from app.units import format_bytes
 from core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
 
+Y_UNIT = 2**20  # bytes per unit of the view (see app.bytes_axis)
+
 
 class MemoryPlot(LivePlot):
     """`curves[category]` holds the cumulative layer (params, params+grads, ...); `total` the
-    sum; `peak` each step's peak at step + 0.5; `reserved`/`allocated` only on CUDA."""
+    sum; `peak` each step's peak at step + 0.5; `reserved`/`allocated` only on CUDA. All in
+    MiB (bytes / Y_UNIT); the axis labels them in whatever binary unit reads best."""
+
+    ghost_y_scale = 1.0 / Y_UNIT
 
     def __init__(self, parent=None) -> None:
-        super().__init__("memory_plot", "Memory", BytesAxis("left"), parent)
+        super().__init__("memory_plot", "Memory", BytesAxis("left", unit=Y_UNIT), parent)
         self.area = self.add_area(MEMORY_CATEGORIES,
                                   [CATEGORY_COLORS[c] for c in MEMORY_CATEGORIES], z=5)
-        self.add_curve("total", TOTAL_COLOR, width=1.2, z=15)
-        self.add_curve("peak", PEAK_COLOR, width=1.2, style=Qt.DotLine, z=16, finite=False)
+        # Live curves: one pixel wide and solid, the raster engine's fast path.
+        self.add_curve("total", TOTAL_COLOR, z=15)
+        self.add_curve("peak", PEAK_COLOR, z=16, finite=False)
         self.add_curve("allocated", TOTAL_COLOR, width=1, style=Qt.DashDotLine, z=14,
                        finite=False)
-        self.add_curve("reserved", RESERVED_COLOR, width=1.5, z=14, finite=False)
+        self.add_curve("reserved", RESERVED_COLOR, z=14, finite=False)
         # Before any data: an axis in MiB rather than "0 B .. 1 B"; data rescales it.
-        self.getPlotItem().setYRange(0, 2**20, padding=0)
+        self.getPlotItem().setYRange(0, 1, padding=0)
         self.getPlotItem().vb.enableAutoRange(y=True)
 
     def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
@@ -43,18 +49,19 @@ class MemoryPlot(LivePlot):
         sl = visible_slice(run.sample_x, x0, x1)
         xs, layers = self.decimator("layers", "envelope")(run.sample_x, run.memory_layers, sl,
                                                           max_points)
+        layers = layers / Y_UNIT
         self.area.setData(xs, layers)
         self.curves["total"].setData(xs, layers[-1])
         if run.has_reserved:
             xa, rows = self.decimator("allocator", "minmax")(run.sample_x, run.allocator_rows,
                                                              sl, max_points)
-            self.curves["allocated"].setData(xa, rows[0])
-            self.curves["reserved"].setData(xa, rows[1])
+            self.curves["allocated"].setData(xa, rows[0] / Y_UNIT)
+            self.curves["reserved"].setData(xa, rows[1] / Y_UNIT)
         if run.step_count:
             ssl = visible_slice(run.step_x, x0 - 1, x1)
             xp, peak = self.decimator("peak", "minmax")(
                 run.step_x, run.step_column("peak_bytes")[None, :], ssl, max_points)
-            self.curves["peak"].setData(xp + 0.5, peak[0])
+            self.curves["peak"].setData(xp + 0.5, peak[0] / Y_UNIT)
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
         row = None

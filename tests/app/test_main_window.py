@@ -10,6 +10,7 @@ import pyqtgraph as pg
 from PySide6.QtWidgets import QCheckBox, QComboBox, QListWidget, QMessageBox, QPushButton
 
 from app.export_dialog import ExportDialog
+from app.memory_plot import Y_UNIT
 from core.history import STEP_COLUMNS
 from core.run_files import load_run
 from tests.app.drive import choose, click, wait_frames, wait_steps
@@ -44,10 +45,10 @@ def test_curves_hold_the_history_values(qtbot, window):
 
     x, total = plot(window, "memory_plot").curves["total"].getData()
     np.testing.assert_array_equal(x, samples[:, s["x"]])
-    np.testing.assert_allclose(total, samples[:, s["total"]], rtol=1e-6)
+    np.testing.assert_allclose(total * Y_UNIT, samples[:, s["total"]], rtol=1e-6)  # MiB
     _, grads_layer = plot(window, "memory_plot").curves["grads"].getData()
-    np.testing.assert_allclose(grads_layer, samples[:, s["params"]] + samples[:, s["grads"]],
-                               rtol=1e-6)
+    np.testing.assert_allclose(grads_layer * Y_UNIT,
+                               samples[:, s["params"]] + samples[:, s["grads"]], rtol=1e-6)
     _, whole_step = plot(window, "time_plot").curves["eval"].getData()
     np.testing.assert_allclose(whole_step, steps[:, t["step_ms"]], rtol=1e-5)
     x_loss, loss = plot(window, "loss_plot").curves["loss"].getData()
@@ -178,8 +179,8 @@ def test_pin_two_runs_compare_hide_and_remove(qtbot, window):
         assert all(len(c.getData()[0]) > 0 for c in ghosts.values())
     first, _second = window.pins
     _, ghost_total = plot(window, "memory_plot").ghosts[first.pin_id].getData()
-    np.testing.assert_allclose(ghost_total, first.series.history.samples.column("total"),
-                               rtol=1e-6)
+    np.testing.assert_allclose(ghost_total * Y_UNIT,
+                               first.series.history.samples.column("total"), rtol=1e-6)
 
     item = pins_list.item(0)
     from PySide6.QtCore import Qt

@@ -132,3 +132,17 @@ def test_frame_pacer_slows_down_when_drawing_takes_too_much_cpu_and_recovers():
         t["cpu"] += 0.1
         pacer.tick()
     assert pacer.interval_ms == 33  # back to 30 Hz once frames are cheap again
+
+
+def test_bytes_axis_labels_view_units_in_a_readable_binary_unit(qtbot):
+    from app.bytes_axis import BytesAxis
+
+    axis = BytesAxis("left", unit=2**20)  # the view counts MiB
+    levels = axis.tickSpacing(0.0, 3.5, 300)
+    major = levels[0][0]
+    assert major in (0.5, 1.0)
+    assert axis.tickStrings([0.0, 1.0, 2.0], 1.0, 1.0) == ["0 MiB", "1 MiB", "2 MiB"]
+    axis.tickSpacing(0.0, 0.01, 300)  # 10 KiB in view units
+    assert axis.tickStrings([0.0, 4 / 1024], 1.0, 2 / 1024) == ["0 KiB", "4 KiB"]
+    axis.tickSpacing(0.0, 3 * 1024, 300)  # 3 GiB
+    assert axis.tickStrings([1024.0], 1.0, 512.0) == ["1.0 GiB"]

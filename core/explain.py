@@ -38,8 +38,9 @@ def explain_error(exc: BaseException, preset: str, phase: str, toggles: Techniqu
                 "step's loss still reaches back into the previous batch's graph, whose saved "
                 "tensors the previous backward already freed. Truncated BPTT needs "
                 "`hidden = hidden.detach()` at each batch: switch detach_state on. "
-                "(retain_graph=True also silences the error, but then every step keeps all "
-                "earlier graphs alive and memory and step time grow without bound.)"
+                "(retain_graph=True does not fix it: the old graph saved the weights that "
+                "optimizer.step() has since changed in place, so backward fails on that "
+                "instead, after keeping every earlier graph alive.)"
             )
         if preset == "gan" and not toggles.detach_state:
             return (

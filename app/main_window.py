@@ -8,6 +8,7 @@ refreshed at a slower rate. Nothing here blocks on the training thread.
 
 from __future__ import annotations
 
+import gc
 import os
 import sys
 import time
@@ -625,6 +626,7 @@ def launch(argv: list[str] | None = None) -> int:
     app.setApplicationName("memlens")
     window = MainWindow()
     window.show()
+    gc.freeze()  # start-up objects live for the whole session: keep GC passes short
     return app.exec()
 
 

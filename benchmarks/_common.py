@@ -205,3 +205,13 @@ class GcPauses:
         full = sum(1 for g, _ in self.pauses if g == 2)
         return (f"{len(self.pauses)} GC pauses ({full} full), longest {worst[1]:.0f} ms "
                 f"(gen {worst[0]})")
+
+
+def as_launched(window) -> None:
+    """Finish start-up as app.main_window.launch() does after showing the window (it then
+    enters the event loop, which a benchmark runs itself): freeze the start-up objects out
+    of the garbage collector."""
+    import gc
+
+    window.show()
+    gc.freeze()

@@ -20,7 +20,7 @@ import os
 import threading
 import time
 
-from benchmarks._common import Figure, GcPauses, Settings, median, percentile
+from benchmarks._common import Figure, GcPauses, Settings, as_launched, median, percentile
 
 STEPS_PER_S = 5000
 PRELOAD_SAMPLES = 1_000_000
@@ -214,7 +214,7 @@ def run(s: Settings) -> list[Figure]:
     producer = _Producer(preload_steps)
     config = RunConfig(preset="mlp", steps=10_000_000, eval_every=0)
     window = MainWindow(config, runs_dir=None, train_fn=producer)
-    window.show()
+    as_launched(window)
     app.refresh_timer = window._timer  # the window's ~30 Hz refresh (the frame)
 
     def spin_until(done, timeout: float) -> bool:

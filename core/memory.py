@@ -303,11 +303,13 @@ class MemoryProbe:
         self.cuda = device.type == "cuda"
         self.saved = saved
         self.precise = precise
+        self._param_list = preset.parameters()
         self.params = _Bytes()
-        for p in preset.parameters():
+        for p in self._param_list:
             self.params.add(p)
         saved.param_keys = self.params.keys
-        self.last_categories: dict[str, set] = {}
+        self._grads = _Bytes()
+        self._opt = _Bytes()
 
     @property
     def source(self) -> str:
@@ -323,19 +325,30 @@ class MemoryProbe:
             return "CPU tensor bytes, every storage tracked (exact, incl. in-step peak)"
         return "CPU tensor bytes by category (exact for what it counts; peak = lower bound)"
 
+    # Gradients change only in zero_grad and backward; optimizer state only in the optimizer
+    # step. Other phases reuse the last count, which keeps light mode within its budget.
+    _GRADS_CHANGE = frozenset({"start", "zero_grad", "backward"})
+    _OPT_CHANGES = frozenset({"start", "optimizer"})
+
     def sample(self, step: int, phase: str, time_s: float) -> MemorySample:
         pkeys = self.params.keys
-        grads = _Bytes()
-        for p in self.preset.parameters():
-            g = p.grad
-            if g is not None:
-                grads.add(g, (pkeys,))
-        opt = _Bytes()
-        for o in self.preset.optimizers:
-            for state in o.state.values():
-                for v in state.values():
-                    if isinstance(v, Tensor):
-                        opt.add(v, (pkeys, grads.keys))
+        if phase in self._GRADS_CHANGE:
+            grads = _Bytes()
+            for p in self._param_list:
+                g = p.grad
+                if g is not None:
+                    grads.add(g, (pkeys,))
+            self._grads = grads
+        grads = self._grads
+        if phase in self._OPT_CHANGES:
+            opt = _Bytes()
+            for o in self.preset.optimizers:
+                for state in o.state.values():
+                    for v in state.values():
+                        if isinstance(v, Tensor):
+                            opt.add(v, (pkeys, grads.keys))
+            self._opt = opt
+        opt = self._opt
         saved_keys = self.saved._live
         act_bytes = self.saved.live_bytes
         counted = (pkeys, grads.keys, opt.keys, saved_keys)

@@ -17,7 +17,7 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED = 0, 2, 1
 
 
 def add_parser(subparsers) -> None:
-    from core.options import PRESETS
+    from core.cli_run import add_config_arguments
 
     p = subparsers.add_parser(
         "shot", help="run the app window offscreen for N steps and save a PNG screenshot",
@@ -25,13 +25,7 @@ def add_parser(subparsers) -> None:
         "scheduled with --at apply at step boundaries, as live flips do) and save the window "
         "as a PNG. A training error is shown as the app shows it (paused, explained).",
     )  # fmt: skip
-    p.add_argument("--preset", choices=PRESETS, help="model and data (default: mlp)")
-    p.add_argument("--config", metavar="F.toml", help="settings file ([techniques] table, at=[])")
-    p.add_argument("--set", dest="sets", action="extend", nargs="+", default=[],
-                   metavar="KEY=VALUE", help="override settings, e.g. --set batch_size=8 width=16")
-    p.add_argument("--at", dest="ats", action="extend", nargs="+", default=[],
-                   metavar="STEP:KEY=VALUE",
-                   help="change a technique at a step: --at 30:zero_grad=off")
+    add_config_arguments(p)
     p.add_argument("--steps", type=int, default=60, help="steps to run (default 60)")
     p.add_argument("--out", required=True, metavar="FILE.png", help="where to save the PNG")
     p.add_argument("--size", default="1480x920", metavar="WxH", help="window size in pixels")

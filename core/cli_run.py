@@ -10,19 +10,14 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_TRAINING_ERROR = 0, 2, 3
 
 
 def add_parser(subparsers) -> None:
-    from core.options import OPTIONS, PRESETS
+    from core.options import OPTIONS
 
     p = subparsers.add_parser(
         "run", help="run a training loop headless and write its timeline",
         description="Run a preset training loop, measuring memory at every phase boundary. "
         "Settings: " + ", ".join(OPTIONS) + ".",
     )
-    p.add_argument("--preset", choices=PRESETS, help="model and data (default: mlp)")
-    p.add_argument("--config", metavar="F.toml", help="settings file ([techniques] table, at=[])")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a setting, e.g. --set batch_size=64 --set zero_grad=off")
-    p.add_argument("--at", dest="ats", action="append", default=[], metavar="STEP:KEY=VALUE",
-                   help="change a technique at a step, as a live toggle: --at 50:zero_grad=off")
+    add_config_arguments(p)
     p.add_argument("--steps", type=int, help="number of steps")
     p.add_argument("--precise", action="store_true", help="track every storage (exact peak)")
     p.add_argument("--out", metavar="DIR", help="run folder (default: a new folder in runs/)")
@@ -31,6 +26,22 @@ def add_parser(subparsers) -> None:
     p.add_argument("--on-error", choices=("stop", "continue"), default="stop",
                    help="at a training error: stop (exit 3), or record it and go on")
     p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def add_config_arguments(p, *, at: bool = True) -> None:
+    """--preset, --config, --set and --at, the same for every command that runs a loop."""
+    from core.options import PRESETS
+
+    p.add_argument("--preset", choices=PRESETS, help="model and data (default: mlp)")
+    p.add_argument("--config", metavar="F.toml", help="settings file ([techniques] table, at=[])")
+    p.add_argument("--set", dest="sets", action="extend", nargs="+", default=[],
+                   metavar="KEY=VALUE",
+                   help="override settings: --set batch_size=64 zero_grad=off (or repeat --set)")
+    if at:
+        p.add_argument("--at", dest="ats", action="extend", nargs="+", default=[],
+                       metavar="STEP:KEY=VALUE",
+                       help="change a technique at a step, as a live toggle does: "
+                       "--at 50:zero_grad=off")
 
 
 def build_config(args):
@@ -46,8 +57,9 @@ def build_config(args):
     if args.precise:
         values["precise"] = True
     cfg = cfg.with_values(values).with_sets(args.sets)
-    if args.ats:
-        cfg = cfg.with_schedule([ScheduledChange.parse(a) for a in args.ats])
+    ats = getattr(args, "ats", [])
+    if ats:
+        cfg = cfg.with_schedule([ScheduledChange.parse(a) for a in ats])
     return cfg
 
 

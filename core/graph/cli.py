@@ -9,7 +9,7 @@ EXIT_OK, EXIT_NOT_CAPTURED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def add_parser(subparsers) -> None:
-    from core.options import PRESETS
+    from core.cli_run import add_config_arguments
 
     p = subparsers.add_parser(
         "graph", help="write the autograd graph of a training step (DOT, SVG or PNG)",
@@ -18,10 +18,7 @@ def add_parser(subparsers) -> None:
         "(grey ops, blue parameters, orange saved tensors, green output). Errors in earlier "
         "steps are reported and the run goes on, so a broken setting still shows its graph.",
     )  # fmt: skip
-    p.add_argument("--preset", choices=PRESETS, help="model and data (default: mlp)")
-    p.add_argument("--config", metavar="F.toml", help="settings file ([techniques] table)")
-    p.add_argument("--set", dest="sets", action="append", default=[], metavar="KEY=VALUE",
-                   help="override a setting, e.g. --set amp=bf16 --set lstm_cell=true")
+    add_config_arguments(p, at=False)
     p.add_argument("--step", type=int, default=0, metavar="N",
                    help="which step's graph (default 0, the first)")
     p.add_argument("--eval", action="store_true",

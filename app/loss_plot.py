@@ -56,14 +56,11 @@ class LossPlot(LivePlot):
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
         loss = grad = head = ""
-        if run is not None and run.step_count:
-            step = run.last_step if x is None else int(np.floor(x))
-            i = run.step_row(step)
-            if i is not None:
-                row = run.history.steps.rows(i, i + 1)[0]
-                idx = run.history.steps.index
-                loss, grad = format_number(row[idx["loss"]]), format_number(row[idx["grad_norm"]])
-                head = f"<i>step {step}</i>"
+        found = run.step_record_at(x) if run is not None else None
+        if found is not None:
+            step, values = found
+            loss, grad = format_number(values["loss"]), format_number(values["grad_norm"])
+            head = f"<i>step {step}</i>"
         parts = [head, swatch(LOSS_COLOR, "loss", loss), swatch(GRAD_NORM_COLOR, "grad norm", grad)]
         if x is not None:
             parts.append(ghost_legend(pins, lambda s: _ghost_loss(s, x)))

@@ -163,6 +163,19 @@ class RunSeries:
         i = int(np.searchsorted(xs, step))
         return i if i < len(xs) and xs[i] == step else None
 
+    def step_record_at(self, x: float | None) -> tuple[int, dict[str, float]] | None:
+        """The step under x on the axis (the newest when x is None) and its recorded values
+        by column name, or None when that step has no record."""
+        if not self.step_count:
+            return None
+        step = self.last_step if x is None else int(np.floor(x))
+        i = self.step_row(step)
+        if i is None:
+            return None
+        steps = self.history.steps
+        row = steps.rows(i, i + 1)[0]
+        return step, {name: float(row[j]) for name, j in steps.index.items()}
+
     def sample_row_at(self, x: float) -> int | None:
         """The last sample at or before x on the step axis."""
         i = int(np.searchsorted(self.sample_x, x, side="right")) - 1

@@ -36,16 +36,13 @@ class TimePlot(LivePlot):
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
         values = dict.fromkeys(PHASES, "")
         head = total = ""
-        if run is not None and run.step_count:
-            step = run.last_step if x is None else int(np.floor(x))
-            i = run.step_row(step)
-            if i is not None:
-                row = run.history.steps.rows(i, i + 1)[0]
-                idx = run.history.steps.index
-                values = {p: format_ms(row[idx[c]]) for p, c in zip(PHASES, PHASE_MS_COLUMNS,
-                                                                    strict=True)}
-                total = format_ms(row[idx["step_ms"]])
-                head = f"<i>step {step}</i>"
+        found = run.step_record_at(x) if run is not None else None
+        if found is not None:
+            step, record = found
+            values = {p: format_ms(record[c]) for p, c in zip(PHASES, PHASE_MS_COLUMNS,
+                                                              strict=True)}
+            total = format_ms(record["step_ms"])
+            head = f"<i>step {step}</i>"
         first = [head, swatch(TOTAL_COLOR, "whole step", total)]
         if x is not None:
             first.append(ghost_legend(pins, lambda s: _ghost_ms(s, x)))

@@ -23,11 +23,6 @@ from core.records import MEMORY_CATEGORIES, PHASE_CODE, MemorySample
 CATEGORY_CODE = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
 
 
-def storage_key(t: Tensor) -> tuple[int, int]:
-    """(device index, -1 for CPU; storage base pointer): one key per storage, not per view."""
-    return (t.get_device(), t.untyped_storage().data_ptr())
-
-
 class _StorageCache:
     """Remembers each live tensor's storage key and size, so sampling the same optimizer
     state and grads every phase costs a dict lookup, not storage queries."""
@@ -36,6 +31,8 @@ class _StorageCache:
         self._by_id: dict[int, tuple] = {}
 
     def lookup(self, t: Tensor) -> tuple[tuple[int, int], int]:
+        """(device index, -1 for CPU; storage base pointer) and the storage's bytes: one key
+        per storage, not per view."""
         hit = self._by_id.get(id(t))
         if hit is not None and hit[0]() is t:
             return hit[1], hit[2]

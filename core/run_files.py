@@ -17,7 +17,15 @@ from typing import Any, TextIO
 import numpy as np
 
 from core.atomic import ExportError, atomic_open, atomic_write_text
-from core.history import ALLOC_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, RunHistory, sample_x
+from core.history import (
+    ALLOC_COLUMNS,
+    SAMPLE_COLUMNS,
+    STEP_COLUMNS,
+    RunHistory,
+    sample_values,
+    sample_x,
+    step_values,
+)
 from core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES, RunEvent
 
 STEPS_CSV = "steps.csv"
@@ -68,6 +76,12 @@ def alloc_row(values: Any, frames: str) -> list[str]:
             SAMPLE_PHASES[int(phase)], frames]
 
 
+def graph_summary(snapshot) -> dict[str, int]:
+    """What run.json keeps of a graph capture."""
+    return {"step": snapshot.step, "nodes": len(snapshot.nodes),
+            "saved_bytes": snapshot.saved_bytes}
+
+
 class RunWriter:
     """A run sink that writes the run folder as the run goes."""
 
@@ -104,14 +118,10 @@ class RunWriter:
         self._write_json()
 
     def on_sample(self, sample) -> None:
-        from core.history import sample_values
-
         self._mem.writerow(memory_row(sample_values(sample)))
         self._mem_fh.flush()
 
     def on_step(self, record) -> None:
-        from core.history import step_values
-
         self._steps.writerow(steps_row(step_values(record)))
         self._steps_fh.flush()
         if time.monotonic() - self._last_json > 2.0:
@@ -139,10 +149,7 @@ class RunWriter:
         self._write_json()
 
     def on_graph(self, snapshot) -> None:
-        self._doc["graphs"].append(
-            {"step": snapshot.step, "nodes": len(snapshot.nodes),
-             "saved_bytes": snapshot.saved_bytes}
-        )
+        self._doc["graphs"].append(graph_summary(snapshot))
 
     def on_finish(self, summary: dict) -> None:
         self._doc["summary"] = summary
@@ -182,8 +189,7 @@ def write_history(history: RunHistory, folder: str | Path) -> list[Path]:
         written.append(folder / ALLOCATIONS_CSV)
     doc = {"format": RUN_FORMAT, "version": RUN_FORMAT_VERSION, **history.meta,
            "events": [e.to_dict() for e in history.events()],
-           "graphs": [{"step": g.step, "nodes": len(g.nodes), "saved_bytes": g.saved_bytes}
-                      for g in history.graphs],
+           "graphs": [graph_summary(g) for g in history.graphs],
            "summary": history.summary}
     atomic_write_text(folder / RUN_JSON, json.dumps(doc, indent=1, default=str))
     written.append(folder / RUN_JSON)

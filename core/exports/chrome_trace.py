@@ -166,15 +166,8 @@ def _counter_chunks(history: RunHistory, spans: _Spans) -> Iterator[bytes]:
         when = _ns(samples.column("time_s", 0, m))
         cats = [np.nan_to_num(samples.column(c, 0, m)).astype(np.int64)
                 for c in MEMORY_CATEGORIES]
-        top = int(max(np.abs(c).max(initial=0) for c in cats))
-        total = np.sum(cats, axis=0)
-        parts: list = [',\n{"ts":', _text.Micros(int(when.max(initial=0))),
-                       f',"name":"memory","ph":"C","pid":{PID},"args":{{']
-        for i, c in enumerate(MEMORY_CATEGORIES):
-            parts += [("," if i else "") + f'"{c}":', _text.Int(top, signed=True)]
-        parts.append("}}")
-        yield from _text.RowTemplate(parts).render(when, *cats)
-        yield from _counter("memory total", {"bytes": total}, when)
+        yield from _counter("memory", dict(zip(MEMORY_CATEGORIES, cats, strict=True)), when)
+        yield from _counter("memory total", {"bytes": np.sum(cats, axis=0)}, when)
         heap = samples.column("heap", 0, m)
         if np.isfinite(heap).any():
             ok = np.isfinite(heap)

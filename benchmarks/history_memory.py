@@ -79,8 +79,8 @@ def run(s: Settings) -> list[Figure]:
         probe = RunHistory()
         fill_s = _fill(probe, 12_500) * steps / 12_500
     n_samples, n_steps = len(history.samples), len(history.steps)
-    sample_row = history.samples._data.itemsize * len(history.samples.columns)
-    step_row = history.steps._data.itemsize * len(history.steps.columns)
+    sample_row = history.samples.itemsize * len(history.samples.columns)
+    step_row = history.steps.itemsize * len(history.steps.columns)
     stored = history.samples.nbytes + history.steps.nbytes + history.allocs.nbytes
     rows_per_s = (n_samples + n_steps) / fill_s
 

@@ -1,8 +1,9 @@
 """What every timeline plot shares: the step axis, event markers, a hover line, pinned-run ghosts.
 
 Items are made once and fed with `setData` from numpy; each draw hands pyqtgraph only the
-visible slice, cut to about two points per pixel (app.decimate), so a draw costs the same
-at step 100 as at step 100,000. The title row doubles as legend and hover read-out.
+visible slice, cut to about two points per pixel from the run's kept bins (app.run_series),
+so a draw costs the same at step 100 as at step 1,000,000. The title row doubles as legend
+and hover read-out.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
 
-from app.decimate import PeakDecimator, visible_slice
 from app.grid_lines import GridLines
 from app.plot_style import HOVER_COLOR, event_color, lighten
 from app.run_series import RunSeries
@@ -53,7 +53,6 @@ class LivePlot(pg.PlotWidget):
         item.getAxis("left").setWidth(AXIS_WIDTH)
         item.getAxis("right").setWidth(AXIS_WIDTH)
         item.layout.setColumnFixedWidth(2, AXIS_WIDTH)
-        self.decimators: dict[object, PeakDecimator] = {}
         self.curves: dict[str, pg.PlotCurveItem] = {}
         self.markers: list[pg.InfiniteLine] = []
         self.ghosts: dict[int, pg.PlotCurveItem] = {}
@@ -129,17 +128,12 @@ class LivePlot(pg.PlotWidget):
 
     # --- pinned runs ----------------------------------------------------------------------
     ghost_x_shift = 0.0
-    ghost_y_scale = 1.0
 
-    def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
-        """The one line that stands for a pinned run on this plot (x before the shift)."""
+    def ghost_line(self, run: RunSeries, x0: float, x1: float, max_points: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """The one line that stands for a pinned run on this plot, in [x0, x1] (x before the
+        shift), cut to max_points."""
         raise NotImplementedError
-
-    def decimator(self, key, mode: str) -> PeakDecimator:
-        d = self.decimators.get(key)
-        if d is None:
-            d = self.decimators[key] = PeakDecimator(mode)
-        return d
 
     def sync_ghosts(self, pins) -> None:
         """Make or drop ghost curves so they match the pinned runs."""
@@ -147,7 +141,6 @@ class LivePlot(pg.PlotWidget):
         for pin_id in list(self.ghosts):
             if pin_id not in wanted:
                 self.ghost_view().removeItem(self.ghosts.pop(pin_id))
-                self.decimators.pop(("pin", pin_id), None)
         for pin_id, pin in wanted.items():
             curve = self.ghosts.get(pin_id)
             if curve is None:
@@ -168,10 +161,7 @@ class LivePlot(pg.PlotWidget):
             curve = self.ghosts.get(pin.pin_id)
             if curve is None or not pin.visible:
                 continue
-            x, y = self.ghost_data(pin.series)
-            xs, ys = self.decimator(("pin", pin.pin_id), "minmax")(
-                x, y[None, :], visible_slice(x, x0, x1), max_points)
-            ys = ys[0] * self.ghost_y_scale if self.ghost_y_scale != 1.0 else ys[0]
+            xs, ys = self.ghost_line(pin.series, x0, x1, max_points)
             curve.setData(xs + self.ghost_x_shift, ys)
 
     # --- drawing --------------------------------------------------------------------------
@@ -182,11 +172,9 @@ class LivePlot(pg.PlotWidget):
         raise NotImplementedError
 
     def clear_data(self) -> None:
-        """A new run: empty curves, and forget the bins kept for the old one."""
+        """A new run: empty curves."""
         for curve in self.curves.values():
             curve.setData([], [])
-        for key in [k for k in self.decimators if not (isinstance(k, tuple) and k[0] == "pin")]:
-            del self.decimators[key]
 
     def pixel_width(self) -> int:
         return max(int(self.getPlotItem().vb.width()), 100)

@@ -5,7 +5,6 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 
-from app.decimate import visible_slice
 from app.live_plot import LivePlot, ghost_legend
 from app.plot_style import GRAD_NORM_COLOR, LOSS_COLOR, swatch
 from app.run_series import RunSeries
@@ -41,15 +40,17 @@ class LossPlot(LivePlot):
 
     ghost_x_shift = 0.5
 
-    def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
-        return run.step_x, run.loss_rows[0]
+    def ghost_line(self, run: RunSeries, x0: float, x1: float, max_points: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        xs, lines = run.steps.decimate("lines", run.steps.visible(x0, x1), max_points)
+        return xs, lines[0]
 
     def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
         if run is None or run.step_count == 0:
             self.clear_data()
             return
-        sl = visible_slice(run.step_x, x0 - 0.5, x1 - 0.5)
-        xs, rows = self.decimator("loss", "minmax")(run.step_x, run.loss_rows, sl, max_points)
+        sl = run.steps.visible(x0 - 0.5, x1 - 0.5)
+        xs, rows = run.steps.decimate("lines", sl, max_points)
         xs = xs + self.ghost_x_shift
         self.curves["loss"].setData(xs, rows[0])
         self.curves["grad_norm"].setData(xs, rows[1])
@@ -69,4 +70,4 @@ class LossPlot(LivePlot):
 
 def _ghost_loss(series: RunSeries, x: float) -> str | None:
     i = series.step_row(int(np.floor(x)))
-    return None if i is None else format_number(float(series.loss_rows[0][i]))
+    return None if i is None else format_number(series.loss_at(i))

@@ -382,7 +382,7 @@ class MainWindow(QMainWindow):
         self._update_effects()
         series = self.series
         if series is not None:
-            total = float(series.total[-1]) if series.sample_count else None
+            total = series.last_total if series.sample_count else None
             self.status.set_progress(series.last_step, series.step_count, total,
                                      series.peak if series.step_count else None,
                                      live=self.running)

@@ -8,10 +8,9 @@ import numpy as np
 from PySide6.QtCore import Qt
 
 from app.bytes_axis import BytesAxis
-from app.decimate import visible_slice
 from app.live_plot import LivePlot, ghost_legend
 from app.plot_style import CATEGORY_COLORS, PEAK_COLOR, RESERVED_COLOR, TOTAL_COLOR, swatch
-from app.run_series import RunSeries
+from app.run_series import STEP_LINES, RunSeries
 from app.units import format_bytes
 from core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
 
@@ -22,8 +21,6 @@ class MemoryPlot(LivePlot):
     """`curves[category]` holds the cumulative layer (params, params+grads, ...); `total` the
     sum; `peak` each step's peak at step + 0.5; `reserved`/`allocated` only on CUDA. All in
     MiB (bytes / Y_UNIT); the axis labels them in whatever binary unit reads best."""
-
-    ghost_y_scale = 1.0 / Y_UNIT
 
     def __init__(self, parent=None) -> None:
         super().__init__("memory_plot", "Memory", BytesAxis("left", unit=Y_UNIT), parent)
@@ -39,29 +36,28 @@ class MemoryPlot(LivePlot):
         self.getPlotItem().setYRange(0, 1, padding=0)
         self.getPlotItem().vb.enableAutoRange(y=True)
 
-    def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
-        return run.sample_x, run.total
+    def ghost_line(self, run: RunSeries, x0: float, x1: float, max_points: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        xs, total = run.samples.decimate("total", run.samples.visible(x0, x1), max_points)
+        return xs, total[0] / Y_UNIT
 
     def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
         if run is None or run.sample_count == 0:
             self.clear_data()
             return
-        sl = visible_slice(run.sample_x, x0, x1)
-        xs, layers = self.decimator("layers", "envelope")(run.sample_x, run.memory_layers, sl,
-                                                          max_points)
+        samples = run.samples
+        sl = samples.visible(x0, x1)
+        xs, layers = samples.decimate("layers", sl, max_points)
         layers = layers / Y_UNIT
         self.area.setData(xs, layers)
         self.curves["total"].setData(xs, layers[-1])
         if run.has_reserved:
-            xa, rows = self.decimator("allocator", "minmax")(run.sample_x, run.allocator_rows,
-                                                             sl, max_points)
+            xa, rows = samples.decimate("allocator", sl, max_points)
             self.curves["allocated"].setData(xa, rows[0] / Y_UNIT)
             self.curves["reserved"].setData(xa, rows[1] / Y_UNIT)
         if run.step_count:
-            ssl = visible_slice(run.step_x, x0 - 1, x1)
-            xp, peak = self.decimator("peak", "minmax")(
-                run.step_x, run.step_column("peak_bytes")[None, :], ssl, max_points)
-            self.curves["peak"].setData(xp + 0.5, peak[0] / Y_UNIT)
+            xp, lines = run.steps.decimate("lines", run.steps.visible(x0 - 1, x1), max_points)
+            self.curves["peak"].setData(xp + 0.5, lines[STEP_LINES.index("peak_bytes")] / Y_UNIT)
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
         row = None
@@ -79,7 +75,7 @@ class MemoryPlot(LivePlot):
             total = format_bytes(row[idx["total"]])
             step_row = run.step_row(int(row[idx["step"]]))
             if step_row is not None:
-                peak = format_bytes(float(run.step_column("peak_bytes")[step_row]))
+                peak = format_bytes(run.step_value(step_row, "peak_bytes"))
             if not math.isnan(row[idx["reserved"]]):
                 total += f" &nbsp;reserved <b>{format_bytes(row[idx['reserved']])}</b>"
         first = [f"<i>{head}</i>" if head else "", swatch(TOTAL_COLOR, "total", total),
@@ -92,4 +88,4 @@ class MemoryPlot(LivePlot):
 
 def _ghost_total(series: RunSeries, x: float) -> str | None:
     i = series.sample_row_at(x)
-    return None if i is None else format_bytes(float(series.total[i]))
+    return None if i is None else format_bytes(series.total_at(i))

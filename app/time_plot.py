@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from app.decimate import visible_slice
 from app.live_plot import LivePlot, ghost_legend
 from app.plot_style import PHASE_COLORS, TOTAL_COLOR, swatch
-from app.run_series import PHASE_MS_COLUMNS, RunSeries
+from app.run_series import PHASE_MS_COLUMNS, STEP_LINES, RunSeries
 from app.units import format_ms
 from core.records import PHASES
 
@@ -21,16 +20,17 @@ class TimePlot(LivePlot):
 
     ghost_x_shift = 0.5  # a step's time belongs to the middle of its interval
 
-    def ghost_data(self, run: RunSeries) -> tuple[np.ndarray, np.ndarray]:
-        return run.step_x, run.time_layers[-1]
+    def ghost_line(self, run: RunSeries, x0: float, x1: float, max_points: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        xs, lines = run.steps.decimate("lines", run.steps.visible(x0, x1), max_points)
+        return xs, lines[STEP_LINES.index("whole_step")]
 
     def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
         if run is None or run.step_count == 0:
             self.clear_data()
             return
-        sl = visible_slice(run.step_x, x0 - 0.5, x1 - 0.5)
-        xs, layers = self.decimator("layers", "envelope")(run.step_x, run.time_layers, sl,
-                                                          max_points)
+        sl = run.steps.visible(x0 - 0.5, x1 - 0.5)
+        xs, layers = run.steps.decimate("phases", sl, max_points)
         self.area.setData(xs + self.ghost_x_shift, layers)
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
@@ -52,4 +52,4 @@ class TimePlot(LivePlot):
 
 def _ghost_ms(series: RunSeries, x: float) -> str | None:
     i = series.step_row(int(np.floor(x)))
-    return None if i is None else format_ms(float(series.time_layers[-1][i]))
+    return None if i is None else format_ms(series.whole_step_at(i))

@@ -84,10 +84,9 @@ class ToggleEffect:
 
 
 def _phase_means(series: RunSeries, x0: float, x1: float) -> dict[str, float]:
-    x = series.sample_x
-    i0, i1 = np.searchsorted(x, x0, "left"), np.searchsorted(x, x1, "left")
-    xs = x[i0:i1]
-    totals = series.total[i0:i1].astype(np.float64)
+    i0, i1 = series.samples.index(x0), series.samples.index(x1)
+    xs, totals = series.samples.rows("total", i0, i1)
+    totals = totals[0].astype(np.float64)
     codes = np.rint((xs - np.floor(xs)) * PHASES_PER_STEP).astype(int)
     out = {}
     for code, phase in enumerate(PHASES, start=1):
@@ -98,9 +97,8 @@ def _phase_means(series: RunSeries, x0: float, x1: float) -> dict[str, float]:
 
 
 def _step_range(series: RunSeries, s0: int, s1: int) -> np.ndarray:
-    x = series.step_x
-    i0, i1 = np.searchsorted(x, s0, "left"), np.searchsorted(x, s1, "left")
-    return series.step_column("step_ms")[i0:i1].astype(np.float64)
+    i0, i1 = series.steps.index(s0), series.steps.index(s1)
+    return series.step_column("step_ms", i0, i1).astype(np.float64)
 
 
 def toggle_effect(series: RunSeries, event: RunEvent, window: int = WINDOW_STEPS) -> ToggleEffect:

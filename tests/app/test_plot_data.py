@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.decimate import envelope, min_max, visible_slice
+from app.decimate import PeakDecimator, envelope, min_max, visible_slice
 from app.run_series import RunSeries
 from app.synthetic import fill_history, synthetic_training
 from app.toggle_effect import toggle_effect
@@ -110,6 +110,41 @@ def test_fill_history_makes_a_million_samples_fast():
     series.pull()
     assert series.sample_count == 1_000_001
     assert (np.diff(series.sample_x) > 0).all()
+    # The window keeps bins, not a second copy: a few percent of what the history holds.
+    assert series.nbytes < 0.05 * (h.samples.nbytes + h.steps.nbytes)
+    whole = series.samples.visible(0, series.x_end)
+    xs, layers = series.samples.decimate("layers", whole, 2000)
+    assert len(xs) <= 1001 and layers[-1].max() == series.memory_layers[-1].max()
+
+
+def test_run_series_bins_match_decimating_the_full_rows():
+    h = RunHistory()
+    synthetic_training(RunConfig(steps=3000, eval_every=7), sink=h)
+    series = RunSeries(h)
+    half = len(h.samples) // 2
+    h_rows = h.samples.rows()
+    assert series.pull()[0] == len(h_rows)
+    x, steps_x = h.samples.column("x"), h.steps.column("step")
+    layers = series.memory_layers
+    step_lines = series.steps.rows("lines", 0, series.step_count)[1]
+    rng = np.random.default_rng(3)
+    for _ in range(60):
+        x0, x1 = sorted(rng.uniform(-5, 3100, 2))
+        points = int(rng.choice([10, 50, 200, 2000]))
+        sl = series.samples.visible(x0, x1)
+        assert sl == visible_slice(x, x0, x1)
+        got = series.samples.decimate("layers", sl, points)
+        want = PeakDecimator("envelope")(x, layers, sl, points)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+        ssl = series.steps.visible(x0, x1)
+        assert ssl == visible_slice(steps_x, x0, x1)
+        got = series.steps.decimate("lines", ssl, points)
+        want = PeakDecimator("minmax")(steps_x, step_lines, ssl, points)
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+    assert series.sample_row_at(x[half] + 1e-9) == half
+    assert series.total_at(half) == pytest.approx(layers[-1, half], rel=1e-6)
 
 
 def test_frame_pacer_slows_down_when_drawing_takes_too_much_cpu_and_recovers():

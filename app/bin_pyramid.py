@@ -1,0 +1,106 @@
+"""Per-bin peaks of a growing series at every power-of-two bin size, kept as rows arrive.
+
+A plot of a long run needs, per pixel, the highest (and for lines the lowest) value among
+the rows that pixel covers. Level 0 keeps that for bins of BASE rows, level j for bins of
+BASE * 2**j rows, each level made from pairs of the one below: together about 2/BASE of
+the values, where a full-resolution copy would be all of them. Bins are aligned to absolute
+row numbers, so a bin, once complete, never changes (a run only appends); rows that do not
+yet fill a level-0 bin wait in a small carry. No Qt here.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+BASE = 16  # rows per level-0 bin
+
+
+class Growing:
+    """Columns of a (channels, n) array that grows by a quarter: the arrays here are a few
+    percent of a run, so a copy now and then is cheap and the unused end stays small."""
+
+    def __init__(self, channels: int, dtype) -> None:
+        self._data = np.empty((channels, 64), dtype=dtype)
+        self.n = 0
+
+    def append(self, block: np.ndarray) -> None:
+        k = block.shape[1]
+        if self.n + k > self._data.shape[1]:
+            cap = max(self.n + k, self._data.shape[1] + self._data.shape[1] // 4 + 64)
+            grown = np.empty((self._data.shape[0], cap), dtype=self._data.dtype)
+            grown[:, : self.n] = self._data[:, : self.n]
+            self._data = grown
+        self._data[:, self.n : self.n + k] = block
+        self.n += k
+
+    @property
+    def view(self) -> np.ndarray:
+        return self._data[:, : self.n]
+
+    @property
+    def nbytes(self) -> int:
+        return self._data.nbytes
+
+
+class BinPyramid:
+    """Maxima (and minima when `with_min`) of `channels` rows of values, per bin, at bin
+    sizes BASE * 2**level. `append` takes new rows (shape (channels, m)) in order."""
+
+    def __init__(self, channels: int, with_min: bool, dtype=np.float32) -> None:
+        self.channels, self.with_min, self.dtype = channels, with_min, dtype
+        self.hi: list[Growing] = []
+        self.lo: list[Growing] = []
+        self._carry = np.empty((channels, 0), dtype=dtype)
+        self.rows = 0
+
+    def append(self, values: np.ndarray) -> None:
+        values = np.asarray(values, dtype=self.dtype).reshape(self.channels, -1)
+        self.rows += values.shape[1]
+        carry = np.concatenate([self._carry, values], axis=1) if self._carry.shape[1] else values
+        full = carry.shape[1] // BASE
+        self._carry = carry[:, full * BASE :].copy()
+        if not full:
+            return
+        block = carry[:, : full * BASE].reshape(self.channels, full, BASE)
+        hi = np.fmax.reduce(block, axis=2)
+        lo = np.fmin.reduce(block, axis=2) if self.with_min else None
+        level = 0
+        while True:
+            if level == len(self.hi):
+                self.hi.append(Growing(self.channels, self.dtype))
+                if self.with_min:
+                    self.lo.append(Growing(self.channels, self.dtype))
+            self.hi[level].append(hi)
+            if lo is not None:
+                self.lo[level].append(lo)
+            # Pairs of this level's bins completed just now make bins of the next.
+            below, done = self.hi[level].n, self.bins(level + 1)
+            if below // 2 <= done:
+                return
+            start, stop = 2 * done, 2 * (below // 2)
+            hi = _pairs(np.fmax, self.hi[level].view[:, start:stop])
+            if lo is not None:
+                lo = _pairs(np.fmin, self.lo[level].view[:, start:stop])
+            level += 1
+
+    def bins(self, level: int) -> int:
+        """Complete bins at `level`."""
+        return self.hi[level].n if level < len(self.hi) else 0
+
+    def peaks(self, level: int, b0: int, b1: int) -> tuple[np.ndarray, np.ndarray | None]:
+        """(max, min or None) of complete bins [b0, b1) at `level`."""
+        hi = self.hi[level].view[:, b0:b1]
+        return hi, (self.lo[level].view[:, b0:b1] if self.with_min else None)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(g.nbytes for g in (*self.hi, *self.lo)) + self._carry.nbytes
+
+
+def _pairs(ufunc, a: np.ndarray) -> np.ndarray:
+    return ufunc(a[:, 0::2], a[:, 1::2])
+
+
+def level_of(k: int) -> int:
+    """The pyramid level whose bins are k rows long (k a power of two, at least BASE)."""
+    return (k // BASE).bit_length() - 1

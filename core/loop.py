@@ -218,10 +218,7 @@ class TrainingSession:
             if capture:
                 graph = self._begin_capture()
             try:
-                with clock.phase("forward"), torch.autocast(
-                    self.device.type, dtype=amp_dtype or torch.bfloat16,
-                    enabled=amp_dtype is not None,
-                ):
+                with clock.phase("forward"), self._autocast(amp_dtype):
                     result = p.forward_train(toggles)
             except BaseException:
                 if graph is not None:
@@ -309,10 +306,7 @@ class TrainingSession:
         # A capture shows the eval graph too: empty under no_grad, a full graph without it.
         graph = self._begin_capture() if capture else None
         try:
-            with self.clock.phase("eval"), grad_ctx, torch.autocast(
-                self.device.type, dtype=amp_dtype or torch.bfloat16,
-                enabled=amp_dtype is not None,
-            ):
+            with self.clock.phase("eval"), grad_ctx, self._autocast(amp_dtype):
                 loss = p.forward_eval(toggles)
                 value = loss.item()
                 p.account_loss(loss, toggles, train=False)
@@ -325,8 +319,13 @@ class TrainingSession:
             p.set_train(True)
         return value
 
+    def _autocast(self, dtype):
+        if dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(self.device.type, dtype=dtype)
+
     def _grad_norm(self) -> float:
-        grads = [q.grad for q in self.preset.parameters() if q.grad is not None]
+        grads = self.probe.grads()
         if not grads:
             return 0.0
         norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).item()

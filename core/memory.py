@@ -11,7 +11,6 @@ import ctypes.util
 import sys
 import time
 import weakref
-from collections.abc import Iterable
 
 import torch
 from torch import Tensor
@@ -23,28 +22,11 @@ from core.records import MEMORY_CATEGORIES, PHASE_CODE, MemorySample
 CATEGORY_CODE = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
 
 
-class _StorageCache:
-    """Remembers each live tensor's storage key and size, so sampling the same optimizer
-    state and grads every phase costs a dict lookup, not storage queries."""
-
-    def __init__(self) -> None:
-        self._by_id: dict[int, tuple] = {}
-
-    def lookup(self, t: Tensor) -> tuple[tuple[int, int], int]:
-        """(device index, -1 for CPU; storage base pointer) and the storage's bytes: one key
-        per storage, not per view."""
-        hit = self._by_id.get(id(t))
-        if hit is not None and hit[0]() is t:
-            return hit[1], hit[2]
-        st = t.untyped_storage()
-        key, n = (t.get_device(), st.data_ptr()), st.nbytes()
-        tid = id(t)
-        ref = weakref.ref(t, lambda _r, tid=tid, by_id=self._by_id: by_id.pop(tid, None))
-        self._by_id[tid] = (ref, key, n)
-        return key, n
-
-
-_CACHE = _StorageCache()
+def storage_key(t: Tensor) -> tuple[tuple[int, int], int]:
+    """(device index, -1 for CPU; storage base pointer) and the storage's bytes: one key per
+    storage, not per view."""
+    st = t.untyped_storage()
+    return (t.get_device(), st.data_ptr()), st.nbytes()
 
 
 class _Bytes:
@@ -56,12 +38,13 @@ class _Bytes:
         self.keys: set = set()
         self.total = 0
 
-    def add(self, t: Tensor, exclude: Iterable[set] = ()) -> None:
-        key, n = _CACHE.lookup(t)
-        if key in self.keys or any(key in ex for ex in exclude):
+    def add(self, t: Tensor, exclude: set | frozenset = frozenset()) -> None:
+        st = t.untyped_storage()
+        key = (t.get_device(), st.data_ptr())
+        if key in self.keys or key in exclude:
             return
         self.keys.add(key)
-        self.total += n
+        self.total += st.nbytes()
 
 
 # --- activations saved for backward ---------------------------------------------------------
@@ -105,8 +88,10 @@ class SavedTensorTracker:
         self._step_keys = set()
         self.step_saved_bytes = 0
 
-    def live_keys(self) -> set:
-        return set(self._live)
+    @property
+    def live(self) -> dict:
+        """Keys of the storages saved for backward and alive now (read only)."""
+        return self._live
 
     def _pack(self, t: Tensor) -> _Saved:
         st = t.untyped_storage()
@@ -291,7 +276,19 @@ def _frames(limit: int = 6) -> str:
 
 
 class MemoryProbe:
-    """Takes MemorySamples for a preset: categories by storage on CPU, allocator on CUDA."""
+    """Takes MemorySamples for a preset: categories by storage on CPU, allocator on CUDA.
+
+    A sample runs four times a step on the training thread, so it re-reads only what the
+    phase just finished can have changed: gradients after zero_grad and backward, optimizer
+    state after the optimizer step (and there only if its tensors are not the same ones as
+    last time), carried tensors always.
+    """
+
+    _GRADS_CHANGE = frozenset({"start", "zero_grad", "backward"})
+    _OPT_CHANGES = frozenset({"start", "optimizer"})
+    # mallinfo2 walks malloc's free lists (tens of microseconds in a busy heap): read the
+    # process heap once a step, at the end of forward, when activations are at their height.
+    _HEAP_PHASES = frozenset({"start", "forward"})
 
     def __init__(self, preset, device: torch.device, saved: SavedTensorTracker,
                  precise: StorageTracker | None = None) -> None:
@@ -300,13 +297,15 @@ class MemoryProbe:
         self.cuda = device.type == "cuda"
         self.saved = saved
         self.precise = precise
-        self._param_list = preset.parameters()
+        self.param_list = preset.parameters()
         self.params = _Bytes()
-        for p in self._param_list:
+        for p in self.param_list:
             self.params.add(p)
+        self.params.keys = frozenset(self.params.keys)
         saved.param_keys = self.params.keys
         self._grads = _Bytes()
         self._opt = _Bytes()
+        self._opt_ids: list[int] = []
 
     @property
     def source(self) -> str:
@@ -322,50 +321,74 @@ class MemoryProbe:
             return "CPU tensor bytes, every storage tracked (exact, incl. in-step peak)"
         return "CPU tensor bytes by category (exact for what it counts; peak = lower bound)"
 
-    # Gradients change only in zero_grad and backward; optimizer state only in the optimizer
-    # step. Other phases reuse the last count, which keeps light mode within its budget.
-    _GRADS_CHANGE = frozenset({"start", "zero_grad", "backward"})
-    _OPT_CHANGES = frozenset({"start", "optimizer"})
+    def grads(self) -> list[Tensor]:
+        return [g for p in self.param_list if (g := p.grad) is not None]
+
+    def _scan_grads(self) -> _Bytes:
+        grads = _Bytes()
+        pkeys = self.params.keys
+        for p in self.param_list:
+            g = p.grad
+            if g is not None:
+                grads.add(g, pkeys)
+        return grads
+
+    def _scan_optimizer(self, grads: _Bytes) -> _Bytes:
+        state = [v for o in self.preset.optimizers for s in o.state.values()
+                 for v in s.values() if isinstance(v, Tensor)]
+        ids = [id(v) for v in state]
+        # Optimizers update their state in place: the same tensors, the same storages. (None
+        # of them shares a storage with a gradient; if one did, scan again.)
+        if ids == self._opt_ids and self._opt.keys.isdisjoint(grads.keys):
+            return self._opt
+        opt = _Bytes()
+        pkeys = self.params.keys
+        for v in state:
+            opt.add(v, pkeys)
+        if not opt.keys.isdisjoint(grads.keys):
+            opt = _Bytes()
+            exclude = pkeys | grads.keys
+            for v in state:
+                opt.add(v, exclude)
+            ids = []  # never reuse a scan that had to leave gradients out
+        self._opt_ids = ids
+        return opt
 
     def sample(self, step: int, phase: str, time_s: float) -> MemorySample:
-        pkeys = self.params.keys
         if phase in self._GRADS_CHANGE:
-            grads = _Bytes()
-            for p in self._param_list:
-                g = p.grad
-                if g is not None:
-                    grads.add(g, (pkeys,))
-            self._grads = grads
+            self._grads = self._scan_grads()
         grads = self._grads
         if phase in self._OPT_CHANGES:
-            opt = _Bytes()
-            for o in self.preset.optimizers:
-                for state in o.state.values():
-                    for v in state.values():
-                        if isinstance(v, Tensor):
-                            opt.add(v, (pkeys, grads.keys))
-            self._opt = opt
+            self._opt = self._scan_optimizer(grads)
         opt = self._opt
-        saved_keys = self.saved._live
-        act_bytes = self.saved.live_bytes
-        counted = (pkeys, grads.keys, opt.keys, saved_keys)
+        saved = self.saved
+        act_bytes = saved.live_bytes
+        known = self.params.total + grads.total + opt.total + act_bytes
         allocated = reserved = heap = None
         if self.cuda:
             allocated = torch.cuda.memory_allocated(self.device)
             reserved = torch.cuda.memory_reserved(self.device)
-            known = self.params.total + grads.total + opt.total + act_bytes
             other = max(0, allocated - known)
         elif self.precise is not None:
-            known = self.params.total + grads.total + opt.total + act_bytes
             other = max(0, self.precise.live_bytes - known)
-            self.precise.classify({"params": pkeys, "grads": grads.keys,
-                                   "optimizer": opt.keys, "activations": set(saved_keys)})
+            self.precise.classify({"params": self.params.keys, "grads": grads.keys,
+                                   "optimizer": opt.keys, "activations": saved.live})
         else:
-            rest = _Bytes()
-            for t in self.preset.carried_tensors():
-                rest.add(t, counted)
-            other = rest.total
-        if not self.cuda:
+            other = self._other(self.preset.carried_tensors(), grads, opt)
+        if not self.cuda and phase in self._HEAP_PHASES:
             heap = process_heap_bytes()
         return MemorySample(step, phase, time_s, self.params.total, grads.total, opt.total,
                             act_bytes, other, allocated, reserved, heap)
+
+    def _other(self, carried: list[Tensor], grads: _Bytes, opt: _Bytes) -> int:
+        """Bytes of the tensors the loop carries between steps, not counted elsewhere."""
+        seen: set = set()
+        total = 0
+        pk, gk, ok, live = self.params.keys, grads.keys, opt.keys, self.saved.live
+        for t in carried:
+            key, n = storage_key(t)
+            if key in seen or key in pk or key in gk or key in ok or key in live:
+                continue
+            seen.add(key)
+            total += n
+        return total

@@ -8,6 +8,8 @@ and hover read-out.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
@@ -38,10 +40,15 @@ class LivePlot(pg.PlotWidget):
         # the x reference.
         self.grid = GridLines(item.getAxis("left"))
         item.vb.addItem(self.grid, ignoreBounds=True)
-        item.setMouseEnabled(x=True, y=False)  # y always fits the visible data
+        item.setMouseEnabled(x=True, y=False)  # y always fits the visible data (fit_y)
         item.hideButtons()
         item.setMenuEnabled(False)
-        item.vb.enableAutoRange(x=False, y=True)
+        # No pyqtgraph auto-range: it asks every item for its bounds (nanmin/nanmax over its
+        # data) at every paint; fit_y does the same sums once a draw.
+        item.vb.disableAutoRange()
+        item.vb.sigResized.connect(self._on_view_resized)
+        self._fitted: dict[pg.ViewBox, tuple[float, float]] = {}
+        self._bounded: list[tuple[pg.GraphicsObject, pg.ViewBox]] = []
         item.vb.setLimits(xMin=-5)
         for side in ("left", "bottom", "right"):
             axis = item.getAxis(side)
@@ -78,7 +85,9 @@ class LivePlot(pg.PlotWidget):
         # One cached path per setData; "segmented" lines are rebuilt at every paint.
         curve.setSegmentedLineMode("off")
         curve.setZValue(z)
-        (view or self.getPlotItem()).addItem(curve)
+        view = view or self.getPlotItem().vb
+        view.addItem(curve)
+        self._bounded.append((curve, view))
         self.curves[key] = curve
         return curve
 
@@ -87,6 +96,7 @@ class LivePlot(pg.PlotWidget):
         area = StackedArea([lighten(c, 0.3) for c in colors])
         area.setZValue(z)
         self.getPlotItem().addItem(area)
+        self._bounded.append((area, self.getPlotItem().vb))
         for i, key in enumerate(keys):
             self.curves[key] = AreaLayer(area, i)
         return area
@@ -140,7 +150,9 @@ class LivePlot(pg.PlotWidget):
         wanted = {p.pin_id: p for p in pins}
         for pin_id in list(self.ghosts):
             if pin_id not in wanted:
-                self.ghost_view().removeItem(self.ghosts.pop(pin_id))
+                curve = self.ghosts.pop(pin_id)
+                self.ghost_view().removeItem(curve)
+                self._bounded = [(c, v) for c, v in self._bounded if c is not curve]
         for pin_id, pin in wanted.items():
             curve = self.ghosts.get(pin_id)
             if curve is None:
@@ -150,6 +162,7 @@ class LivePlot(pg.PlotWidget):
                 curve.setOpacity(0.75)
                 curve.setZValue(20)
                 self.ghost_view().addItem(curve)
+                self._bounded.append((curve, self.ghost_view().getViewBox()))
                 self.ghosts[pin_id] = curve
             curve.setVisible(pin.visible)
 
@@ -170,6 +183,34 @@ class LivePlot(pg.PlotWidget):
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
         raise NotImplementedError
+
+    def fit_y(self) -> None:
+        """Fit each view's y range to what its visible items hold now, with the padding
+        pyqtgraph's auto-range adds; a view with nothing to show keeps its range."""
+        spans: dict[pg.ViewBox, list[float]] = {}
+        for item, view in self._bounded:
+            if not item.isVisible():
+                continue
+            span = spans.setdefault(view, [math.inf, -math.inf])
+            if isinstance(item, StackedArea):
+                if len(item.layer_data(0)[0]):
+                    span[0], span[1] = min(span[0], 0.0), max(span[1], item.top)
+                continue
+            y = item.yData
+            if y is None or not len(y):
+                continue
+            lo, hi = np.fmin.reduce(y), np.fmax.reduce(y)
+            if np.isfinite(lo):
+                span[0], span[1] = min(span[0], float(lo)), max(span[1], float(hi))
+        for view, (lo, hi) in spans.items():
+            if math.isfinite(lo) and self._fitted.get(view) != (lo, hi):
+                self._fitted[view] = (lo, hi)
+                view.setYRange(lo, hi)
+
+    def _on_view_resized(self) -> None:
+        # The padding depends on the view's height, as auto-range's does.
+        for view, (lo, hi) in self._fitted.items():
+            view.setYRange(lo, hi)
 
     def clear_data(self) -> None:
         """A new run: empty curves."""

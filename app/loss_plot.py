@@ -26,7 +26,8 @@ class LossPlot(LivePlot):
         right.setTextPen(GRAD_NORM_COLOR)
         right.setPen("#999999")
         self.grad_view.setXLink(item)
-        self.grad_view.enableAutoRange(y=True)
+        self.grad_view.disableAutoRange()  # fit_y sets its y range from the curve
+        self.grad_view.sigResized.connect(self._on_view_resized)
         item.vb.sigResized.connect(self._sync_views)
         self.add_curve("loss", LOSS_COLOR, z=5, finite=False)
         self.add_curve("grad_norm", GRAD_NORM_COLOR, z=5, view=self.grad_view,

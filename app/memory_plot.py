@@ -34,7 +34,6 @@ class MemoryPlot(LivePlot):
         self.add_curve("reserved", RESERVED_COLOR, z=14, finite=False)
         # Before any data: an axis in MiB rather than "0 B .. 1 B"; data rescales it.
         self.getPlotItem().setYRange(0, 1, padding=0)
-        self.getPlotItem().vb.enableAutoRange(y=True)
 
     def ghost_line(self, run: RunSeries, x0: float, x1: float, max_points: int
                    ) -> tuple[np.ndarray, np.ndarray]:
@@ -62,7 +61,7 @@ class MemoryPlot(LivePlot):
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
         row = None
         if run is not None and run.sample_count:
-            i = run.sample_row_at(run.sample_x[-1] if x is None else x)
+            i = run.sample_row_at(run.samples.last_x if x is None else x)
             if i is not None:
                 row = run.history.samples.rows(i, i + 1)[0]
         head = ""

@@ -212,6 +212,7 @@ class PlotStack(QWidget):
             points = 2 * plot.pixel_width()
             plot.draw(self.run, x0, x1, points)
             plot.draw_ghosts(self.pins, x0, x1, points)
+            plot.fit_y()
         self._dirty = False
         self._drawn_range = (x0, x1)
         if new_data:

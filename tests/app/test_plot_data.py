@@ -181,3 +181,52 @@ def test_bytes_axis_labels_view_units_in_a_readable_binary_unit(qtbot):
     assert axis.tickStrings([0.0, 4 / 1024], 1.0, 2 / 1024) == ["0 KiB", "4 KiB"]
     axis.tickSpacing(0.0, 3 * 1024, 300)  # 3 GiB
     assert axis.tickStrings([1024.0], 1.0, 512.0) == ["1.0 GiB"]
+
+
+def test_stacked_area_rebuilds_only_the_pieces_whose_points_changed(qtbot):
+    from pyqtgraph.functions import ndarray_from_qpolygonf
+
+    from app.stacked_area import CHUNK, StackedArea, _chunk_polygons
+
+    area = StackedArea(["#112233", "#445566"])
+    x = np.arange(500.0)
+    layers = np.cumsum(np.random.default_rng(0).random((2, 500)), axis=0)
+    area.setData(x[:300], layers[:, :300])
+    first = area._polygons[0][0]
+    layers[1, 200] += 5.0  # a change inside the fifth piece (points 196-245)
+    area.setData(x, layers)
+    assert area._polygons[0][0] is first  # kept, not rebuilt
+    assert area._polygons[1][3] is not None and area.top == layers[1].max()
+    for layer, pieces in zip(layers, area._polygons, strict=True):
+        want = _chunk_polygons(x, layer)
+        assert len(pieces) == len(want) == -(-(500 - 1) // (CHUNK - 1))
+        for got, expected in zip(pieces, want, strict=True):
+            np.testing.assert_array_equal(ndarray_from_qpolygonf(got),
+                                          ndarray_from_qpolygonf(expected))
+
+
+def test_plots_fit_y_to_what_they_draw_without_auto_range(qtbot):
+    from app.loss_plot import LossPlot
+    from app.memory_plot import Y_UNIT, MemoryPlot
+
+    h = RunHistory()
+    synthetic_training(RunConfig(steps=50, eval_every=0), sink=h)
+    series = RunSeries(h)
+    series.pull()
+    memory, loss = MemoryPlot(), LossPlot()
+    qtbot.addWidget(memory)
+    qtbot.addWidget(loss)
+    for plot in (memory, loss):
+        plot.draw(series, 0, series.x_end, 400)
+        plot.fit_y()
+        assert not any(plot.getPlotItem().vb.state["autoRange"])
+    top = float(np.nanmax(series.memory_layers[-1])) / Y_UNIT
+    peak = series.peak / Y_UNIT
+    y0, y1 = memory.getPlotItem().vb.viewRange()[1]
+    high = max(top, peak)
+    assert y0 <= 0 and high <= y1 <= high * 1.15  # from 0 to the highest line, padded
+    lo, hi = np.nanmin(series.loss_rows[0]), np.nanmax(series.loss_rows[0])
+    y0, y1 = loss.getPlotItem().vb.viewRange()[1]
+    assert y0 <= lo and hi <= y1 and y1 - y0 <= 1.25 * (hi - lo)
+    g0, g1 = loss.grad_view.viewRange()[1]
+    assert g0 <= np.nanmin(series.loss_rows[1]) and np.nanmax(series.loss_rows[1]) <= g1

@@ -250,6 +250,9 @@ class GraphPanel(QWidget):
         self.header.setObjectName("graph_header")
         self.header.setWordWrap(True)
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        # Room for two lines whatever it says: a header that grows a line when "laying
+        # out…" shows and shrinks back would resize the view, repainting all of it twice.
+        self.header.setMinimumHeight(2 * self.header.fontMetrics().lineSpacing() + 2)
 
         self.capture_button = QPushButton("Capture next step")
         self.capture_button.setObjectName("capture_button")
@@ -643,8 +646,7 @@ class GraphPanel(QWidget):
         self._hit_index = (self._hit_index + 1) % len(self._hits)
         item = self.scene.items_by_id[self._hits[self._hit_index]]
         if self.graph_view.zoom < 0.6:
-            self.graph_view.resetTransform()
-            self.graph_view.scale(0.9, 0.9)
+            self.graph_view.zoom_to(0.9)
         self.graph_view.centerOn(item)
         self.select_node(self._hits[self._hit_index])
 
@@ -689,7 +691,10 @@ class GraphPanel(QWidget):
         image.fill(QColor("white"))
         painter = QPainter(image)
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
+        shown = self.scene.labels_shown
+        self.scene.show_labels(True)  # the file is read zoomed in, whatever the view shows
         self.scene.render(painter)
+        self.scene.show_labels(shown)
         painter.end()
         try:
             from PySide6.QtCore import QBuffer, QByteArray, QIODevice

@@ -18,7 +18,9 @@ from PySide6.QtGui import (
 from PySide6.QtWidgets import (
     QGraphicsItem,
     QGraphicsPathItem,
+    QGraphicsRectItem,
     QGraphicsScene,
+    QGraphicsSimpleTextItem,
     QGraphicsView,
     QToolTip,
 )  # fmt: skip
@@ -92,81 +94,63 @@ def tooltip(v: ViewNode) -> str:
     return "<br>".join(rows)
 
 
-class NodeItem(QGraphicsItem):
-    """One box: fill shaded by bytes, label drawn only when zoomed in far enough to read.
-
-    Cheap to make (thousands per graph): no Qt flags, the tooltip is built on hover.
+class NodeItem(QGraphicsPathItem):
+    """One box, shaded by bytes. Qt draws it (a path item, no Python paint or boundingRect):
+    a repaint or the scene's dirty pass never calls into Python, so it costs no Python time
+    and never waits for the GIL while a training or layout thread runs. Its label lines are
+    text items kept in the scene's label layers (see GraphScene), not children, so the view
+    can hide every label at once when zoomed out too far to read them.
     """
 
     def __init__(self, v: ViewNode, size: tuple[float, float], fill: QColor,
-                 font: QFont, metrics: TextMetrics) -> None:  # fmt: skip
-        super().__init__()
+                 path: QPainterPath) -> None:  # fmt: skip
+        super().__init__(path)
         self.view_node = v
         self.w, self.h = size
         self.fill = fill
-        self.font = font
-        self.metrics = metrics
-        self.lines = v.label.split("\n")
         self.marked = False  # a search hit
         self.selected = False
         self.hovered = False
+        self.setBrush(fill)
+        self.setPen(_BORDER)
         self.setAcceptHoverEvents(True)
-
-    def boundingRect(self) -> QRectF:
-        return QRectF(-self.w / 2 - 2, -self.h / 2 - 2, self.w + 4, self.h + 4)
 
     def set_state(self, *, selected: bool | None = None, marked: bool | None = None) -> None:
         if selected is not None:
             self.selected = selected
         if marked is not None:
             self.marked = marked
-        self.update()
+        self._restyle()
 
     def hoverEnterEvent(self, event) -> None:
         self.hovered = True
-        self.update()
+        self._restyle()
 
     def hoverLeaveEvent(self, event) -> None:
         self.hovered = False
-        self.update()
+        self._restyle()
 
-    def paint(self, painter: QPainter, option, widget=None) -> None:
-        rect = QRectF(-self.w / 2, -self.h / 2, self.w, self.h)
-        if self.selected:
-            pen = QPen(QColor("#1565c0"), 3)
-        elif self.marked:
-            pen = QPen(QColor("#d81b60"), 3)
-        elif self.hovered:
-            pen = QPen(QColor("#1e88e5"), 2)
-        else:
-            pen = _BORDER
-        painter.setPen(pen)
-        painter.setBrush(self.fill)
-        if self.view_node.kind == "group":
-            painter.drawRoundedRect(rect, 6, 6)
-        else:
-            painter.drawRect(rect)
-        scale = option.levelOfDetailFromTransform(painter.worldTransform())
-        if scale < TEXT_MIN_SCALE:
-            return
-        painter.setFont(self.font)
-        painter.setPen(_TEXT)
-        lh = self.metrics.line_h
-        top = -len(self.lines) * lh / 2
-        for i, line in enumerate(self.lines):
-            painter.drawText(QRectF(-self.w / 2, top + i * lh, self.w, lh),
-                             Qt.AlignmentFlag.AlignCenter, line)  # fmt: skip
+    def _restyle(self) -> None:
+        self.setPen(_SELECTED if self.selected else _MARKED if self.marked
+                    else _HOVERED if self.hovered else _BORDER)  # fmt: skip
 
 
 _BORDER = QPen(QColor("#333333"), 0)
-_TEXT = QColor("#000000")
+_SELECTED = QPen(QColor("#1565c0"), 3)
+_MARKED = QPen(QColor("#d81b60"), 3)
+_HOVERED = QPen(QColor("#1e88e5"), 2)
 EDGE_BAND_PX = 800.0  # edges are grouped into path items by band, so Qt can cull them
+LABEL_BAND_PX = 800.0  # labels too: one layer item per band holds that band's text items
 BUILD_SLICE_S = 0.02  # at most this long on the GUI thread at a time while building
+TEARDOWN_CHUNK = 100  # old items deleted per step while the next graph replaces them
 
 
 class GraphScene(QGraphicsScene):
     """Built once per layout, in slices between event-loop turns so the window never
-    freezes: node items, then edges as a few path items per horizontal band."""
+    freezes: the old graph's items are deleted, then node items, their labels, and edges as
+    a few path items per horizontal band. Items go in unindexed (adding them stays cheap);
+    once the graph is complete the scene switches to a BSP tree, so a paint, a hover or a
+    click asks only for the items near it."""
 
     graph_built = Signal()
 
@@ -174,10 +158,16 @@ class GraphScene(QGraphicsScene):
         super().__init__(parent)
         self.font = graph_font()
         self.metrics = TextMetrics(self.font)
+        self._fm = QFontMetricsF(self.font)
         self.items_by_id: dict[str, NodeItem] = {}
         self._edges: list[tuple[str, str, str, list[tuple[float, float]]]] = []
         self._edges_of: dict[str, list[int]] = {}
         self._highlight: QGraphicsPathItem | None = None
+        self._label_layers: list[QGraphicsItem] = []
+        self.labels_shown = True  # the view hides labels below a readable zoom
+        self._top: list[QGraphicsItem] = []  # the shown graph's top-level items
+        self._old: list[QGraphicsItem] = []  # the previous graph's, still to delete
+        self._advance: dict[str, float] = {}  # label line -> its width in the graph font
         self._build = None  # the generator building the current graph
         self.setBackgroundBrush(QColor("#ffffff"))
         self.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
@@ -188,7 +178,7 @@ class GraphScene(QGraphicsScene):
 
     def show_graph(self, view: ViewGraph, layout: Layout) -> None:
         """Start building; `graph_built` is emitted when every item is in the scene."""
-        self._reset()
+        self._reset(now=False)
         self.setSceneRect(QRectF(0, 0, layout.width, layout.height))
         self._build = self._steps(view, layout)
         self._continue()
@@ -204,12 +194,16 @@ class GraphScene(QGraphicsScene):
                 return
         if build is self._build:
             self._build = None
+            self.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.BspTreeIndex)
             self.graph_built.emit()
 
     def _steps(self, view: ViewGraph, layout: Layout):
+        yield from self._teardown()
         most = max((v.held_bytes for v in view.nodes), default=0)
         colours: dict[tuple[str, int], QColor] = {}
-        for v in view.nodes:
+        paths: dict[tuple[float, float, bool], QPainterPath] = {}
+        layers: dict[int, QGraphicsItem] = {}
+        for i, v in enumerate(view.nodes):
             pos = layout.positions.get(v.id)
             if pos is None:
                 continue
@@ -217,11 +211,22 @@ class GraphScene(QGraphicsScene):
             fill = colours.get((v.kind, level))
             if fill is None:
                 fill = colours[(v.kind, level)] = shade(v.kind, level / SHADE_LEVELS)
-            item = NodeItem(v, layout.sizes[v.id], fill, self.font, self.metrics)
+            size = layout.sizes[v.id]
+            rounded = v.kind == "group"
+            path = paths.get((*size, rounded))
+            if path is None:
+                path = paths[(*size, rounded)] = _box(size, rounded)
+            item = NodeItem(v, size, fill, path)
             item.setPos(pos[0], pos[1])
-            self.addItem(item)
+            self._add(item)
             self.items_by_id[v.id] = item
-            yield
+            band = int(pos[1] // LABEL_BAND_PX)
+            layer = layers.get(band)
+            if layer is None:
+                layer = layers[band] = self._label_layer()
+            self._add_label(layer, v.label, pos)
+            if i % 20 == 19:
+                yield
         self._edges = layout.edges
         bands: dict[tuple[int, str], QPainterPath] = {}
         heads: dict[int, QPainterPath] = {}
@@ -249,24 +254,85 @@ class GraphScene(QGraphicsScene):
             pen.setCosmetic(True)
             item.setPen(pen)
             item.setZValue(z)
-            self.addItem(item)
+            self._add(item)
         for path in heads.values():
             arrows = QGraphicsPathItem(path)
             arrows.setPen(QPen(Qt.PenStyle.NoPen))
             arrows.setBrush(QColor("#444444"))
             arrows.setZValue(-1)
-            self.addItem(arrows)
+            self._add(arrows)
 
-    def _reset(self) -> None:
+    def _add(self, item: QGraphicsItem) -> None:
+        self.addItem(item)
+        self._top.append(item)
+
+    def _label_layer(self) -> QGraphicsItem:
+        """An empty item whose children are one band's label lines (hidden all at once)."""
+        layer = QGraphicsRectItem()
+        layer.setPen(QPen(Qt.PenStyle.NoPen))
+        layer.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
+        layer.setZValue(1)
+        layer.setVisible(self.labels_shown)
+        self._add(layer)
+        self._label_layers.append(layer)
+        return layer
+
+    def _add_label(self, layer: QGraphicsItem, label: str, pos: tuple[float, float]) -> None:
+        """Each line centred in the box, as torchviz draws labels."""
+        lines = label.split("\n")
+        lh = self.metrics.line_h
+        top = pos[1] - len(lines) * lh / 2
+        for i, line in enumerate(lines):
+            if not line:
+                continue
+            width = self._advance.get(line)
+            if width is None:
+                width = self._advance[line] = self._fm.horizontalAdvance(line)
+            text = QGraphicsSimpleTextItem(line, layer)  # black, as the border
+            text.setFont(self.font)
+            text.setPos(pos[0] - width / 2, top + i * lh)
+
+    def show_labels(self, shown: bool) -> None:
+        """Labels on or off (the view turns them off below a readable zoom: thousands of
+        unreadable text items would only slow a paint of the whole graph)."""
+        if shown == self.labels_shown:
+            return
+        self.labels_shown = shown
+        for layer in self._label_layers:
+            layer.setVisible(shown)
+
+    def _reset(self, now: bool = True) -> None:
+        """Forget the shown graph. Its items are deleted now, or (`now` False) in steps at
+        the start of the next build: deleting thousands of items in one go would stall."""
         self._build = None
-        self.clear()
+        self.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
+        if self._highlight is not None:
+            self._top.append(self._highlight)
+        if now:
+            self._old.clear()
+            self.clear()
+        else:
+            self._old += self._top
+        self._top = []
         self.items_by_id.clear()
         self._edges, self._edges_of = [], {}
         self._highlight = None
+        self._label_layers = []
+
+    def _teardown(self):
+        old = self._old
+        while old:
+            chunk = old[-TEARDOWN_CHUNK:]
+            del old[-TEARDOWN_CHUNK:]
+            for item in chunk:
+                self.removeItem(item)  # back in Python's hands: freed with `chunk`
+            del chunk
+            yield
 
     def show_message(self, text: str) -> None:
         self._reset()
         item = self.addText(text, graph_font())
+        self._top.append(item)
         item.setTextWidth(460)
         item.setDefaultTextColor(QColor("#555555"))
         self.setSceneRect(item.boundingRect().adjusted(-20, -20, 20, 20))
@@ -288,6 +354,16 @@ class GraphScene(QGraphicsScene):
         item.setZValue(-0.5)
         self.addItem(item)
         self._highlight = item
+
+
+def _box(size: tuple[float, float], rounded: bool) -> QPainterPath:
+    w, h = size
+    path = QPainterPath()
+    if rounded:  # a collapsed module call
+        path.addRoundedRect(QRectF(-w / 2, -h / 2, w, h), 6, 6)
+    else:
+        path.addRect(QRectF(-w / 2, -h / 2, w, h))
+    return path
 
 
 # Edge kinds: colour and stacking (long edges faint and underneath).
@@ -342,11 +418,23 @@ class GraphView(QGraphicsView):
     def zoom_by(self, factor: float) -> None:
         factor = max(0.01, min(8.0, self.zoom * factor)) / self.zoom
         self.scale(factor, factor)
+        self._zoom_changed()
+
+    def zoom_to(self, zoom: float, centre: QPointF | None = None) -> None:
+        self.resetTransform()
+        self.scale(zoom, zoom)
+        if centre is not None:
+            self.centerOn(centre)
+        self._zoom_changed()
 
     def wheelEvent(self, event: QWheelEvent) -> None:
         self.zoom_by(1.0015 ** event.angleDelta().y())
 
     def fit(self) -> None:
+        self._fit()
+        self._zoom_changed()
+
+    def _fit(self) -> None:
         rect = self.scene().sceneRect()
         if rect.isEmpty():
             return
@@ -358,13 +446,19 @@ class GraphView(QGraphicsView):
 
     def show_readable(self, focus: QPointF | None) -> None:
         """Fit when the whole graph stays readable; otherwise zoom to read and show `focus`."""
-        self.fit()
+        self._fit()
         if self.zoom < TEXT_MIN_SCALE * 1.6 and focus is not None:
-            self.resetTransform()
-            self.scale(0.8, 0.8)
             # the output sits at the bottom: show it low in the window, and what leads to it
             above = self.viewport().height() / (2 * 0.8) - 60
-            self.centerOn(QPointF(focus.x(), focus.y() - max(above, 0.0)))
+            self.zoom_to(0.8, QPointF(focus.x(), focus.y() - max(above, 0.0)))
+        else:
+            self._zoom_changed()
+
+    def _zoom_changed(self) -> None:
+        """Labels only where they can be read: zoomed out, every box is a plain box."""
+        scene = self.scene()
+        if isinstance(scene, GraphScene):
+            scene.show_labels(self.zoom >= TEXT_MIN_SCALE)
 
     def mousePressEvent(self, event) -> None:
         self._press = event.position()

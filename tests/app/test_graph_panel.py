@@ -204,6 +204,39 @@ def test_a_2000_node_graph_opens_without_blocking_the_gui(qtbot, panel, big, fro
     assert len(panel.scene.items_by_id) == big.node_count
 
 
+def test_a_2000_node_graph_is_drawn_by_qt_indexed_once_built_and_labelled_when_readable(
+        qtbot, panel, big):  # fmt: skip
+    from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
+
+    from app.graph_scene import TEXT_MIN_SCALE, NodeItem
+
+    shown(qtbot, panel, big)
+    scene, view = panel.scene, panel.graph_view
+    with qtbot.waitSignal(panel.layout_ready, timeout=30_000):
+        panel.grouped.setChecked(False)
+        qtbot.waitUntil(lambda: scene.building, timeout=30_000)
+        assert scene.itemIndexMethod() == QGraphicsScene.ItemIndexMethod.NoIndex  # adding
+    assert len(scene.items_by_id) == big.node_count
+    assert scene.itemIndexMethod() == QGraphicsScene.ItemIndexMethod.BspTreeIndex
+    # Qt draws the boxes: a repaint or the dirty pass never calls back into Python
+    assert not {"paint", "boundingRect", "shape"} & set(vars(NodeItem))
+    # opened zoomed in far enough to read, with every label line as a Qt text item
+    texts = [i for i in scene.items() if isinstance(i, QGraphicsSimpleTextItem)]
+    lines = sum(len([x for x in v.label.split("\n") if x]) for v in panel.view.nodes)
+    assert len(texts) == lines
+    assert view.zoom >= TEXT_MIN_SCALE and all(t.isVisible() for t in texts)
+    # the whole graph in view: boxes only, thousands of unreadable labels are not drawn
+    view.fit()
+    assert view.zoom < TEXT_MIN_SCALE and not any(t.isVisible() for t in texts)
+    view.zoom_by(TEXT_MIN_SCALE * 1.2 / view.zoom)
+    assert all(t.isVisible() for t in texts)
+    # the old graph's items go as the next one is built
+    with qtbot.waitSignal(panel.layout_ready, timeout=30_000):
+        panel.grouped.setChecked(True)
+    nodes = [i for i in scene.items() if isinstance(i, NodeItem)]
+    assert len(nodes) == len(panel.view.nodes) == len(scene.items_by_id) < big.node_count
+
+
 def test_groups_expand_on_click_and_collapse_back(qtbot, panel, big):
     shown(qtbot, panel, big)
     assert panel.grouped.isChecked()

@@ -163,8 +163,7 @@ class GraphCapture:
             ids, problems = map_dot_ids(walk, dot_nodes, dot_edges)
             notes += problems
         nodes = walk.graph_nodes(ids)
-        edges = [e.__class__(ids.get(e.src, e.src), ids.get(e.dst, e.dst), e.style)
-                 for e in walk.edges]  # fmt: skip
+        edges = [(ids.get(s, s), ids.get(d, d), style) for s, d, style in walk.edges]
         if not dot:
             dot, dot_by = memlens_dot(nodes, edges), "memlens"
         saved_bytes = walk.saved_bytes

@@ -171,11 +171,11 @@ def memlens_dot(nodes: Iterable[GraphNode], edges: Iterable[GraphEdge]) -> str:
             dot.node(n.id, label)
         else:
             dot.node(n.id, label, fillcolor=TORCHVIZ_COLOURS[n.kind])
-    for e in edges:
-        if e.style == "none":
-            dot.edge(e.src, e.dst, dir="none")
-        elif e.style == "dotted":
-            dot.edge(e.src, e.dst, style="dotted")
+    for src, dst, style in edges:
+        if style == "none":
+            dot.edge(src, dst, dir="none")
+        elif style == "dotted":
+            dot.edge(src, dst, style="dotted")
         else:
-            dot.edge(e.src, e.dst)
+            dot.edge(src, dst)
     return dot.source

@@ -116,7 +116,7 @@ def request_for(snapshot: GraphSnapshot) -> LayoutRequest:
     return LayoutRequest(
         ids=tuple(n.id for n in snapshot.nodes),
         sizes=tuple(label_size(n.label) for n in snapshot.nodes),
-        edges=tuple((e.src, e.dst, e.style) for e in snapshot.edges),
+        edges=snapshot.edges,
         attached=frozenset(n.id for n in snapshot.nodes if n.kind == "saved"),
     )
 

@@ -14,7 +14,7 @@ from core.graph.snapshot import GraphNode, GraphSnapshot, human_bytes
 GROUP_ABOVE = 400  # snapshots with more nodes open grouped by module
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class ViewNode:
     id: str
     kind: str  # "op" | "param" | "saved" | "output" | "group"
@@ -77,9 +77,9 @@ def view_graph(
     keep: list[GraphNode] = []
     owner_of: dict[str, str] = {}
     if not show_saved:
-        for e in snapshot.edges:
-            if e.style == "none":
-                owner_of.setdefault(e.dst, e.src)
+        for src, dst, style in snapshot.edges:
+            if style == "none":
+                owner_of.setdefault(dst, src)
     for n in snapshot.nodes:
         key = ""
         if grouped:
@@ -108,11 +108,10 @@ def view_graph(
             group=key, members=tuple(m.id for m in inside), saved_bytes=saved, held_bytes=held,
         ))  # fmt: skip
     edges: dict[tuple[str, str], str] = {}
-    for e in snapshot.edges:
-        s, d = shown_as.get(e.src), shown_as.get(e.dst)
+    for src, dst, style in snapshot.edges:
+        s, d = shown_as.get(src), shown_as.get(dst)
         if s is None or d is None or s == d:
             continue
-        style = e.style
         if style == "none" and (s.startswith("group:") or d.startswith("group:")):
             style = ""  # a saved tensor outside the group that saved it: plain link
         if edges.get((s, d), style) != style:

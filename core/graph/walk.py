@@ -91,11 +91,11 @@ class GraphWalk:
             self._tensor_node(var, kind, "")
             if var.grad_fn is not None:
                 self._add_nodes(var.grad_fn)
-                self.edges.append(GraphEdge(str(id(var.grad_fn)), str(id(var))))
+                self.edges.append((str(id(var.grad_fn)), str(id(var)), ""))
             if not var._is_view():
                 break
             base = var._base
-            self.edges.append(GraphEdge(str(id(base)), str(id(var)), "dotted"))
+            self.edges.append((str(id(base)), str(id(var)), "dotted"))
             var, kind = base, "output"
 
     def _add_nodes(self, root: Any) -> None:
@@ -109,7 +109,7 @@ class GraphWalk:
             for nxt, _ in todo:
                 if nxt is None:
                     continue
-                self.edges.append(GraphEdge(str(id(nxt)), str(id(fn))))
+                self.edges.append((str(id(nxt)), str(id(fn)), ""))
                 if id(nxt) not in self._seen:
                     self._enter(nxt)
                     stack.append((nxt, iter(getattr(nxt, "next_functions", ()))))
@@ -145,7 +145,7 @@ class GraphWalk:
             var = fn.variable
             self._see(var)
             self._tensor_node(var, "param", "")
-            self.edges.append(GraphEdge(str(id(var)), fid))
+            self.edges.append((str(id(var)), fid, ""))
             param = self.param_names.get(id(var), "")
         node = self.nodes.get(fid)
         if node is None:
@@ -166,7 +166,7 @@ class GraphWalk:
             if not torch.is_tensor(t):
                 continue
             self._see(t)
-            self.edges.append(GraphEdge(str(id(t)), node.id, "none"))
+            self.edges.append((str(id(t)), node.id, "none"))
             record = self._record(t, self.param_names.get(id(t), ""))
             node.saved.append(record)
             self._tensor_node(t, "saved", "", record, owner=node.id)
@@ -174,7 +174,7 @@ class GraphWalk:
     def _saved_node(self, fn: Any, t: torch.Tensor, name: str) -> SavedTensor:
         self._see(t)
         fid = str(id(fn))
-        self.edges.append(GraphEdge(fid, str(id(t)), "none"))
+        self.edges.append((fid, str(id(t)), "none"))
         record = self._record(t, name)
         self._tensor_node(t, "saved", name, record, owner=fid)
         return record

@@ -307,6 +307,20 @@ def test_snapshot_is_plain_data_and_round_trips():
     assert {n.param.split(".")[0] for n in snap.nodes if n.kind == "param"} == {"G", "D"}
 
 
+def test_a_kept_capture_costs_the_garbage_collector_little():
+    """The app keeps dozens of captures, and every full collection walks each object the
+    collector tracks (holding the GIL, so the GUI waits): edges are plain tuples of
+    strings, which it stops tracking; view nodes have no per-instance dict."""
+    import gc
+
+    snap = captured("lstm", lstm_cell=True).of("train")[0]
+    assert len(snap.edges) > 100
+    gc.collect()
+    assert not any(gc.is_tracked(e) for e in snap.edges)
+    view = view_graph(snap)
+    assert not hasattr(view.nodes[0], "__dict__")
+
+
 def test_hooks_come_off_after_finish_and_abort():
     model = nn.Sequential(nn.Linear(3, 3), nn.ReLU())
     cap = GraphCapture({"model": model})

@@ -2,8 +2,11 @@
 
 The training loop runs in a thread of the same process and needs the GIL for its Python
 parts; a GUI thread that draws flat out slows the very steps it shows. The pacer measures
-the GUI thread's own CPU time and stretches the frame interval while that exceeds `share`
-of the wall clock, then eases back to the base rate. Data is never dropped: a slower frame
+the GUI thread's own CPU time and aims for the interval at which it would use `share` of
+the wall clock (a frame's cost is about the thread's use times the interval), never faster
+than the base rate: it stretches while the thread uses more, and comes back as soon as the
+base rate would fit again (not only once the thread is nearly idle, which kept a window
+that had one slow moment at a slower rate for good). Data is never dropped: a slower frame
 pulls more rows at once.
 """
 
@@ -30,12 +33,9 @@ class FramePacer:
             return None
         used = (self._cpu() - self._c0) / wall
         self._t0, self._c0 = now, self._cpu()
-        if used > self.share:
-            wanted = self.interval_ms * min(used / self.share, 2.0)
-        elif used < self.share / 2:
-            wanted = self.interval_ms * 0.8
-        else:
-            return None
+        fit = self.interval_ms * used / self.share
+        # At most twice as slow, or a fifth faster, per window: one odd window moves it little.
+        wanted = min(max(fit, 0.8 * self.interval_ms), 2.0 * self.interval_ms)
         wanted = int(min(max(wanted, self.base_ms), self.max_ms))
         if wanted == self.interval_ms:
             return None

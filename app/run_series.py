@@ -193,6 +193,7 @@ class RunSeries:
         self._phase_cols = [t_idx[c] for c in PHASE_MS_COLUMNS]
         self._line_cols = [t_idx[c] for c in STEP_LINES[:3]]
         n_cat, n_phase = len(MEMORY_CATEGORIES), len(PHASES)
+        self._memo: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
         self.samples = PlottedTable(history.samples, "x", {
             "layers": (n_cat, False, self._layers),
             "total": (1, True, lambda rows: self._layers(rows)[-1:]),
@@ -206,10 +207,16 @@ class RunSeries:
         self.last_total = math.nan  # the newest sample's total bytes
 
     def _layers(self, rows: np.ndarray) -> np.ndarray:
-        return np.cumsum(rows[:, self._cat_cols], axis=1).T
+        # Two groups of a table read the same stacked sums of one chunk: made once.
+        if rows is not self._memo[0]:
+            self._memo = (rows, np.cumsum(rows[:, self._cat_cols], axis=1).T)
+        return self._memo[1]
 
     def _phases(self, rows: np.ndarray) -> np.ndarray:
-        return np.cumsum(np.nan_to_num(rows[:, self._phase_cols]), axis=1).T
+        if rows is not self._memo[0]:
+            ms = np.nan_to_num(rows[:, self._phase_cols], copy=False)
+            self._memo = (rows, np.cumsum(ms, axis=1).T)
+        return self._memo[1]
 
     def _step_lines(self, rows: np.ndarray) -> np.ndarray:
         out = np.empty((len(STEP_LINES), len(rows)))
@@ -227,6 +234,7 @@ class RunSeries:
         """Take rows added since the last pull. Returns (new samples, new steps)."""
         new_samples = self.samples.pull(self._on_sample_rows)
         new_steps = self.steps.pull(self._on_step_rows)
+        self._memo = (None, None)
         return new_samples, new_steps
 
     def _on_sample_rows(self, rows: np.ndarray) -> None:

@@ -167,6 +167,14 @@ def test_frame_pacer_slows_down_when_drawing_takes_too_much_cpu_and_recovers():
         t["cpu"] += 0.1
         pacer.tick()
     assert pacer.interval_ms == 33  # back to 30 Hz once frames are cheap again
+    t["wall"] += 1.0
+    t["cpu"] += 0.8  # one slow second: slower...
+    assert pacer.tick() == 52
+    for _ in range(3):  # ...then frames that would use 40% of the thread at 30 Hz
+        t["wall"] += 1.0
+        t["cpu"] += 0.4 * 33 / pacer.interval_ms
+        pacer.tick()
+    assert pacer.interval_ms == 33  # the base rate fits: back to it, not held slower
 
 
 def test_bytes_axis_labels_view_units_in_a_readable_binary_unit(qtbot):

@@ -13,6 +13,7 @@ import math
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
 
 from app.grid_lines import GridLines
 from app.plot_style import HOVER_COLOR, event_color, lighten
@@ -69,6 +70,7 @@ class LivePlot(pg.PlotWidget):
         self.hover_line.hide()
         item.addItem(self.hover_line, ignoreBounds=True)
         self._legend_html: str | None = None
+        self._legend_style = ""
         self.set_legend("")
 
     # --- items ----------------------------------------------------------------------------
@@ -125,16 +127,28 @@ class LivePlot(pg.PlotWidget):
     def set_legend(self, html: str) -> None:
         """Title, values and legend in the title row (two lines: exported images keep it)."""
         if html == self._legend_html:
-            return  # setting a title relays out the whole plot: only when it changed
+            return
+        text = f"<b>{self.title}</b>&nbsp;&nbsp;{html}"
+        label = self.getPlotItem().titleLabel
+        if self._legend_html is not None:
+            # The title row's size is fixed and the text sits at its top left: new text
+            # only needs the text item's HTML. LabelItem.setText would also resize the
+            # label and relay out the whole plot, several ms a plot at every text refresh.
+            label.text = text
+            label.item.setHtml(f"<span style='{self._legend_style}'>{text}</span>")
+            self._legend_html = html
+            return
         self._legend_html = html
         item = self.getPlotItem()
-        item.setTitle(f"<b>{self.title}</b>&nbsp;&nbsp;{html}", size="8.5pt", color="#333333",
-                      justify="left")
+        item.setTitle(text, size="8.5pt", color="#333333", justify="left")
         item.titleLabel.setMaximumHeight(LEGEND_HEIGHT)
         item.layout.setRowFixedHeight(0, LEGEND_HEIGHT)
         # A long legend must not widen the plot (it would push the view past the widget
         # and out of line with the other plots): it may run out to the right instead.
         item.titleLabel.setMinimumWidth(0)
+        # The style LabelItem.setText wraps the text in (its colour and size options).
+        color = pg.mkColor(label.opts["color"]).name(QColor.NameFormat.HexArgb)
+        self._legend_style = f"color: {color}; font-size: {label.opts['size']}"
 
     # --- pinned runs ----------------------------------------------------------------------
     ghost_x_shift = 0.0

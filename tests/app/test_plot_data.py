@@ -238,3 +238,17 @@ def test_plots_fit_y_to_what_they_draw_without_auto_range(qtbot):
     assert y0 <= lo and hi <= y1 and y1 - y0 <= 1.25 * (hi - lo)
     g0, g1 = loss.grad_view.viewRange()[1]
     assert g0 <= np.nanmin(series.loss_rows[1]) and np.nanmax(series.loss_rows[1]) <= g1
+
+
+def test_a_changed_legend_renders_as_a_first_one_would(qtbot):
+    from app.memory_plot import MemoryPlot
+
+    updated, fresh = MemoryPlot(), MemoryPlot()
+    qtbot.addWidget(updated)
+    qtbot.addWidget(fresh)
+    updated.set_legend("step <b>1</b>")
+    updated.set_legend("step <i>2</i><br>second line")  # the quick path: HTML only
+    fresh.set_legend("step <i>2</i><br>second line")
+    a, b = updated.getPlotItem().titleLabel, fresh.getPlotItem().titleLabel
+    assert a.text == b.text and "step <i>2</i>" in a.text
+    assert a.item.toHtml() == b.item.toHtml()

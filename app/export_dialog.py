@@ -20,12 +20,13 @@ from PySide6.QtWidgets import (
 from app.exporting import PNG, RUN_FILES, SVG, extra_formats
 
 DESCRIPTIONS = {
-    RUN_FILES: "Run files: steps.csv, memory.csv, run.json (same as the CLI)",
+    RUN_FILES: "Run files: steps.csv, memory.csv, run.json, allocations.npy if precise",
     PNG: "Each plot as PNG",
     SVG: "Each plot as SVG",
     "snapshot": "PyTorch memory snapshot (snapshot.pickle, memory_viz)",
     "trace": "Chrome trace / Perfetto (trace.json)",
     "timeline": "Profiler-style memory timeline (memory_timeline.json)",
+    "allocations": "Allocation events as text (allocations.csv: large, ~200 bytes an event)",
 }
 
 

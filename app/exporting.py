@@ -1,5 +1,6 @@
-"""File > Export: the run files (the CLI's writers), each plot as PNG and SVG, and the
-timeline formats of core.exports where that module is present."""
+"""File > Export: the run files (copied from the run's folder where they are complete, else
+written by the CLI's writers), each plot as PNG and SVG, and the formats of core.exports
+where that module is present."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import os
 from pathlib import Path
 
 from core.atomic import ExportError
-from core.run_files import write_history
+from core.run_files import export_run_files
 
 RUN_FILES = "run files"
 PNG = "png"
@@ -16,14 +17,16 @@ SVG = "svg"
 
 
 def extra_formats() -> tuple[str, ...]:
-    """snapshot / trace / timeline, when core.exports offers export_run."""
+    """snapshot / trace / timeline (and allocations, only when ticked), when core.exports
+    offers export_run."""
     try:
         import core.exports as exports
     except ImportError:
         return ()
     if not hasattr(exports, "export_run"):
         return ()
-    formats = getattr(exports, "FORMATS", ("snapshot", "trace", "timeline"))
+    formats = (*getattr(exports, "FORMATS", ("snapshot", "trace", "timeline")),
+               *getattr(exports, "ON_REQUEST", ()))
     return tuple(f for f in formats if f != "all")
 
 
@@ -75,9 +78,13 @@ def _export_scene(widget, path: Path, kind: str) -> Path:
     return path
 
 
-def export_run(history, plots: dict, folder: str | Path, choices: set[str]
-               ) -> tuple[list[Path], list[str]]:
-    """Write what `choices` names into `folder`. Returns (files written, problems)."""
+def export_run(history, plots: dict, folder: str | Path, choices: set[str],
+               source: Path | None = None) -> tuple[list[Path], list[str]]:
+    """Write what `choices` names into `folder`. Returns (files written, problems).
+
+    `source` is the run's own folder (where its session streamed the run files, or where
+    it was opened from): run files there that match the history are copied, not rewritten.
+    """
     folder = Path(folder)
     written: list[Path] = []
     problems: list[str] = []
@@ -87,7 +94,7 @@ def export_run(history, plots: dict, folder: str | Path, choices: set[str]
         raise ExportError(f"cannot create {str(folder)!r}: {exc.strerror or exc}. "
                           "Choose a folder you can write to.") from exc
     if RUN_FILES in choices:
-        written += write_history(history, folder)
+        written += export_run_files(history, folder, source)
     for kind in (PNG, SVG):
         if kind not in choices:
             continue

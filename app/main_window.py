@@ -565,7 +565,9 @@ class MainWindow(QMainWindow):
             return []
         self._on_frame(force_text=True)  # the newest rows into the plots first
         try:
-            written, problems = export_run(self.history, self.plot_widgets(), folder, choices)
+            source = self.session.folder if self.session is not None else self.loaded_from
+            written, problems = export_run(self.history, self.plot_widgets(), folder, choices,
+                                           source)
         except ExportError as exc:
             self._message("Export failed", str(exc), QMessageBox.Warning, "export_message")
             return []

@@ -22,7 +22,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--precise", action="store_true", help="track every storage (exact peak)")
     p.add_argument("--out", metavar="DIR", help="run folder (default: a new folder in runs/)")
     p.add_argument("--export", metavar="FORMATS", default="",
-                   help="also write snapshot,trace,timeline (comma-separated, or all)")
+                   help="also write snapshot,trace,timeline (comma-separated, or all); "
+                   "allocations: allocations.csv, only when named")
     p.add_argument("--on-error", choices=("stop", "continue"), default="stop",
                    help="at a training error: stop (exit 3), or record it and go on")
     p.add_argument("--quiet", action="store_true", help="no progress line")

@@ -1,22 +1,40 @@
-"""A run folder on disk: steps.csv, memory.csv, run.json (and allocations.csv when precise).
+"""A run folder on disk: steps.csv, memory.csv, run.json (and allocations.npy when precise).
 
 RunWriter streams rows as the loop makes them, flushing each, so a crash keeps what was
-measured; `write_history` writes the same files from a RunHistory (the app's Export);
-`load_run` reads a folder back into a RunHistory with clear errors for bad or partial folders.
+measured; `write_history` writes the same files from a RunHistory; `export_run_files` (the
+app's Export) copies the files a run streamed where they hold what the history holds, and
+writes only the others; `load_run` reads a folder back into a RunHistory with clear errors
+for bad or partial folders (also an older folder with allocations.csv).
 """
 
 from __future__ import annotations
 
 import csv
+import io
 import json
 import math
+import os
 import time
 from pathlib import Path
-from typing import Any, TextIO
+from typing import Any
 
 import numpy as np
 
-from core.atomic import ExportError, atomic_open, atomic_write_text
+from core.allocations_file import (
+    ACTIONS,
+    ALLOCATIONS_NPY,
+    FRAMES_JSONL,
+    HEADER_BYTES,
+    AllocationsFileError,
+    AllocationsStream,
+    header_rows,
+    load_allocations,
+    read_frames,
+    records,
+    write_allocations,
+)
+from core.allocations_file import describe as describe_allocations
+from core.atomic import ExportError, atomic_open, atomic_write_bytes, atomic_write_text
 from core.history import (
     ALLOC_COLUMNS,
     SAMPLE_COLUMNS,
@@ -31,10 +49,10 @@ from core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES, RunEvent
 STEPS_CSV = "steps.csv"
 MEMORY_CSV = "memory.csv"
 RUN_JSON = "run.json"
-ALLOCATIONS_CSV = "allocations.csv"
+ALLOCATIONS_CSV = "allocations.csv"  # an export made on request; version 1 run folders
 CUDA_SNAPSHOT = "cuda_snapshot.pickle"  # PyTorch's own recording (CUDA runs)
 RUN_FORMAT = "memlens-run"
-RUN_FORMAT_VERSION = 1
+RUN_FORMAT_VERSION = 2  # 2: allocations.npy + allocation_frames.jsonl, not allocations.csv
 
 # File columns: the history's, with `_bytes` on memory figures so a reader knows the unit.
 STEPS_HEADER: tuple[str, ...] = STEP_COLUMNS
@@ -47,7 +65,7 @@ ALLOC_HEADER: tuple[str, ...] = (
 )
 _INT_STEP_COLS = {"step", "allocated_bytes", "peak_bytes", "reserved_bytes", "graph_nodes",
                   "saved_bytes", "retained_bytes"}
-_ACTIONS = ("alloc", "free")
+_ACTIONS = ACTIONS
 
 
 def _cell(value: float, as_int: bool) -> str:
@@ -91,10 +109,7 @@ class RunWriter:
             self.folder.mkdir(parents=True, exist_ok=True)
             self._steps_fh = open(self.folder / STEPS_CSV, "w", newline="", encoding="utf-8")  # noqa: SIM115
             self._mem_fh = open(self.folder / MEMORY_CSV, "w", newline="", encoding="utf-8")  # noqa: SIM115
-            self._alloc_fh: TextIO | None = (
-                open(self.folder / ALLOCATIONS_CSV, "w", newline="", encoding="utf-8")  # noqa: SIM115
-                if precise else None
-            )
+            self._allocs = AllocationsStream(self.folder) if precise else None
         except OSError as exc:
             raise ExportError(
                 f"cannot write the run folder {str(self.folder)!r}: {exc.strerror or exc}. "
@@ -104,12 +119,10 @@ class RunWriter:
         self._mem = csv.writer(self._mem_fh)
         self._steps.writerow(STEPS_HEADER)
         self._mem.writerow(MEMORY_HEADER)
-        self._alloc = None
-        if self._alloc_fh is not None:
-            self._alloc = csv.writer(self._alloc_fh)
-            self._alloc.writerow(ALLOC_HEADER)
         self._doc: dict[str, Any] = {"format": RUN_FORMAT, "version": RUN_FORMAT_VERSION,
                                      "events": [], "graphs": [], "summary": None}
+        if precise:
+            self._doc["allocations"] = describe_allocations()
         self._last_json = 0.0
 
     # --- sink -----------------------------------------------------------------------------
@@ -128,12 +141,8 @@ class RunWriter:
             self._write_json()
 
     def on_allocations(self, rows: list[tuple]) -> None:
-        if self._alloc is None:
-            return
-        for row in rows:
-            *values, frames = row
-            self._alloc.writerow(alloc_row(values, frames))
-        self._alloc_fh.flush()
+        if self._allocs is not None:
+            self._allocs.append(rows)
 
     def on_cuda_snapshot(self, recorder) -> None:
         """CUDA: PyTorch's own allocator history for the chosen window of steps."""
@@ -162,38 +171,168 @@ class RunWriter:
         atomic_write_text(self.folder / RUN_JSON, json.dumps(self._doc, indent=1, default=str))
 
     def close(self) -> None:
-        for fh in (self._steps_fh, self._mem_fh, self._alloc_fh):
-            if fh is not None and not fh.closed:
+        for fh in (self._steps_fh, self._mem_fh):
+            if not fh.closed:
                 fh.close()
+        if self._allocs is not None:
+            self._allocs.close()
 
 
 def write_history(history: RunHistory, folder: str | Path) -> list[Path]:
     """Write a history's run files (the same formats RunWriter streams), atomically."""
     folder = Path(folder)
-    written = []
-    with atomic_open(folder / STEPS_CSV) as fh:
-        w = csv.writer(fh)
-        w.writerow(STEPS_HEADER)
-        w.writerows(steps_row(r) for r in history.steps.rows())
-    written.append(folder / STEPS_CSV)
-    with atomic_open(folder / MEMORY_CSV) as fh:
-        w = csv.writer(fh)
-        w.writerow(MEMORY_HEADER)
-        w.writerows(memory_row(r) for r in history.samples.rows())
-    written.append(folder / MEMORY_CSV)
+    written = [_write_csv(folder / STEPS_CSV, STEPS_HEADER, map(steps_row, history.steps.rows())),
+               _write_csv(folder / MEMORY_CSV, MEMORY_HEADER,
+                          map(memory_row, history.samples.rows()))]
     if len(history.allocs):
-        with atomic_open(folder / ALLOCATIONS_CSV) as fh:
-            w = csv.writer(fh)
-            w.writerow(ALLOC_HEADER)
-            w.writerows(alloc_row(r, history.frames[int(r[-1])]) for r in history.allocs.rows())
-        written.append(folder / ALLOCATIONS_CSV)
-    doc = {"format": RUN_FORMAT, "version": RUN_FORMAT_VERSION, **history.meta,
+        written += write_allocations(history, folder)
+    written.append(_write_run_json(history, folder))
+    return written
+
+
+def _write_csv(path: Path, header: tuple[str, ...], rows) -> Path:
+    with atomic_open(path) as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def _write_run_json(history: RunHistory, folder: Path) -> Path:
+    doc = {"format": RUN_FORMAT, **history.meta, "version": RUN_FORMAT_VERSION,
            "events": [e.to_dict() for e in history.events()],
            "graphs": [graph_summary(g) for g in history.graphs],
            "summary": history.summary}
+    doc.pop("allocations", None)
+    if len(history.allocs):
+        doc["allocations"] = describe_allocations()
     atomic_write_text(folder / RUN_JSON, json.dumps(doc, indent=1, default=str))
-    written.append(folder / RUN_JSON)
+    return folder / RUN_JSON
+
+
+# --- Export's run files: copy what the run streamed ------------------------------------------
+
+
+class _Mismatch(Exception):
+    """A file in the run's folder does not hold what the history holds."""
+
+
+def export_run_files(history: RunHistory, folder: str | Path, source: str | Path | None = None,
+                     copied: list[str] | None = None) -> list[Path]:
+    """The run files of `history` in `folder`, as write_history writes them.
+
+    `source` is the folder the run streamed its files into (or was loaded from). A file
+    there that holds exactly what the history holds (same rows, header and last row; for
+    run.json a finished run's same summary and events) is copied byte for byte: the rows
+    are not formatted a second time. Any other file (a run still going, a writer that
+    stopped on a full disk, a torn last line) is written from the history. The names of the
+    copied files go into `copied` when it is given.
+    """
+    folder = Path(folder)
+    src = Path(source) if source is not None else None
+    if src is not None and not src.is_dir():
+        src = None
+    same = src is not None and folder.is_dir() and os.path.samefile(src, folder)
+    written: list[Path] = []
+
+    def attempt(names: list[str], copy, write) -> None:
+        if src is not None:
+            try:
+                written.extend(copy(src, folder, history, same))
+                if copied is not None:
+                    copied.extend(names)
+                return
+            except ExportError:  # the destination failed: writing would fail the same way
+                raise
+            except (OSError, ValueError, _Mismatch):
+                pass
+        written.extend(write())
+
+    attempt([STEPS_CSV], _csv_copier(STEPS_CSV, STEPS_HEADER, lambda h: h.steps, steps_row),
+            lambda: [_write_csv(folder / STEPS_CSV, STEPS_HEADER,
+                                map(steps_row, history.steps.rows()))])
+    attempt([MEMORY_CSV],
+            _csv_copier(MEMORY_CSV, MEMORY_HEADER, lambda h: h.samples, memory_row),
+            lambda: [_write_csv(folder / MEMORY_CSV, MEMORY_HEADER,
+                                map(memory_row, history.samples.rows()))])
+    if len(history.allocs):
+        attempt([ALLOCATIONS_NPY, FRAMES_JSONL], _copy_allocations,
+                lambda: write_allocations(history, folder))
+    attempt([RUN_JSON], _copy_run_json, lambda: [_write_run_json(history, folder)])
     return written
+
+
+def _csv_copier(name: str, header: tuple[str, ...], table_of, row_of):
+    def copy(src: Path, folder: Path, history: RunHistory, same: bool) -> list[Path]:
+        data = (src / name).read_bytes()
+        table = table_of(history)
+        n = len(table)
+        text = io.StringIO(newline="")
+        w = csv.writer(text)
+        w.writerow(header)
+        head = text.getvalue().encode()
+        if n:
+            text.seek(0)
+            text.truncate()
+            w.writerow(row_of(table.rows(n - 1)[0]))
+        last = text.getvalue().encode()
+        if not (data.startswith(head) and data.endswith(last)
+                and data.count(b"\n") == n + 1):
+            raise _Mismatch(name)
+        if not same:
+            atomic_write_bytes(folder / name, data)
+        return [folder / name]
+
+    return copy
+
+
+def _copy_allocations(src: Path, folder: Path, history: RunHistory, same: bool) -> list[Path]:
+    frames_bytes = (src / FRAMES_JSONL).read_bytes()
+    if read_frames(src / FRAMES_JSONL) != history.frames:
+        raise _Mismatch(FRAMES_JSONL)
+    n = len(history.allocs)
+    last = records(history.allocs.rows(n - 1)).tobytes()
+    size = HEADER_BYTES + n * len(last)
+
+    def check(fd: int) -> None:
+        if (os.fstat(fd).st_size != size or header_rows(os.pread(fd, HEADER_BYTES, 0)) != n
+                or os.pread(fd, len(last), size - len(last)) != last):
+            raise _Mismatch(ALLOCATIONS_NPY)
+
+    with open(src / ALLOCATIONS_NPY, "rb") as inp:
+        if same:
+            check(inp.fileno())
+        else:
+            with atomic_open(folder / ALLOCATIONS_NPY, "wb") as out:
+                out.flush()
+                offset, end = 0, os.fstat(inp.fileno()).st_size
+                while offset < end:
+                    sent = os.sendfile(out.fileno(), inp.fileno(), offset, end - offset)
+                    if not sent:
+                        break
+                    offset += sent
+                check(out.fileno())
+            atomic_write_bytes(folder / FRAMES_JSONL, frames_bytes)
+    return [folder / ALLOCATIONS_NPY, folder / FRAMES_JSONL]
+
+
+def _copy_run_json(src: Path, folder: Path, history: RunHistory, same: bool) -> list[Path]:
+    data = (src / RUN_JSON).read_bytes()
+    doc = json.loads(data)
+    summary = json.loads(json.dumps(history.summary, default=str))
+    if (not isinstance(doc, dict) or doc.get("summary") is None or doc["summary"] != summary
+            or len(doc.get("events") or ()) != history.event_count
+            or doc.get("version") != RUN_FORMAT_VERSION):
+        raise _Mismatch(RUN_JSON)
+    out = [folder / RUN_JSON]
+    cuda = (doc.get("cuda_snapshot") or {}).get("file")
+    if cuda and (src / cuda).is_file():
+        if not same:
+            atomic_write_bytes(folder / cuda, (src / cuda).read_bytes())
+        out.append(folder / cuda)
+    if not same:
+        atomic_write_bytes(folder / RUN_JSON, data)
+    return out
 
 
 class RunFolderError(ValueError):
@@ -204,7 +343,8 @@ def load_run(folder: str | Path) -> RunHistory:
     """Read a run folder written by RunWriter or write_history into a RunHistory.
 
     A partial folder (a run that crashed) loads what is complete: a torn last CSV line is
-    dropped. A folder that is not a run at all raises RunFolderError with the reason.
+    dropped, and allocations.npy gives the rows its header counts. A folder that is not a
+    run, or a damaged file, raises RunFolderError with the reason.
     """
     folder = Path(folder)
     if not folder.is_dir():
@@ -231,7 +371,12 @@ def load_run(folder: str | Path) -> RunHistory:
             continue
     history.steps.extend(_read_steps(folder / STEPS_CSV))
     history.samples.extend(_read_memory(folder / MEMORY_CSV))
-    if (folder / ALLOCATIONS_CSV).is_file():
+    if (folder / ALLOCATIONS_NPY).is_file():
+        try:
+            load_allocations(folder, history)
+        except AllocationsFileError as exc:
+            raise RunFolderError(str(exc)) from None
+    elif (folder / ALLOCATIONS_CSV).is_file():  # a version 1 folder
         _read_allocs(folder / ALLOCATIONS_CSV, history)
     return history
 

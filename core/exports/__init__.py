@@ -5,6 +5,8 @@
 "all" means every format this run can give: a run recorded without precise mode has no
 allocation events, so it gets no snapshot (`unavailable(history)` says why). Asking for a
 snapshot by name from such a run raises SnapshotUnavailable before anything is written.
+"allocations" (allocations.csv: precise mode's events as text, ~200 bytes an event where the
+run folder's allocations.npy takes 43) is written only when named; "all" leaves it out.
 Every file is written atomically (core.atomic): a failure leaves no partial file behind.
 """
 
@@ -19,31 +21,33 @@ from core.atomic import ExportError
 if TYPE_CHECKING:  # numpy and the history load only when something is exported
     from core.history import RunHistory
 
-FORMATS: tuple[str, ...] = ("snapshot", "trace", "timeline")
+FORMATS: tuple[str, ...] = ("snapshot", "trace", "timeline")  # what "all" means
+ON_REQUEST: tuple[str, ...] = ("allocations",)  # only when named
 FILES: dict[str, str] = {
     "snapshot": "snapshot.pickle", "trace": "trace.json", "timeline": "memory_timeline.json",
+    "allocations": "allocations.csv",
 }
 DEFAULT_MAX_ENTRIES = 100_000  # snapshot entries kept, as the CUDA recorder's ring buffer
 DEFAULT_MAX_ROWS = 1_000_000  # timeline rows; a longer precise run is thinned, peaks kept
 
-__all__ = ["DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_ROWS", "FILES", "FORMATS", "ExportError",
-           "export_run", "parse_formats", "unavailable"]
+__all__ = ["DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_ROWS", "FILES", "FORMATS", "ON_REQUEST",
+           "ExportError", "export_run", "parse_formats", "unavailable"]
 
 
 def parse_formats(formats: str | Iterable[str]) -> list[str]:
-    """'snapshot,trace' or ['all'] -> the named formats in FORMATS order; ValueError if bad."""
+    """'snapshot,trace' or ['all'] -> the named formats in FORMATS order (then ON_REQUEST);
+    ValueError if bad."""
     if isinstance(formats, str):
         formats = formats.split(",")
     names = [f.strip().lower() for f in formats if f.strip()]
-    bad = [f for f in names if f != "all" and f not in FORMATS]
+    known = (*FORMATS, *ON_REQUEST)
+    bad = [f for f in names if f != "all" and f not in known]
     if bad:
         raise ValueError(f"unknown export format {', '.join(map(repr, bad))}; "
-                         f"choose from {', '.join(FORMATS)} or all")
+                         f"choose from {', '.join(known)} or all")
     if not names:
-        raise ValueError(f"no export format given; choose from {', '.join(FORMATS)} or all")
-    if "all" in names:
-        return list(FORMATS)
-    return [f for f in FORMATS if f in names]
+        raise ValueError(f"no export format given; choose from {', '.join(known)} or all")
+    return [f for f in known if f in names or ("all" in names and f in FORMATS)]
 
 
 def unavailable(history: RunHistory) -> dict[str, str]:
@@ -51,7 +55,9 @@ def unavailable(history: RunHistory) -> dict[str, str]:
     from core.exports.snapshot import unavailable_reason
 
     reason = unavailable_reason(history)
-    return {"snapshot": reason} if reason else {}
+    if not reason:
+        return {}
+    return {"snapshot": reason, "allocations": unavailable_reason(history, use=" to write")}
 
 
 def export_run(history: RunHistory, folder: str | Path, formats: str | Iterable[str] = "all",
@@ -98,6 +104,10 @@ def export_run(history: RunHistory, folder: str | Path, formats: str | Iterable[
                     f"{FILES[name]} holds the last {max_entries:,} trace entries (from step "
                     f"{first_step}); storages from earlier that are still alive, or freed in "
                     "the window, still count. Raise --max-entries, or 0 for all.")
+        elif name == "allocations":
+            from core.exports.allocations_csv import write_allocations_csv
+
+            written.append(write_allocations_csv(history, path))
         elif name == "trace":
             from core.exports.chrome_trace import write_chrome_trace
 

@@ -46,7 +46,8 @@ def add_parser(subparsers) -> None:
                    help="a run folder (steps.csv, memory.csv, run.json)")
     p.add_argument("--format", "-f", dest="formats", type=_formats, default=["all"],
                    metavar="FORMATS",
-                   help="snapshot, trace, timeline (comma-separated) or all (default: all)")
+                   help="snapshot, trace, timeline (comma-separated) or all (default: all); "
+                   "allocations writes allocations.csv, only when named")
     p.add_argument("--out", metavar="DIR", help="where to write the files (default: RUN_DIR)")
     p.add_argument("--max-entries", type=_count, default=DEFAULT_MAX_ENTRIES, metavar="N",
                    help="snapshot: keep the last N trace entries, as CUDA's ring buffer "

@@ -49,17 +49,19 @@ class SnapshotUnavailable(ExportError):
     """This run has no allocation events to build a snapshot from."""
 
 
-def unavailable_reason(history: RunHistory) -> str | None:
-    """Why this history cannot give a snapshot (a plain sentence), or None if it can."""
+def unavailable_reason(history: RunHistory, use: str = " to build a memory snapshot from"
+                       ) -> str | None:
+    """Why this history cannot give a snapshot (a plain sentence), or None if it can.
+    `use` says what the events would be for ("" for allocations.csv)."""
     if len(history.allocs):
         return None
     env = history.meta.get("environment") or {}
     if not env.get("precise") and not (history.meta.get("config") or {}).get("precise"):
         return ("this run was recorded without precise mode, so it has no allocation and "
-                "free events to build a memory snapshot from. Rerun with --precise "
-                "(precise=true); trace and timeline work without it.")
+                f"free events{use}. Rerun with --precise (precise=true); trace and timeline "
+                "work without it.")
     return ("this precise run holds no allocation events (no step ran, or its "
-            "allocations.csv is empty).")
+            "allocations.npy is empty).")
 
 
 def device_slot(history: RunHistory, cuda_device_count: int | None = None) -> tuple[int, int]:

@@ -289,6 +289,6 @@ def test_clicking_an_event_moves_the_plots_to_its_step(qtbot, window):
 def test_precise_run_streams_allocations_and_exports_a_snapshot(qtbot, window, tmp_path):
     run_to_end(qtbot, window, steps=4, precise=True)
     assert len(window.history.allocs) > 0
-    assert (window.session.folder / "allocations.csv").is_file()
+    assert (window.session.folder / "allocations.npy").is_file()
     written = window.export_to(tmp_path / "out", {"snapshot"})
     assert [p.name for p in written] == ["snapshot.pickle"]

@@ -8,6 +8,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--set", "batch_size=16", "--set", "width=32"]
 
@@ -87,9 +89,21 @@ def test_precise_run_exports_every_format_through_the_cli(tmp_path):
     p = cli("run", "--preset", "mlp", "--steps", "4", *TINY, "--precise", "--export", "all",
             "--out", str(out), "--quiet")
     assert p.returncode == 0, p.stderr
-    allocs = read_csv(out / "allocations.csv")
-    assert {r["action"] for r in allocs} == {"alloc", "free"}
+    allocs = np.load(out / "allocations.npy")
+    assert set(allocs["action"].tolist()) == {0, 1}  # alloc and free
+    assert not (out / "allocations.csv").exists()  # text only when asked for
     for name in ("snapshot.pickle", "trace.json", "memory_timeline.json"):
         assert (out / name).stat().st_size > 0
     p = cli("run", "--steps", "1", *TINY, "--export", "snapshot", "--out", str(tmp_path / "q"))
     assert p.returncode == 2 and "precise" in p.stderr
+
+
+def test_allocations_csv_is_written_when_asked_for(tmp_path):
+    out = tmp_path / "p"
+    p = cli("run", "--preset", "mlp", "--steps", "2", *TINY, "--precise",
+            "--export", "allocations", "--out", str(out), "--quiet")
+    assert p.returncode == 0, p.stderr
+    rows = read_csv(out / "allocations.csv")
+    assert len(rows) == len(np.load(out / "allocations.npy"))
+    assert {r["action"] for r in rows} == {"alloc", "free"}
+    assert not (out / "trace.json").exists()

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field, fields
+from operator import attrgetter
 from typing import Any
 
 NODE_KINDS: tuple[str, ...] = ("op", "param", "saved", "output")
@@ -93,13 +95,74 @@ class GraphNode:
 GraphEdge = tuple[str, str, str]
 
 
+class GraphNodes(Sequence):
+    """A snapshot's nodes, read as GraphNode objects and kept as rows of plain tuples.
+
+    Why rows: the garbage collector stops tracking tuples of strings and numbers, and every
+    full collection walks each object it tracks, holding the GIL (the GUI waits). As
+    objects a 2,000-node capture is ~5,000 of them (nodes, saved tensors, their tuples) and
+    the app keeps dozens of captures; as rows, none. A GraphNode is made on each access.
+    """
+
+    __slots__ = ("_rows",)
+
+    def __init__(self, nodes: Iterable[GraphNode] = ()) -> None:
+        self._rows = tuple(map(_node_row, nodes))
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    def __getitem__(self, i):
+        if isinstance(i, slice):
+            return tuple(map(_node_of, self._rows[i]))
+        return _node_of(self._rows[i])
+
+    def __iter__(self) -> Iterator[GraphNode]:
+        return map(_node_of, self._rows)
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, GraphNodes):
+            return self._rows == other._rows
+        if isinstance(other, tuple):
+            return tuple(self) == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._rows)
+
+    def __repr__(self) -> str:
+        return f"GraphNodes({len(self._rows)} nodes)"
+
+    def ids(self) -> list[str]:
+        return [r[0] for r in self._rows]
+
+    def count_kind(self, kind: str) -> int:
+        return sum(1 for r in self._rows if r[1] == kind)
+
+
+_NODE_FIELDS = tuple(f.name for f in fields(GraphNode))
+_SAVED_AT = _NODE_FIELDS.index("saved")
+_node_values = attrgetter(*_NODE_FIELDS)
+_saved_values = attrgetter(*(f.name for f in fields(SavedTensor)))
+
+
+def _node_row(n: GraphNode) -> tuple:
+    values = _node_values(n)
+    return (*values[:_SAVED_AT], tuple(map(_saved_values, n.saved)), *values[_SAVED_AT + 1:])
+
+
+def _node_of(row: tuple) -> GraphNode:
+    saved = tuple(SavedTensor(*t) for t in row[_SAVED_AT])
+    return GraphNode(*row[:_SAVED_AT], saved, *row[_SAVED_AT + 1:])
+
+
 @dataclass(frozen=True)
 class GraphSnapshot:
     """The autograd graph reachable from one step's loss, captured before backward."""
 
     step: int
     kind: str = "train"  # "train" | "eval"
-    nodes: tuple[GraphNode, ...] = ()
+    nodes: GraphNodes = field(default_factory=GraphNodes)  # also takes GraphNode objects
     edges: tuple[GraphEdge, ...] = ()
     saved_bytes: int = 0  # unique non-parameter storages of the saved tensors
     dot: str = ""  # DOT source (torchviz make_dot unless dot_by says otherwise)
@@ -111,7 +174,9 @@ class GraphSnapshot:
     _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        self._index.update({n.id: i for i, n in enumerate(self.nodes)})
+        if not isinstance(self.nodes, GraphNodes):
+            object.__setattr__(self, "nodes", GraphNodes(self.nodes))
+        self._index.update({k: i for i, k in enumerate(self.nodes.ids())})
 
     # --- reading --------------------------------------------------------------------------
     @property
@@ -123,7 +188,7 @@ class GraphSnapshot:
         return len(self.nodes)
 
     def count(self, kind: str) -> int:
-        return sum(1 for n in self.nodes if n.kind == kind)
+        return self.nodes.count_kind(kind)
 
     def node(self, node_id: str) -> GraphNode:
         return self.nodes[self._index[node_id]]

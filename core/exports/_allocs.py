@@ -89,9 +89,11 @@ def allocation_events(history: RunHistory) -> AllocationEvents:
     category = np.empty(n, dtype=np.int8)
     masks: list[np.ndarray] = []
     out = 0
+    idx = table.index
     for lo in range(0, n, CHUNK):
         hi = min(n, lo + CHUNK)
-        size = table.column("bytes", lo, hi)
+        block = table.rows(lo, hi)  # one pass over the rows, not one per column
+        size = block[:, idx["bytes"]]
         keep = size > 0  # also drops NaN
         masks.append(keep)
         whole = bool(keep.all())
@@ -99,9 +101,9 @@ def allocation_events(history: RunHistory) -> AllocationEvents:
         sl = slice(out, out + m)
         nbytes[sl] = size if whole else size[keep]
         for name, dest in (("t_us", t_us), ("storage", storage), ("category", category)):
-            col = table.column(name, lo, hi)
+            col = block[:, idx[name]]
             dest[sl] = col if whole else col[keep]
-        action = table.column("action", lo, hi)
+        action = block[:, idx["action"]]
         is_free[sl] = (action if whole else action[keep]) == FREE
         out += m
     table_row = None if out == n else np.nonzero(np.concatenate(masks))[0]

@@ -23,6 +23,9 @@ from app.stacked_area import AreaLayer, StackedArea
 MARKER_LABEL_ROWS = (0.92, 0.8, 0.68)
 AXIS_WIDTH = 62
 LEGEND_HEIGHT = 36
+# fit_y keeps a y range while the data fills at least this share of it (auto-range's own
+# padding leaves about 0.9 at the usual plot heights).
+KEEP_Y = 0.85
 
 
 class LivePlot(pg.PlotWidget):
@@ -217,9 +220,16 @@ class LivePlot(pg.PlotWidget):
             if np.isfinite(lo):
                 span[0], span[1] = min(span[0], float(lo)), max(span[1], float(hi))
         for view, (lo, hi) in spans.items():
-            if math.isfinite(lo) and self._fitted.get(view) != (lo, hi):
-                self._fitted[view] = (lo, hi)
-                view.setYRange(lo, hi)
+            if not math.isfinite(lo) or self._fitted.get(view) == (lo, hi):
+                continue
+            # A live run's extremes creep (a new highest step time, a new lowest loss) and a
+            # new y range redraws the axis and the grid: while the data stays inside the
+            # view and still fills most of it, the range stays.
+            v0, v1 = view.viewRange()[1]
+            if view in self._fitted and v0 <= lo and hi <= v1 and hi - lo >= KEEP_Y * (v1 - v0):
+                continue
+            self._fitted[view] = (lo, hi)
+            view.setYRange(lo, hi)
 
     def _on_view_resized(self) -> None:
         # The padding depends on the view's height, as auto-range's does.

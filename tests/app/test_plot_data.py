@@ -252,3 +252,26 @@ def test_a_changed_legend_renders_as_a_first_one_would(qtbot):
     a, b = updated.getPlotItem().titleLabel, fresh.getPlotItem().titleLabel
     assert a.text == b.text and "step <i>2</i>" in a.text
     assert a.item.toHtml() == b.item.toHtml()
+
+
+def test_fit_y_keeps_the_range_while_the_data_fills_it_and_refits_when_it_does_not(qtbot):
+    from app.loss_plot import LossPlot
+
+    plot = LossPlot()
+    qtbot.addWidget(plot)
+    vb = plot.getPlotItem().vb
+    curve = plot.curves["loss"]
+    curve.setData([0.0, 1.0, 2.0], [1.0, 2.0, 3.0])
+    plot.fit_y()
+    first = vb.viewRange()[1]
+    assert first[0] < 1.0 and first[1] > 3.0
+    curve.setData([0.0, 1.0, 2.0, 3.0], [1.0, 2.0, 3.0, 3.02])  # a new high inside the view
+    plot.fit_y()
+    assert vb.viewRange()[1] == first
+    curve.setData([0.0, 1.0], [1.0, 5.0])  # out of view: refit
+    plot.fit_y()
+    assert vb.viewRange()[1][1] > 5.0
+    curve.setData([0.0, 1.0], [1.0, 1.5])  # a small part of the view: refit to it
+    plot.fit_y()
+    y0, y1 = vb.viewRange()[1]
+    assert y0 < 1.0 and 1.5 < y1 < 1.7

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from core.atomic import ExportError
@@ -93,31 +94,39 @@ def export_run(history, plots: dict, folder: str | Path, choices: set[str],
     except OSError as exc:
         raise ExportError(f"cannot create {str(folder)!r}: {exc.strerror or exc}. "
                           "Choose a folder you can write to.") from exc
-    if RUN_FILES in choices:
-        written += export_run_files(history, folder, source)
-    for kind in (PNG, SVG):
-        if kind not in choices:
-            continue
-        for name, widget in plots.items():
-            try:
-                written.append(_export_scene(widget, folder / f"{name}.{kind}", kind))
-            except ExportError as exc:
-                problems.append(str(exc))
-    extras = [f for f in extra_formats() if f in choices]
-    if extras:
-        from core import exports
-
-        missing = unavailable_formats(history)
-        problems += [f"{fmt}: {missing[fmt]}" for fmt in extras if fmt in missing]
-        wanted = [fmt for fmt in extras if fmt not in missing]
+    # The run files are mostly a copy and a sync to disk, waiting on I/O: a helper thread
+    # does them while this one renders the plots and writes the other formats.
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlens-run-files") as aside:
+        run_files = (aside.submit(export_run_files, history, folder, source)
+                     if RUN_FILES in choices else None)
+        for kind in (PNG, SVG):
+            if kind not in choices:
+                continue
+            for name, widget in plots.items():
+                try:
+                    written.append(_export_scene(widget, folder / f"{name}.{kind}", kind))
+                except ExportError as exc:
+                    problems.append(str(exc))
+        extras = [f for f in extra_formats() if f in choices]
         notes: list[str] = []
-        if wanted:
+        if extras:
+            from core import exports
+
+            missing = unavailable_formats(history)
+            problems += [f"{fmt}: {missing[fmt]}" for fmt in extras if fmt in missing]
+            wanted = [fmt for fmt in extras if fmt not in missing]
+            if wanted:
+                try:
+                    written += [Path(p) for p in exports.export_run(history, folder, wanted,
+                                                                    notes=notes)]
+                except (OSError, ValueError, RuntimeError) as exc:
+                    problems.append(str(exc))
+        if run_files is not None:
             try:
-                written += [Path(p) for p in exports.export_run(history, folder, wanted,
-                                                                notes=notes)]
-            except (OSError, ValueError, RuntimeError) as exc:
-                problems.append(str(exc))
-        problems += notes
+                written[:0] = run_files.result()
+            except ExportError as exc:
+                problems.insert(0, str(exc))
+    problems += notes
     return written, problems
 
 

@@ -13,6 +13,7 @@ Every file is written atomically (core.atomic): a failure leaves no partial file
 from __future__ import annotations
 
 from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -80,46 +81,55 @@ def export_run(history: RunHistory, folder: str | Path, formats: str | Iterable[
 
             raise SnapshotUnavailable(f"cannot write {FILES[name]}: {missing[name]}")
     folder = Path(folder)
-    written: list[Path] = []
-    events = None
-    if "snapshot" in chosen or "timeline" in chosen:
-        from core.exports._allocs import allocation_events
+    wanted = [name for name in chosen if name not in missing]
+    if notes is not None:
+        notes += [f"{FILES[name]} not written: {missing[name]}" for name in chosen
+                  if name in missing]
+    done: dict[str, Path] = {}
+    # trace.json and allocations.csv need nothing from the others: a second thread writes
+    # them while this one pairs the allocation events for the snapshot and the timeline
+    # (numpy and file writes let go of the GIL, so the two overlap, and so do their fsyncs).
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="memlens-export") as aside:
+        later = {name: aside.submit(_write_alone, name, history, folder / FILES[name])
+                 for name in wanted if name in ("trace", "allocations")}
+        events = None
+        if "snapshot" in wanted or "timeline" in wanted:
+            from core.exports._allocs import allocation_events
 
-        events = allocation_events(history) if len(history.allocs) else None
-    for name in chosen:
-        if name in missing:
-            if notes is not None:
-                notes.append(f"{FILES[name]} not written: {missing[name]}")
-            continue
-        path = folder / FILES[name]
-        if name == "snapshot":
+            events = allocation_events(history) if len(history.allocs) else None
+        if "snapshot" in wanted:
             from core.exports.snapshot import window_start, write_snapshot
 
-            written.append(write_snapshot(history, path, max_entries=max_entries,
-                                          events=events))
+            done["snapshot"] = write_snapshot(history, folder / FILES["snapshot"],
+                                              max_entries=max_entries, events=events)
             start = window_start(events, max_entries)
             if start and notes is not None:
                 first_step = int(events.details([start])["step"][0])
                 notes.append(
-                    f"{FILES[name]} holds the last {max_entries:,} trace entries (from step "
-                    f"{first_step}); storages from earlier that are still alive, or freed in "
-                    "the window, still count. Raise --max-entries, or 0 for all.")
-        elif name == "allocations":
-            from core.exports.allocations_csv import write_allocations_csv
-
-            written.append(write_allocations_csv(history, path))
-        elif name == "trace":
-            from core.exports.chrome_trace import write_chrome_trace
-
-            written.append(write_chrome_trace(history, path))
-        else:
+                    f"{FILES['snapshot']} holds the last {max_entries:,} trace entries (from "
+                    f"step {first_step}); storages from earlier that are still alive, or "
+                    "freed in the window, still count. Raise --max-entries, or 0 for all.")
+        if "timeline" in wanted:
             from core.exports.memory_timeline import write_memory_timeline
 
+            path = folder / FILES["timeline"]
             rows = write_memory_timeline(history, path, events=events, max_rows=max_rows)
-            written.append(path)
+            done["timeline"] = path
             if len(rows.times) < rows.rows_before_thinning and notes is not None:
                 notes.append(
-                    f"{FILES[name]}: {rows.rows_before_thinning:,} allocation-event rows thinned "
-                    f"to {len(rows.times):,} (each stretch keeps its peak and last state). "
-                    "Raise --max-rows, or 0 for all.")
-    return written
+                    f"{FILES['timeline']}: {rows.rows_before_thinning:,} allocation-event rows "
+                    f"thinned to {len(rows.times):,} (each stretch keeps its peak and last "
+                    "state). Raise --max-rows, or 0 for all.")
+        for name, future in later.items():
+            done[name] = future.result()  # its exception, if it failed
+    return [done[name] for name in wanted]
+
+
+def _write_alone(name: str, history: RunHistory, path: Path) -> Path:
+    if name == "trace":
+        from core.exports.chrome_trace import write_chrome_trace
+
+        return write_chrome_trace(history, path)
+    from core.exports.allocations_csv import write_allocations_csv
+
+    return write_allocations_csv(history, path)

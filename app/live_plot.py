@@ -28,6 +28,24 @@ LEGEND_HEIGHT = 36
 KEEP_Y = 0.85
 
 
+class LiveCurve(pg.PlotCurveItem):
+    """A curve that lets a setData with the points it already shows pass: most frames of a
+    long live run change only the last bin, often not even that, and each real setData
+    repaints the whole view."""
+
+    def setData(self, *args, **kargs) -> None:
+        if len(args) == 2 and not kargs and self.xData is not None:
+            x, y = np.asarray(args[0]), np.asarray(args[1])
+            if _same(self.xData, x) and _same(self.yData, y):
+                return
+        super().setData(*args, **kargs)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"
+                                                 and b.dtype.kind == "f")
+
+
 class LivePlot(pg.PlotWidget):
     hover_left = Signal()
 
@@ -82,10 +100,10 @@ class LivePlot(pg.PlotWidget):
                   finite: bool = True) -> pg.PlotCurveItem:
         """Make a curve once; draws only ever call setData on it."""
         if fill:
-            curve = pg.PlotCurveItem(pen=None, brush=pg.mkBrush(lighten(color, 0.3)),
+            curve = LiveCurve(pen=None, brush=pg.mkBrush(lighten(color, 0.3)),
                                      fillLevel=0, skipFiniteCheck=True)
         else:
-            curve = pg.PlotCurveItem(pen=pg.mkPen(color, width=width, style=style),
+            curve = LiveCurve(pen=pg.mkPen(color, width=width, style=style),
                                      skipFiniteCheck=finite, connect="all" if finite else "finite")
         # One cached path per setData; "segmented" lines are rebuilt at every paint.
         curve.setSegmentedLineMode("off")
@@ -173,8 +191,8 @@ class LivePlot(pg.PlotWidget):
         for pin_id, pin in wanted.items():
             curve = self.ghosts.get(pin_id)
             if curve is None:
-                curve = pg.PlotCurveItem(pen=pg.mkPen(pin.color, width=1, style=Qt.DashLine),
-                                         connect="finite")
+                curve = LiveCurve(pen=pg.mkPen(pin.color, width=1, style=Qt.DashLine),
+                                  connect="finite")
                 curve.setSegmentedLineMode("off")
                 curve.setOpacity(0.75)
                 curve.setZValue(20)

@@ -34,9 +34,11 @@ class StackedArea(pg.GraphicsObject):
         self.top = 0.0  # the highest point of the top layer
 
     def setData(self, x: np.ndarray, layers: np.ndarray) -> None:
-        self.prepareGeometryChange()
         x = np.array(x, dtype=np.float64)  # copies: compared with the next setData's
         layers = np.array(layers)
+        if self._same_points(x, layers):
+            return  # nothing to redraw (many frames of a long live run)
+        self.prepareGeometryChange()
         keep = self._unchanged_chunks(x, layers)
         self._x, self._layers = x, layers
         self.top = 0.0
@@ -52,6 +54,11 @@ class StackedArea(pg.GraphicsObject):
             self._rect = QRectF()
         self.informViewBoundsChanged()
         self.update()
+
+    def _same_points(self, x: np.ndarray, layers: np.ndarray) -> bool:
+        return (x.shape == self._x.shape and layers.shape == self._layers.shape
+                and np.array_equal(x, self._x)
+                and np.array_equal(layers, self._layers, equal_nan=layers.dtype.kind == "f"))
 
     def _unchanged_chunks(self, x: np.ndarray, layers: np.ndarray) -> int:
         """How many leading pieces of the last setData hold exactly the points they would

@@ -275,3 +275,24 @@ def test_fit_y_keeps_the_range_while_the_data_fills_it_and_refits_when_it_does_n
     plot.fit_y()
     y0, y1 = vb.viewRange()[1]
     assert y0 < 1.0 and 1.5 < y1 < 1.7
+
+
+def test_setting_the_same_points_again_does_not_redraw(qtbot):
+    from app.live_plot import LiveCurve
+    from app.stacked_area import StackedArea
+
+    curve, area = LiveCurve(), StackedArea(["#112233"])
+    redraws = []
+    curve.sigPlotChanged.connect(lambda *_: redraws.append("curve"))
+    y = np.array([1.0, np.nan, 3.0], dtype=np.float32)
+    curve.setData(np.arange(3.0), y)
+    curve.setData(np.arange(3.0), y.copy())  # same points, NaN included: nothing to do
+    assert redraws == ["curve"]
+    curve.setData(np.arange(3.0), np.array([1.0, np.nan, 4.0]))
+    assert redraws == ["curve", "curve"] and curve.getData()[1][2] == 4.0
+    area.setData(np.arange(3.0), np.ones((1, 3)))
+    pieces = area._polygons[0]
+    area.setData(np.arange(3.0), np.ones((1, 3)))
+    assert area._polygons[0] is pieces
+    area.setData(np.arange(4.0), np.ones((1, 4)))
+    assert len(area.layer_data(0)[0]) == 4

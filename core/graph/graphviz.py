@@ -189,6 +189,6 @@ def _parse_plain(
         pts = splines.get((index[s], index[d]))
         if pts is None or len(pts) < 4:
             continue
-        out_edges.append((s, d, style, [px(p) for p in pts]))
+        out_edges.append((s, d, style, tuple(px(p) for p in pts)))
     return Layout(positions, sizes, out_edges, raw_width * PX_PER_INCH,
                   height * PX_PER_INCH, engine, seconds)  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.graph.snapshot import GraphNode, GraphSnapshot, human_bytes
+from core.graph.snapshot import GraphNode, GraphSnapshot, human_bytes, node_of_row
 
 GROUP_ABOVE = 400  # snapshots with more nodes open grouped by module
 
@@ -20,7 +20,7 @@ class ViewNode:
     kind: str  # "op" | "param" | "saved" | "output" | "group"
     title: str
     detail: str = ""  # second line: shape, bytes
-    node: GraphNode | None = None  # the snapshot node (None for groups)
+    row: tuple = ()  # the snapshot node's row (see GraphNodes); () for groups
     group: str = ""  # group key, for group nodes
     members: tuple[str, ...] = ()  # snapshot node ids inside a group
     saved_bytes: int = 0  # counted saved bytes (a group: of all its members)
@@ -29,6 +29,12 @@ class ViewNode:
     @property
     def label(self) -> str:
         return f"{self.title}\n{self.detail}" if self.detail else self.title
+
+    @property
+    def node(self) -> GraphNode | None:
+        """The snapshot node (None for groups), made when asked for: a shown graph keeps
+        rows, which the garbage collector does not track, not thousands of objects."""
+        return node_of_row(self.row) if self.row else None
 
 
 @dataclass(frozen=True)
@@ -95,7 +101,8 @@ def view_graph(
         else:
             keep.append(n)
             shown_as[n.id] = n.id
-    nodes = [_plain(n) for n in keep]
+    rows = dict(zip(snapshot.nodes.ids(), snapshot.nodes.rows, strict=True))
+    nodes = [_plain(n, rows[n.id]) for n in keep]
     for key, inside in members.items():
         saved = sum(m.saved_bytes for m in inside)
         held = sum(m.held_bytes for m in inside if m.kind == "op")
@@ -122,7 +129,7 @@ def view_graph(
                      attached, shown_as)  # fmt: skip
 
 
-def _plain(n: GraphNode) -> ViewNode:
+def _plain(n: GraphNode, row: tuple) -> ViewNode:
     shape = "(" + ", ".join(str(s) for s in n.shape) + ")"
     if n.kind == "op":
         if n.saved_bytes:
@@ -140,7 +147,7 @@ def _plain(n: GraphNode) -> ViewNode:
         detail = f"{shape} {size}"
     else:
         detail = shape
-    return ViewNode(id=n.id, kind=n.kind, title=n.title, detail=detail, node=n,
+    return ViewNode(id=n.id, kind=n.kind, title=n.title, detail=detail, row=row,
                     saved_bytes=n.saved_bytes, held_bytes=n.held_bytes)  # fmt: skip
 
 

@@ -136,6 +136,11 @@ class GraphNodes(Sequence):
     def ids(self) -> list[str]:
         return [r[0] for r in self._rows]
 
+    @property
+    def rows(self) -> tuple[tuple, ...]:
+        """The rows themselves, for a holder that reads few of them (`node_of_row`)."""
+        return self._rows
+
     def count_kind(self, kind: str) -> int:
         return sum(1 for r in self._rows if r[1] == kind)
 
@@ -149,6 +154,10 @@ _saved_values = attrgetter(*(f.name for f in fields(SavedTensor)))
 def _node_row(n: GraphNode) -> tuple:
     values = _node_values(n)
     return (*values[:_SAVED_AT], tuple(map(_saved_values, n.saved)), *values[_SAVED_AT + 1:])
+
+
+def node_of_row(row: tuple) -> GraphNode:
+    return _node_of(row)
 
 
 def _node_of(row: tuple) -> GraphNode:

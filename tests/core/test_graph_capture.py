@@ -330,8 +330,20 @@ def test_a_kept_capture_costs_the_garbage_collector_little():
     op = next(n for n in snap.nodes if n.kind == "op" and n.saved)
     assert snap.node(op.id) == op and op.saved[0].bytes > 0
     assert snap.count("op") == sum(1 for n in snap.nodes if n.kind == "op")
+    # what a shown graph keeps: view nodes (no dict, the snapshot node as a row) and
+    # the layout's positions and edge curves, all plain tuples
     view = view_graph(snap)
-    assert not hasattr(view.nodes[0], "__dict__")
+    request = LayoutRequest(ids=tuple(v.id for v in view.nodes),
+                            sizes=tuple((60.0, 30.0) for _ in view.nodes),
+                            edges=view.edges, attached=view.attached)  # fmt: skip
+    layout = layered_layout(request)
+    for _ in range(4):
+        gc.collect()
+    assert not any(gc.is_tracked(e) for e in layout.edges)
+    assert not any(gc.is_tracked(p) for p in layout.positions.values())
+    shown = next(v for v in view.nodes if v.id == op.id)
+    assert not hasattr(shown, "__dict__") and not gc.is_tracked(shown.row)
+    assert shown.node == op
 
 
 def test_hooks_come_off_after_finish_and_abort():

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import csv
+import io
 import json
 
 import numpy as np
@@ -203,3 +204,21 @@ def test_write_history_round_trips_a_loaded_run(streamed, tmp_path):
     for name in (STEPS_CSV, MEMORY_CSV, ALLOCATIONS_NPY, FRAMES_JSONL):
         assert (tmp_path / name).read_bytes() == (folder / name).read_bytes(), name
     assert np.load(tmp_path / ALLOCATIONS_NPY).dtype == ALLOC_DTYPE
+
+
+def test_allocations_csv_is_what_the_csv_module_writes(tmp_path):
+    from core.exports.allocations_csv import write_allocations_csv
+    from core.history import RunHistory
+    from core.run_files import ALLOC_HEADER, alloc_row
+
+    frames = ["", 'C:\\odd, "quoted"\\train.py:12:f|x.py:1:g', "ünï\ncode.py:3:h", "a.py:7:k"]
+    rows = [(t * 997, t % 2, t // 2, 0x7F00_0000_0000 + 4096 * t, 64 * t, t % 5, t // 3,
+             t % 6, frames[t % 4]) for t in range(300)]
+    history = RunHistory()
+    history.on_allocations(rows)
+    path = write_allocations_csv(history, tmp_path / ALLOCATIONS_CSV)
+    expected = io.StringIO(newline="")
+    writer = csv.writer(expected)
+    writer.writerow(ALLOC_HEADER)
+    writer.writerows(alloc_row(r[:-1], r[-1]) for r in rows)
+    assert path.read_bytes() == expected.getvalue().encode()

@@ -693,6 +693,7 @@ class GraphPanel(QWidget):
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         shown = self.scene.labels_shown
         self.scene.show_labels(True)  # the file is read zoomed in, whatever the view shows
+        self.scene.label(rect)
         self.scene.render(painter)
         self.scene.show_labels(shown)
         painter.end()

@@ -98,8 +98,8 @@ class NodeItem(QGraphicsPathItem):
     """One box, shaded by bytes. Qt draws it (a path item, no Python paint or boundingRect):
     a repaint or the scene's dirty pass never calls into Python, so it costs no Python time
     and never waits for the GIL while a training or layout thread runs. Its label lines are
-    text items kept in the scene's label layers (see GraphScene), not children, so the view
-    can hide every label at once when zoomed out too far to read them.
+    text items in the scene's label layers (see GraphScene), not children, so the view can
+    hide every label at once when zoomed out too far to read them.
     """
 
     def __init__(self, v: ViewNode, size: tuple[float, float], fill: QColor,
@@ -147,10 +147,12 @@ TEARDOWN_CHUNK = 100  # old items deleted per step while the next graph replaces
 
 class GraphScene(QGraphicsScene):
     """Built once per layout, in slices between event-loop turns so the window never
-    freezes: the old graph's items are deleted, then node items, their labels, and edges as
-    a few path items per horizontal band. Items go in unindexed (adding them stays cheap);
-    once the graph is complete the scene switches to a BSP tree, so a paint, a hover or a
-    click asks only for the items near it."""
+    freezes: the old graph's items are deleted, then node items and edges as a few path
+    items per horizontal band. Items go in unindexed (adding them stays cheap); once the
+    graph is complete the scene switches to a BSP tree, so a paint, a hover or a click asks
+    only for the items near it. Label text items are made a band at a time when the view
+    first shows that band at a readable zoom (`label`): a 2,000-node graph is 36,000 px
+    tall and opens showing 1,000 of them, so most labels would never be seen."""
 
     graph_built = Signal()
 
@@ -164,6 +166,7 @@ class GraphScene(QGraphicsScene):
         self._edges_of: dict[str, list[int]] = {}
         self._highlight: QGraphicsPathItem | None = None
         self._label_layers: list[QGraphicsItem] = []
+        self._unlabelled: dict[int, list[tuple[str, tuple[float, float]]]] = {}  # by band
         self.labels_shown = True  # the view hides labels below a readable zoom
         self._top: list[QGraphicsItem] = []  # the shown graph's top-level items
         self._old: list[QGraphicsItem] = []  # the previous graph's, still to delete
@@ -202,7 +205,6 @@ class GraphScene(QGraphicsScene):
         most = max((v.held_bytes for v in view.nodes), default=0)
         colours: dict[tuple[str, int], QColor] = {}
         paths: dict[tuple[float, float, bool], QPainterPath] = {}
-        layers: dict[int, QGraphicsItem] = {}
         for i, v in enumerate(view.nodes):
             pos = layout.positions.get(v.id)
             if pos is None:
@@ -220,11 +222,7 @@ class GraphScene(QGraphicsScene):
             item.setPos(pos[0], pos[1])
             self._add(item)
             self.items_by_id[v.id] = item
-            band = int(pos[1] // LABEL_BAND_PX)
-            layer = layers.get(band)
-            if layer is None:
-                layer = layers[band] = self._label_layer()
-            self._add_label(layer, v.label, pos)
+            self._unlabelled.setdefault(int(pos[1] // LABEL_BAND_PX), []).append((v.label, pos))
             if i % 20 == 19:
                 yield
         self._edges = layout.edges
@@ -292,6 +290,18 @@ class GraphScene(QGraphicsScene):
             text.setFont(self.font)
             text.setPos(pos[0] - width / 2, top + i * lh)
 
+    def label(self, rect: QRectF) -> None:
+        """Make the labels of the nodes in `rect`'s bands, if not made yet and shown."""
+        if not self.labels_shown or not self._unlabelled:
+            return
+        for band in range(int(rect.top() // LABEL_BAND_PX),
+                          int(rect.bottom() // LABEL_BAND_PX) + 1):  # fmt: skip
+            todo = self._unlabelled.pop(band, None)
+            if todo:
+                layer = self._label_layer()
+                for text, pos in todo:
+                    self._add_label(layer, text, pos)
+
     def show_labels(self, shown: bool) -> None:
         """Labels on or off (the view turns them off below a readable zoom: thousands of
         unreadable text items would only slow a paint of the whole graph)."""
@@ -318,6 +328,7 @@ class GraphScene(QGraphicsScene):
         self._edges, self._edges_of = [], {}
         self._highlight = None
         self._label_layers = []
+        self._unlabelled = {}
 
     def _teardown(self):
         old = self._old
@@ -409,6 +420,7 @@ class GraphView(QGraphicsView):
         self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)
         self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
         self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.SmartViewportUpdate)
+        self.verticalScrollBar().valueChanged.connect(self._label_shown_part)
         self._press: QPointF | None = None
 
     @property
@@ -459,6 +471,17 @@ class GraphView(QGraphicsView):
         scene = self.scene()
         if isinstance(scene, GraphScene):
             scene.show_labels(self.zoom >= TEXT_MIN_SCALE)
+            self._label_shown_part()
+
+    def _label_shown_part(self, _value: int = 0) -> None:
+        scene = self.scene()
+        if isinstance(scene, GraphScene) and self.zoom >= TEXT_MIN_SCALE:
+            shown = self.mapToScene(self.viewport().rect()).boundingRect()
+            scene.label(shown.adjusted(0, -shown.height() / 2, 0, shown.height() / 2))
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self._label_shown_part()
 
     def mousePressEvent(self, event) -> None:
         self._press = event.position()

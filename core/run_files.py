@@ -15,6 +15,7 @@ import json
 import math
 import os
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +38,7 @@ from core.allocations_file import describe as describe_allocations
 from core.atomic import ExportError, atomic_open, atomic_write_bytes, atomic_write_text
 from core.history import (
     ALLOC_COLUMNS,
+    PHASES_PER_STEP,
     SAMPLE_COLUMNS,
     STEP_COLUMNS,
     RunHistory,
@@ -399,11 +401,51 @@ def _read_csv(path: Path, header: tuple[str, ...]) -> list[list[str]]:
     return body
 
 
+def _read_numbers(path: Path, header: tuple[str, ...], phase_column: int | None = None
+                  ) -> np.ndarray | None:
+    """The file's complete rows, parsed by numpy in one pass (a 100,000-step run's
+    memory.csv in well under a second, where row by row took seconds), or None when
+    anything is unusual (quoting, a bad value, a short row), for the row-by-row reader to
+    deal with and name."""
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None
+    first = data.find(b"\n")
+    if first < 0:
+        return None
+    got = data[:first].decode("utf-8", "replace").strip().split(",")
+    if tuple(got[: len(header)]) != header:
+        return None
+    body = data[first + 1 : data.rfind(b"\n") + 1]  # a torn last line is left out
+    if b'"' in body:
+        return None
+    if phase_column is not None:  # "12,forward,..." -> "12,2,...": the phase is column 1
+        for name, code in PHASE_CODE.items():
+            body = body.replace(f",{name},".encode(), f",{code},".encode())
+    body = body.replace(b"\r\n", b"\n").replace(b"\n", b",\n")
+    for _ in range(2):  # empty cells (no value: NaN), also two in a row
+        body = body.replace(b",,", b",nan,")
+    lines = body.count(b"\n")
+    with warnings.catch_warnings():  # numpy warns, then stops, at text it cannot parse
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            values = np.fromstring(body.replace(b",\n", b","), dtype=np.float64, sep=",")
+        except (DeprecationWarning, ValueError):
+            return None
+    if len(values) != lines * len(got):
+        return None
+    return values.reshape(lines, len(got))[:, : len(header)]
+
+
 def _float(text: str) -> float:
     return math.nan if text == "" else float(text)
 
 
 def _read_steps(path: Path) -> np.ndarray:
+    fast = _read_numbers(path, STEPS_HEADER)
+    if fast is not None:
+        return fast
     rows = _read_csv(path, STEPS_HEADER)
     try:
         return np.array([[_float(v) for v in r[: len(STEP_COLUMNS)]] for r in rows],
@@ -413,6 +455,13 @@ def _read_steps(path: Path) -> np.ndarray:
 
 
 def _read_memory(path: Path) -> np.ndarray:
+    fast = _read_numbers(path, MEMORY_HEADER, phase_column=1)
+    if fast is not None:
+        out = np.empty((len(fast), len(SAMPLE_COLUMNS)), dtype=np.float64)
+        out[:, :2] = fast[:, :2]
+        out[:, 2] = fast[:, 0] + fast[:, 1] / PHASES_PER_STEP  # sample_x
+        out[:, 3:] = fast[:, 2:]
+        return out
     rows = _read_csv(path, MEMORY_HEADER)
     out = np.empty((len(rows), len(SAMPLE_COLUMNS)), dtype=np.float64)
     try:

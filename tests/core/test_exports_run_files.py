@@ -222,3 +222,25 @@ def test_allocations_csv_is_what_the_csv_module_writes(tmp_path):
     writer.writerow(ALLOC_HEADER)
     writer.writerows(alloc_row(r[:-1], r[-1]) for r in rows)
     assert path.read_bytes() == expected.getvalue().encode()
+
+
+def test_torn_last_lines_are_dropped_and_a_bad_value_is_named(streamed, tmp_path):
+    folder, history = streamed
+    import core.run_files as run_files
+
+    # whole files take numpy's one-pass reader, not the row-by-row one
+    assert run_files._read_numbers(folder / STEPS_CSV, run_files.STEPS_HEADER) is not None
+    torn = tmp_path / "torn"
+    _copy_folder(folder, torn)
+    for name in (STEPS_CSV, MEMORY_CSV):
+        with open(torn / name, "ab") as fh:
+            fh.write(b"3,0.5,1.2")  # the crash came mid-row
+    back = load_run(torn)
+    np.testing.assert_array_equal(back.steps.rows(), load_run(folder).steps.rows())
+    np.testing.assert_array_equal(back.samples.rows(), load_run(folder).samples.rows())
+    assert len(back.samples) == len(history.samples)
+    lines = (folder / MEMORY_CSV).read_bytes().split(b"\r\n")
+    lines[3] = lines[3].replace(b",forward,", b",sideways,")  # file line 4
+    (torn / MEMORY_CSV).write_bytes(b"\r\n".join(lines))
+    with pytest.raises(RunFolderError, match=r"memory\.csv: row 4 is not valid.*sideways"):
+        load_run(torn)

@@ -160,7 +160,8 @@ def test_a_run_that_stopped_mid_way_keeps_every_block_it_flushed(tmp_path):
             for i in range(50)]
     stream = AllocationsStream(tmp_path)
     stream.append(rows[:20])
-    stream.append(rows[20:])
+    stream.append([(float(r[0]), *r[1:]) for r in rows[20:30]])  # numbers of any kind
+    stream.append(rows[30:])
     # no close(): the process died; what was flushed is on disk
     recs = np.load(tmp_path / ALLOCATIONS_NPY)
     assert len(recs) == 50

@@ -60,28 +60,36 @@ def count_graph_nodes(roots: list[Tensor], limit: int = GRAPH_NODE_LIMIT) -> int
 
 
 class _PhaseClock:
-    """Phase timings: wall clock; on CUDA, synchronized at each phase edge so it is honest."""
+    """Phase timings: wall clock; on CUDA, synchronized at each phase edge so it is honest.
+
+    `with clock.phase(name):` times one phase. A plain object, not a generator-based context
+    manager: it runs five times a step on the training thread.
+    """
 
     def __init__(self, device: torch.device) -> None:
         self.cuda = device.type == "cuda"
         self.ms: dict[str, float] = {}
+        self._name = ""
+        self._t = 0.0
 
     @property
     def label(self) -> str:
         return ("wall clock, CUDA synchronized at phase edges" if self.cuda
                 else "wall clock (CPU ops are synchronous)")
 
-    @contextlib.contextmanager
-    def phase(self, name: str):
+    def phase(self, name: str) -> _PhaseClock:
+        self._name = name
+        return self
+
+    def __enter__(self) -> None:
         if self.cuda:
             torch.cuda.synchronize()
-        t = time.perf_counter()
-        try:
-            yield
-        finally:
-            if self.cuda:
-                torch.cuda.synchronize()
-            self.ms[name] = (time.perf_counter() - t) * 1e3
+        self._t = time.perf_counter()
+
+    def __exit__(self, *exc) -> None:
+        if self.cuda:
+            torch.cuda.synchronize()
+        self.ms[self._name] = (time.perf_counter() - self._t) * 1e3
 
 
 class _LeakWatch:
@@ -133,9 +141,12 @@ class TrainingSession:
 
             self.cuda_recorder = CudaSnapshotRecorder(
                 config.cuda_snapshot_start, config.cuda_snapshot_steps, device=self.device)
+        # A stop asked for mid-step aborts at the next model call or phase. Hooks go on the
+        # top-level models only: a module with any hook leaves PyTorch's fast call path, and
+        # hooking every child cost more than the rest of the stop machinery together.
         self._stop_hooks = [
-            m.register_forward_pre_hook(lambda *_: controls.check_stop())
-            for model in self.preset.models.values() for m in model.children()
+            model.register_forward_pre_hook(lambda *_: controls.check_stop())
+            for model in self.preset.models.values()
         ]
         if self.precise is not None:
             for p in self.preset.parameters():
@@ -176,6 +187,7 @@ class TrainingSession:
                 self.sink.on_allocations(rows)
 
     def _enter_phase(self, step: int, phase: str) -> None:
+        self.controls.check_stop()
         if self.precise is not None:
             self.precise.begin_phase(step, phase, _PHASE_CATEGORY[phase])
 

@@ -50,32 +50,28 @@ class _Bytes:
 # --- activations saved for backward ---------------------------------------------------------
 
 
-class _Saved:
-    """What the pack hook stores for autograd: a detached alias (no reference cycle through
-    grad_fn), the version it had, and a finalizer that tells the tracker it is gone."""
+class _Saved(tuple):
+    """What the pack hook stores for autograd: (detached alias, its version, storage key,
+    tracker). The alias holds no reference cycle through grad_fn; dropping the last holder
+    tells the tracker the storage is no longer saved. Parameters get a plain
+    (alias, version) pair: they are never counted as activations."""
 
-    __slots__ = ("key", "tensor", "tracker", "version")
-
-    def __init__(self, tensor: Tensor, version: int, key, tracker) -> None:
-        self.tensor = tensor
-        self.version = version
-        self.key = key
-        self.tracker = tracker
+    __slots__ = ()
 
     def __del__(self) -> None:
-        if self.key is not None:
-            self.tracker._release(self.key)
+        self[3]._release(self[2])
 
 
 class SavedTensorTracker:
     """Counts bytes saved for backward, live, via torch.autograd.graph.saved_tensors_hooks.
 
     A pack hook turns off autograd's own check that a saved tensor was not modified in place,
-    so unpack does that check itself and raises the error autograd would have raised.
+    so unpack does that check itself and raises the error autograd would have raised. Both
+    hooks run for every saved tensor on the training thread: they do as little as they can.
     """
 
     def __init__(self) -> None:
-        self.param_keys: set = set()
+        self.param_keys: frozenset | set = frozenset()
         self._live: dict = {}  # key -> [holders, nbytes]
         self.live_bytes = 0
         self._step_keys: set = set()
@@ -93,12 +89,11 @@ class SavedTensorTracker:
         """Keys of the storages saved for backward and alive now (read only)."""
         return self._live
 
-    def _pack(self, t: Tensor) -> _Saved:
+    def _pack(self, t: Tensor) -> tuple:
         st = t.untyped_storage()
         key = (t.get_device(), st.data_ptr())
-        alias = t.detach()
         if key in self.param_keys:
-            return _Saved(alias, t._version, None, self)
+            return (t.detach(), t._version)
         entry = self._live.get(key)
         if entry is None:
             n = st.nbytes()
@@ -110,16 +105,16 @@ class SavedTensorTracker:
         if key not in self._step_keys:
             self._step_keys.add(key)
             self.step_saved_bytes += n
-        return _Saved(alias, t._version, key, self)
+        return _Saved((t.detach(), t._version, key, self))
 
     @staticmethod
-    def _unpack(saved: _Saved) -> Tensor:
-        t = saved.tensor
-        if t._version != saved.version:
+    def _unpack(saved: tuple) -> Tensor:
+        t = saved[0]
+        if t._version != saved[1]:
             raise RuntimeError(
                 "one of the variables needed for gradient computation has been modified by an "
                 f"inplace operation: [{t.type()} {list(t.shape)}], is at version {t._version}; "
-                f"expected version {saved.version} instead."
+                f"expected version {saved[1]} instead."
             )
         return t
 
@@ -168,8 +163,27 @@ def process_heap_bytes() -> int | None:
 # --- precise mode: every storage, with alloc and free events ----------------------------------
 
 
-class _StorageRecord:
-    __slots__ = ("category", "frames", "id", "nbytes", "ref", "t_alloc_us")
+class _StorageRecord(weakref.ref):
+    """A tracked storage: a weak reference to it (its callback reports the free) that also
+    carries what the alloc event said about it. One object per allocation."""
+
+    __slots__ = ("category", "id", "key", "nbytes", "t_alloc_us")
+
+
+# Ops whose every output aliases an input (views, in-place and out= ops) never allocate a
+# storage; their schema says so, once per op. resize_ and set_ alias too but can allocate.
+_ALIAS_ONLY: dict = {}  # id(op) -> (op, alias only, its C++ callable)
+
+
+def _alias_only(func) -> bool:
+    try:
+        returns = func._schema.returns
+        name = func._schema.name
+    except AttributeError:
+        return False
+    if name.startswith(("aten::resize", "aten::set_")):
+        return False
+    return all(r.alias_info is not None for r in returns)
 
 
 class StorageTracker(TorchDispatchMode):
@@ -177,6 +191,8 @@ class StorageTracker(TorchDispatchMode):
 
     Gives the exact live tensor bytes at any moment, the in-step peak, and alloc/free events
     (with a guessed category, refined at each sample) for the memory-snapshot export.
+    `__torch_dispatch__` runs for every aten op of the step, so it does the least it can:
+    ops that only alias are skipped by a per-op cache of their schema.
     """
 
     def __init__(self, t0: float, with_frames: bool = True) -> None:
@@ -188,88 +204,163 @@ class StorageTracker(TorchDispatchMode):
         self.peak_bytes = 0
         self.next_id = 0
         self.phase = "start"
+        self.phase_code = PHASE_CODE["start"]
         self.step = 0
         self.category_guess = "other"
         self._events: list[tuple] = []  # pending rows for sinks (ALLOC_COLUMNS + frames)
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # memlens never compiles inside the tracked region; without this every op's call
+        # goes through torch._disable_dynamo's wrapper as well.
+        return False
+
     # hot path --------------------------------------------------------------------------------
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
+        # OpOverload hashes in Python; its id hashes in C. The cache keeps the op alive, and
+        # its C++ callable (what OpOverload.__call__ would call, one Python frame later).
+        entry = _ALIAS_ONLY.get(id(func))
+        if entry is None:
+            entry = _ALIAS_ONLY[id(func)] = (func, _alias_only(func), getattr(func, "_op", func))
+        out = entry[2](*args, **(kwargs or {}))
+        if entry[1]:
+            return out
         if isinstance(out, Tensor):
             self.track(out)
         elif isinstance(out, (tuple, list)):
-            for t in tree_leaves(out):
+            for t in out:
                 if isinstance(t, Tensor):
                     self.track(t)
+                elif isinstance(t, (tuple, list)):
+                    for u in tree_leaves(t):
+                        if isinstance(u, Tensor):
+                            self.track(u)
         return out
 
     def track(self, t: Tensor, category: str | None = None, at_start: bool = False) -> None:
-        if t.is_meta or t.layout is not torch.strided:
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):  # sparse and other storage-less layouts
             return
-        st = t.untyped_storage()
         ptr = st.data_ptr()
         key = (t.get_device(), ptr)
-        if key in self.live or ptr == 0:
+        if ptr == 0 or key in self.live:  # meta and empty storages have no address
             return
-        rec = _StorageRecord()
+        rec = _StorageRecord(st, self._freed)
+        rec.key = key
         rec.id = self.next_id
         self.next_id += 1
-        rec.nbytes = st.nbytes()
+        rec.nbytes = n = st.nbytes()
         rec.category = category or self.category_guess
-        rec.t_alloc_us = 0 if at_start else int((time.perf_counter() - self.t0) * 1e6)
-        rec.frames = _frames() if self.with_frames and not at_start else ""
-        rec.ref = weakref.ref(st, lambda _r, key=key: self._freed(key))
+        stack = None
+        if at_start:
+            rec.t_alloc_us = 0
+        else:
+            rec.t_alloc_us = int((time.perf_counter() - self.t0) * 1e6)
+            if self.with_frames:
+                stack = _capture_stack()
         self.live[key] = rec
-        self.live_bytes += rec.nbytes
+        self.live_bytes += n
         if self.live_bytes > self.peak_bytes:
             self.peak_bytes = self.live_bytes
-        self._events.append((rec.t_alloc_us, 0, rec.id, ptr, rec.nbytes, rec, self.step,
-                             PHASE_CODE[self.phase], rec.frames))
+        self._events.append((rec.t_alloc_us, 0, rec.id, ptr, n, rec, self.step,
+                             self.phase_code, stack))
 
-    def _freed(self, key) -> None:
-        rec = self.live.pop(key, None)
-        if rec is None:
+    def _freed(self, rec: _StorageRecord) -> None:
+        key = rec.key
+        if self.live.get(key) is not rec:
             return
+        del self.live[key]
         self.live_bytes -= rec.nbytes
         t_us = int((time.perf_counter() - self.t0) * 1e6)
         self._events.append((t_us, 1, rec.id, key[1], rec.nbytes, rec, self.step,
-                             PHASE_CODE[self.phase], ""))
+                             self.phase_code, None))
 
     # bookkeeping -------------------------------------------------------------------------------
     def begin_phase(self, step: int, phase: str, category: str) -> None:
         self.step, self.phase, self.category_guess = step, phase, category
+        self.phase_code = PHASE_CODE[phase]
 
     def reset_peak(self) -> None:
         self.peak_bytes = self.live_bytes
 
     def classify(self, categories: dict[str, set]) -> None:
         """Refine live records' categories from what a sample found them to be."""
+        live = self.live
         for cat, keys in categories.items():
             for key in keys:
-                rec = self.live.get(key)
+                rec = live.get(key)
                 if rec is not None:
                     rec.category = cat
 
     def drain(self) -> list[tuple]:
         """Pending alloc/free rows, categories resolved, for sinks' on_allocations."""
         rows, self._events = self._events, []
-        return [(t, a, i, p, n, CATEGORY_CODE[rec.category], s, ph, fr)
-                for (t, a, i, p, n, rec, s, ph, fr) in rows]
+        stacks = [r[8] for r in rows if r[8] is not None]
+        texts = iter(_stack_texts(stacks) if stacks else ())
+        return [(t, a, i, p, n, CATEGORY_CODE[rec.category], s, ph,
+                 "" if st is None else next(texts))
+                for (t, a, i, p, n, rec, s, ph, st) in rows]
 
 
 _HERE = __file__.rsplit("/", 1)[0]
+_INTERNAL_FILE: dict[str, bool] = {}  # file -> whether its frames are torch's or memlens' own
+STACK_FRAMES = 6
+
+try:  # torch's own C++ stack capture, as its CUDA memory history uses: ~1 us a call
+    from torch._C._profiler import gather_traceback, symbolize_tracebacks
+except ImportError:  # pragma: no cover - older or trimmed builds
+    gather_traceback = symbolize_tracebacks = None
 
 
-def _frames(limit: int = 6) -> str:
-    """A short Python stack (outside torch and memlens internals), newest first."""
-    f = sys._getframe(3)
+def _capture_stack():
+    """The Python stack now, cheaply: captured in C++, turned into text at drain()."""
+    if gather_traceback is not None:
+        return gather_traceback(True, False, False)
+    return _walk_stack()
+
+
+def _walk_stack() -> str:
     out = []
-    while f is not None and len(out) < limit:
-        name = f.f_code.co_filename
-        if "/torch/" not in name and not name.startswith(_HERE + "/memory"):
-            out.append(f"{name}:{f.f_lineno}:{f.f_code.co_name}")
+    f = sys._getframe(3)
+    while f is not None:
+        out.append({"filename": f.f_code.co_filename, "line": f.f_lineno,
+                    "name": f.f_code.co_name})
         f = f.f_back
-    return "|".join(out)
+    return _format_stack(out)
+
+
+def _format_stack(frames: list[dict]) -> str:
+    """The newest STACK_FRAMES frames outside torch and memlens internals, as
+    file:line:function joined by |."""
+    parts = []
+    for d in frames:
+        name = d["filename"]
+        internal = _INTERNAL_FILE.get(name)
+        if internal is None:
+            internal = _INTERNAL_FILE[name] = (
+                "/torch/" in name or name.startswith(_HERE + "/memory"))
+        if not internal:
+            parts.append(f"{name}:{d['line']}:{d['name']}")
+            if len(parts) == STACK_FRAMES:
+                break
+    return "|".join(parts)
+
+
+def _stack_texts(stacks: list) -> list[str]:
+    """Text for each captured stack. One symbolize call for the lot; the frames it returns
+    are shared objects for equal frames, so equal stacks are formatted once."""
+    if isinstance(stacks[0], str):
+        return stacks
+    out = []
+    seen: dict[tuple, str] = {}
+    for frames in symbolize_tracebacks(stacks):
+        key = tuple(map(id, frames))
+        text = seen.get(key)
+        if text is None:
+            text = seen[key] = _format_stack(frames)
+        out.append(text)
+    return out
 
 
 # --- the probe: one sample at a phase boundary ---------------------------------------------------

@@ -238,3 +238,58 @@ def test_fp16_uses_a_grad_scaler_and_reports_the_unscaled_grad_norm():
     # The scaler multiplies the loss by 65536; the reported norm must not be.
     np.testing.assert_allclose(steps_col(fp16, "grad_norm"), steps_col(fp32, "grad_norm"),
                                rtol=0.05)
+
+
+def test_stop_asked_mid_step_aborts_before_the_optimizer_steps():
+    """A stop asked while a step runs ends it at the next model call: the step is not
+    recorded and the optimizer does not step on a half-done step."""
+    from core.controls import RunControls
+    from core.history import RunHistory
+    from core.loop import run_training
+
+    cfg = tiny_config("mlp", steps=5)
+    controls = RunControls(cfg.techniques, cfg.schedule)
+    history = RunHistory()
+    phases: list[tuple[int, str]] = []
+
+    class StopAtStep2(RunHistory):
+        def on_sample(self, s):
+            phases.append((s.step, s.phase))
+            history.on_sample(s)
+            if s.step == 2 and s.phase == "zero_grad":
+                controls.stop()
+
+        def on_step(self, r):
+            history.on_step(r)
+
+    summary = run_training(cfg, controls, StopAtStep2())
+    assert summary.stopped_by == "stopped"
+    assert list(steps_col(history, "step")) == [0.0, 1.0]
+    assert (2, "zero_grad") in phases
+    assert (2, "forward") not in phases and (2, "optimizer") not in phases
+
+
+def test_precise_tracker_skips_alias_only_ops_but_sees_a_resize():
+    """Views and in-place ops cannot allocate and are skipped by their schema; resize_ can
+    (it aliases self, yet grows the storage), so a grown storage is still an alloc event."""
+    import time
+
+    from core.memory import StorageTracker, _alias_only
+
+    aten = torch.ops.aten
+    assert _alias_only(aten.view.default) and _alias_only(aten.add_.Tensor)
+    assert not _alias_only(aten.add.Tensor) and not _alias_only(aten.resize_.default)
+    tracker = StorageTracker(time.perf_counter(), with_frames=False)
+    with tracker:
+        x = torch.ones(16)
+        allocs_after_ones = len(tracker.drain())
+        y = x.view(4, 4)
+        y.add_(1.0)
+        assert tracker.drain() == []  # a view and an in-place op: nothing new
+        z = torch.empty(4)
+        z.resize_(1024)
+        events = tracker.drain()
+    assert allocs_after_ones == 1
+    grown = [e for e in events if e[1] == 0 and e[4] == 1024 * 4]
+    assert len(grown) == 1, events
+    assert tracker.live_bytes >= 1024 * 4 + 16 * 4

@@ -191,13 +191,18 @@ class RunHistory:
 
     def on_allocations(self, rows: list[tuple]) -> None:
         """Precise mode: storage alloc/free events, ALLOC_COLUMNS plus a frames string."""
+        # A precise step makes a hundred or more of these: one block write, not a row each.
+        ids, frames_list = self._frame_ids, self.frames
+        table = []
         for row in rows:
-            *values, frames = row
-            fid = self._frame_ids.get(frames)
+            frames = row[8]
+            fid = ids.get(frames)
             if fid is None:
-                fid = self._frame_ids[frames] = len(self.frames)
-                self.frames.append(frames)
-            self.allocs.append((*values, fid))
+                fid = ids[frames] = len(frames_list)
+                frames_list.append(frames)
+            table.append((*row[:8], fid))
+        if table:
+            self.allocs.extend(np.array(table, dtype=np.float64))
 
     def on_event(self, e: RunEvent) -> None:
         with self._events_lock:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import itertools
 import threading
 import time
 from dataclasses import dataclass
@@ -18,7 +17,7 @@ from PySide6.QtCore import (
     Signal,
     Slot,
 )  # fmt: skip
-from PySide6.QtGui import QAction, QColor, QImage, QPainter, QPen
+from PySide6.QtGui import QAction, QColor, QImage, QPainter, QPen, QPolygonF
 from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
@@ -194,16 +193,17 @@ class NodeTrend(QWidget):
 
         p.setPen(QPen(QColor("#dddddd"), 1))
         p.drawLine(r.bottomLeft(), r.bottomRight())
+        # A few calls per series, not one per point: a paint's every call into Qt may wait
+        # for the GIL while the training or layout thread runs Python.
         for kind in kinds:
             colour = QColor(self.COLOURS.get(kind, "#555555"))
             pts = [at(s, n) for s, n in self.series[kind]]
             p.setPen(QPen(colour, 1.6))
-            for a, b in itertools.pairwise(pts):
-                p.drawLine(a, b)
-            p.setBrush(colour)
-            p.setPen(Qt.PenStyle.NoPen)
-            for q in pts[-60:]:
-                p.drawEllipse(q, 2.4, 2.4)
+            p.drawPolyline(QPolygonF(pts))
+            dot = QPen(colour, 4.8)
+            dot.setCapStyle(Qt.PenCapStyle.RoundCap)
+            p.setPen(dot)
+            p.drawPoints(QPolygonF(pts[-60:]))
 
 
 # --- the panel ------------------------------------------------------------------------------

@@ -7,6 +7,7 @@ records to a sink. Training errors become events; nothing recorded before them i
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import itertools
 import math
@@ -45,18 +46,16 @@ def resolve_device(name: str) -> torch.device:
 
 
 def count_graph_nodes(roots: list[Tensor], limit: int = GRAPH_NODE_LIMIT) -> int:
-    """Autograd nodes reachable from the given outputs (each node once)."""
+    """Autograd nodes reachable from the given outputs (each node once), up to `limit`."""
     stack = [r.grad_fn for r in roots if r.grad_fn is not None]
-    seen = set()
+    seen = set(stack)
+    push, add = stack.append, seen.add
     while stack and len(seen) < limit:
-        fn = stack.pop()
-        if fn in seen:
-            continue
-        seen.add(fn)
-        for nxt, _ in fn.next_functions:
+        for nxt, _ in stack.pop().next_functions:
             if nxt is not None and nxt not in seen:
-                stack.append(nxt)
-    return len(seen)
+                add(nxt)
+                push(nxt)
+    return min(len(seen), limit)
 
 
 class _PhaseClock:
@@ -96,13 +95,15 @@ class _LeakWatch:
     """Reports steady growth of end-of-step memory once, naming the likely cause."""
 
     def __init__(self) -> None:
-        self.history: list[tuple[int, int, int]] = []  # (total, activations, other)
+        # (total, activations, other) of the last LEAK_WINDOW + 1 steps
+        self.history: collections.deque[tuple[int, int, int]] = collections.deque(
+            maxlen=LEAK_WINDOW + 1)
         self.reported = False
 
     def update(self, total: int, activations: int, other: int, toggles: TechniqueToggles
                ) -> str | None:
         self.history.append((total, activations, other))
-        h = self.history[-(LEAK_WINDOW + 1):]
+        h = self.history
         if len(h) <= LEAK_WINDOW:
             return None
         growing = all(b[0] - a[0] >= LEAK_MIN_BYTES for a, b in itertools.pairwise(h))

@@ -15,9 +15,13 @@ PHASE_CODE: dict[str, int] = {name: i for i, name in enumerate(SAMPLE_PHASES)}
 MEMORY_CATEGORIES: tuple[str, ...] = ("params", "grads", "optimizer", "activations", "other")
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class MemorySample:
-    """Memory at one phase boundary. Category figures are tensor bytes, each storage once."""
+    """Memory at one phase boundary. Category figures are tensor bytes, each storage once.
+
+    Read-only by convention: not frozen, because a frozen dataclass takes ~9x longer to make
+    and the training thread makes four or five of these a step.
+    """
 
     step: int
     phase: str

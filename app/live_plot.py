@@ -249,6 +249,13 @@ class LivePlot(pg.PlotWidget):
             self._fitted[view] = (lo, hi)
             view.setYRange(lo, hi)
 
+    def apply_view_changes(self) -> None:
+        """Move the views to their new ranges now. pyqtgraph defers that to the start of
+        the next paint, where the new transform invalidates the scene again and every
+        view is painted twice for one change of range."""
+        for view in {v for _item, v in self._bounded}:
+            view.prepareForPaint()
+
     def _on_view_resized(self) -> None:
         # The padding depends on the view's height, as auto-range's does.
         for view, (lo, hi) in self._fitted.items():

@@ -213,6 +213,7 @@ class PlotStack(QWidget):
             plot.draw(self.run, x0, x1, points)
             plot.draw_ghosts(self.pins, x0, x1, points)
             plot.fit_y()
+            plot.apply_view_changes()
         self._dirty = False
         self._drawn_range = (x0, x1)
         if new_data:

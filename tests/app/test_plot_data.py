@@ -296,3 +296,41 @@ def test_setting_the_same_points_again_does_not_redraw(qtbot):
     assert area._polygons[0] is pieces
     area.setData(np.arange(4.0), np.ones((1, 4)))
     assert len(area.layer_data(0)[0]) == 4
+
+
+def test_a_new_x_range_paints_each_plot_once(qtbot):
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtWidgets import QApplication
+
+    from app.plot_stack import PlotStack
+
+    h = RunHistory()
+    fill_history(h, 2_000)
+    series = RunSeries(h)
+    series.pull()
+    stack = PlotStack()
+    qtbot.addWidget(stack)
+    stack.resize(900, 700)
+    stack.show()
+    qtbot.waitExposed(stack)
+    stack.set_run(series)
+    stack.refresh(True)
+    QApplication.processEvents()
+
+    paints: dict[str, int] = {}
+
+    class CountPaints(QObject):
+        def eventFilter(self, obj, event):
+            if event.type() == QEvent.Paint:
+                name = obj.parent().objectName()
+                paints[name] = paints.get(name, 0) + 1
+            return False
+
+    counter = CountPaints()
+    for plot in stack.plots:
+        plot.viewport().installEventFilter(counter)
+    stack.memory_plot.setXRange(100, 1_500, padding=0)
+    assert stack.refresh(False)
+    QApplication.processEvents()
+    QApplication.processEvents()
+    assert paints == {"memory_plot": 1, "time_plot": 1, "loss_plot": 1}

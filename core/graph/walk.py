@@ -46,7 +46,7 @@ def shape_text(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(f"{s:d}" for s in shape) + ")"
 
 
-@dataclass
+@dataclass(slots=True)  # no dict each: a full collection during a capture walks them all
 class _Node:
     id: str
     kind: str

@@ -327,7 +327,7 @@ def _copy_run_json(src: Path, folder: Path, history: RunHistory, same: bool) -> 
             or doc.get("version") != RUN_FORMAT_VERSION):
         raise _Mismatch(RUN_JSON)
     out = [folder / RUN_JSON]
-    cuda = (doc.get("cuda_snapshot") or {}).get("file")
+    cuda = Path(str((doc.get("cuda_snapshot") or {}).get("file") or "")).name  # in the folder
     if cuda and (src / cuda).is_file():
         if not same:
             atomic_write_bytes(folder / cuda, (src / cuda).read_bytes())

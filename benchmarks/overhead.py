@@ -1,12 +1,13 @@
 """Figure 1: what memlens costs a training step, beside MemTracker and torch.profiler.
 
-Per preset, five copies of the same seeded preset run the same steps: the plain loop a user
+Per preset, six copies of the same seeded preset run the same steps: the plain loop a user
 writes (the baseline), memlens light and precise mode (TrainingSession.step into a
 RunHistory, as the app runs it), and the plain loop under
-torch.distributed._tools.mem_tracker.MemTracker and under
-torch.profiler.profile(profile_memory=True). Blocks of a few steps interleave round by round;
-each round's ratio compares blocks that ran back to back, under the same load, and the figure
-is the median over the rounds.
+torch.distributed._tools.mem_tracker.MemTracker, under
+torch.profiler.profile(profile_memory=True) and, for context, under a Python dispatch mode
+that only calls each op (the floor under any dispatch-level tracker such as precise mode).
+Blocks of a few steps interleave round by round; each round's ratio compares blocks that
+ran back to back, under the same load, and the figure is the median over the rounds.
 """
 
 from __future__ import annotations
@@ -182,6 +183,22 @@ def _profiler(preset):
     return ctx, None, None
 
 
+def _dispatch_floor(preset):
+    """The cheapest Python dispatch mode there is: it only calls each op. Precise mode sees
+    every op through a mode like this, so this is the floor under its ratio."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class PassThrough(TorchDispatchMode):
+        @classmethod
+        def _should_skip_dynamo(cls) -> bool:
+            return False
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            return func._op(*args, **(kwargs or {}))
+
+    return PassThrough, None, None
+
+
 def measure_preset(name: str, s: Settings) -> dict[str, list[float]]:
     from core.config import RunConfig
 
@@ -194,6 +211,7 @@ def measure_preset(name: str, s: Settings) -> dict[str, list[float]]:
         "precise": Memlens("precise", precise),
         "memtracker": Plain("memtracker", base, _memtracker),
         "profiler": Plain("profiler", base, _profiler),
+        "dispatch_floor": Plain("dispatch_floor", base, _dispatch_floor),
     }
     # Block size from the baseline's speed after one warm step, the same for every variant.
     plain = variants["plain"]
@@ -237,6 +255,11 @@ def figures_for(name: str, times: dict[str, list[float]]) -> list[Figure]:
         r = paired_ratios(times, tool, "plain")
         out.append(Figure(f"overhead_{name}_{tool}", f"{name}: {tool} / plain (context)",
                           median(r), "x", note=_spread(r)))
+    r = paired_ratios(times, "dispatch_floor", "plain")
+    out.append(Figure(f"overhead_{name}_dispatch_floor",
+                      f"{name}: dispatch-mode floor / plain", median(r), "x",
+                      note="a TorchDispatchMode that only calls each op: the floor under "
+                      "precise mode; " + _spread(r)))
     r = paired_ratios(times, "profiler_steps_only", "plain")
     out.append(Figure(f"overhead_{name}_profiler_steps_only",
                       f"{name}: profiler, steps only / plain", median(r), "x",

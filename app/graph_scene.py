@@ -198,8 +198,14 @@ class GraphScene(QGraphicsScene):
                 QTimer.singleShot(0, self._continue)
                 return
         if build is self._build:
-            self._build = None
             self.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.BspTreeIndex)
+            # announced on the next turn: what the view does then (zoom, labels, search)
+            # is a slice's worth of work of its own
+            QTimer.singleShot(0, lambda: self._built(build))
+
+    def _built(self, build) -> None:
+        if build is self._build:  # not replaced by a newer graph meanwhile
+            self._build = None
             self.graph_built.emit()
 
     def _steps(self, view: ViewGraph, layout: Layout):

@@ -8,8 +8,7 @@ run (every format). Each is exported as the app's File > Export does it, with ev
 ticked (run files, PNG and SVG of each plot, snapshot, trace, timeline; not the
 allocations.csv text, which is a choice made on request, as it was not a part before); the
 writers it calls are timed as they run, in wall and in their thread's CPU seconds. The run
-files are written by a helper thread beside the rest, and export_run writes trace.json
-beside the snapshot and timeline, so the parts overlap: they add up to more than the whole.
+files are copied by a helper thread beside the rest, so that part overlaps the others.
 
 A run in the app streams its run files into its folder as it goes (RunWriter), and a run
 opened from disk has its folder too; Export copies those files when they hold what the
@@ -125,7 +124,7 @@ class _Breakdown:
         self.wrap(exporting, "export_run_files", lambda *a, **k: "run files")
         self.wrap(exporting, "_export_scene", lambda widget, path, kind: f"plots {kind}")
         self.wrap(exports, "export_run", lambda h, folder, formats, **k: "+".join(formats))
-        # ... and inside export_run, each writer (trace on its own thread)
+        # ... and inside export_run, each writer
         from core.exports import _allocs, chrome_trace, memory_timeline, snapshot
 
         for owner, name in ((_allocs, "allocation_events"), (snapshot, "write_snapshot"),

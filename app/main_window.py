@@ -57,6 +57,7 @@ pg.setConfigOptions(antialias=False, foreground="#333333", background="w")
 FRAME_MS = 33  # curves: about 30 Hz
 TEXT_EVERY = 8  # text: every 8th frame, about 4 Hz
 DEFAULT_RUNS_DIR = Path("runs")
+SWITCH_INTERVAL_S = 0.001  # see finish_start_up
 
 
 class MainWindow(QMainWindow):
@@ -622,13 +623,25 @@ class MainWindow(QMainWindow):
         super().closeEvent(event)
 
 
+def finish_start_up(window: MainWindow) -> None:
+    """Show the window and settle the interpreter for a session (launch() does this before
+    it enters the event loop; the benchmarks mirror it)."""
+    window.show()
+    gc.freeze()  # start-up objects live for the whole session: keep GC passes short
+    # The training thread runs Python at thousands of steps a second and holds the GIL
+    # until CPython asks it to let go, after the switch interval (5 ms by default). Every
+    # time Qt calls back into Python on the GUI thread (a timer slot, an item's paint, a
+    # bounding rect) it may wait that long for the GIL: a frame makes dozens of such calls.
+    # A shorter interval bounds each wait; the worker only pays a few more switches.
+    sys.setswitchinterval(SWITCH_INTERVAL_S)
+
+
 def launch(argv: list[str] | None = None) -> int:
     """`python main.py`: open the window. Returns the exit status."""
     app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
     app.setApplicationName("memlens")
     window = MainWindow()
-    window.show()
-    gc.freeze()  # start-up objects live for the whole session: keep GC passes short
+    finish_start_up(window)
     return app.exec()
 
 

@@ -208,10 +208,9 @@ class GcPauses:
 
 
 def as_launched(window) -> None:
-    """Finish start-up as app.main_window.launch() does after showing the window (it then
-    enters the event loop, which a benchmark runs itself): freeze the start-up objects out
-    of the garbage collector."""
-    import gc
+    """Finish start-up as app.main_window.launch() does after making the window (it then
+    enters the event loop, which a benchmark runs itself): the same function, so the
+    benchmark cannot drift from the app (show, GC freeze, GIL switch interval)."""
+    from app.main_window import finish_start_up
 
-    window.show()
-    gc.freeze()
+    finish_start_up(window)

@@ -83,3 +83,22 @@ def test_shot_rejects_bad_settings_with_a_message(tmp_path):
     )
     assert r.returncode == 2
     assert "batch_size" in r.stderr and "Traceback" not in r.stderr
+
+
+def test_launch_shortens_the_gil_switch_interval_before_the_event_loop():
+    # The training thread holds the GIL up to the switch interval each time the GUI thread
+    # needs it; launch() shortens it before the first frame, as the benchmarks mirror.
+    r = run_python(
+        "import sys\n"
+        "from PySide6.QtWidgets import QApplication\n"
+        "QApplication.exec = lambda self: print(sys.getswitchinterval(),\n"
+        "    [w.objectName() for w in QApplication.topLevelWidgets() if w.isVisible()]) or 0\n"
+        "print(sys.getswitchinterval())\n"
+        "from app.main_window import SWITCH_INTERVAL_S, launch\n"
+        "print(SWITCH_INTERVAL_S)\n"
+        "sys.exit(launch([]))\n"
+    )
+    assert r.returncode == 0, r.stderr[-500:]
+    default, wanted, during, shown = r.stdout.split(maxsplit=3)
+    assert float(default) == 0.005 and float(wanted) < float(default)
+    assert float(during) == float(wanted) and "main_window" in shown

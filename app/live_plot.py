@@ -16,6 +16,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 
 from app.grid_lines import GridLines
+from app.live_line import LiveLine
 from app.plot_style import HOVER_COLOR, event_color, lighten
 from app.run_series import RunSeries
 from app.stacked_area import AreaLayer, StackedArea
@@ -82,7 +83,7 @@ class LivePlot(pg.PlotWidget):
         item.getAxis("left").setWidth(AXIS_WIDTH)
         item.getAxis("right").setWidth(AXIS_WIDTH)
         item.layout.setColumnFixedWidth(2, AXIS_WIDTH)
-        self.curves: dict[str, pg.PlotCurveItem] = {}
+        self.curves: dict[str, pg.GraphicsObject] = {}
         self.markers: list[pg.InfiniteLine] = []
         self.ghosts: dict[int, pg.PlotCurveItem] = {}
         self.hover_line = pg.InfiniteLine(angle=90, movable=False,
@@ -97,16 +98,21 @@ class LivePlot(pg.PlotWidget):
     # --- items ----------------------------------------------------------------------------
     def add_curve(self, key: str, color: str, *, fill: bool = False, width: float = 1.0,
                   style=Qt.SolidLine, z: float = 0, view: pg.ViewBox | None = None,
-                  finite: bool = True) -> pg.PlotCurveItem:
-        """Make a curve once; draws only ever call setData on it."""
+                  finite: bool = True) -> pg.GraphicsObject:
+        """Make a curve once; draws only ever call setData on it. `finite`: the data has no
+        NaN to break the line at (dashed curves only; solid ones check)."""
         if fill:
             curve = LiveCurve(pen=None, brush=pg.mkBrush(lighten(color, 0.3)),
-                                     fillLevel=0, skipFiniteCheck=True)
+                              fillLevel=0, skipFiniteCheck=True)
+            curve.setSegmentedLineMode("off")
+        elif style == Qt.SolidLine:
+            # Repaints only its changed right edge (a dash pattern would restart per piece).
+            curve = LiveLine(pg.mkPen(color, width=width))
         else:
             curve = LiveCurve(pen=pg.mkPen(color, width=width, style=style),
-                                     skipFiniteCheck=finite, connect="all" if finite else "finite")
-        # One cached path per setData; "segmented" lines are rebuilt at every paint.
-        curve.setSegmentedLineMode("off")
+                              skipFiniteCheck=finite, connect="all" if finite else "finite")
+            # One cached path per setData; "segmented" lines are rebuilt at every paint.
+            curve.setSegmentedLineMode("off")
         curve.setZValue(z)
         view = view or self.getPlotItem().vb
         view.addItem(curve)

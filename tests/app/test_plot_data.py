@@ -194,19 +194,19 @@ def test_bytes_axis_labels_view_units_in_a_readable_binary_unit(qtbot):
 def test_stacked_area_rebuilds_only_the_pieces_whose_points_changed(qtbot):
     from pyqtgraph.functions import ndarray_from_qpolygonf
 
-    from app.stacked_area import CHUNK, StackedArea, _chunk_polygons
+    from app.stacked_area import CHUNK, StackedArea
 
-    area = StackedArea(["#112233", "#445566"])
+    area, fresh = StackedArea(["#112233", "#445566"]), StackedArea(["#112233", "#445566"])
     x = np.arange(500.0)
     layers = np.cumsum(np.random.default_rng(0).random((2, 500)), axis=0)
     area.setData(x[:300], layers[:, :300])
-    first = area._polygons[0][0]
+    first = area._pieces[0][0]
     layers[1, 200] += 5.0  # a change inside the fifth piece (points 196-245)
     area.setData(x, layers)
-    assert area._polygons[0][0] is first  # kept, not rebuilt
-    assert area._polygons[1][3] is not None and area.top == layers[1].max()
-    for layer, pieces in zip(layers, area._polygons, strict=True):
-        want = _chunk_polygons(x, layer)
+    assert area._pieces[0][0] is first  # kept, not rebuilt
+    assert area._pieces[1][3] is not None and area.top == layers[1].max()
+    fresh.setData(x, layers)  # built whole, as a first setData
+    for pieces, want in zip(area._pieces, fresh._pieces, strict=True):
         assert len(pieces) == len(want) == -(-(500 - 1) // (CHUNK - 1))
         for got, expected in zip(pieces, want, strict=True):
             np.testing.assert_array_equal(ndarray_from_qpolygonf(got),
@@ -291,9 +291,9 @@ def test_setting_the_same_points_again_does_not_redraw(qtbot):
     curve.setData(np.arange(3.0), np.array([1.0, np.nan, 4.0]))
     assert redraws == ["curve", "curve"] and curve.getData()[1][2] == 4.0
     area.setData(np.arange(3.0), np.ones((1, 3)))
-    pieces = area._polygons[0]
+    pieces = area._pieces[0]
     area.setData(np.arange(3.0), np.ones((1, 3)))
-    assert area._polygons[0] is pieces
+    assert area._pieces[0] is pieces
     area.setData(np.arange(4.0), np.ones((1, 4)))
     assert len(area.layer_data(0)[0]) == 4
 
@@ -334,3 +334,53 @@ def test_a_new_x_range_paints_each_plot_once(qtbot):
     QApplication.processEvents()
     QApplication.processEvents()
     assert paints == {"memory_plot": 1, "time_plot": 1, "loss_plot": 1}
+
+
+def _pixels(image) -> np.ndarray:
+    from PySide6.QtGui import QImage
+
+    image = image.convertToFormat(QImage.Format_RGB32)
+    return np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.width(), 4)
+
+
+def test_a_growing_line_and_area_repaint_only_their_new_edge_and_leave_nothing_stale(qtbot):
+    from PySide6.QtWidgets import QApplication
+
+    from app.loss_plot import LossPlot
+    from app.time_plot import TimePlot
+
+    loss, times = LossPlot(), TimePlot()
+    for plot in (loss, times):
+        qtbot.addWidget(plot)
+        plot.resize(600, 300)
+        plot.show()
+        qtbot.waitExposed(plot)
+        plot.getPlotItem().setXRange(0, 2100, padding=0)
+    loss.getPlotItem().setYRange(-60, 60)
+    loss.grad_view.setYRange(0, 2)
+    times.getPlotItem().setYRange(0, 15)
+    rng = np.random.default_rng(0)
+    x = np.arange(2000.0)
+    y = np.cumsum(rng.standard_normal(2000))
+    y[700:705] = np.nan  # a failed step breaks the line
+    layers = np.cumsum(rng.random((5, 2000)), axis=0)
+    painted = []
+    for item in (loss.curves["loss"], times.area):
+        draw = item._paint_pieces
+        item._paint_pieces = lambda p, a, b, draw=draw, item=item: (
+            painted.append((item, a, b, len(item._piece_x0))), draw(p, a, b))
+    for n in range(100, 2000, 37):  # a live run: points added at the right, frame by frame
+        painted.clear()
+        loss.curves["loss"].setData(x[:n], y[:n])
+        loss.curves["grad_norm"].setData(x[:n], 1 + 0.1 * np.sin(x[:n]))
+        times.area.setData(x[:n], layers[:, :n])
+        QApplication.processEvents()
+    # The last frames painted a piece or two at the right end of each item, not all of it.
+    assert {item for item, *_ in painted} == {loss.curves["loss"], times.area}
+    assert all(b - a <= 2 and b == total and total > 30 for _item, a, b, total in painted)
+    # What the screen holds, built up from those strips, is what a full paint draws.
+    for plot in (loss, times):
+        screen = plot.screen().grabWindow(plot.winId()).toImage()
+        assert np.array_equal(_pixels(screen), _pixels(plot.grab().toImage()))
+    got_x, got_y = loss.curves["loss"].getData()
+    assert np.array_equal(got_x, x[:n]) and np.array_equal(got_y, y[:n], equal_nan=True)

@@ -83,6 +83,10 @@ class SessionSink:
 
 def core_training() -> TrainFn:
     # Imported on the worker thread at Start: torch loads there, never on the GUI thread.
+    # The first optimizer a preset builds imports torch._dynamo (and sympy, ~800 modules,
+    # ~120k objects); import it here too, so the freeze below covers those as well.
+    import torch._dynamo  # noqa: F401
+
     from core.loop import run_training
 
     # torch's import leaves ~200k long-lived objects; a full collection walking them all

@@ -102,3 +102,22 @@ def test_launch_shortens_the_gil_switch_interval_before_the_event_loop():
     default, wanted, during, shown = r.stdout.split(maxsplit=3)
     assert float(default) == 0.005 and float(wanted) < float(default)
     assert float(during) == float(wanted) and "main_window" in shown
+
+
+def test_worker_freezes_what_the_first_preset_build_imports():
+    # Building a preset's optimizer imports torch._dynamo and sympy (~120k objects). If the
+    # worker froze the collector before that, every full collection would walk them all and
+    # pause the GUI thread for 0.15-0.25 s.
+    r = run_python(
+        "import gc, torch\n"
+        "from app.run_session import core_training\n"
+        "from core.config import RunConfig\n"
+        "from core.presets import build_preset\n"
+        "core_training()\n"
+        "n0 = len(gc.get_objects())\n"
+        "build_preset(RunConfig(preset='mlp'), torch.device('cpu'))\n"
+        "print(len(gc.get_objects()) - n0)\n",
+        timeout=300,
+    )
+    assert r.returncode == 0, r.stderr[-500:]
+    assert int(r.stdout.strip()) < 10_000

@@ -287,6 +287,7 @@ class TrainingSession:
                 end = self.sample(step, "eval")
                 totals.append(end.total)
         self._flush_allocations()
+        self.saved.end_step()
 
         ms = clock.ms
         if cuda:
@@ -307,7 +308,7 @@ class TrainingSession:
             step_ms=sum(ms.values()), zero_grad_ms=ms["zero_grad"], forward_ms=ms["forward"],
             backward_ms=ms["backward"], optimizer_ms=ms["optimizer"], eval_ms=ms["eval"],
             allocated_bytes=allocated, peak_bytes=peak, reserved_bytes=reserved,
-            graph_nodes=nodes, saved_bytes=saved_bytes, retained_bytes=self.saved.live_bytes,
+            graph_nodes=nodes, saved_bytes=saved_bytes, retained_bytes=self.saved.retained_bytes,
             eval_loss=eval_loss, optimizer_stepped=stepped, peak_is_exact=exact,
         )
 

@@ -50,16 +50,41 @@ class _Bytes:
 # --- activations saved for backward ---------------------------------------------------------
 
 
-class _Saved(tuple):
-    """What the pack hook stores for autograd: (detached alias, its version, storage key,
-    tracker). The alias holds no reference cycle through grad_fn; dropping the last holder
-    tells the tracker the storage is no longer saved. Parameters get a plain
-    (alias, version) pair: they are never counted as activations."""
+class _Saved:
+    """What the pack hook stores for autograd: a detached alias (no reference cycle through
+    grad_fn), the version it had, its storage key and bytes. Parameters get a plain
+    (alias, version) pair instead: they are never counted as activations.
 
+    No finalizer: most saved tensors are released by the backward of the step that saved
+    them, and a Python __del__ called from autograd for each would cost more than the hook
+    itself. The tracker keeps a weak reference and looks which are still held when it
+    measures; those that outlive their step become _Retained, whose finalizer reports the
+    release of a retained or leaked graph."""
+
+    __slots__ = ("__weakref__", "key", "nbytes", "tensor", "tracker", "version")
+
+
+class _Retained(_Saved):
     __slots__ = ()
 
     def __del__(self) -> None:
-        self[3]._release(self[2])
+        self.tracker._release(self.key)
+
+
+class _LiveKeys:
+    """Storage keys saved for backward and alive at the last measure: `in` and iteration."""
+
+    __slots__ = ("fresh", "retained")
+
+    def __init__(self, fresh: dict, retained: dict) -> None:
+        self.fresh, self.retained = fresh, retained
+
+    def __contains__(self, key) -> bool:
+        return key in self.fresh or key in self.retained
+
+    def __iter__(self):
+        yield from self.fresh
+        yield from self.retained
 
 
 class SavedTensorTracker:
@@ -67,65 +92,107 @@ class SavedTensorTracker:
 
     A pack hook turns off autograd's own check that a saved tensor was not modified in place,
     so unpack does that check itself and raises the error autograd would have raised. Both
-    hooks run for every saved tensor on the training thread: they do as little as they can.
+    hooks run for every saved tensor on the training thread: they do as little as they can,
+    and the counting happens when a sample asks (measure()).
     """
 
     def __init__(self) -> None:
         self.param_keys: frozenset | set = frozenset()
-        self._live: dict = {}  # key -> [holders, nbytes]
-        self.live_bytes = 0
+        self._fresh: list = []  # weak references to this step's holders
+        self._retained: dict = {}  # key -> [holders, nbytes] of holders that outlived a step
+        self.retained_bytes = 0
         self._step_keys: set = set()
         self.step_saved_bytes = 0  # bytes first saved by the current step's forward(s)
+        self._live = _LiveKeys({}, self._retained)
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     def new_step(self) -> None:
+        self.end_step()
         self._step_keys = set()
         self.step_saved_bytes = 0
 
+    def measure(self) -> tuple[int, _LiveKeys]:
+        """Bytes saved for backward and still held by autograd now, each storage once, and
+        their keys."""
+        fresh: dict = {}
+        alive = []
+        retained = self._retained
+        for ref in self._fresh:
+            h = ref()
+            if h is not None:
+                alive.append(ref)
+                key = h.key
+                if key not in retained:
+                    fresh[key] = h.nbytes
+        self._fresh = alive
+        self._live = _LiveKeys(fresh, retained)
+        return self.retained_bytes + sum(fresh.values()), self._live
+
     @property
-    def live(self) -> dict:
-        """Keys of the storages saved for backward and alive now (read only)."""
+    def live_bytes(self) -> int:
+        return self.measure()[0]
+
+    @property
+    def live(self) -> _LiveKeys:
+        """Keys of the storages saved for backward and alive at the last measure()."""
         return self._live
 
-    def _pack(self, t: Tensor) -> tuple:
+    def end_step(self) -> None:
+        """Holders autograd still has after the step are a retained graph: from now on
+        their release is reported by a finalizer."""
+        retained = self._retained
+        for ref in self._fresh:
+            h = ref()
+            if h is None:
+                continue
+            h.__class__ = _Retained
+            entry = retained.get(h.key)
+            if entry is None:
+                retained[h.key] = [1, h.nbytes]
+                self.retained_bytes += h.nbytes
+            else:
+                entry[0] += 1
+        self._fresh = []
+        self._live = _LiveKeys({}, retained)
+
+    def _pack(self, t: Tensor):
         st = t.untyped_storage()
         key = (t.get_device(), st.data_ptr())
         if key in self.param_keys:
             return (t.detach(), t._version)
-        entry = self._live.get(key)
-        if entry is None:
-            n = st.nbytes()
-            self._live[key] = [1, n]
-            self.live_bytes += n
-        else:
-            entry[0] += 1
-            n = entry[1]
+        n = st.nbytes()
         if key not in self._step_keys:
             self._step_keys.add(key)
             self.step_saved_bytes += n
-        return _Saved((t.detach(), t._version, key, self))
+        h = _Saved()
+        h.tensor, h.version, h.key, h.nbytes, h.tracker = t.detach(), t._version, key, n, self
+        self._fresh.append(weakref.ref(h))
+        return h
 
     @staticmethod
-    def _unpack(saved: tuple) -> Tensor:
-        t = saved[0]
-        if t._version != saved[1]:
+    def _unpack(saved) -> Tensor:
+        if type(saved) is tuple:
+            t, version = saved
+        else:
+            t, version = saved.tensor, saved.version
+        if t._version != version:
             raise RuntimeError(
                 "one of the variables needed for gradient computation has been modified by an "
                 f"inplace operation: [{t.type()} {list(t.shape)}], is at version {t._version}; "
-                f"expected version {saved[1]} instead."
+                f"expected version {version} instead."
             )
         return t
 
     def _release(self, key) -> None:
-        entry = self._live.get(key)
+        entry = self._retained.get(key)
         if entry is None:
             return
         entry[0] -= 1
         if entry[0] == 0:
-            del self._live[key]
-            self.live_bytes -= entry[1]
+            del self._retained[key]
+            self.retained_bytes -= entry[1]
 
 
 # --- process heap (CPU, glibc) -----------------------------------------------------------------
@@ -452,8 +519,7 @@ class MemoryProbe:
         if phase in self._OPT_CHANGES:
             self._opt = self._scan_optimizer(grads)
         opt = self._opt
-        saved = self.saved
-        act_bytes = saved.live_bytes
+        act_bytes, live = self.saved.measure()
         known = self.params.total + grads.total + opt.total + act_bytes
         allocated = reserved = heap = None
         if self.cuda:
@@ -463,7 +529,7 @@ class MemoryProbe:
         elif self.precise is not None:
             other = max(0, self.precise.live_bytes - known)
             self.precise.classify({"params": self.params.keys, "grads": grads.keys,
-                                   "optimizer": opt.keys, "activations": saved.live})
+                                   "optimizer": opt.keys, "activations": live})
         else:
             other = self._other(self.preset.carried_tensors(), grads, opt)
         if not self.cuda and phase in self._HEAP_PHASES:

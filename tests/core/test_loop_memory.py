@@ -293,3 +293,35 @@ def test_precise_tracker_skips_alias_only_ops_but_sees_a_resize():
     grown = [e for e in events if e[1] == 0 and e[4] == 1024 * 4]
     assert len(grown) == 1, events
     assert tracker.live_bytes >= 1024 * 4 + 16 * 4
+
+
+def test_saved_tracker_never_keeps_a_released_activation_alive():
+    """The tracker looks at its holders only when it measures; until then it must hold them
+    weakly, or backward could not free activations as it goes (a real peak distortion)."""
+    import weakref
+
+    tracker = SavedTensorTracker()
+    a = torch.randn(1024, requires_grad=True)
+    with tracker.hooks():
+        b = a * 2
+        c = b.sin()  # sin saves b
+    storage = weakref.ref(b.untyped_storage())
+    del b
+    assert storage() is not None  # autograd still holds it for backward
+    c.sum().backward()
+    assert storage() is None  # gone at once, before any measure()
+    assert tracker.live_bytes == 0
+
+
+def test_a_graph_kept_past_its_step_stays_counted_until_dropped():
+    tracker = SavedTensorTracker()
+    a = torch.randn(512, requires_grad=True)
+    tracker.new_step()
+    with tracker.hooks():
+        kept = (a * 3).exp()  # exp saves its output; mul saves nothing of a's size but a
+    tracker.end_step()
+    assert tracker.retained_bytes == 512 * 4 and tracker.live_bytes == 512 * 4
+    tracker.new_step()
+    assert tracker.live_bytes == 512 * 4  # still held by the graph a step later
+    del kept
+    assert tracker.retained_bytes == 0 and tracker.live_bytes == 0

@@ -333,8 +333,12 @@ class MainWindow(QMainWindow):
         self.plots.refresh(new_data)
         self._frame += 1
         starting = self.state == "starting" and self.history is not None and self.history.meta
-        if force_text or starting or self._frame % TEXT_EVERY == 0:
+        if force_text or starting:
             self._refresh_text()
+        elif self._frame % TEXT_EVERY == 0:
+            self._refresh_text(spread=True)
+        else:
+            self.plots.refresh_next_legend()
         self.frame_ms.append(timer.nsecsElapsed() / 1e6)
         if len(self.frame_ms) > 4096:
             del self.frame_ms[:2048]
@@ -378,8 +382,9 @@ class MainWindow(QMainWindow):
         self.error_banner.setText(text)
         self.error_banner.show()
 
-    def _refresh_text(self) -> None:
-        self.plots.refresh_legends()
+    def _refresh_text(self, spread: bool = False) -> None:
+        # spread: the periodic refresh sets one legend now and the others on the next frames
+        self.plots.refresh_legends(spread=spread)
         self._update_effects()
         series = self.series
         if series is not None:

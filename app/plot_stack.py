@@ -53,6 +53,7 @@ class PlotStack(QWidget):
         self.hover_x: float | None = None
         self._dirty = True
         self._legend_dirty = True
+        self._legend_queue: list[tuple[LivePlot, str]] = []  # see refresh_legends
         self._drawn_range: tuple[float, float] | None = None
 
         self.follow_button = QPushButton("Follow newest")
@@ -114,6 +115,7 @@ class PlotStack(QWidget):
     def mark_dirty(self) -> None:
         self._dirty = True
         self._legend_dirty = True
+        self._legend_queue = []  # texts of what was shown before
 
     # --- follow and navigation ----------------------------------------------------------------
     def set_live(self, live: bool) -> None:
@@ -220,13 +222,24 @@ class PlotStack(QWidget):
             self._legend_dirty = True
         return True
 
-    def refresh_legends(self) -> None:
-        """The legends are text: refreshed at a slower rate than the curves."""
+    def refresh_legends(self, spread: bool = False) -> None:
+        """The legends are text: refreshed at a slower rate than the curves. `spread`: all
+        three texts are worked out now (the same newest step), but only the first is set
+        now, the others at the next calls of refresh_next_legend, one a frame, so no frame
+        lays out three HTML texts."""
         if not self._legend_dirty:
             return
         x = self.hover_x
         if x is not None and (math.isnan(x) or math.isinf(x)):
             x = None
-        for plot in self.plots:
-            plot.set_legend(plot.legend_at(self.run, x, self.pins))
+        texts = [(plot, plot.legend_at(self.run, x, self.pins)) for plot in self.plots]
+        self._legend_queue = texts[1:] if spread else []
+        for plot, text in texts[:1] if spread else texts:
+            plot.set_legend(text)
         self._legend_dirty = False
+
+    def refresh_next_legend(self) -> None:
+        """Set the next legend text a spread refresh left (call once a frame)."""
+        if self._legend_queue:
+            plot, text = self._legend_queue.pop(0)
+            plot.set_legend(text)

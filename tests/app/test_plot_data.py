@@ -384,3 +384,29 @@ def test_a_growing_line_and_area_repaint_only_their_new_edge_and_leave_nothing_s
         assert np.array_equal(_pixels(screen), _pixels(plot.grab().toImage()))
     got_x, got_y = loss.curves["loss"].getData()
     assert np.array_equal(got_x, x[:n]) and np.array_equal(got_y, y[:n], equal_nan=True)
+
+
+def test_a_periodic_legend_refresh_sets_one_legend_a_frame_all_for_the_same_step(qtbot):
+    from app.plot_stack import PlotStack
+
+    h = RunHistory()
+    synthetic_training(RunConfig(steps=40, eval_every=0), sink=h)
+    stack = PlotStack()
+    qtbot.addWidget(stack)
+    series = RunSeries(h)
+    series.pull()
+    stack.set_run(series)
+    stack.refresh(True)
+    stack.refresh_legends()  # all three at once (a new run, hover, export)
+    texts = [p._legend_html for p in stack.plots]
+    assert all("step 39" in t for t in texts)
+    synthetic_training(RunConfig(steps=60, eval_every=0), sink=h)  # more steps arrive
+    series.pull()
+    stack.refresh(True)
+    stack.refresh_legends(spread=True)  # the periodic text refresh of a frame
+    assert ["step 59" in p._legend_html for p in stack.plots] == [True, False, False]
+    stack.refresh_next_legend()  # the next frame
+    assert ["step 59" in p._legend_html for p in stack.plots] == [True, True, False]
+    stack.refresh_next_legend()
+    stack.refresh_next_legend()  # nothing left: a no-op
+    assert all("step 59" in p._legend_html for p in stack.plots)

@@ -9,12 +9,11 @@ from __future__ import annotations
 
 from math import ceil, log10
 
-import pyqtgraph as pg
-
+from app.live_axis import LiveAxis
 from app.units import byte_unit
 
 
-class BytesAxis(pg.AxisItem):
+class BytesAxis(LiveAxis):
     def __init__(self, orientation: str = "left", unit: float = 1.0, **kwargs) -> None:
         super().__init__(orientation, **kwargs)
         self.enableAutoSIPrefix(False)

@@ -16,6 +16,7 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 
 from app.grid_lines import GridLines
+from app.live_axis import LiveAxis
 from app.live_line import LiveLine
 from app.plot_style import HOVER_COLOR, event_color, lighten
 from app.run_series import RunSeries
@@ -52,8 +53,12 @@ class LivePlot(pg.PlotWidget):
 
     def __init__(self, object_name: str, title: str, left_axis: pg.AxisItem | None = None,
                  parent=None) -> None:
-        axes = {"left": left_axis} if left_axis is not None else None
+        axes = {side: LiveAxis(side) for side in ("left", "bottom", "right", "top")}
+        if left_axis is not None:
+            axes["left"] = left_axis
         super().__init__(parent=parent, background="w", axisItems=axes)
+        for side in ("right", "top"):  # made ours, shown only where a plot asks
+            self.getPlotItem().hideAxis(side)
         self.setObjectName(object_name)
         # Curves change shape every frame: Qt's BSP index would be rebuilt each time.
         self.scene().setItemIndexMethod(self.scene().ItemIndexMethod.NoIndex)

@@ -410,3 +410,30 @@ def test_a_periodic_legend_refresh_sets_one_legend_a_frame_all_for_the_same_step
     stack.refresh_next_legend()
     stack.refresh_next_legend()  # nothing left: a no-op
     assert all("step 59" in p._legend_html for p in stack.plots)
+
+
+def test_moving_the_step_axis_redraws_its_ticks_but_not_its_unchanged_label(qtbot):
+    from app.loss_plot import LossPlot
+
+    plot = LossPlot()
+    qtbot.addWidget(plot)
+    plot.show()
+    qtbot.waitExposed(plot)
+    item = plot.getPlotItem()
+    axes = [item.getAxis(side) for side in ("bottom", "top", "left", "right")]
+    label_sets = []
+    for axis in axes:
+        set_html = axis.label.setHtml
+        axis.label.setHtml = lambda html, a=axis, f=set_html: (label_sets.append(a), f(html))
+    height = item.getAxis("bottom").height()
+    for x1 in (1000.0, 1050.0, 1103.5, 20_000.0):  # a live run's axis following its steps
+        item.setXRange(0.0, x1, padding=0)
+        item.vb.prepareForPaint()
+        assert item.getAxis("bottom").range == [0.0, x1] and item.getAxis("bottom").picture is None
+        qtbot.waitUntil(lambda: item.getAxis("bottom").picture is not None)  # ticks redrawn
+    item.setYRange(0.0, 5.0)
+    plot.grad_view.setYRange(0.0, 2.0)
+    assert label_sets == [] and item.getAxis("bottom").height() == height
+    item.setLabel("bottom", "steps")  # a new label is still set
+    assert label_sets and set(label_sets) == {item.getAxis("bottom")}
+    assert "steps" in item.getAxis("bottom").label.toHtml()

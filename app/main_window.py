@@ -57,7 +57,7 @@ pg.setConfigOptions(antialias=False, foreground="#333333", background="w")
 FRAME_MS = 33  # curves: about 30 Hz
 TEXT_EVERY = 8  # text: every 8th frame, about 4 Hz
 DEFAULT_RUNS_DIR = Path("runs")
-SWITCH_INTERVAL_S = 0.001  # see finish_start_up
+SWITCH_INTERVAL_S = 0.0005  # see finish_start_up
 
 
 class MainWindow(QMainWindow):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import numpy as np
 import pyqtgraph as pg
 from pyqtgraph.functions import create_qpolygonf, ndarray_from_qpolygonf
-from PySide6.QtGui import QPolygonF
+from PySide6.QtGui import QPainter, QPolygonF
 
 from app.edge_repaint import EdgeRepaintItem
 
@@ -50,6 +50,9 @@ class LiveLine(EdgeRepaintItem):
                 if b - a >= 2]
 
     def _paint_pieces(self, painter, first: int, last: int) -> None:
+        # As PlotCurveItem does with the app's antialias=False: exports (which turn it on
+        # for the painter) draw the lines as the screen does.
+        painter.setRenderHint(QPainter.RenderHint.Antialiasing, False)
         painter.setPen(self.pen)
         for piece in self._pieces[0][first:last]:
             for polyline in piece:

@@ -2,9 +2,9 @@
 
 A RunHistory is filled with 1,000,000 phase samples (and their 250,000 step records, four
 phases a step) through its sink methods, exactly as the loop fills it; the tables' bytes
-are read back (allocated capacity, since growth by doubling leaves slack) and checked
-against the process's own growth. The app's plot copy of the same run (RunSeries) is
-measured too: the window holds both.
+are read back (allocated capacity: each table's last block is only partly filled) and
+checked against the process's own growth. The app's plot data for the same run (RunSeries,
+per-bin peaks beside the history) is measured too: the window holds both.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ def _rss() -> int:
 
 def _fill_fast(history, steps: int) -> None:
     """The same rows, appended as numpy blocks (quick mode: the bytes come out the same,
-    since both ways grow the tables by doubling from the same capacity)."""
+    since both ways fill the same fixed-size blocks)."""
     import numpy as np
 
     _fill(history, 1)
@@ -104,7 +104,8 @@ def run(s: Settings) -> list[Figure]:
         Figure("history_rss_growth_1m_samples", "process growth filling it (context)",
                rss1 - rss0, "B", note="resident set, after gc"),
         Figure("history_app_series_bytes", "app plot copy (RunSeries) of it (context)",
-               series_bytes, "B", note="x float64 + stacked layers float32"),
+               series_bytes, "B", note="per-bin peaks (float32) at every power-of-two "
+               "bin size, bin starts (float64); no full-resolution copy"),
         # The target is on the history as stored (the figure's definition); the window's own
         # copy comes on top, so say plainly whether the two together still fit.
         Figure("history_app_total_bytes_1m_samples", "history + app plot copy (context)",

@@ -84,7 +84,7 @@ class _LiveKeys:
 
     def __iter__(self):
         yield from self.fresh
-        yield from self.retained
+        yield from list(self.retained)  # a finalizer may drop a key meanwhile
 
 
 class SavedTensorTracker:

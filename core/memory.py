@@ -158,16 +158,21 @@ class SavedTensorTracker:
         self._live = _LiveKeys({}, retained)
 
     def _pack(self, t: Tensor):
+        # Autograd hands the hook a detached alias already, except for a tensor saved as the
+        # output of its own op, which still points at the node being built: only that one
+        # needs detaching here, or the node would hold itself through the hook's object.
+        if t.requires_grad:
+            t = t.detach()
         st = t.untyped_storage()
         key = (t.get_device(), st.data_ptr())
         if key in self.param_keys:
-            return (t.detach(), t._version)
+            return (t, t._version)
         n = st.nbytes()
         if key not in self._step_keys:
             self._step_keys.add(key)
             self.step_saved_bytes += n
         h = _Saved()
-        h.tensor, h.version, h.key, h.nbytes, h.tracker = t.detach(), t._version, key, n, self
+        h.tensor, h.version, h.key, h.nbytes, h.tracker = t, t._version, key, n, self
         self._fresh.append(weakref.ref(h))
         return h
 

@@ -325,3 +325,24 @@ def test_a_graph_kept_past_its_step_stays_counted_until_dropped():
     assert tracker.live_bytes == 512 * 4  # still held by the graph a step later
     del kept
     assert tracker.retained_bytes == 0 and tracker.live_bytes == 0
+
+
+def test_a_saved_output_makes_no_reference_cycle():
+    """exp saves its own output; the hook must hold a detached alias of it, or the graph
+    would hold itself and outlive every reference (freed only by a full collection)."""
+    import gc
+    import weakref
+
+    tracker = SavedTensorTracker()
+    a = torch.randn(1000, requires_grad=True)
+    gc.disable()
+    try:
+        with tracker.hooks():
+            y = a.exp()
+        storage = weakref.ref(y.untyped_storage())
+        assert tracker.live_bytes == 1000 * 4
+        del y
+        assert storage() is None  # freed by reference counting alone
+    finally:
+        gc.enable()
+    assert tracker.live_bytes == 0

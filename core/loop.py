@@ -244,7 +244,7 @@ class TrainingSession:
                 p.cache.extend(result.intermediates)
             nodes = count_graph_nodes([loss for loss, _ in result.backward])
             saved_bytes = self.saved.step_saved_bytes
-            p.account_loss(result.report_loss, toggles, train=True)
+            p.account_loss(result.report_loss, toggles, train=True, value=loss_value)
             totals.append(self.sample(step, "forward").total)
             if not math.isfinite(loss_value):
                 raise FloatingPointError(f"loss = {loss_value}")
@@ -323,7 +323,7 @@ class TrainingSession:
             with self.clock.phase("eval"), grad_ctx, self._autocast(amp_dtype):
                 loss = p.forward_eval(toggles)
                 value = loss.item()
-                p.account_loss(loss, toggles, train=False)
+                p.account_loss(loss, toggles, train=False, value=value)
             if graph is not None:
                 self.sink.on_graph(graph.finish(loss, step, kind="eval"))
                 graph = None

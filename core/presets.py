@@ -97,9 +97,14 @@ class Preset:
         if key == "leak_cache" and not new:
             self.cache = []
 
-    def account_loss(self, loss: Tensor, toggles: TechniqueToggles, train: bool) -> None:
-        """Sum the loss for reporting, the right way (.item()) or the leaky way (+= loss)."""
-        value = loss if toggles.leak_loss_sum else loss.item()
+    def account_loss(self, loss: Tensor, toggles: TechniqueToggles, train: bool,
+                     value: float | None = None) -> None:
+        """Sum the loss for reporting, the right way (.item()) or the leaky way (+= loss).
+        `value`, if given, is loss.item() already read (no second read of the tensor)."""
+        if toggles.leak_loss_sum:
+            value = loss
+        elif value is None:
+            value = loss.item()
         if train:
             self.total_loss += value
         else:

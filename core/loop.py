@@ -243,9 +243,9 @@ class TrainingSession:
             if toggles.leak_cache:
                 p.cache.extend(result.intermediates)
             nodes = count_graph_nodes([loss for loss, _ in result.backward])
-            saved_bytes = self.saved.step_saved_bytes
             p.account_loss(result.report_loss, toggles, train=True, value=loss_value)
             totals.append(self.sample(step, "forward").total)
+            saved_bytes = self.saved.step_saved_bytes  # counted by the forward sample
             if not math.isfinite(loss_value):
                 raise FloatingPointError(f"loss = {loss_value}")
 

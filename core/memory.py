@@ -52,8 +52,8 @@ class _Bytes:
 
 class _Saved:
     """What the pack hook stores for autograd: a detached alias (no reference cycle through
-    grad_fn), the version it had, its storage key and bytes. Parameters get a plain
-    (alias, version) pair instead: they are never counted as activations.
+    grad_fn) and the version it had. The tracker fills in its storage key and bytes at the
+    next measure (parameters are dropped from its scan there: never activations).
 
     No finalizer: most saved tensors are released by the backward of the step that saved
     them, and a Python __del__ called from autograd for each would cost more than the hook
@@ -102,7 +102,7 @@ class SavedTensorTracker:
         self._retained: dict = {}  # key -> [holders, nbytes] of holders that outlived a step
         self.retained_bytes = 0
         self._step_keys: set = set()
-        self.step_saved_bytes = 0  # bytes first saved by the current step's forward(s)
+        self.step_saved_bytes = 0  # bytes first saved by this step (as of the last measure)
         self._live = _LiveKeys({}, self._retained)
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
@@ -115,17 +115,30 @@ class SavedTensorTracker:
 
     def measure(self) -> tuple[int, _LiveKeys]:
         """Bytes saved for backward and still held by autograd now, each storage once, and
-        their keys."""
+        their keys. Holders packed since the last measure get their storage key and size
+        here, in one loop, rather than one by one inside autograd's save path."""
         fresh: dict = {}
         alive = []
-        retained = self._retained
+        retained, param_keys, step_keys = self._retained, self.param_keys, self._step_keys
         for ref in self._fresh:
             h = ref()
-            if h is not None:
-                alive.append(ref)
-                key = h.key
-                if key not in retained:
-                    fresh[key] = h.nbytes
+            if h is None:
+                continue
+            key = h.key
+            if key is None:
+                t = h.tensor
+                st = t.untyped_storage()
+                key = (t.get_device(), st.data_ptr())
+                if key in param_keys:  # a parameter is never an activation: stop looking
+                    continue
+                h.key = key
+                h.nbytes = n = st.nbytes()
+                if key not in step_keys:
+                    step_keys.add(key)
+                    self.step_saved_bytes += n
+            alive.append(ref)
+            if key not in retained:
+                fresh[key] = h.nbytes
         self._fresh = alive
         self._live = _LiveKeys(fresh, retained)
         return self.retained_bytes + sum(fresh.values()), self._live
@@ -142,6 +155,7 @@ class SavedTensorTracker:
     def end_step(self) -> None:
         """Holders autograd still has after the step are a retained graph: from now on
         their release is reported by a finalizer."""
+        self.measure()
         retained = self._retained
         for ref in self._fresh:
             h = ref()
@@ -163,25 +177,14 @@ class SavedTensorTracker:
         # needs detaching here, or the node would hold itself through the hook's object.
         if t.requires_grad:
             t = t.detach()
-        st = t.untyped_storage()
-        key = (t.get_device(), st.data_ptr())
-        if key in self.param_keys:
-            return (t, t._version)
-        n = st.nbytes()
-        if key not in self._step_keys:
-            self._step_keys.add(key)
-            self.step_saved_bytes += n
         h = _Saved()
-        h.tensor, h.version, h.key, h.nbytes, h.tracker = t, t._version, key, n, self
+        h.tensor, h.version, h.key, h.tracker = t, t._version, None, self
         self._fresh.append(weakref.ref(h))
         return h
 
     @staticmethod
-    def _unpack(saved) -> Tensor:
-        if type(saved) is tuple:
-            t, version = saved
-        else:
-            t, version = saved.tensor, saved.version
+    def _unpack(saved: _Saved) -> Tensor:
+        t, version = saved.tensor, saved.version
         if t._version != version:
             raise RuntimeError(
                 "one of the variables needed for gradient computation has been modified by an "

@@ -92,20 +92,28 @@ class _PhaseClock:
 
 
 class _LeakWatch:
-    """Reports steady growth of end-of-step memory once, naming the likely cause."""
+    """Reports steady growth of end-of-step memory once, naming the likely cause.
 
-    def __init__(self) -> None:
-        # (total, activations, other) of the last LEAK_WINDOW + 1 steps
+    With an eval phase every `period` steps, a leak through eval (its graph kept alive)
+    grows memory once a period, not every step; the watch then compares steps a period
+    apart, over at least three periods.
+    """
+
+    def __init__(self, period: int = 1) -> None:
+        self.period = max(1, period)
+        periods = LEAK_WINDOW if self.period == 1 else max(3, LEAK_WINDOW // self.period)
+        self.points = periods + 1
+        # (total, activations, other) of the last steps the window spans
         self.history: collections.deque[tuple[int, int, int]] = collections.deque(
-            maxlen=LEAK_WINDOW + 1)
+            maxlen=(self.points - 1) * self.period + 1)
         self.reported = False
 
     def update(self, total: int, activations: int, other: int, toggles: TechniqueToggles
                ) -> str | None:
         self.history.append((total, activations, other))
-        h = self.history
-        if len(h) <= LEAK_WINDOW:
+        if len(self.history) < self.history.maxlen:
             return None
+        h = list(self.history)[:: self.period]
         growing = all(b[0] - a[0] >= LEAK_MIN_BYTES for a, b in itertools.pairwise(h))
         if not growing:
             self.reported = False
@@ -113,7 +121,8 @@ class _LeakWatch:
         if self.reported:
             return None
         self.reported = True
-        per_step = (h[-1][0] - h[0][0]) / LEAK_WINDOW
+        steps = (len(h) - 1) * self.period
+        per_step = (h[-1][0] - h[0][0]) / steps
         act = h[-1][1] - h[0][1]
         grew = "activations saved for backward" if act > (h[-1][0] - h[0][0]) / 2 else "other"
         return explain_leak(toggles, grew, per_step)
@@ -135,7 +144,7 @@ class TrainingSession:
         self.clock = _PhaseClock(self.device)
         self.scaler = None
         self.micro = 0  # micro-batches since the last optimizer step
-        self.leaks = _LeakWatch()
+        self.leaks = _LeakWatch(config.eval_every or 1)
         self.cuda_recorder = None
         if self.device.type == "cuda" and config.cuda_snapshot_steps:
             from core.exports.cuda_recorder import CudaSnapshotRecorder
@@ -301,7 +310,7 @@ class TrainingSession:
         leak = self.leaks.update(end.total, end.activations, end.other, toggles)
         if leak:
             self.sink.on_event(RunEvent(step, self.now(), "leak", key="memory growth",
-                                        message="memory grows every step",
+                                        message="memory keeps growing",
                                         explanation=leak))
         return StepRecord(
             step=step, time_s=self.now(), loss=loss_value, grad_norm=grad_norm,

@@ -346,3 +346,14 @@ def test_a_saved_output_makes_no_reference_cycle():
     finally:
         gc.enable()
     assert tracker.live_bytes == 0
+
+
+def test_a_leak_that_grows_once_per_eval_period_is_still_named():
+    """With eval every 3 steps, total_loss += loss keeps one eval graph per period: memory
+    grows in steps, not every step, and the leak is still found and named; with the eval
+    under no_grad nothing is reported."""
+    leaky, _ = run("mlp", steps=14, eval_every=3, leak_loss_sum=True, no_grad_eval=False)
+    fixed, _ = run("mlp", steps=14, eval_every=3, leak_loss_sum=True, no_grad_eval=True)
+    named = [e for e in leaky.events() if e.kind == "leak"]
+    assert len(named) == 1 and "total_loss += loss" in named[0].explanation
+    assert not [e for e in fixed.events() if e.kind == "leak"]

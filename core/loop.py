@@ -101,11 +101,10 @@ class _LeakWatch:
 
     def __init__(self, period: int = 1) -> None:
         self.period = max(1, period)
-        periods = LEAK_WINDOW if self.period == 1 else max(3, LEAK_WINDOW // self.period)
-        self.points = periods + 1
+        periods = max(3, LEAK_WINDOW // self.period)  # LEAK_WINDOW steps without eval
         # (total, activations, other) of the last steps the window spans
         self.history: collections.deque[tuple[int, int, int]] = collections.deque(
-            maxlen=(self.points - 1) * self.period + 1)
+            maxlen=periods * self.period + 1)
         self.reported = False
 
     def update(self, total: int, activations: int, other: int, toggles: TechniqueToggles

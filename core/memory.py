@@ -39,12 +39,11 @@ class _Bytes:
         self.total = 0
 
     def add(self, t: Tensor, exclude: set | frozenset = frozenset()) -> None:
-        st = t.untyped_storage()
-        key = (t.get_device(), st.data_ptr())
+        key, n = storage_key(t)
         if key in self.keys or key in exclude:
             return
         self.keys.add(key)
-        self.total += st.nbytes()
+        self.total += n
 
 
 # --- activations saved for backward ---------------------------------------------------------
@@ -126,13 +125,10 @@ class SavedTensorTracker:
                 continue
             key = h.key
             if key is None:
-                t = h.tensor
-                st = t.untyped_storage()
-                key = (t.get_device(), st.data_ptr())
+                key, n = storage_key(h.tensor)
                 if key in param_keys:  # a parameter is never an activation: stop looking
                     continue
-                h.key = key
-                h.nbytes = n = st.nbytes()
+                h.key, h.nbytes = key, n
                 if key not in step_keys:
                     step_keys.add(key)
                     self.step_saved_bytes += n
@@ -278,7 +274,6 @@ class StorageTracker(TorchDispatchMode):
         self.live_bytes = 0
         self.peak_bytes = 0
         self.next_id = 0
-        self.phase = "start"
         self.phase_code = PHASE_CODE["start"]
         self.step = 0
         self.category_guess = "other"
@@ -353,8 +348,7 @@ class StorageTracker(TorchDispatchMode):
 
     # bookkeeping -------------------------------------------------------------------------------
     def begin_phase(self, step: int, phase: str, category: str) -> None:
-        self.step, self.phase, self.category_guess = step, phase, category
-        self.phase_code = PHASE_CODE[phase]
+        self.step, self.phase_code, self.category_guess = step, PHASE_CODE[phase], category
 
     def reset_peak(self) -> None:
         self.peak_bytes = self.live_bytes

@@ -18,7 +18,7 @@ import numpy as np
 
 from core.config import RunConfig
 from core.controls import RunControls
-from core.history import RunHistory, sample_values, step_values
+from core.history import RunHistory, step_values
 from core.records import MemorySample, RunEvent, RunSummary, StepRecord
 
 ENVIRONMENT = {
@@ -201,7 +201,7 @@ def fill_history(history: RunHistory, steps: int, config: RunConfig | None = Non
     s = np.arange(steps, dtype=np.float64)
     history.on_start({"config": config.to_dict(), "environment": dict(ENVIRONMENT)})
     first = MemorySample(0, "start", 0.0, params, 0, 0, 0, 4096)
-    history.samples.append(sample_values(first))
+    history.on_sample(first)
     phases = 4
     rows = np.zeros((steps, phases, len(history.samples.columns)))
     idx = history.samples.index

@@ -28,6 +28,7 @@ def test_rows_and_columns_read_back_across_block_edges():
 def test_growing_adds_blocks_and_never_moves_stored_rows():
     table = ColumnTable(("a",), block_rows=16)
     table.append((1.0,))
+    assert len(table) == 1  # a reader looking stores what was queued
     first = table._blocks[0]
     table.extend(np.arange(1000.0)[:, None])
     assert table._blocks[0] is first  # appending copied nothing already stored
@@ -57,3 +58,25 @@ def test_a_reader_sees_whole_rows_while_the_writer_appends():
         seen += len(rows)
     writer.join()
     assert seen == 20_000
+
+
+def test_queued_rows_are_converted_once_and_seen_by_every_read():
+    seen: list = []
+
+    def convert(item):
+        seen.append(item)
+        return (item, item * 10)
+
+    table = ColumnTable(("a", "b"), block_rows=16, convert=convert)
+    for i in range(5):
+        table.append(i)
+    assert seen == []  # nothing converted on the writer's side yet
+    np.testing.assert_array_equal(table.column("b"), [0, 10, 20, 30, 40])
+    table.append(5)
+    assert table.rows(5)[0].tolist() == [5.0, 50.0]
+    assert seen == [0, 1, 2, 3, 4, 5]
+    # a writer that nobody reads still stores rows in batches: the queue stays bounded
+    for i in range(6, 6 + 3 * ColumnTable.FLUSH_ROWS):
+        table.append(i)
+    assert len(table._pending) < ColumnTable.FLUSH_ROWS
+    assert len(table) == 6 + 3 * ColumnTable.FLUSH_ROWS

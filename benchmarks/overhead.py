@@ -1,13 +1,18 @@
 """Figure 1: what memlens costs a training step, beside MemTracker and torch.profiler.
 
-Per preset, six copies of the same seeded preset run the same steps: the plain loop a user
-writes (the baseline), memlens light and precise mode (TrainingSession.step into a
+Per preset, one model, optimizer and data set is trained six ways in turn: the plain loop a
+user writes (the baseline), memlens light and precise mode (TrainingSession.step into a
 RunHistory, as the app runs it), and the plain loop under
 torch.distributed._tools.mem_tracker.MemTracker, under
 torch.profiler.profile(profile_memory=True) and, for context, under a Python dispatch mode
 that only calls each op (the floor under any dispatch-level tracker such as precise mode).
 Blocks of a few steps interleave round by round; each round's ratio compares blocks that
 ran back to back, under the same load, and the figure is the median over the rounds.
+
+Every variant steps the same preset object. Separate copies, seeded alike, differ in where
+their tensors landed in memory, and that alone moved a copy's step time by up to 5% against
+another's for the whole run: a bias that interleaving cannot average out. Sharing one model
+leaves each variant's own work as the only difference between them.
 """
 
 from __future__ import annotations
@@ -81,13 +86,9 @@ class Plain(_Variant):
     per-step hook runs inside the timing; `forward`, if not None, replaces forward_train.
     """
 
-    def __init__(self, name: str, config, tool: Callable | None = None) -> None:
-        import torch
-
-        from core.presets import build_preset
-
+    def __init__(self, name: str, config, preset, tool: Callable | None = None) -> None:
         super().__init__(name, config)
-        self.preset = build_preset(config, torch.device("cpu"))
+        self.preset = preset
         self.context, self.per_step, self.forward = tool(self.preset) if tool else (None,) * 3
         self.steps_only: list[float] = []
 
@@ -106,23 +107,32 @@ class Plain(_Variant):
 
 
 class Memlens(_Variant):
-    def __init__(self, name: str, config) -> None:
+    """A TrainingSession on the shared preset. Its stop hooks are on the models only while
+    its own blocks run (outside the timing), so they cost the other variants nothing."""
+
+    def __init__(self, name: str, config, preset) -> None:
         from core.controls import RunControls
         from core.history import RunHistory
         from core.loop import TrainingSession
 
         super().__init__(name, config)
         self.history = RunHistory()
-        self.session = TrainingSession(config, RunControls(config.techniques), self.history)
+        self.session = TrainingSession(config, RunControls(config.techniques), self.history,
+                                       preset=preset)
         self.history.on_start(self.session.meta())
         self.session.sample(0, "start")
+        self.session.close()
 
     def _one(self, step: int) -> None:
         record = self.session.step(step, self.toggles, False)
         self.history.on_step(record)
 
     def _block(self, k: int) -> float:
-        return self._timed(k, self._one)
+        self.session.install_stop_hooks()
+        try:
+            return self._timed(k, self._one)
+        finally:
+            self.session.close()
 
     def close(self) -> None:
         self.session.close()
@@ -200,20 +210,27 @@ def _dispatch_floor(preset):
 
 
 def measure_preset(name: str, s: Settings) -> dict[str, list[float]]:
+    import torch
+
     from core.config import RunConfig
+    from core.presets import build_preset
 
     # No eval phase: the plain loop has none, and both sides must do the same work.
     base = RunConfig(preset=name, device="cpu", eval_every=0, steps=10**9)
     precise = RunConfig(preset=name, device="cpu", eval_every=0, steps=10**9, precise=True)
+    preset = build_preset(base, torch.device("cpu"))
     variants: dict[str, _Variant] = {
-        "plain": Plain("plain", base),
-        "light": Memlens("light", base),
-        "precise": Memlens("precise", precise),
-        "memtracker": Plain("memtracker", base, _memtracker),
-        "profiler": Plain("profiler", base, _profiler),
-        "dispatch_floor": Plain("dispatch_floor", base, _dispatch_floor),
+        "plain": Plain("plain", base, preset),
+        "light": Memlens("light", base, preset),
+        "precise": Memlens("precise", precise, preset),
+        "memtracker": Plain("memtracker", base, preset, _memtracker),
+        "profiler": Plain("profiler", base, preset, _profiler),
+        "dispatch_floor": Plain("dispatch_floor", base, preset, _dispatch_floor),
     }
-    # Block size from the baseline's speed after one warm step, the same for every variant.
+    # Precise mode steps first, so the optimizer state is made, and tracked, inside its
+    # dispatch mode as in a run of its own. Block size from the baseline's speed after a
+    # warm step, the same for every variant.
+    variants["precise"].block(1)
     plain = variants["plain"]
     plain.block(1)
     k = 1

@@ -15,6 +15,7 @@ import platform
 import time
 from typing import Any
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -29,6 +30,8 @@ from core.sinks import FanOut
 # Which category a new storage most likely is, by the phase that made it (precise mode).
 _PHASE_CATEGORY = {"start": "other", "zero_grad": "grads", "forward": "activations",
                    "backward": "grads", "optimizer": "optimizer", "eval": "activations"}
+_NUMPY_DOT_DTYPES = (torch.float32, torch.float64)
+_dot = np.dot
 GRAPH_NODE_LIMIT = 200_000  # stop counting beyond this (a leaked graph can be huge)
 LEAK_WINDOW = 8  # steps of steady growth before a leak is reported
 LEAK_MIN_BYTES = 32 * 1024  # per step
@@ -56,6 +59,27 @@ def count_graph_nodes(roots: list[Tensor], limit: int = GRAPH_NODE_LIMIT) -> int
                 add(nxt)
                 push(nxt)
     return min(len(seen), limit)
+
+
+def global_grad_norm(grads: list[Tensor]) -> float:
+    """The 2-norm of all gradients together, as clip_grad_norm_ computes it.
+
+    CPU float32/float64 gradients go through numpy's BLAS dot, one call per tensor: on this
+    path torch's per-tensor norm kernels cost about twice as much for the small tensors of a
+    typical model, and the norm runs every step. Anything else (CUDA, half precision) uses
+    torch._foreach_norm.
+    """
+    if not grads:
+        return 0.0
+    total = 0.0
+    for g in grads:
+        if g.dtype not in _NUMPY_DOT_DTYPES or g.device.type != "cpu":
+            break
+        a = g.numpy().reshape(-1)
+        total += float(_dot(a, a))
+    else:
+        return math.sqrt(total)
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).item()
 
 
 class _PhaseClock:
@@ -109,10 +133,14 @@ class _LeakWatch:
 
     def update(self, total: int, activations: int, other: int, toggles: TechniqueToggles
                ) -> str | None:
-        self.history.append((total, activations, other))
-        if len(self.history) < self.history.maxlen:
+        hist = self.history
+        hist.append((total, activations, other))
+        if len(hist) < hist.maxlen:
             return None
-        h = list(self.history)[:: self.period]
+        if total - hist[-1 - self.period][0] < LEAK_MIN_BYTES:  # the common case, cheaply
+            self.reported = False
+            return None
+        h = list(hist)[:: self.period]
         growing = all(b[0] - a[0] >= LEAK_MIN_BYTES for a, b in itertools.pairwise(h))
         if not growing:
             self.reported = False
@@ -130,13 +158,16 @@ class _LeakWatch:
 class TrainingSession:
     """A preset plus its measurement; runs steps. Use run_training() unless you need steps."""
 
-    def __init__(self, config: RunConfig, controls: RunControls, sink: Any) -> None:
+    def __init__(self, config: RunConfig, controls: RunControls, sink: Any,
+                 preset: Preset | None = None) -> None:
+        """`preset`: an already built preset for this config (the benchmarks time several
+        ways of running one model); by default the session builds its own."""
         self.config = config
         self.controls = controls
         self.sink = sink
         self.device = resolve_device(config.device)
         self.t0 = time.perf_counter()
-        self.preset: Preset = build_preset(config, self.device)
+        self.preset: Preset = preset if preset is not None else build_preset(config, self.device)
         self.saved = SavedTensorTracker()
         self.precise = StorageTracker(self.t0) if config.precise else None
         self.probe = MemoryProbe(self.preset, self.device, self.saved, self.precise)
@@ -150,13 +181,8 @@ class TrainingSession:
 
             self.cuda_recorder = CudaSnapshotRecorder(
                 config.cuda_snapshot_start, config.cuda_snapshot_steps, device=self.device)
-        # A stop asked for mid-step aborts at the next model call or phase. Hooks go on the
-        # top-level models only: a module with any hook leaves PyTorch's fast call path, and
-        # hooking every child cost more than the rest of the stop machinery together.
-        self._stop_hooks = [
-            model.register_forward_pre_hook(lambda *_: controls.check_stop())
-            for model in self.preset.models.values()
-        ]
+        self._stop_hooks: list = []
+        self.install_stop_hooks()
         if self.precise is not None:
             for p in self.preset.parameters():
                 self.precise.track(p, "params", at_start=True)
@@ -200,9 +226,20 @@ class TrainingSession:
         if self.precise is not None:
             self.precise.begin_phase(step, phase, _PHASE_CATEGORY[phase])
 
+    def install_stop_hooks(self) -> None:
+        """A stop asked for mid-step aborts at the next model call or phase. Hooks go on the
+        top-level models only: a module with any hook leaves PyTorch's fast call path, and
+        hooking every child cost more than the rest of the stop machinery together."""
+        if not self._stop_hooks:
+            check = self.controls.check_stop
+            self._stop_hooks = [model.register_forward_pre_hook(lambda *_: check())
+                                for model in self.preset.models.values()]
+
     def close(self) -> None:
+        """Remove the session's hooks from the models (install_stop_hooks() puts them back)."""
         for h in self._stop_hooks:
             h.remove()
+        self._stop_hooks = []
 
     # --- one step -------------------------------------------------------------------------
     def step(self, step: int, toggles: TechniqueToggles, capture: bool) -> StepRecord:
@@ -266,8 +303,8 @@ class TrainingSession:
                         scaled = self.scaler.scale(scaled)
                     scaled.backward(retain_graph=toggles.retain_graph, inputs=inputs)
             del result, loss, scaled
-            grad_norm = self._grad_norm()
             totals.append(self.sample(step, "backward").total)
+            grad_norm = self._grad_norm()  # of the gradients the sample just found
 
             self.phase = "optimizer"
             self._enter_phase(step, "optimizer")
@@ -347,10 +384,7 @@ class TrainingSession:
         return torch.autocast(self.device.type, dtype=dtype)
 
     def _grad_norm(self) -> float:
-        grads = self.probe.grads()
-        if not grads:
-            return 0.0
-        norm = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).item()
+        norm = global_grad_norm(self.probe.grads())
         if self.scaler is not None:  # report the true gradient, not the scaled one
             norm /= self.scaler.get_scale()
         return norm

@@ -464,6 +464,7 @@ class MemoryProbe:
         self.params.keys = frozenset(self.params.keys)
         saved.param_keys = self.params.keys
         self._grads = _Bytes()
+        self._grad_list: list[Tensor] = []
         self._opt = _Bytes()
         self._opt_ids: list[int] = []
 
@@ -482,15 +483,27 @@ class MemoryProbe:
         return "CPU tensor bytes by category (exact for what it counts; peak = lower bound)"
 
     def grads(self) -> list[Tensor]:
-        return [g for p in self.param_list if (g := p.grad) is not None]
+        """The gradients as of the last sample after zero_grad or backward."""
+        return self._grad_list
 
     def _scan_grads(self) -> _Bytes:
+        # Written out rather than through _Bytes.add: it runs right after backward, on cold
+        # caches, where each call and attribute lookup costs several times its usual.
         grads = _Bytes()
-        pkeys = self.params.keys
+        keys, pkeys, total, found = grads.keys, self.params.keys, 0, []
         for p in self.param_list:
             g = p.grad
-            if g is not None:
-                grads.add(g, pkeys)
+            if g is None:
+                continue
+            found.append(g)
+            st = g.untyped_storage()
+            key = (g.get_device(), st.data_ptr())
+            if key in keys or key in pkeys:
+                continue
+            keys.add(key)
+            total += st.nbytes()
+        grads.total = total
+        self._grad_list = found
         return grads
 
     def _scan_optimizer(self, grads: _Bytes) -> _Bytes:

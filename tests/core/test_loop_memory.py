@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -357,3 +359,19 @@ def test_a_leak_that_grows_once_per_eval_period_is_still_named():
     named = [e for e in leaky.events() if e.kind == "leak"]
     assert len(named) == 1 and "total_loss += loss" in named[0].explanation
     assert not [e for e in fixed.events() if e.kind == "leak"]
+
+
+def test_global_grad_norm_matches_torch_on_every_path():
+    from core.loop import global_grad_norm
+
+    g = torch.Generator().manual_seed(0)
+    grads = [torch.randn(300, 200, generator=g), torch.randn(7, generator=g) * 1e3,
+             torch.randn(5, 9, generator=g).t()]  # a non-contiguous one too
+    expected = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).item()
+    assert global_grad_norm(grads) == pytest.approx(expected, rel=1e-6)
+    as_f64 = [t.double() for t in grads]
+    assert global_grad_norm(as_f64) == pytest.approx(expected, rel=1e-6)
+    half = [t.to(torch.bfloat16) for t in grads]  # not numpy's: torch's path
+    assert global_grad_norm(half) == pytest.approx(expected, rel=1e-2)
+    assert global_grad_norm([]) == 0.0
+    assert math.isnan(global_grad_norm([torch.tensor([1.0, math.nan])]))

@@ -63,6 +63,14 @@ class _Saved:
     __slots__ = ("__weakref__", "key", "nbytes", "tensor", "tracker", "version")
 
 
+class _SavedParameter:
+    """What the pack hook stores for a parameter (a weight saved by a matmul, say): only what
+    unpack's version check needs. A parameter is never an activation, so the tracker need not
+    follow it: no weak reference, no place in the next measure."""
+
+    __slots__ = ("tensor", "version")
+
+
 class _Retained(_Saved):
     __slots__ = ()
 
@@ -97,6 +105,7 @@ class SavedTensorTracker:
 
     def __init__(self) -> None:
         self.param_keys: frozenset | set = frozenset()
+        self.param_ptrs: frozenset | set = frozenset()  # data pointers of the parameters
         self._fresh: list = []  # weak references to this step's holders
         self._retained: dict = {}  # key -> [holders, nbytes] of holders that outlived a step
         self.retained_bytes = 0
@@ -173,13 +182,17 @@ class SavedTensorTracker:
         # needs detaching here, or the node would hold itself through the hook's object.
         if t.requires_grad:
             t = t.detach()
+        if t.data_ptr() in self.param_ptrs:  # a parameter or a view of one from its start
+            p = _SavedParameter()
+            p.tensor, p.version = t, t._version
+            return p
         h = _Saved()
         h.tensor, h.version, h.key, h.tracker = t, t._version, None, self
         self._fresh.append(weakref.ref(h))
         return h
 
     @staticmethod
-    def _unpack(saved: _Saved) -> Tensor:
+    def _unpack(saved: _Saved | _SavedParameter) -> Tensor:
         t, version = saved.tensor, saved.version
         if t._version != version:
             raise RuntimeError(
@@ -463,6 +476,7 @@ class MemoryProbe:
             self.params.add(p)
         self.params.keys = frozenset(self.params.keys)
         saved.param_keys = self.params.keys
+        saved.param_ptrs = frozenset(p.data_ptr() for p in self.param_list) - {0}
         self._grads = _Bytes()
         self._grad_list: list[Tensor] = []
         self._opt = _Bytes()

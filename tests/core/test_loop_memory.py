@@ -148,6 +148,20 @@ def test_saved_tensor_hook_still_catches_in_place_modification():
         c.sum().backward()
 
 
+def test_a_saved_parameter_is_checked_too_but_never_counted_as_activation():
+    weight = torch.nn.Parameter(torch.randn(4, 3))
+    tracker = SavedTensorTracker()
+    tracker.param_ptrs = frozenset({weight.data_ptr()})
+    x = torch.randn(2, 4, requires_grad=True)
+    with tracker.hooks():
+        y = x @ weight  # saves x and the weight
+    assert tracker.live_bytes == x.nbytes  # the weight is not an activation
+    with torch.no_grad():
+        weight.mul_(0.5)  # as optimizer.step() would, before this backward
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        y.sum().backward()
+
+
 def test_saved_bytes_dedupe_views_and_release_after_backward():
     tracker = SavedTensorTracker()
     a = torch.randn(256, requires_grad=True)

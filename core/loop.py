@@ -33,6 +33,10 @@ _PHASE_CATEGORY = {"start": "other", "zero_grad": "grads", "forward": "activatio
 _NUMPY_DOT_DTYPES = (torch.float32, torch.float64)
 _dot = np.dot
 GRAPH_NODE_LIMIT = 200_000  # stop counting beyond this (a leaked graph can be huge)
+# Stop hooks on the models answer a stop inside a long phase; a step shorter than this
+# answers it at its next phase edge soon enough. (Hysteresis: on again above the second.)
+STOP_HOOKS_OFF_MS = 30.0
+STOP_HOOKS_ON_MS = 60.0
 LEAK_WINDOW = 8  # steps of steady growth before a leak is reported
 LEAK_MIN_BYTES = 32 * 1024  # per step
 
@@ -182,6 +186,7 @@ class TrainingSession:
             self.cuda_recorder = CudaSnapshotRecorder(
                 config.cuda_snapshot_start, config.cuda_snapshot_steps, device=self.device)
         self._stop_hooks: list = []
+        self._stop_hooks_wanted = True  # until a step shows phase edges come often enough
         self.install_stop_hooks()
         if self.precise is not None:
             for p in self.preset.parameters():
@@ -229,11 +234,21 @@ class TrainingSession:
     def install_stop_hooks(self) -> None:
         """A stop asked for mid-step aborts at the next model call or phase. Hooks go on the
         top-level models only: a module with any hook leaves PyTorch's fast call path, and
-        hooking every child cost more than the rest of the stop machinery together."""
-        if not self._stop_hooks:
+        hooking every child cost more than the rest of the stop machinery together. Where
+        steps are short, the phase edges alone answer a stop within a few milliseconds and
+        the hooks come off (see _tune_stop_hooks)."""
+        if self._stop_hooks_wanted and not self._stop_hooks:
             check = self.controls.check_stop
             self._stop_hooks = [model.register_forward_pre_hook(lambda *_: check())
                                 for model in self.preset.models.values()]
+
+    def _tune_stop_hooks(self, step_ms: float) -> None:
+        if step_ms < STOP_HOOKS_OFF_MS and self._stop_hooks_wanted:
+            self._stop_hooks_wanted = False
+            self.close()
+        elif step_ms > STOP_HOOKS_ON_MS and not self._stop_hooks_wanted:
+            self._stop_hooks_wanted = True
+            self.install_stop_hooks()
 
     def close(self) -> None:
         """Remove the session's hooks from the models (install_stop_hooks() puts them back)."""
@@ -335,6 +350,7 @@ class TrainingSession:
         self.saved.end_step()
 
         ms = clock.ms
+        self._tune_stop_hooks(sum(ms.values()))
         if cuda:
             allocated = torch.cuda.memory_allocated(self.device)
             peak, exact = torch.cuda.max_memory_allocated(self.device), True

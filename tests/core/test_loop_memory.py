@@ -286,6 +286,30 @@ def test_stop_asked_mid_step_aborts_before_the_optimizer_steps():
     assert (2, "forward") not in phases and (2, "optimizer") not in phases
 
 
+def test_stop_hooks_come_off_for_short_steps_and_answer_a_stop_inside_long_ones():
+    """Model hooks answer a stop inside a long forward; for steps shorter than
+    STOP_HOOKS_OFF_MS the phase edges answer soon enough and the hooks (which take the
+    model off PyTorch's fast call path) come off; a long step puts them back."""
+    from core.controls import RunControls, StopRequested
+    from core.loop import STOP_HOOKS_ON_MS, TrainingSession
+
+    cfg = tiny_config("gan", steps=3)
+    controls = RunControls(cfg.techniques)
+    session = TrainingSession(cfg, controls, RunHistory())
+    models = list(session.preset.models.values())
+    assert all(m._forward_pre_hooks for m in models)  # on until steps show they are short
+    session.sample(0, "start")
+    for step in range(3):  # the first step can be slow (warm-up)
+        record = session.step(step, cfg.techniques, False)
+    assert record.step_ms < 30 and not any(m._forward_pre_hooks for m in models)
+    session._tune_stop_hooks(STOP_HOOKS_ON_MS + 1)
+    controls.stop()
+    with pytest.raises(StopRequested):  # at the model call, not at the next phase edge
+        session.preset.forward_train(cfg.techniques)
+    session.close()
+    assert not any(m._forward_pre_hooks for m in models)
+
+
 def test_precise_tracker_skips_alias_only_ops_but_sees_a_resize():
     """Views and in-place ops cannot allocate and are skipped by their schema; resize_ can
     (it aliases self, yet grows the storage), so a grown storage is still an alloc event."""

@@ -542,9 +542,11 @@ class MemoryProbe:
         return opt
 
     def sample(self, step: int, phase: str, time_s: float) -> MemorySample:
-        if phase in self._GRADS_CHANGE:
+        grads_changed = phase in self._GRADS_CHANGE
+        if grads_changed:
             self._grads = self._scan_grads()
         grads = self._grads
+        opt_before = self._opt
         if phase in self._OPT_CHANGES:
             self._opt = self._scan_optimizer(grads)
         opt = self._opt
@@ -557,8 +559,15 @@ class MemoryProbe:
             other = max(0, allocated - known)
         elif self.precise is not None:
             other = max(0, self.precise.live_bytes - known)
-            self.precise.classify({"params": self.params.keys, "grads": grads.keys,
-                                   "optimizer": opt.keys, "activations": live})
+            # Only what can have changed: parameters once, optimizer state when rescanned.
+            found = {"activations": live}
+            if grads_changed:
+                found["grads"] = grads.keys
+            if opt is not opt_before or phase == "start":
+                found["optimizer"] = opt.keys
+            if phase == "start":
+                found["params"] = self.params.keys
+            self.precise.classify(found)
         else:
             other = self._other(self.preset.carried_tensors(), grads, opt)
         if not self.cuda and phase in self._HEAP_PHASES:

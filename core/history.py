@@ -75,12 +75,13 @@ class ColumnTable:
 
     `append` only queues the writer's item: the training thread calls it five times a step
     between kernels, where writing a tuple into a numpy row cost ~20 us (cold caches) and a
-    lock more. Items become rows in batches, converted by `convert`, when a reader looks
-    (`len()`, `rows()`, `column()`, ...) or when FLUSH_ROWS are waiting, whichever is first;
-    a reader therefore always sees every row appended before it looked.
+    lock more. Items become rows in batches, converted by `convert`, when FLUSH_ROWS are
+    waiting or a reader looks (`len()`, `rows()`, `column()`, ...), whichever is first: a
+    reader always sees every row appended before it looked. The batch is small so that a
+    reader (the GUI thread, at 30 Hz) seldom finds more than a few dozen to convert.
     """
 
-    FLUSH_ROWS = 512
+    FLUSH_ROWS = 64
 
     def __init__(self, columns: Sequence[str], block_rows: int = BLOCK_ROWS,
                  convert: Callable[[Any], Sequence[float]] | None = None) -> None:

@@ -153,8 +153,11 @@ class ColumnTable:
             self._store(rows)
 
     def _span(self, start: int, stop: int | None) -> tuple[list[np.ndarray], int, int]:
-        """The blocks that hold rows [start, stop) and the row range, read under the lock."""
-        self._drain()
+        """The blocks that hold rows [start, stop) and the row range, read under the lock.
+        Queued items are stored first only if the reader asks past the stored rows (the GUI
+        reads back stored rows many times a frame; those reads skip the queue)."""
+        if stop is None or stop > self._n:
+            self._drain()
         with self._lock:
             n = self._n
             stop = n if stop is None else min(stop, n)

@@ -463,7 +463,7 @@ class GraphPanel(QWidget):
                 focus = QPointF(*layout.positions[v.id])
         self.graph_view.show_readable(focus)
         self.last_layout_s = time.perf_counter() - self._requested_at
-        if self.selected in self.scene.items_by_id:
+        if self.selected in self.scene.boxes:
             self.select_node(self.selected)
         self._on_search_changed(self.search.text())
         self._update_header()
@@ -576,14 +576,8 @@ class GraphPanel(QWidget):
         v = self._view_node(view_id)
         if v is None:
             return
-        old = self.scene.items_by_id.get(self.selected or "")
-        if old is not None:
-            old.set_state(selected=False)
         self.selected = view_id
-        item = self.scene.items_by_id.get(view_id)
-        if item is not None:
-            item.set_state(selected=True)
-        self.scene.highlight_edges(view_id)
+        self.scene.select(view_id)
         self.saved_list.clear()
         if v.kind == "group":
             inside = [self.snapshot.node(m) for m in v.members]
@@ -620,18 +614,14 @@ class GraphPanel(QWidget):
 
     @Slot(str)
     def _on_search_changed(self, text: str) -> None:
-        for item in self.scene.items_by_id.values():
-            if item.marked:
-                item.set_state(marked=False)
+        self.scene.mark(())
         self._hits = []
         self._hit_index = -1
         self.search_count.setText("")
         if self.view is None or self.snapshot is None or not text.strip():
             return
-        self._hits = [h for h in self.view.find(self.snapshot, text)
-                      if h in self.scene.items_by_id]  # fmt: skip
-        for h in self._hits:
-            self.scene.items_by_id[h].set_state(marked=True)
+        self._hits = [h for h in self.view.find(self.snapshot, text) if h in self.scene.boxes]
+        self.scene.mark(self._hits)
         self.search_count.setText(f"{len(self._hits)} match{'' if len(self._hits) == 1 else 'es'}")
         self.search.setToolTip("Enter goes to the next match")
 
@@ -644,10 +634,10 @@ class GraphPanel(QWidget):
         if not self._hits:
             return
         self._hit_index = (self._hit_index + 1) % len(self._hits)
-        item = self.scene.items_by_id[self._hits[self._hit_index]]
+        box = self.scene.boxes[self._hits[self._hit_index]]
         if self.graph_view.zoom < 0.6:
             self.graph_view.zoom_to(0.9)
-        self.graph_view.centerOn(item)
+        self.graph_view.centerOn(box.centre)
         self.select_node(self._hits[self._hit_index])
 
     # --- export ---------------------------------------------------------------------------
@@ -693,7 +683,7 @@ class GraphPanel(QWidget):
         painter.setRenderHint(QPainter.RenderHint.Antialiasing)
         shown = self.scene.labels_shown
         self.scene.show_labels(True)  # the file is read zoomed in, whatever the view shows
-        self.scene.label(rect)
+        self.scene.label(rect, now=True)
         self.scene.render(painter)
         self.scene.show_labels(shown)
         painter.end()

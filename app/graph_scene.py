@@ -1,12 +1,14 @@
-"""The autograd graph as a Qt graphics scene: node items, edge paths and a zoomable view."""
+"""The autograd graph as a Qt graphics scene: node boxes, edge paths and a zoomable view."""
 
 from __future__ import annotations
 
 import math
 import time
+from collections import deque
 
 from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
+    QBrush,
     QColor,
     QFont,
     QFontMetricsF,
@@ -20,7 +22,6 @@ from PySide6.QtWidgets import (
     QGraphicsPathItem,
     QGraphicsRectItem,
     QGraphicsScene,
-    QGraphicsSimpleTextItem,
     QGraphicsView,
     QToolTip,
 )  # fmt: skip
@@ -94,67 +95,100 @@ def tooltip(v: ViewNode) -> str:
     return "<br>".join(rows)
 
 
-class NodeItem(QGraphicsPathItem):
-    """One box, shaded by bytes. Qt draws it (a path item, no Python paint or boundingRect):
-    a repaint or the scene's dirty pass never calls into Python, so it costs no Python time
-    and never waits for the GIL while a training or layout thread runs. Its label lines are
-    text items in the scene's label layers (see GraphScene), not children, so the view can
-    hide every label at once when zoomed out too far to read them.
-    """
+class NodeBox:
+    """One node's box: where it is, how big, its fill. The scene draws boxes a few path
+    items at a time (see GraphScene), so a node is this plain record, not a Qt item."""
 
-    def __init__(self, v: ViewNode, size: tuple[float, float], fill: QColor,
-                 path: QPainterPath) -> None:  # fmt: skip
-        super().__init__(path)
-        self.view_node = v
+    __slots__ = ("fill", "h", "view_node", "w", "x", "y")
+
+    def __init__(self, view_node: ViewNode, pos: tuple[float, float],
+                 size: tuple[float, float], fill: QColor) -> None:  # fmt: skip
+        self.view_node = view_node
+        self.x, self.y = pos
         self.w, self.h = size
         self.fill = fill
-        self.marked = False  # a search hit
-        self.selected = False
-        self.hovered = False
-        self.setBrush(fill)
-        self.setPen(_BORDER)
-        self.setAcceptHoverEvents(True)
 
-    def set_state(self, *, selected: bool | None = None, marked: bool | None = None) -> None:
-        if selected is not None:
-            self.selected = selected
-        if marked is not None:
-            self.marked = marked
-        self._restyle()
+    @property
+    def centre(self) -> QPointF:
+        return QPointF(self.x, self.y)
 
-    def hoverEnterEvent(self, event) -> None:
-        self.hovered = True
-        self._restyle()
+    def contains(self, x: float, y: float) -> bool:
+        return abs(x - self.x) <= self.w / 2 and abs(y - self.y) <= self.h / 2
 
-    def hoverLeaveEvent(self, event) -> None:
-        self.hovered = False
-        self._restyle()
-
-    def _restyle(self) -> None:
-        self.setPen(_SELECTED if self.selected else _MARKED if self.marked
-                    else _HOVERED if self.hovered else _BORDER)  # fmt: skip
+    def add_outline(self, path: QPainterPath) -> None:
+        rect = QRectF(self.x - self.w / 2, self.y - self.h / 2, self.w, self.h)
+        if self.view_node.kind == "group":  # a collapsed module call
+            path.addRoundedRect(rect, 6, 6)
+        else:
+            path.addRect(rect)
 
 
 _BORDER = QPen(QColor("#333333"), 0)
-_SELECTED = QPen(QColor("#1565c0"), 3)
-_MARKED = QPen(QColor("#d81b60"), 3)
-_HOVERED = QPen(QColor("#1e88e5"), 2)
+# A node's state is drawn as an outline over its box; one path item per state holds every
+# node in that state. Stacked so a selected node shows selected, then marked, then hovered.
+OUTLINES = {
+    "hovered": (QPen(QColor("#1e88e5"), 2), 0.2),
+    "marked": (QPen(QColor("#d81b60"), 3), 0.3),  # a search hit
+    "selected": (QPen(QColor("#1565c0"), 3), 0.4),
+}
+BOX_BAND_PX = 2400.0  # boxes: one path item per fill colour per band, so Qt can cull them
+HIT_BAND_PX = 100.0  # finding the box under the mouse looks only in its band
 EDGE_BAND_PX = 800.0  # edges are grouped into path items by band, so Qt can cull them
 LABEL_BAND_PX = 800.0  # labels too: one layer item per band holds that band's text items
 # At most this long on the GUI thread at a time while building: short enough that a slice
 # plus a full garbage collection landing in it (20-30 ms here) stays well under 50 ms.
 BUILD_SLICE_S = 0.012
-TEARDOWN_CHUNK = 100  # old items deleted per step while the next graph replaces them
+# Labels are made in shorter slices: Qt lays out each line's text when it is made and
+# measures and draws it in the turns that follow, which adds as much again.
+LABEL_SLICE_S = 0.006
+TEARDOWN_CHUNK = 20  # old items deleted per step (a label layer takes its lines with it)
+
+
+class _Drawing:
+    """One graph's items, under one root item, and what finds its nodes. A graph is built
+    under a hidden root and shown by showing the root: the one on screen stays, whole and
+    usable, until the next one is complete, and nothing is painted half built."""
+
+    def __init__(self) -> None:
+        self.root: QGraphicsItem | None = None
+        self.items: list[QGraphicsItem] = []  # deleted from the end: the root (first) last
+        self.rect = QRectF()
+        self.boxes: dict[str, NodeBox] = {}
+        self.hit_bands: dict[int, list[NodeBox]] = {}
+        self.edges: list[tuple[str, str, str, list[tuple[float, float]]]] = []
+        self.edges_of: dict[str, list[int]] = {}
+        self.unlabelled: dict[int, list[tuple[str, tuple[float, float]]]] = {}  # by band
+
+    def add(self, scene: QGraphicsScene, item: QGraphicsItem) -> QGraphicsItem:
+        if self.root is None:
+            # The one item made in Python: when Qt deletes it (the scene going away) the
+            # binding hears of it and lets go of every item under it. Items made by Qt
+            # tell the binding nothing, and a handle kept to one Qt had deleted would
+            # free it again when dropped.
+            self.root = QGraphicsRectItem()
+            self.root.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
+            self.root.setVisible(False)
+            scene.addItem(self.root)
+            self.items.insert(0, self.root)
+        item.setParentItem(self.root)
+        self.items.append(item)
+        return item
 
 
 class GraphScene(QGraphicsScene):
     """Built once per layout, in slices between event-loop turns so the window never
-    freezes: the old graph's items are deleted, then node items and edges as a few path
-    items per horizontal band. Items go in unindexed (adding them stays cheap); once the
-    graph is complete the scene switches to a BSP tree, so a paint, a hover or a click asks
-    only for the items near it. Label text items are made a band at a time when the view
-    first shows that band at a readable zoom (`label`): a 2,000-node graph is 36,000 px
-    tall and opens showing 1,000 of them, so most labels would never be seen."""
+    freezes, out of sight until complete (see _Drawing): the boxes as one path item per
+    fill colour per horizontal band, the edges as a few path items per band; then the
+    previous graph's items are deleted, a slice at a time. Every item is made by Qt
+    (`addPath`, `addSimpleText`), never constructed in Python: an item made in Python is a
+    binding subclass whose every virtual call (bounds, shape, paint) first asks Python,
+    under the GIL, whether it is overridden, and waits for the GIL whenever a training or
+    layout thread runs. A few hundred items, so the scene keeps no index: a paint walks
+    them faster than Qt builds and updates a BSP tree, and the box under the mouse is found
+    from the boxes themselves (`box_at`). Label text items are made a band at a time when
+    the view first shows that band at a readable zoom (`label`), in short slices after the
+    boxes are drawn: a 2,000-node graph is 36,000 px tall and opens showing 1,000 of them,
+    so most labels would never be seen."""
 
     graph_built = Signal()
 
@@ -163,82 +197,113 @@ class GraphScene(QGraphicsScene):
         self.font = graph_font()
         self.metrics = TextMetrics(self.font)
         self._fm = QFontMetricsF(self.font)
-        self.items_by_id: dict[str, NodeItem] = {}
-        self._edges: list[tuple[str, str, str, list[tuple[float, float]]]] = []
-        self._edges_of: dict[str, list[int]] = {}
+        self._shown = _Drawing()
+        self._next: _Drawing | None = None  # being built
+        self._work = None  # the generator building the next graph, then deleting the old
+        # Its next slice comes on a timer, not a posted call: Qt sends every posted call
+        # that is due in one go, so two slices (and the scene updates between them) would
+        # run back to back, with no turn of the event loop in between.
+        self._slicer = QTimer(self)
+        self._slicer.setSingleShot(True)
+        self._slicer.setInterval(0)
+        self._slicer.timeout.connect(self._continue)
+        self._announcing = False  # shown, `graph_built` not yet emitted
+        self._old: list[QGraphicsItem] = []  # replaced graphs' items, still to delete
+        self.selected: str | None = None
+        self.marked: frozenset[str] = frozenset()
+        self.hovered: str | None = None
+        self._outlines: dict[str, QGraphicsPathItem] = {}
         self._highlight: QGraphicsPathItem | None = None
         self._label_layers: list[QGraphicsItem] = []
-        self._unlabelled: dict[int, list[tuple[str, tuple[float, float]]]] = {}  # by band
+        self._filling: dict[QGraphicsItem, int] = {}  # layer -> its labels still to make
+        self._label_queue: deque[tuple[QGraphicsItem, str, tuple[float, float]]] = deque()
+        self._labeller = QTimer(self)  # a timer, not a posted call: a paint goes first
+        self._labeller.setSingleShot(True)
+        self._labeller.setInterval(0)
+        self._labeller.timeout.connect(self._label_some)
         self.labels_shown = True  # the view hides labels below a readable zoom
-        self._top: list[QGraphicsItem] = []  # the shown graph's top-level items
-        self._old: list[QGraphicsItem] = []  # the previous graph's, still to delete
         self._advance: dict[str, float] = {}  # label line -> its width in the graph font
-        self._build = None  # the generator building the current graph
         self.setBackgroundBrush(QColor("#ffffff"))
         self.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
 
     @property
+    def boxes(self) -> dict[str, NodeBox]:
+        """The shown graph's nodes by view node id."""
+        return self._shown.boxes
+
+    @property
     def building(self) -> bool:
-        return self._build is not None
+        return self._next is not None
 
     def show_graph(self, view: ViewGraph, layout: Layout) -> None:
-        """Start building; `graph_built` is emitted when every item is in the scene."""
-        self._reset(now=False)
-        self.setSceneRect(QRectF(0, 0, layout.width, layout.height))
-        self._build = self._steps(view, layout)
+        """Start building; `graph_built` is emitted once the scene shows it."""
+        if self._next is not None:  # replaced before it was shown
+            self._old += self._next.items
+        self._next = _Drawing()
+        self._next.rect = QRectF(0, 0, layout.width, layout.height)
+        self._work = self._steps(self._next, view, layout)
         self._continue()
 
     def _continue(self) -> None:
-        build = self._build
-        if build is None:
-            return
+        work = self._work
         end = time.perf_counter() + BUILD_SLICE_S
-        for _ in build:
+        for _ in work or ():
             if time.perf_counter() > end:
-                QTimer.singleShot(0, self._continue)
+                self._slicer.start()
                 return
-        if build is self._build:
-            self.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.BspTreeIndex)
-            # announced on the next turn: what the view does then (zoom, labels, search)
-            # is a slice's worth of work of its own
-            QTimer.singleShot(0, lambda: self._built(build))
+        if work is self._work:
+            self._work = None
 
-    def _built(self, build) -> None:
-        if build is self._build:  # not replaced by a newer graph meanwhile
-            self._build = None
+    def _steps(self, drawing: _Drawing, view: ViewGraph, layout: Layout):
+        yield from self._teardown()  # what a build replaced before it was shown
+        yield from self._draw(drawing, view, layout)
+        self._show(drawing)
+        # announced on the next turn: what the view does then (zoom, labels, search) is a
+        # slice's worth of work of its own
+        QTimer.singleShot(0, lambda: self._built(drawing))
+        yield
+        yield from self._teardown()
+
+    def _built(self, drawing: _Drawing) -> None:
+        self._announcing = False
+        if drawing is self._shown and self._next is None:  # no newer graph on its way
             self.graph_built.emit()
 
-    def _steps(self, view: ViewGraph, layout: Layout):
-        yield from self._teardown()
+    def _draw(self, drawing: _Drawing, view: ViewGraph, layout: Layout):
         most = max((v.held_bytes for v in view.nodes), default=0)
-        colours: dict[tuple[str, int], QColor] = {}
-        paths: dict[tuple[float, float, bool], QPainterPath] = {}
+        fills: dict[tuple[str, int], QColor] = {}
+        paths: dict[tuple[int, str, int], QPainterPath] = {}
         for i, v in enumerate(view.nodes):
             pos = layout.positions.get(v.id)
             if pos is None:
                 continue
-            level = _level(v.held_bytes, most)
-            fill = colours.get((v.kind, level))
+            shading = (v.kind, _level(v.held_bytes, most))
+            fill = fills.get(shading)
             if fill is None:
-                fill = colours[(v.kind, level)] = shade(v.kind, level / SHADE_LEVELS)
-            size = layout.sizes[v.id]
-            rounded = v.kind == "group"
-            path = paths.get((*size, rounded))
+                fill = fills[shading] = shade(v.kind, shading[1] / SHADE_LEVELS)
+            box = NodeBox(v, pos, layout.sizes[v.id], fill)
+            drawing.boxes[v.id] = box
+            key = (int(pos[1] // BOX_BAND_PX), *shading)
+            path = paths.get(key)
             if path is None:
-                path = paths[(*size, rounded)] = _box(size, rounded)
-            item = NodeItem(v, size, fill, path)
-            item.setPos(pos[0], pos[1])
-            self._add(item)
-            self.items_by_id[v.id] = item
-            self._unlabelled.setdefault(int(pos[1] // LABEL_BAND_PX), []).append((v.label, pos))
-            if i % 20 == 19:
+                path = paths[key] = QPainterPath()
+            box.add_outline(path)
+            for band in range(int((box.y - box.h / 2) // HIT_BAND_PX),
+                              int((box.y + box.h / 2) // HIT_BAND_PX) + 1):  # fmt: skip
+                drawing.hit_bands.setdefault(band, []).append(box)
+            drawing.unlabelled.setdefault(int(pos[1] // LABEL_BAND_PX), []).append((v.label, pos))
+            if i % 25 == 24:
                 yield
-        self._edges = layout.edges
+        for i, ((_band, *shading), path) in enumerate(paths.items()):
+            drawing.add(self, self.addPath(path, _BORDER, QBrush(fills[tuple(shading)])))
+            if i % 25 == 24:
+                yield
+        drawing.edges = layout.edges
         bands: dict[tuple[int, str], QPainterPath] = {}
         heads: dict[int, QPainterPath] = {}
         for i, (s, d, style, pts) in enumerate(layout.edges):
-            self._edges_of.setdefault(s, []).append(i)
-            self._edges_of.setdefault(d, []).append(i)
+            drawing.edges_of.setdefault(s, []).append(i)
+            drawing.edges_of.setdefault(d, []).append(i)
             band = int(min(pts[0][1], pts[-1][1]) // EDGE_BAND_PX)
             long = abs(pts[-1][1] - pts[0][1]) > LONG_EDGE_PX
             kind = "plain" if style == "none" else "far" if long else "near"
@@ -251,36 +316,155 @@ class GraphScene(QGraphicsScene):
                 if end_band not in heads:
                     heads[end_band] = QPainterPath()
                 _add_arrowhead(heads[end_band], pts)
-            if i % 200 == 199:
+            if i % 50 == 49:
                 yield
         for (_band, kind), path in bands.items():
             colour, z = EDGE_STYLE[kind]
-            item = QGraphicsPathItem(path)
             pen = QPen(QColor(colour), 0)
             pen.setCosmetic(True)
-            item.setPen(pen)
-            item.setZValue(z)
-            self._add(item)
+            drawing.add(self, self.addPath(path, pen)).setZValue(z)
         for path in heads.values():
-            arrows = QGraphicsPathItem(path)
-            arrows.setPen(QPen(Qt.PenStyle.NoPen))
-            arrows.setBrush(QColor("#444444"))
-            arrows.setZValue(-1)
-            self._add(arrows)
+            arrows = self.addPath(path, QPen(Qt.PenStyle.NoPen), QBrush(QColor("#444444")))
+            drawing.add(self, arrows).setZValue(-1)
 
-    def _add(self, item: QGraphicsItem) -> None:
-        self.addItem(item)
-        self._top.append(item)
+    def _show(self, drawing: _Drawing) -> None:
+        """Put the built graph on screen in place of the shown one, which goes out of sight
+        to be deleted in slices."""
+        old = self._shown
+        if old.root is not None:
+            old.root.setVisible(False)
+        self._old += old.items
+        self._forget()
+        self._shown, self._next = drawing, None
+        self._announcing = True
+        self.setSceneRect(drawing.rect)
+        if drawing.root is not None:
+            drawing.root.setVisible(True)
 
-    def _label_layer(self) -> QGraphicsItem:
-        """An empty item whose children are one band's label lines (hidden all at once)."""
-        layer = QGraphicsRectItem()
-        layer.setPen(QPen(Qt.PenStyle.NoPen))
+    def _forget(self) -> None:
+        """Drop what belonged to the shown graph: states, outlines, labels."""
+        self._shown = _Drawing()
+        self.selected, self.marked, self.hovered = None, frozenset(), None
+        self._outlines, self._highlight = {}, None
+        self._label_layers, self._filling = [], {}
+        self._label_queue.clear()
+
+    def _teardown(self):
+        old = self._old
+        while old:
+            chunk = old[-TEARDOWN_CHUNK:]
+            del old[-TEARDOWN_CHUNK:]
+            for item in reversed(chunk):  # children before the root they hang from
+                self.removeItem(item)  # back in Python's hands: freed with `chunk`
+            del chunk
+            yield
+
+    # --- what the user points at ------------------------------------------------------------
+    def box_at(self, point: QPointF) -> NodeBox | None:
+        x, y = point.x(), point.y()
+        for box in self._shown.hit_bands.get(int(y // HIT_BAND_PX), ()):
+            if box.contains(x, y):
+                return box
+        return None
+
+    def select(self, node_id: str | None) -> None:
+        """Outline the node and draw its edges bold and blue."""
+        self.selected = node_id
+        self._restyle()
+        self.highlight_edges(node_id)
+
+    def mark(self, node_ids) -> None:
+        """Outline these nodes (search hits), and no others."""
+        self.marked = frozenset(i for i in node_ids if i in self.boxes)
+        self._restyle()
+
+    def hover(self, node_id: str | None) -> None:
+        if node_id != self.hovered:
+            self.hovered = node_id
+            self._restyle()
+
+    def _restyle(self) -> None:
+        """Each node in one outline only, its first of selected, marked, hovered: a wide
+        outline drawn over another would show the one below at its anti-aliased edge."""
+        one = {self.selected} - {None}
+        self._outline("selected", one)
+        self._outline("marked", self.marked - one)
+        self._outline("hovered", {self.hovered} - {None} - one - self.marked)
+
+    def _outline(self, state: str, node_ids) -> None:
+        path = QPainterPath()
+        for node_id in node_ids:
+            box = self.boxes.get(node_id)
+            if box is not None:
+                box.add_outline(path)
+        item = self._outlines.get(state)
+        if item is not None:
+            if item.path() != path:
+                item.setPath(path)
+        elif not path.isEmpty():
+            pen, z = OUTLINES[state]
+            item = self._outlines[state] = self.addPath(path, pen)
+            self._shown.add(self, item).setZValue(z)
+
+    def highlight_edges(self, node_id: str | None) -> None:
+        """Draw the node's edges bold and blue."""
+        path = QPainterPath()
+        drawing = self._shown
+        for i in drawing.edges_of.get(node_id, ()) if node_id is not None else ():
+            _add_curve(path, drawing.edges[i][3])
+        if self._highlight is not None:
+            self._highlight.setPath(path)
+        elif not path.isEmpty():
+            pen = QPen(QColor("#1565c0"), 2.5)
+            pen.setCosmetic(True)
+            self._highlight = self.addPath(path, pen)
+            drawing.add(self, self._highlight).setZValue(-0.5)
+
+    # --- labels -----------------------------------------------------------------------------
+    def label(self, rect: QRectF, now: bool = False) -> None:
+        """Make the labels of the nodes in `rect`'s bands, if not made yet and shown: the
+        bands nearest its middle first, in slices from the next turn (`now`: before this
+        returns). A band's labels show together once all are made, in one repaint."""
+        if not self.labels_shown or self._announcing:  # the view has not zoomed it yet
+            return
+        unlabelled = self._shown.unlabelled
+        bands = range(int(rect.top() // LABEL_BAND_PX), int(rect.bottom() // LABEL_BAND_PX) + 1)
+        middle = rect.center().y() // LABEL_BAND_PX
+        for band in sorted(bands, key=lambda b: abs(b - middle)):
+            todo = unlabelled.pop(band, None)
+            if todo:
+                layer = self._label_layer(len(todo))
+                self._label_queue.extend((layer, text, pos) for text, pos in todo)
+        if now:
+            while self._label_queue:
+                self._add_label(*self._label_queue.popleft())
+        elif self._label_queue and not self._labeller.isActive():
+            self._labeller.start()
+
+    @property
+    def labelling(self) -> bool:
+        """Labels asked for and not all made yet."""
+        return bool(self._label_queue)
+
+    def _label_some(self) -> None:
+        queue = self._label_queue
+        if not self.labels_shown:
+            return  # hidden: made when shown again
+        end = time.perf_counter() + LABEL_SLICE_S
+        while queue and time.perf_counter() < end:
+            self._add_label(*queue.popleft())
+        if queue:
+            self._labeller.start()
+
+    def _label_layer(self, count: int) -> QGraphicsItem:
+        """An empty item whose children are one band's label lines (hidden all at once),
+        out of sight until its `count` labels are made."""
+        layer = self.addRect(QRectF(), QPen(Qt.PenStyle.NoPen))
         layer.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
-        layer.setZValue(1)
-        layer.setVisible(self.labels_shown)
-        self._add(layer)
+        layer.setVisible(False)
+        self._shown.add(self, layer).setZValue(1)
         self._label_layers.append(layer)
+        self._filling[layer] = count
         return layer
 
     def _add_label(self, layer: QGraphicsItem, label: str, pos: tuple[float, float]) -> None:
@@ -294,21 +478,13 @@ class GraphScene(QGraphicsScene):
             width = self._advance.get(line)
             if width is None:
                 width = self._advance[line] = self._fm.horizontalAdvance(line)
-            text = QGraphicsSimpleTextItem(line, layer)  # black, as the border
-            text.setFont(self.font)
+            text = self.addSimpleText(line, self.font)  # black, as the border
+            text.setParentItem(layer)
             text.setPos(pos[0] - width / 2, top + i * lh)
-
-    def label(self, rect: QRectF) -> None:
-        """Make the labels of the nodes in `rect`'s bands, if not made yet and shown."""
-        if not self.labels_shown or not self._unlabelled:
-            return
-        for band in range(int(rect.top() // LABEL_BAND_PX),
-                          int(rect.bottom() // LABEL_BAND_PX) + 1):  # fmt: skip
-            todo = self._unlabelled.pop(band, None)
-            if todo:
-                layer = self._label_layer()
-                for text, pos in todo:
-                    self._add_label(layer, text, pos)
+        self._filling[layer] -= 1
+        if not self._filling[layer]:
+            del self._filling[layer]
+            layer.setVisible(self.labels_shown)
 
     def show_labels(self, shown: bool) -> None:
         """Labels on or off (the view turns them off below a readable zoom: thousands of
@@ -317,72 +493,24 @@ class GraphScene(QGraphicsScene):
             return
         self.labels_shown = shown
         for layer in self._label_layers:
-            layer.setVisible(shown)
+            if layer not in self._filling:
+                layer.setVisible(shown)
+        if shown and self._label_queue:
+            self._labeller.start()
 
-    def _reset(self, now: bool = True) -> None:
-        """Forget the shown graph. Its items are deleted now, or (`now` False) in steps at
-        the start of the next build: deleting thousands of items in one go would stall."""
-        self._build = None
-        self.setItemIndexMethod(QGraphicsScene.ItemIndexMethod.NoIndex)
-        if self._highlight is not None:
-            self._top.append(self._highlight)
-        if now:
-            self._old.clear()
-            self.clear()
-        else:
-            self._old += self._top
-        self._top = []
-        self.items_by_id.clear()
-        self._edges, self._edges_of = [], {}
-        self._highlight = None
-        self._label_layers = []
-        self._unlabelled = {}
-
-    def _teardown(self):
-        old = self._old
-        while old:
-            chunk = old[-TEARDOWN_CHUNK:]
-            del old[-TEARDOWN_CHUNK:]
-            for item in chunk:
-                self.removeItem(item)  # back in Python's hands: freed with `chunk`
-            del chunk
-            yield
-
+    # --- a message instead of a graph ------------------------------------------------------
     def show_message(self, text: str) -> None:
-        self._reset()
+        self._work, self._next, self._announcing = None, None, False
+        self._slicer.stop()
+        self._old = []
+        self.clear()  # every item, deleted now
+        self._forget()
         item = self.addText(text, graph_font())
-        self._top.append(item)
+        self._shown.add(self, item)
+        self._shown.root.setVisible(True)
         item.setTextWidth(460)
         item.setDefaultTextColor(QColor("#555555"))
         self.setSceneRect(item.boundingRect().adjusted(-20, -20, 20, 20))
-
-    def highlight_edges(self, node_id: str | None) -> None:
-        """Draw the selected node's edges bold and blue."""
-        if self._highlight is not None:
-            self.removeItem(self._highlight)
-            self._highlight = None
-        if node_id is None:
-            return
-        path = QPainterPath()
-        for i in self._edges_of.get(node_id, ()):
-            _add_curve(path, self._edges[i][3])
-        item = QGraphicsPathItem(path)
-        pen = QPen(QColor("#1565c0"), 2.5)
-        pen.setCosmetic(True)
-        item.setPen(pen)
-        item.setZValue(-0.5)
-        self.addItem(item)
-        self._highlight = item
-
-
-def _box(size: tuple[float, float], rounded: bool) -> QPainterPath:
-    w, h = size
-    path = QPainterPath()
-    if rounded:  # a collapsed module call
-        path.addRoundedRect(QRectF(-w / 2, -h / 2, w, h), 6, 6)
-    else:
-        path.addRect(QRectF(-w / 2, -h / 2, w, h))
-    return path
 
 
 # Edge kinds: colour and stacking (long edges faint and underneath).
@@ -427,8 +555,12 @@ class GraphView(QGraphicsView):
                             | QPainter.RenderHint.TextAntialiasing)  # fmt: skip
         self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)
         self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
-        self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.SmartViewportUpdate)
+        # One rectangle around whatever changed: a band of labels shown at once would make
+        # the smart mode merge hundreds of small rectangles into a region and clip every
+        # item's paint to it (twice the time of painting the whole rectangle).
+        self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.BoundingRectViewportUpdate)
         self.verticalScrollBar().valueChanged.connect(self._label_shown_part)
+        self.viewport().setMouseTracking(True)  # hover outlines the box under the mouse
         self._press: QPointF | None = None
 
     @property
@@ -495,6 +627,11 @@ class GraphView(QGraphicsView):
         self._press = event.position()
         super().mousePressEvent(event)
 
+    def mouseMoveEvent(self, event) -> None:
+        super().mouseMoveEvent(event)
+        if event.buttons() == Qt.MouseButton.NoButton:  # not while panning
+            self._hover(event.position().toPoint())
+
     def mouseReleaseEvent(self, event) -> None:
         super().mouseReleaseEvent(event)
         press, self._press = self._press, None
@@ -502,27 +639,36 @@ class GraphView(QGraphicsView):
             return
         if (event.position() - press).manhattanLength() > 4:
             return  # a pan, not a click
-        item = self.node_at(event.position().toPoint())
-        if item is not None:
-            self.node_clicked.emit(item.view_node.id)
+        box = self.node_at(event.position().toPoint())
+        if box is not None:
+            self.node_clicked.emit(box.view_node.id)
 
     def viewportEvent(self, event) -> bool:
         if event.type() == QEvent.Type.ToolTip:  # built on demand: thousands of nodes
-            item = self.node_at(event.pos())
-            if item is not None:
-                QToolTip.showText(event.globalPos(), tooltip(item.view_node), self.viewport())
+            box = self.node_at(event.pos())
+            if box is not None:
+                QToolTip.showText(event.globalPos(), tooltip(box.view_node), self.viewport())
             else:
                 QToolTip.hideText()
             return True
+        if event.type() == QEvent.Type.Leave:
+            self._hover(None)
         return super().viewportEvent(event)
 
     def contextMenuEvent(self, event) -> None:
-        item = self.node_at(event.pos())
-        if item is not None:
-            self.node_context.emit(item.view_node.id, event.globalPos())
+        box = self.node_at(event.pos())
+        if box is not None:
+            self.node_context.emit(box.view_node.id, event.globalPos())
 
-    def node_at(self, pos) -> NodeItem | None:
-        for item in self.items(pos):
-            if isinstance(item, NodeItem):
-                return item
-        return None
+    def _hover(self, pos) -> None:
+        scene = self.scene()
+        if isinstance(scene, GraphScene):
+            box = None if pos is None else self.node_at(pos)
+            scene.hover(None if box is None else box.view_node.id)
+
+    def node_at(self, pos) -> NodeBox | None:
+        """The box under a viewport position, if any."""
+        scene = self.scene()
+        if not isinstance(scene, GraphScene):
+            return None
+        return scene.box_at(self.mapToScene(pos))

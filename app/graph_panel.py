@@ -22,6 +22,7 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QComboBox,
     QFileDialog,
+    QFrame,
     QHBoxLayout,
     QLabel,
     QLineEdit,
@@ -29,6 +30,7 @@ from PySide6.QtWidgets import (
     QListWidgetItem,
     QMenu,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QSpinBox,
     QSplitter,
@@ -351,11 +353,27 @@ class GraphPanel(QWidget):
         split.setStretchFactor(0, 4)
         split.setStretchFactor(1, 1)
         split.setSizes([800, 260])
-        box = QVBoxLayout(self)
+        content = QWidget()
+        box = QVBoxLayout(content)
         box.addWidget(self.header)
         box.addLayout(top)
         box.addLayout(view_row)
         box.addWidget(split, 1)
+        # The panel's widgets sit in a scroll area that never scrolls: it stops their size
+        # changes at the panel's edge. Without it a new header or notes text (every layout
+        # changes them) relays out the window up to the tab widget, which then repaints
+        # every widget in the window, each paint an event to deliver while the layout
+        # thread holds the GIL.
+        frame = QScrollArea()
+        frame.setFrameShape(QFrame.Shape.NoFrame)
+        frame.setWidgetResizable(True)
+        frame.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        frame.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        frame.setWidget(content)
+        outer = QVBoxLayout(self)
+        outer.setContentsMargins(0, 0, 0, 0)
+        outer.addWidget(frame)
+        self.setMinimumSize(content.minimumSizeHint())  # as it was without the frame
 
     # --- showing a snapshot ---------------------------------------------------------------
     @Slot(object)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import os
+import random
 import statistics
 import time
 from collections.abc import Callable, Sequence
@@ -91,19 +92,25 @@ def median(values: Sequence[float]) -> float:
     return statistics.median(values) if values else math.nan
 
 
-def interleaved(variants: dict[str, Callable[[], float]], reps: int, warmup: int
-                ) -> dict[str, list[float]]:
+def interleaved(variants: dict[str, Callable[[], float]], reps: int, warmup: int,
+                seed: int = 0) -> dict[str, list[float]]:
     """Run each variant's block once per round, rounds after `warmup` recorded.
 
-    The order rotates every round (A B C, B C A, ...) so no variant always runs right after
-    the same other one; contention from other processes then falls on every variant alike.
-    Each block returns its own measurement (seconds per step); returns the lists by name.
+    Each round runs the variants in a new order, shuffled (seeded: the same orders every
+    run). A rotation (A B C, B C A, ...) would change who runs first but never who runs
+    right before whom: B would always follow A, and whatever A leaves behind (garbage for
+    the collector, a changed heap, evicted caches) would always fall on B. Shuffled, every
+    variant follows every other in turn, and contention from other processes falls on
+    every variant alike. Each block returns its own measurement (seconds per step);
+    returns the lists by name.
     """
+    rng = random.Random(seed)
     names = list(variants)
     out: dict[str, list[float]] = {n: [] for n in names}
     for r in range(warmup + reps):
-        k = r % len(names)
-        for name in names[k:] + names[:k]:
+        order = names[:]
+        rng.shuffle(order)
+        for name in order:
             value = variants[name]()
             if r >= warmup:
                 out[name].append(value)

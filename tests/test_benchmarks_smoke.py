@@ -13,13 +13,21 @@ from benchmarks._common import Figure, interleaved, paired_ratios, percentile
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def test_interleaved_rotates_and_drops_warmup():
+def test_interleaved_shuffles_each_round_and_drops_warmup():
     order: list[str] = []
-    variants = {n: (lambda n=n: order.append(n) or len(order)) for n in "abc"}
-    times = interleaved(variants, reps=3, warmup=1)
-    assert order == list("abc" "bca" "cab" "abc")
-    assert {k: len(v) for k, v in times.items()} == {"a": 3, "b": 3, "c": 3}
-    assert times["a"] == [6, 8, 10]  # rounds 2-4: where "a" ran in each
+    variants = {n: (lambda n=n: order.append(n) or len(order)) for n in "abcd"}
+    times = interleaved(variants, reps=30, warmup=1)
+    rounds = [order[i : i + 4] for i in range(0, len(order), 4)]
+    assert len(rounds) == 31 and all(sorted(r) == list("abcd") for r in rounds)
+    # every variant runs right after each of the others at some point (a rotation would
+    # always put the same one before it)
+    before_b = {r[r.index("b") - 1] for r in rounds if r.index("b") > 0}
+    assert before_b == {"a", "c", "d"}
+    assert {k: len(v) for k, v in times.items()} == {k: 30 for k in "abcd"}
+    assert times["a"] == [1 + i for i, n in enumerate(order) if n == "a"][1:]  # warm-up out
+    order.clear()
+    interleaved(variants, reps=30, warmup=1)
+    assert [order[i : i + 4] for i in range(0, len(order), 4)] == rounds  # seeded
 
 
 def test_paired_ratios_and_percentile():

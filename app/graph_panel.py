@@ -152,6 +152,7 @@ class NodeTrend(QWidget):
         points = self.series.setdefault(kind, [])
         points.append((step, nodes))
         del points[:-TREND_KEEP]
+        self.setToolTip("\n".join(self._caption(k) for k, pts in self.series.items() if pts))
         self.update()
 
     def counts(self, kind: str = "train") -> list[int]:
@@ -169,6 +170,20 @@ class NodeTrend(QWidget):
             return f"{kind}: {last:,} nodes at step {s0}"
         return f"{kind}: {first:,} → {last:,} nodes ({last - first:+,} since step {s0})"
 
+    def caption_fitting(self, kind: str, fm, width: int) -> str:
+        """The caption in the width: whole, else without its words (the numbers matter),
+        else cut with an ellipsis. The tooltip keeps the whole text."""
+        full = self._caption(kind)
+        if fm.horizontalAdvance(full) <= width:
+            return full
+        points = self.series[kind]
+        (_s0, first), (_s1, last) = points[0], points[-1]
+        short = (f"{kind}: {last:,}" if len(points) == 1
+                 else f"{kind}: {first:,}→{last:,} ({last - first:+,})")
+        if fm.horizontalAdvance(short) <= width:
+            return short
+        return fm.elidedText(short, Qt.TextElideMode.ElideRight, width)
+
     def paintEvent(self, event) -> None:
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
@@ -180,9 +195,10 @@ class NodeTrend(QWidget):
             p.drawText(4, line, "Nodes per capture: no captures yet")
             return
         p.drawText(4, line, "Nodes per capture")
+        width = self.width() - 8
         for i, kind in enumerate(kinds):
             p.setPen(QColor(self.COLOURS.get(kind, "#555555")))
-            p.drawText(4, line * (2 + i), self._caption(kind))
+            p.drawText(4, line * (2 + i), self.caption_fitting(kind, fm, width))
         r = self.rect().adjusted(6, int(line * (len(kinds) + 1) + 6), -6, -4)
         every = [pt for k in kinds for pt in self.series[k]]
         s_lo, s_hi = min(s for s, _ in every), max(s for s, _ in every)

@@ -164,6 +164,28 @@ def test_trend_follows_a_growing_graph(qtbot, panel):
     assert "freed" in panel.notes.text() or "cannot be read" in panel.notes.text()
 
 
+def test_trend_captions_fit_a_narrow_panel_and_the_tooltip_keeps_them_whole(qtbot):
+    from app.graph_panel import NodeTrend
+
+    trend = NodeTrend()
+    qtbot.addWidget(trend)
+    trend.add(2, 260)
+    trend.add(4, 1_260)
+    fm = trend.fontMetrics()
+    full = "train: 260 → 1,260 nodes (+1,000 since step 2)"
+    assert trend.caption_fitting("train", fm, 1000) == full
+    narrow = fm.horizontalAdvance(full) - 10
+    short = trend.caption_fitting("train", fm, narrow)
+    assert short == "train: 260→1,260 (+1,000)" and fm.horizontalAdvance(short) <= narrow
+    tiny = trend.caption_fitting("train", fm, 40)
+    assert tiny.endswith("…") and fm.horizontalAdvance(tiny) <= 40
+    assert trend.toolTip() == full
+    trend.resize(150, 90)
+    trend.show()
+    qtbot.waitExposed(trend)
+    trend.grab()  # paints the fitted caption without raising
+
+
 @pytest.fixture
 def frozen_gc():
     """Start-up objects out of the cyclic collector, as the app should do after start-up: a

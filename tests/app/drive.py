@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 from PySide6.QtCore import Qt
 
 # Tiny sizes keep a step at a few milliseconds; every knob is set through the widgets.
@@ -37,3 +38,21 @@ def wait_frames(qtbot, window, n: int) -> None:
     for _ in range(n):
         with qtbot.waitSignal(window._timer.timeout, timeout=5_000):
             pass
+
+
+def on_screen(qtbot, widget, size: tuple[int, int] | None = None):
+    """Show a widget as a window of `size` (w, h) and wait until it is exposed; returns it."""
+    qtbot.addWidget(widget)
+    if size is not None:
+        widget.resize(*size)
+    widget.show()
+    qtbot.waitExposed(widget)
+    return widget
+
+
+def pixels(image) -> np.ndarray:
+    """A QImage as an (h, w, 4) uint8 array, for comparing screens pixel by pixel."""
+    from PySide6.QtGui import QImage
+
+    image = image.convertToFormat(QImage.Format_RGB32)
+    return np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.width(), 4)

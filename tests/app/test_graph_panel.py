@@ -13,6 +13,7 @@ from PySide6.QtCore import QPoint, Qt, QTimer
 from app.graph_panel import GraphPanel
 from core.graph.groups import GROUP_ABOVE
 from core.graph.snapshot import GraphSnapshot
+from tests.app.drive import on_screen
 from tests.core.helpers import run
 
 
@@ -45,12 +46,7 @@ def big() -> GraphSnapshot:
 
 @pytest.fixture
 def panel(qtbot):
-    p = GraphPanel()
-    qtbot.addWidget(p)
-    p.resize(1100, 760)
-    p.show()
-    qtbot.waitExposed(p)
-    return p
+    return on_screen(qtbot, GraphPanel(), (1100, 760))
 
 
 def shown(qtbot, panel, snapshot, timeout: int = 20_000) -> None:
@@ -167,8 +163,7 @@ def test_trend_follows_a_growing_graph(qtbot, panel):
 def test_trend_captions_fit_a_narrow_panel_and_the_tooltip_keeps_them_whole(qtbot):
     from app.graph_panel import NodeTrend
 
-    trend = NodeTrend()
-    qtbot.addWidget(trend)
+    trend = on_screen(qtbot, NodeTrend(), (150, 90))
     trend.add(2, 260)
     trend.add(4, 1_260)
     fm = trend.fontMetrics()
@@ -180,10 +175,7 @@ def test_trend_captions_fit_a_narrow_panel_and_the_tooltip_keeps_them_whole(qtbo
     tiny = trend.caption_fitting("train", fm, 40)
     assert tiny.endswith("…") and fm.horizontalAdvance(tiny) <= 40
     assert trend.toolTip() == full
-    trend.resize(150, 90)
-    trend.show()
-    qtbot.waitExposed(trend)
-    trend.grab()  # paints the fitted caption without raising
+    trend.grab()  # paints the fitted caption in 150 px without raising
 
 
 @pytest.fixture

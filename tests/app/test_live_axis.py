@@ -6,12 +6,7 @@ import numpy as np
 import pyqtgraph as pg
 import pytest
 
-
-def _pixels(image) -> np.ndarray:
-    from PySide6.QtGui import QImage
-
-    image = image.convertToFormat(QImage.Format_RGB32)
-    return np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.width(), 4)
+from tests.app.drive import on_screen, pixels
 
 
 @pytest.fixture
@@ -19,12 +14,7 @@ def loss_plot(qtbot):
     """The plot with the most axes on screen: steps below, loss left, grad norm right."""
     from app.loss_plot import LossPlot
 
-    plot = LossPlot()
-    qtbot.addWidget(plot)
-    plot.resize(700, 300)
-    plot.show()
-    qtbot.waitExposed(plot)
-    return plot
+    return on_screen(qtbot, LossPlot(), (700, 300))
 
 
 def test_axes_lay_out_the_ticks_and_labels_pyqtgraph_does(loss_plot, qtbot):
@@ -76,7 +66,7 @@ def test_an_axis_paints_what_pyqtgraph_paints(loss_plot, qtbot):
             option.exposedRect = QRectF(rect)
             paint(painter, option, None)
             painter.end()
-            images.append(_pixels(image).copy())
+            images.append(pixels(image).copy())
         assert np.array_equal(images[0], images[1]), side
         assert (images[0] != 255).any()  # something was drawn
 
@@ -103,7 +93,7 @@ def test_a_following_step_axis_leaves_the_screen_as_a_full_paint_draws_it(loss_p
         QApplication.processEvents()
     assert moves >= 5
     screen = loss_plot.screen().grabWindow(loss_plot.winId()).toImage()
-    assert np.array_equal(_pixels(screen), _pixels(loss_plot.grab().toImage()))
+    assert np.array_equal(pixels(screen), pixels(loss_plot.grab().toImage()))
 
 
 def test_a_label_partly_exposed_is_painted_again(loss_plot, qtbot):
@@ -127,4 +117,4 @@ def test_a_label_partly_exposed_is_painted_again(loss_plot, qtbot):
         axis.update(QRectF(rect.center(), rect.bottomRight()))
         QApplication.processEvents()
         screen = loss_plot.screen().grabWindow(loss_plot.winId()).toImage()
-        assert np.array_equal(_pixels(screen), _pixels(loss_plot.grab().toImage())), side
+        assert np.array_equal(pixels(screen), pixels(loss_plot.grab().toImage())), side

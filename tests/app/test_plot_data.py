@@ -14,6 +14,7 @@ from core.config import RunConfig, ScheduledChange
 from core.controls import RunControls
 from core.history import RunHistory
 from core.records import MEMORY_CATEGORIES
+from tests.app.drive import on_screen, pixels
 
 
 @pytest.mark.parametrize(("value", "text"), [
@@ -308,11 +309,7 @@ def test_a_new_x_range_paints_each_plot_once(qtbot):
     fill_history(h, 2_000)
     series = RunSeries(h)
     series.pull()
-    stack = PlotStack()
-    qtbot.addWidget(stack)
-    stack.resize(900, 700)
-    stack.show()
-    qtbot.waitExposed(stack)
+    stack = on_screen(qtbot, PlotStack(), (900, 700))
     stack.set_run(series)
     stack.refresh(True)
     QApplication.processEvents()
@@ -336,12 +333,6 @@ def test_a_new_x_range_paints_each_plot_once(qtbot):
     assert paints == {"memory_plot": 1, "time_plot": 1, "loss_plot": 1}
 
 
-def _pixels(image) -> np.ndarray:
-    from PySide6.QtGui import QImage
-
-    image = image.convertToFormat(QImage.Format_RGB32)
-    return np.frombuffer(image.constBits(), np.uint8).reshape(image.height(), image.width(), 4)
-
 
 def test_a_growing_line_and_area_repaint_only_their_new_edge_and_leave_nothing_stale(qtbot):
     from PySide6.QtWidgets import QApplication
@@ -351,10 +342,7 @@ def test_a_growing_line_and_area_repaint_only_their_new_edge_and_leave_nothing_s
 
     loss, times = LossPlot(), TimePlot()
     for plot in (loss, times):
-        qtbot.addWidget(plot)
-        plot.resize(600, 300)
-        plot.show()
-        qtbot.waitExposed(plot)
+        on_screen(qtbot, plot, (600, 300))
         plot.getPlotItem().setXRange(0, 2100, padding=0)
     loss.getPlotItem().setYRange(-60, 60)
     loss.grad_view.setYRange(0, 2)
@@ -381,7 +369,7 @@ def test_a_growing_line_and_area_repaint_only_their_new_edge_and_leave_nothing_s
     # What the screen holds, built up from those strips, is what a full paint draws.
     for plot in (loss, times):
         screen = plot.screen().grabWindow(plot.winId()).toImage()
-        assert np.array_equal(_pixels(screen), _pixels(plot.grab().toImage()))
+        assert np.array_equal(pixels(screen), pixels(plot.grab().toImage()))
     got_x, got_y = loss.curves["loss"].getData()
     assert np.array_equal(got_x, x[:n]) and np.array_equal(got_y, y[:n], equal_nan=True)
 
@@ -415,10 +403,7 @@ def test_a_periodic_legend_refresh_sets_one_legend_a_frame_all_for_the_same_step
 def test_moving_the_step_axis_redraws_its_ticks_but_not_its_unchanged_label(qtbot):
     from app.loss_plot import LossPlot
 
-    plot = LossPlot()
-    qtbot.addWidget(plot)
-    plot.show()
-    qtbot.waitExposed(plot)
+    plot = on_screen(qtbot, LossPlot())
     item = plot.getPlotItem()
     axes = [item.getAxis(side) for side in ("bottom", "top", "left", "right")]
     label_sets = []

@@ -235,7 +235,7 @@ class TrainingSession:
         into text and storing rows costs less per row in one go, and a viewer a quarter of
         a second behind loses nothing. run_training flushes at every end of a run."""
         if self.precise is not None and (
-                len(self.precise._events) >= ALLOC_FLUSH_ROWS
+                self.precise.pending >= ALLOC_FLUSH_ROWS
                 or time.perf_counter() - self._flushed_at >= ALLOC_FLUSH_S):
             self._flush_allocations()
 

@@ -375,6 +375,11 @@ class StorageTracker(TorchDispatchMode):
                 if rec is not None:
                     rec.category = cat
 
+    @property
+    def pending(self) -> int:
+        """Alloc/free rows waiting for drain()."""
+        return len(self._events)
+
     def drain(self) -> list[tuple]:
         """Pending alloc/free rows, categories resolved, for sinks' on_allocations."""
         rows, self._events = self._events, []
@@ -501,22 +506,11 @@ class MemoryProbe:
         return self._grad_list
 
     def _scan_grads(self) -> _Bytes:
-        # Written out rather than through _Bytes.add: it runs right after backward, on cold
-        # caches, where each call and attribute lookup costs several times its usual.
         grads = _Bytes()
-        keys, pkeys, total, found = grads.keys, self.params.keys, 0, []
-        for p in self.param_list:
-            g = p.grad
-            if g is None:
-                continue
-            found.append(g)
-            st = g.untyped_storage()
-            key = (g.get_device(), st.data_ptr())
-            if key in keys or key in pkeys:
-                continue
-            keys.add(key)
-            total += st.nbytes()
-        grads.total = total
+        found = [g for p in self.param_list if (g := p.grad) is not None]
+        pkeys = self.params.keys
+        for g in found:
+            grads.add(g, pkeys)
         self._grad_list = found
         return grads
 

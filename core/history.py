@@ -43,16 +43,11 @@ def _num(v: float | int | None) -> float:
 
 
 def sample_values(s: MemorySample) -> tuple[float, ...]:
-    """A sample as a row in SAMPLE_COLUMNS order. (Runs on the training thread four or five
-    times a step: written out rather than through sample_x, _num and .total.)"""
-    code = PHASE_CODE[s.phase]
-    a, r, h = s.allocated, s.reserved, s.heap
+    """A sample as a row in SAMPLE_COLUMNS order."""
     return (
-        s.step, code, s.step + code / PHASES_PER_STEP, s.time_s,
-        s.params, s.grads, s.optimizer, s.activations, s.other,
-        s.params + s.grads + s.optimizer + s.activations + s.other,
-        math.nan if a is None else a, math.nan if r is None else r,
-        math.nan if h is None else h,
+        s.step, PHASE_CODE[s.phase], sample_x(s.step, s.phase), s.time_s,
+        s.params, s.grads, s.optimizer, s.activations, s.other, s.total,
+        _num(s.allocated), _num(s.reserved), _num(s.heap),
     )  # fmt: skip
 
 

@@ -163,26 +163,23 @@ class NodeTrend(QWidget):
             points.clear()
         self.update()
 
-    def _caption(self, kind: str) -> str:
+    def _caption(self, kind: str, short: bool = False) -> str:
+        """`short`: the numbers without the words, for a narrow panel."""
         points = self.series[kind]
         (s0, first), (_s1, last) = points[0], points[-1]
         if len(points) == 1:
-            return f"{kind}: {last:,} nodes at step {s0}"
+            return f"{kind}: {last:,}" if short else f"{kind}: {last:,} nodes at step {s0}"
+        if short:
+            return f"{kind}: {first:,}→{last:,} ({last - first:+,})"
         return f"{kind}: {first:,} → {last:,} nodes ({last - first:+,} since step {s0})"
 
     def caption_fitting(self, kind: str, fm, width: int) -> str:
         """The caption in the width: whole, else without its words (the numbers matter),
         else cut with an ellipsis. The tooltip keeps the whole text."""
-        full = self._caption(kind)
-        if fm.horizontalAdvance(full) <= width:
-            return full
-        points = self.series[kind]
-        (_s0, first), (_s1, last) = points[0], points[-1]
-        short = (f"{kind}: {last:,}" if len(points) == 1
-                 else f"{kind}: {first:,}→{last:,} ({last - first:+,})")
-        if fm.horizontalAdvance(short) <= width:
-            return short
-        return fm.elidedText(short, Qt.TextElideMode.ElideRight, width)
+        for text in (self._caption(kind), self._caption(kind, short=True)):
+            if fm.horizontalAdvance(text) <= width:
+                return text
+        return fm.elidedText(text, Qt.TextElideMode.ElideRight, width)
 
     def paintEvent(self, event) -> None:
         p = QPainter(self)

@@ -131,6 +131,8 @@ OUTLINES = {
     "marked": (QPen(QColor("#d81b60"), 3), 0.3),  # a search hit
     "selected": (QPen(QColor("#1565c0"), 3), 0.4),
 }
+HIGHLIGHT_PEN = QPen(QColor("#1565c0"), 2.5)  # a selected node's edges
+HIGHLIGHT_PEN.setCosmetic(True)
 BOX_BAND_PX = 2400.0  # boxes: one path item per fill colour per band, so Qt can cull them
 HIT_BAND_PX = 100.0  # finding the box under the mouse looks only in its band
 EDGE_BAND_PX = 800.0  # edges are grouped into path items by band, so Qt can cull them
@@ -397,14 +399,9 @@ class GraphScene(QGraphicsScene):
             box = self.boxes.get(node_id)
             if box is not None:
                 box.add_outline(path)
-        item = self._outlines.get(state)
+        item = self._overlay(self._outlines.get(state), path, *OUTLINES[state])
         if item is not None:
-            if item.path() != path:
-                item.setPath(path)
-        elif not path.isEmpty():
-            pen, z = OUTLINES[state]
-            item = self._outlines[state] = self.addPath(path, pen)
-            self._shown.add(self, item).setZValue(z)
+            self._outlines[state] = item
 
     def highlight_edges(self, node_id: str | None) -> None:
         """Draw the node's edges bold and blue."""
@@ -412,13 +409,22 @@ class GraphScene(QGraphicsScene):
         drawing = self._shown
         for i in drawing.edges_of.get(node_id, ()) if node_id is not None else ():
             _add_curve(path, drawing.edges[i][3])
-        if self._highlight is not None:
-            self._highlight.setPath(path)
-        elif not path.isEmpty():
-            pen = QPen(QColor("#1565c0"), 2.5)
-            pen.setCosmetic(True)
-            self._highlight = self.addPath(path, pen)
-            drawing.add(self, self._highlight).setZValue(-0.5)
+        self._highlight = self._overlay(self._highlight, path, HIGHLIGHT_PEN, -0.5)
+
+    def _overlay(self, item: QGraphicsPathItem | None, path: QPainterPath, pen: QPen,
+                 z: float) -> QGraphicsPathItem | None:
+        """An overlay item (outline, highlighted edges) showing `path`: the item given, its
+        path set if it changed, or a new one on the shown graph; none while `path` is empty
+        and there is no item yet."""
+        if item is not None:
+            if item.path() != path:
+                item.setPath(path)
+            return item
+        if path.isEmpty():
+            return None
+        item = self.addPath(path, pen)
+        self._shown.add(self, item).setZValue(z)
+        return item
 
     # --- labels -----------------------------------------------------------------------------
     def label(self, rect: QRectF, now: bool = False) -> None:

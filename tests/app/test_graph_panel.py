@@ -91,6 +91,11 @@ def test_clicking_an_op_lists_its_saved_tensors(qtbot, panel, mlp):
     assert rows == [t.describe() for t in op.saved]
     assert any("(" + ", ".join(map(str, t.shape)) + ")" in rows[0] for t in op.saved[:1])
     assert panel.scene.selected == op.id
+    # its edges are drawn bold: the highlight's path runs through the node's box
+    highlight = panel.scene._highlight.path()
+    assert not highlight.isEmpty()
+    assert highlight.boundingRect().adjusted(-1, -1, 1, 1).contains(
+        panel.scene.boxes[op.id].centre)
     # a drag is a pan, not a click
     other = next(n for n in mlp.nodes if n.kind == "param")
     start = panel.graph_view.mapFromScene(panel.scene.boxes[other.id].centre)

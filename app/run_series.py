@@ -62,7 +62,7 @@ class PlottedTable:
         """Take the rows added since the last pull; `on_rows` sees each chunk first."""
         taken = 0
         while True:
-            rows = self.table.rows(self.n, self.n + PULL_ROWS)
+            rows = self.table.rows(self.n, self.n + PULL_ROWS, live=True)
             if not len(rows):
                 return taken
             if on_rows is not None:

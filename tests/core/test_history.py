@@ -6,7 +6,8 @@ import threading
 
 import numpy as np
 
-from core.history import ColumnTable
+from core.history import ColumnTable, RunHistory
+from core.records import MemorySample
 
 
 def test_rows_and_columns_read_back_across_block_edges():
@@ -80,3 +81,28 @@ def test_queued_rows_are_converted_once_and_seen_by_every_read():
         table.append(i)
     assert len(table._pending) < ColumnTable.FLUSH_ROWS
     assert len(table) == 6 + 3 * ColumnTable.FLUSH_ROWS
+
+
+def test_a_live_reader_leaves_a_fresh_queue_to_the_writer(monkeypatch):
+    clock = [100.0]
+    monkeypatch.setattr("core.history.time.monotonic", lambda: clock[0])
+    table = ColumnTable(("a",), block_rows=16, convert=lambda i: (i,))
+    for i in range(3):
+        table.append(i)
+    assert len(table.rows(0, 16, live=True)) == 0  # fresh: the writer will batch it
+    clock[0] += ColumnTable.LIVE_LAG_S * 0.9
+    assert len(table.rows(0, 16, live=True)) == 0
+    clock[0] += ColumnTable.LIVE_LAG_S * 0.2  # the writer is slow: the reader converts
+    assert table.rows(0, 16, live=True)[:, 0].tolist() == [0.0, 1.0, 2.0]
+    table.append(3)
+    assert len(table.rows(3, 16, live=True)) == 0
+    assert table.rows(3, 16)[:, 0].tolist() == [3.0]  # a plain read sees every row
+
+
+def test_the_end_of_a_run_stores_every_queued_row_for_the_last_live_pull(monkeypatch):
+    monkeypatch.setattr("core.history.time.monotonic", lambda: 5.0)
+    history = RunHistory()
+    history.on_sample(MemorySample(0, "start", 0.0, 1, 0, 0, 0, 0))
+    assert len(history.samples.rows(0, None, live=True)) == 0
+    history.on_finish({})
+    assert len(history.samples.rows(0, None, live=True)) == 1

@@ -23,8 +23,8 @@ from typing import IO
 import numpy as np
 
 from core.atomic import atomic_open
-from core.history import ALLOC_COLUMNS, ColumnTable, RunHistory
-from core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
+from core.history import ALLOC_COLUMNS, ColumnTable, RunHistory, remap_frames
+from core.records import MEMORY_CATEGORIES, SAMPLE_PHASES, AllocBlock
 
 ALLOCATIONS_NPY = "allocations.npy"
 FRAMES_JSONL = "allocation_frames.jsonl"
@@ -105,17 +105,21 @@ class AllocationsStream:
         self._frame_ids: dict[str, int] = {}
         self.rows = 0
 
-    def append(self, rows: list[tuple]) -> None:
-        """Rows as the tracker gives them: ALLOC_COLUMNS values with a frames string last."""
-        if not rows:
+    def append(self, rows: list[tuple] | AllocBlock) -> None:
+        """Rows as the tracker gives them: ALLOC_COLUMNS values with a frames string last,
+        or a block of them from the native recorder."""
+        if not len(rows):
             return
         ids = self._frame_ids
+        if isinstance(rows, AllocBlock):
+            table, new = remap_frames(rows, ids)
+            self._write_frames(new)
+            self._write_rows(records(table).tobytes(), len(table))
+            return
         new = [f for f in dict.fromkeys(r[-1] for r in rows) if f not in ids]
-        if new:  # frames first: a row on disk never names a frame that is not
-            for f in new:
-                ids[f] = len(ids)
-            self._frames_fh.write("".join(json.dumps(f) + "\n" for f in new))
-            self._frames_fh.flush()
+        for f in new:
+            ids[f] = len(ids)
+        self._write_frames(new)
         pack = _RECORD.pack
         try:  # the tracker's rows are small tuples of ints: struct packs them fastest
             data = b"".join([pack(t, sid, addr, nb, step, ids[fr], act, cat, ph)
@@ -124,9 +128,17 @@ class AllocationsStream:
             block = np.zeros(len(rows), dtype=_ROW_DTYPE)  # zeros: the padding bytes too
             block[:] = [(*r[:-1], ids[r[-1]]) for r in rows]
             data = block.tobytes()
+        self._write_rows(data, len(rows))
+
+    def _write_frames(self, new: list[str]) -> None:
+        if new:  # frames first: a row on disk never names a frame that is not
+            self._frames_fh.write("".join(json.dumps(f) + "\n" for f in new))
+            self._frames_fh.flush()
+
+    def _write_rows(self, data: bytes, n: int) -> None:
         fd = self._fh.fileno()
         _write_all(fd, data)
-        self.rows += len(rows)
+        self.rows += n
         os.pwrite(fd, _header(self.rows), 0)
 
     def close(self) -> None:

@@ -11,7 +11,14 @@ from typing import Any
 
 import numpy as np
 
-from core.records import MEMORY_CATEGORIES, PHASE_CODE, MemorySample, RunEvent, StepRecord
+from core.records import (
+    MEMORY_CATEGORIES,
+    PHASE_CODE,
+    AllocBlock,
+    MemorySample,
+    RunEvent,
+    StepRecord,
+)
 
 STEP_COLUMNS: tuple[str, ...] = (
     "step", "time_s", "loss", "grad_norm", "step_ms", "zero_grad_ms", "forward_ms",
@@ -59,6 +66,27 @@ def step_values(r: StepRecord) -> tuple[float, ...]:
         r.backward_ms, r.optimizer_ms, r.eval_ms, r.allocated_bytes, r.peak_bytes,
         _num(r.reserved_bytes), r.graph_nodes, r.saved_bytes, r.retained_bytes, r.eval_loss,
     )  # fmt: skip
+
+
+def remap_frames(block: AllocBlock, ids: dict[str, int]) -> tuple[np.ndarray, list[str]]:
+    """A copy of the block's table whose frame column indexes a consumer's own frames
+    (`ids`: text -> index, extended here), and the texts that were new to it, in order.
+    A block names a few distinct stacks, however many rows it has."""
+    table = block.table
+    col = table[:, ALLOC_COLUMNS.index("frame")]
+    stack_ids, where = np.unique(col.astype(np.int64), return_inverse=True)
+    new: list[str] = []
+    mapped = np.empty(len(stack_ids), dtype=np.float64)
+    for j, sid in enumerate(stack_ids.tolist()):
+        text = "" if sid < 0 else block.frames[sid]
+        fid = ids.get(text)
+        if fid is None:
+            fid = ids[text] = len(ids)
+            new.append(text)
+        mapped[j] = fid
+    out = table.copy()  # a block can go to several sinks: never change it
+    out[:, ALLOC_COLUMNS.index("frame")] = mapped[where.reshape(-1)]
+    return out, new
 
 
 class ColumnTable:
@@ -239,10 +267,17 @@ class RunHistory:
     def on_step(self, r: StepRecord) -> None:
         self.steps.append(r)  # made a row by step_values when read
 
-    def on_allocations(self, rows: list[tuple]) -> None:
-        """Precise mode: storage alloc/free events, ALLOC_COLUMNS plus a frames string."""
+    def on_allocations(self, rows: list[tuple] | AllocBlock) -> None:
+        """Precise mode: storage alloc/free events, ALLOC_COLUMNS plus a frames string (or a
+        block of them from the native recorder)."""
         # A precise step makes a hundred or more of these: one block write, not a row each.
         ids, frames_list = self._frame_ids, self.frames
+        if isinstance(rows, AllocBlock):
+            if len(rows):
+                table, new = remap_frames(rows, ids)
+                frames_list.extend(new)
+                self.allocs.extend(table)
+            return
         table = []
         for row in rows:
             frames = row[8]

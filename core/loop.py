@@ -22,7 +22,7 @@ from torch import Tensor
 from core.config import RunConfig, TechniqueToggles
 from core.controls import RunControls, StopRequested
 from core.explain import error_title, explain_error, explain_leak
-from core.memory import MemoryProbe, SavedTensorTracker, StorageTracker
+from core.memory import MemoryProbe, SavedTensorTracker
 from core.presets import Preset, build_preset
 from core.records import RunEvent, RunSummary, StepRecord
 from core.sinks import FanOut
@@ -175,7 +175,12 @@ class TrainingSession:
         self.t0 = time.perf_counter()
         self.preset: Preset = preset if preset is not None else build_preset(config, self.device)
         self.saved = SavedTensorTracker()
-        self.precise = StorageTracker(self.t0) if config.precise else None
+        self.precise = None
+        self.precise_note = None  # why precise mode is not on the native recorder, if not
+        if config.precise:
+            from core.native.tracker import make_precise_tracker
+
+            self.precise, self.precise_note = make_precise_tracker(self.t0, self.device)
         self.probe = MemoryProbe(self.preset, self.device, self.saved, self.precise)
         self.clock = _PhaseClock(self.device)
         self.scaler = None
@@ -207,6 +212,8 @@ class TrainingSession:
                             if self.device.type == "cuda" else platform.processor() or "cpu"),
             "memory_source": self.probe.source, "memory_label": self.probe.label,
             "timing": self.clock.label, "precise": self.config.precise,
+            "precise_backend": self.precise.backend if self.precise is not None else "",
+            "precise_note": self.precise_note or "",
             "heap_source": "glibc mallinfo2 (process heap)" if self.device.type == "cpu" else "",
             "parameters": n_params,
             "sizes": {"batch_size": self.preset.batch_size, "width": self.preset.width,
@@ -258,13 +265,19 @@ class TrainingSession:
     def _tune_stop_hooks(self, step_ms: float) -> None:
         if step_ms < STOP_HOOKS_OFF_MS and self._stop_hooks_wanted:
             self._stop_hooks_wanted = False
-            self.close()
+            self._remove_stop_hooks()
         elif step_ms > STOP_HOOKS_ON_MS and not self._stop_hooks_wanted:
             self._stop_hooks_wanted = True
             self.install_stop_hooks()
 
     def close(self) -> None:
-        """Remove the session's hooks from the models (install_stop_hooks() puts them back)."""
+        """Remove the session's hooks from the models and stop precise mode's listening, on
+        the training thread (install_stop_hooks() and the next step put them back)."""
+        self._remove_stop_hooks()
+        if self.precise is not None:
+            self.precise.close()
+
+    def _remove_stop_hooks(self) -> None:
         for h in self._stop_hooks:
             h.remove()
         self._stop_hooks = []

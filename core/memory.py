@@ -279,6 +279,8 @@ class StorageTracker(TorchDispatchMode):
     ops that only alias are skipped by a per-op cache of their schema.
     """
 
+    backend = "dispatch mode (Python)"
+
     def __init__(self, t0: float, with_frames: bool = True) -> None:
         super().__init__()
         self.t0 = t0
@@ -360,6 +362,9 @@ class StorageTracker(TorchDispatchMode):
                              self.phase_code, None))
 
     # bookkeeping -------------------------------------------------------------------------------
+    def close(self) -> None:
+        """Nothing to let go of: the mode is entered per step."""
+
     def begin_phase(self, step: int, phase: str, category: str) -> None:
         self.step, self.phase_code, self.category_guess = step, PHASE_CODE[phase], category
 
@@ -498,7 +503,9 @@ class MemoryProbe:
         if self.cuda:
             return "CUDA allocator (memory_allocated / reserved)"
         if self.precise:
-            return "CPU tensor bytes, every storage tracked (exact, incl. in-step peak)"
+            if getattr(self.precise, "backend", "").startswith("allocator"):
+                return "CPU allocator: every allocation tracked (exact, incl. in-step peak)"
+            return "CPU tensor bytes, every storage tracked (Python dispatch mode; exact peak)"
         return "CPU tensor bytes by category (exact for what it counts; peak = lower bound)"
 
     def grads(self) -> list[Tensor]:

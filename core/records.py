@@ -109,3 +109,28 @@ class RunSummary:
         d = asdict(self)
         d["error"] = self.error.to_dict() if self.error else None
         return d
+
+
+class AllocBlock:
+    """Precise mode's alloc/free events as one block: `table` is a float64 array with the
+    columns of core.history.ALLOC_COLUMNS, its `frame` column an index into `frames` (the
+    recorder's stack texts, "file:line:function|...", shared and growing) or -1 for none.
+    Sinks may take it as it is (RunHistory, the allocations file) or as rows (`tuples()`)."""
+
+    __slots__ = ("frames", "table")
+
+    def __init__(self, table: Any, frames: list[str]) -> None:
+        self.table, self.frames = table, frames
+
+    def __len__(self) -> int:
+        return len(self.table)
+
+    def frame_texts(self) -> list[str]:
+        """The text of each row's stack ("" for none)."""
+        frames = self.frames
+        return ["" if i < 0 else frames[i] for i in self.table[:, 8].astype(int).tolist()]
+
+    def tuples(self) -> list[tuple]:
+        """The rows as the Python tracker gives them: ints, the frames text last."""
+        ints = self.table[:, :8].astype("int64").tolist()
+        return [(*r, f) for r, f in zip(ints, self.frame_texts(), strict=True)]

@@ -1,0 +1,103 @@
+"""Native helpers, compiled on first use against the torch in this environment.
+
+`alloc_recorder()` returns the compiled module (see alloc_recorder.cpp) or None, with the
+reason in `unavailable_reason()`: no C++ compiler, no Python headers, a build error. The
+build is cached per source, torch and Python version under $MEMLENS_CACHE (default
+~/.cache/memlens), so it runs once per environment (`python -m core.native` builds it ahead).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import threading
+from pathlib import Path
+
+SOURCE = Path(__file__).with_name("alloc_recorder.cpp")
+MODULE = "memlens_alloc_recorder"
+BUILD_TIMEOUT_S = 300
+DISABLE_ENV = "MEMLENS_NO_NATIVE"  # set to 1 to force the pure-Python precise mode
+
+_lock = threading.Lock()
+_module = None
+_reason: str | None = None
+_tried = False
+
+
+def cache_dir() -> Path:
+    root = os.environ.get("MEMLENS_CACHE") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME") or os.path.expanduser("~/.cache"), "memlens")
+    return Path(root) / "native"
+
+
+def _build_key(torch) -> str:
+    h = hashlib.sha256(SOURCE.read_bytes())
+    h.update(f"{torch.__version__}|{sys.version}|{torch.__file__}".encode())
+    return h.hexdigest()[:16]
+
+
+def _compile(torch, out: Path) -> None:
+    from torch.utils.cpp_extension import include_paths, library_paths
+
+    cxx = os.environ.get("CXX") or shutil.which("c++") or shutil.which("g++")
+    if cxx is None:
+        raise RuntimeError("no C++ compiler found (install g++ or set CXX)")
+    py_include = sysconfig.get_paths()["include"]
+    if not Path(py_include, "Python.h").exists():
+        raise RuntimeError(f"no Python headers in {py_include} (install python3-dev)")
+    libs = library_paths()
+    cmd = [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden",
+           f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+           *(f"-I{p}" for p in include_paths()), f"-I{py_include}",
+           str(SOURCE), "-o", str(out),
+           *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs), "-lc10"]
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
+    if done.returncode != 0:
+        tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
+        raise RuntimeError("build failed: " + " / ".join(tail))
+
+
+def _load_from(path: Path):
+    spec = importlib.util.spec_from_file_location(MODULE, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def alloc_recorder():
+    """The compiled recorder module, building it the first time; None where it cannot be."""
+    global _module, _reason, _tried
+    with _lock:
+        if _tried:
+            return _module
+        _tried = True
+        if os.environ.get(DISABLE_ENV):
+            _reason = f"turned off by ${DISABLE_ENV}"
+            return None
+        try:
+            import torch
+
+            suffix = sysconfig.get_config_var("EXT_SUFFIX")
+            target = cache_dir() / _build_key(torch) / f"{MODULE}{suffix}"
+            if not target.exists():
+                target.parent.mkdir(parents=True, exist_ok=True)
+                with tempfile.TemporaryDirectory(dir=target.parent) as tmp:
+                    built = Path(tmp) / target.name
+                    _compile(torch, built)
+                    os.replace(built, target)  # atomic: a concurrent build wins or loses whole
+            _module = _load_from(target)
+        except Exception as exc:  # any failure means: precise mode uses the Python tracker
+            _reason = str(exc) or type(exc).__name__
+            _module = None
+        return _module
+
+
+def unavailable_reason() -> str | None:
+    return _reason
+

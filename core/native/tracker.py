@@ -1,0 +1,131 @@
+"""Precise mode on the allocator's own events (CPU): the same figures as StorageTracker
+(live tensor bytes, in-step peak, alloc/free rows with a category refined at each sample),
+at a fraction of its cost.
+
+StorageTracker is a Python dispatch mode: a Python call for every aten op, a storage lookup
+for every output and a weak reference per storage. On the small ops of a CPU step that
+doubled some presets' step time, and no Python dispatch mode can get under
+torch.profiler's cost (its bare floor is already above it). The allocator already tells
+c10's memory-reporting hook about every allocation and free, in C++; the recorder in
+alloc_recorder.cpp listens there and keeps the live set in C++.
+
+Differences in what is seen: every allocation of the CPU allocator on the training thread,
+so a kernel's scratch buffers count toward the peak too (the dispatch mode only saw op
+outputs). A storage made before the run (parameters, carried state) is registered by
+track(at_start=True), and its free is followed by a weak reference, since the allocator
+reports frees only of what it reported allocating.
+
+The recorder listens from the first step until close(), between steps too: garbage
+collected or dropped between two steps is freed there, and a per-step window would miss it.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+from torch import Tensor
+
+from core.memory import _HERE, CATEGORY_CODE
+from core.records import PHASE_CODE, AllocBlock
+
+
+class _StartFree(weakref.ref):
+    """A storage made before the run: its free, reported to the recorder by the callback."""
+
+    __slots__ = ("device", "ptr", "rid")
+
+
+class NativeStorageTracker:
+    """StorageTracker's interface on the native recorder (see the module doc)."""
+
+    backend = "allocator events (native)"
+
+    def __init__(self, module, t0: float, with_frames: bool = True) -> None:
+        self.t0 = t0
+        self.with_frames = with_frames
+        # Frames left out of stacks, as the Python tracker leaves them out: torch's own and
+        # memlens' measuring code (a trailing * makes a prefix).
+        self._rec = module.Recorder(int(t0 * 1e6), with_frames, ["/torch/", _HERE + "/memory*"])
+        self._starts: dict = {}  # key -> _StartFree
+        self._frames: list[str] = []  # stack texts by the recorder's stack id
+
+    # the per-step context: starts listening on the training thread; stays until close()
+    def __enter__(self) -> NativeStorageTracker:
+        self._rec.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        return None
+
+    def close(self) -> None:
+        """Stop listening (fully on the thread that started it; from any other thread the
+        recorder stays in place, silent)."""
+        self._rec.stop()
+
+    def __del__(self) -> None:
+        rec = getattr(self, "_rec", None)
+        if rec is not None:
+            rec.stop()
+
+    def track(self, t: Tensor, category: str | None = None, at_start: bool = False) -> None:
+        try:
+            st = t.untyped_storage()
+        except (RuntimeError, NotImplementedError):
+            return
+        ptr = st.data_ptr()
+        if ptr == 0:
+            return
+        device = t.get_device()
+        rid = self._rec.track(device, ptr, st.nbytes(), CATEGORY_CODE[category or "other"],
+                              at_start)
+        ref = _StartFree(st, self._start_freed)
+        ref.device, ref.ptr, ref.rid = device, ptr, rid
+        self._starts[(device, ptr)] = ref
+
+    def _start_freed(self, ref: _StartFree) -> None:
+        self._starts.pop((ref.device, ref.ptr), None)
+        self._rec.freed(ref.device, ref.ptr, ref.rid)
+
+    def begin_phase(self, step: int, phase: str, category: str) -> None:
+        self._rec.begin_phase(step, PHASE_CODE[phase], CATEGORY_CODE[category])
+
+    def reset_peak(self) -> None:
+        self._rec.reset_peak()
+
+    @property
+    def live_bytes(self) -> int:
+        return self._rec.live_bytes
+
+    @property
+    def peak_bytes(self) -> int:
+        return self._rec.peak_bytes
+
+    @property
+    def pending(self) -> int:
+        return self._rec.pending
+
+    def classify(self, categories: dict) -> None:
+        """Refine live storages' categories from what a sample found them to be."""
+        rec = self._rec
+        for cat, keys in categories.items():
+            rec.classify(list(keys), CATEGORY_CODE[cat])
+
+    def drain(self) -> AllocBlock:
+        """Pending alloc/free events as one block (StorageTracker gives the same as rows)."""
+        table, texts = self._rec.drain()
+        self._frames.extend(text for _id, text in texts)  # ids come in order
+        return AllocBlock(table, self._frames)
+
+
+def make_precise_tracker(t0: float, device, with_frames: bool = True):
+    """The native tracker for a CPU run where it builds, else the Python dispatch mode.
+    Returns (tracker, why not native or None)."""
+    from core.memory import StorageTracker
+    from core.native import alloc_recorder, unavailable_reason
+
+    if device.type != "cpu":
+        return StorageTracker(t0, with_frames), "the native recorder covers CPU runs"
+    module = alloc_recorder()
+    if module is None:
+        return StorageTracker(t0, with_frames), unavailable_reason()
+    return NativeStorageTracker(module, t0, with_frames), None

@@ -1,0 +1,139 @@
+"""Precise mode on the allocator's events: the same live bytes as the Python dispatch mode,
+frees seen between steps, frees it missed settled, and the fallback where it cannot build."""
+
+from __future__ import annotations
+
+import time
+
+import numpy as np
+import pytest
+import torch
+
+import core.native
+from core.history import RunHistory
+from core.native.tracker import NativeStorageTracker, make_precise_tracker
+from core.records import PHASE_CODE
+from tests.core.helpers import run, tiny_config
+
+native = core.native.alloc_recorder()
+needs_native = pytest.mark.skipif(
+    native is None, reason=f"native recorder unavailable: {core.native.unavailable_reason()}")
+
+
+def _python_tracker(monkeypatch) -> None:
+    monkeypatch.setattr(core.native, "alloc_recorder", lambda: None)
+    monkeypatch.setattr(core.native, "unavailable_reason", lambda: "no compiler (test)")
+
+
+def _column(history: RunHistory, name: str) -> np.ndarray:
+    return history.samples.column(name)
+
+
+def _totals(history: RunHistory) -> np.ndarray:
+    return _column(history, "total")
+
+
+def _adam_step_counter_bytes(preset: str) -> int:
+    from benchmarks.overhead import plain_step
+    from core.presets import build_preset
+
+    cfg = tiny_config(preset)
+    p = build_preset(cfg, torch.device("cpu"))
+    plain_step(p, cfg.techniques, 0)
+    return sum(s["step"].nbytes for o in p.optimizers for s in o.state.values())
+
+
+@needs_native
+@pytest.mark.parametrize("preset", ["mlp", "lstm"])
+def test_native_live_bytes_equal_the_dispatch_modes_at_every_sample(preset, monkeypatch):
+    fast, _ = run(preset, steps=4, precise=True)
+    assert fast.meta["environment"]["precise_backend"].startswith("allocator")
+    _python_tracker(monkeypatch)
+    slow, _ = run(preset, steps=4, precise=True)
+    assert slow.meta["environment"]["precise_backend"].startswith("dispatch")
+    assert slow.meta["environment"]["precise_note"] == "no compiler (test)"
+    # Same seeds, same tensors: at a phase boundary no kernel's scratch buffer is alive, so
+    # both see the same storages, except what is made outside the dispatcher: Adam's step
+    # counters (torch.tensor(0.0), one a parameter), which only the allocator sees.
+    for column in ("params", "grads", "optimizer", "activations"):
+        np.testing.assert_array_equal(_column(fast, column), _column(slow, column))
+    diff = _totals(fast) - _totals(slow)
+    counters = _adam_step_counter_bytes(preset)
+    assert set(np.unique(diff).tolist()) <= {0.0, float(counters)} and diff[-1] == counters
+    # The in-step peak also counts scratch buffers inside kernels: never below the
+    # dispatch mode's, which sees op outputs only.
+    peak = fast.steps.column("peak_bytes")
+    assert (peak >= slow.steps.column("peak_bytes")).all()
+    assert (peak >= fast.steps.column("allocated_bytes")).all()
+
+
+def _tracker() -> NativeStorageTracker:
+    tracker, why = make_precise_tracker(time.perf_counter(), torch.device("cpu"),
+                                        with_frames=True)
+    assert why is None
+    return tracker
+
+
+@needs_native
+def test_alloc_and_free_rows_carry_phase_category_and_the_allocating_line():
+    tracker = _tracker()
+    tracker.begin_phase(3, "forward", "activations")
+    with tracker:
+        a = torch.empty(1000)  # the allocating line
+        base = tracker.live_bytes
+        del a
+    tracker.close()
+    rows = tracker.drain().tuples()
+    alloc = [r for r in rows if r[1] == 0 and r[4] == 4000]
+    free = [r for r in rows if r[1] == 1 and r[2] == alloc[0][2]]
+    assert base >= 4000 and tracker.live_bytes == base - 4000
+    assert alloc[0][5] == free[0][5] == 1 + 2  # "activations" (MEMORY_CATEGORIES order)
+    assert (alloc[0][6], alloc[0][7]) == (3, PHASE_CODE["forward"])
+    assert "test_native_tracker.py" in alloc[0][8] and "test_alloc_and_free" in alloc[0][8]
+    assert free[0][0] >= alloc[0][0]
+
+
+@needs_native
+def test_a_free_between_steps_and_a_storage_from_before_the_run_are_seen():
+    before = torch.empty(500)  # exists before the run: registered, its free followed
+    tracker = _tracker()
+    tracker.track(before, "other", at_start=True)
+    with tracker:
+        held = torch.empty(250)
+    assert tracker.live_bytes == 2000 + 1000
+    del held  # between two steps: still listening until close()
+    assert tracker.live_bytes == 2000
+    del before
+    assert tracker.live_bytes == 0
+    tracker.close()
+    actions = [(r[1], r[4]) for r in tracker.drain().tuples()]
+    assert actions == [(0, 2000), (0, 1000), (1, 1000), (1, 2000)]
+
+
+@needs_native
+def test_classify_refines_live_storages_and_a_missed_free_is_settled_on_reuse():
+    tracker = _tracker()
+    with tracker:
+        g = torch.empty(64)
+    key = (g.get_device(), g.untyped_storage().data_ptr())
+    tracker.classify({"grads": {key}})
+    tracker.close()  # not listening: this free goes unseen...
+    del g
+    assert tracker.live_bytes == 256
+    with tracker:  # ...until the allocator hands the address out again
+        h = torch.empty(64)
+        same = (h.get_device(), h.untyped_storage().data_ptr()) == key
+    tracker.close()
+    rows = tracker.drain().tuples()
+    assert rows[0][5] == 1  # "grads" at drain time, refined after the alloc
+    if same:
+        assert [r[1] for r in rows] == [0, 1, 0] and tracker.live_bytes == 256
+    del h
+
+
+def test_without_a_compiler_precise_mode_uses_the_dispatch_mode(monkeypatch):
+    _python_tracker(monkeypatch)
+    history, summary = run("mlp", steps=2, precise=True)
+    env = history.meta["environment"]
+    assert env["precise_backend"].startswith("dispatch") and env["precise_note"]
+    assert summary.steps_done == 2 and len(history.allocs) > 0

@@ -15,6 +15,8 @@ MIN_RATE_SPAN_S = 0.5
 
 class RunStatusBar(QStatusBar):
     FIELDS = ("device", "memory_source", "rate", "step", "total", "peak")
+    SOURCE_TIP = ("Where the memory figures come from: CPU tensor bytes counted by category, "
+                  "every CPU allocation (precise mode) or the CUDA caching allocator")
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -25,10 +27,7 @@ class RunStatusBar(QStatusBar):
             label.setContentsMargins(6, 0, 6, 0)
             self.addPermanentWidget(label)
             self.labels[name] = label
-        self.labels["memory_source"].setToolTip(
-            "Where the memory figures come from: CPU tensor bytes counted by category, "
-            "or the CUDA caching allocator"
-        )
+        self.labels["memory_source"].setToolTip(self.SOURCE_TIP)
         self.labels["peak"].setToolTip("Highest per-step peak so far (on CPU outside precise "
                                        "mode, the highest phase sample: a lower bound)")
         self._counts: deque[tuple[float, int]] = deque()
@@ -41,7 +40,11 @@ class RunStatusBar(QStatusBar):
 
     def set_environment(self, env: dict) -> None:
         self.labels["device"].setText(f"device: {env.get('device', '–')}")
-        self.labels["memory_source"].setText(env.get("memory_label", "memory: –"))
+        source = self.labels["memory_source"]
+        source.setText(env.get("memory_label", "memory: –"))
+        note = env.get("precise_note")
+        source.setToolTip(self.SOURCE_TIP + (
+            f"\nPrecise mode: {env.get('precise_backend', '')}, because {note}" if note else ""))
 
     def set_progress(self, step: int | None, steps_done: int, total: float | None,
                      peak: float | None, live: bool) -> None:

@@ -292,3 +292,12 @@ def test_precise_run_streams_allocations_and_exports_a_snapshot(qtbot, window, t
     assert (window.session.folder / "allocations.npy").is_file()
     written = window.export_to(tmp_path / "out", {"snapshot"})
     assert [p.name for p in written] == ["snapshot.pickle"]
+    # The status bar names the precise tracker the run used; the tooltip says why when it
+    # is the slower Python one.
+    env = window.history.meta["environment"]
+    source = window.status.labels["memory_source"]
+    assert source.text() == env["memory_label"] and "every" in source.text()
+    assert ("allocation" in source.text()) == env["precise_backend"].startswith("allocator")
+    window.status.set_environment({**env, "precise_backend": "dispatch mode (Python)",
+                                   "precise_note": "no C++ compiler found"})
+    assert "because no C++ compiler found" in source.toolTip()

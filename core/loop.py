@@ -175,6 +175,12 @@ class TrainingSession:
         self.t0 = time.perf_counter()
         self.preset: Preset = preset if preset is not None else build_preset(config, self.device)
         self.saved = SavedTensorTracker()
+        # The native helpers count graph nodes without a Python object per node, where they
+        # are built (never waiting for a build here: see core.native).
+        from core.native import load
+
+        native = load(build=False)
+        self._count_nodes = native.count_graph_nodes if native else count_graph_nodes
         self.precise = None
         self.precise_note = None  # why precise mode is not on the native recorder, if not
         if config.precise:
@@ -328,7 +334,7 @@ class TrainingSession:
                 self.sink.on_graph(graph.finish(result.report_loss, step))
             if toggles.leak_cache:
                 p.cache.extend(result.intermediates)
-            nodes = count_graph_nodes([loss for loss, _ in result.backward])
+            nodes = self._count_nodes([loss for loss, _ in result.backward], GRAPH_NODE_LIMIT)
             p.account_loss(result.report_loss, toggles, train=True, value=loss_value)
             totals.append(self.sample(step, "forward").total)
             saved_bytes = self.saved.step_saved_bytes  # counted by the forward sample

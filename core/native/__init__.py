@@ -1,6 +1,6 @@
 """Native helpers, compiled on first use against the torch in this environment.
 
-`alloc_recorder()` returns the compiled module (see alloc_recorder.cpp) or None, with the
+`load()` returns the compiled module (see memlens_native.cpp) or None, with the
 reason in `unavailable_reason()`: no C++ compiler, no Python headers, a build error. The
 build is cached per source, torch and Python version under $MEMLENS_CACHE (default
 ~/.cache/memlens), so it runs once per environment (`python -m core.native` builds it ahead).
@@ -19,8 +19,8 @@ import tempfile
 import threading
 from pathlib import Path
 
-SOURCE = Path(__file__).with_name("alloc_recorder.cpp")
-MODULE = "memlens_alloc_recorder"
+SOURCE = Path(__file__).with_name("memlens_native.cpp")
+MODULE = "memlens_native"
 BUILD_TIMEOUT_S = 300
 DISABLE_ENV = "MEMLENS_NO_NATIVE"  # set to 1 to force the pure-Python precise mode
 
@@ -56,7 +56,7 @@ def _compile(torch, out: Path) -> None:
            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
            *(f"-I{p}" for p in include_paths()), f"-I{py_include}",
            str(SOURCE), "-o", str(out),
-           *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs), "-lc10"]
+           *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs), "-lc10", "-ltorch_cpu", "-ltorch_python"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-5:]
@@ -70,14 +70,16 @@ def _load_from(path: Path):
     return module
 
 
-def alloc_recorder():
-    """The compiled recorder module, building it the first time; None where it cannot be."""
+def load(build: bool = True):
+    """The compiled module, building it the first time; None where it cannot be. With
+    build=False only an existing build is loaded (light mode's helpers never wait for a
+    compiler; the set-up and the first precise run build it)."""
     global _module, _reason, _tried
     with _lock:
         if _tried:
             return _module
-        _tried = True
         if os.environ.get(DISABLE_ENV):
+            _tried = True
             _reason = f"turned off by ${DISABLE_ENV}"
             return None
         try:
@@ -85,6 +87,9 @@ def alloc_recorder():
 
             suffix = sysconfig.get_config_var("EXT_SUFFIX")
             target = cache_dir() / _build_key(torch) / f"{MODULE}{suffix}"
+            if not build and not target.exists():
+                return None
+            _tried = True
             if not target.exists():
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with tempfile.TemporaryDirectory(dir=target.parent) as tmp:

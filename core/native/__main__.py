@@ -2,14 +2,14 @@
 
 import sys
 
-from core.native import alloc_recorder, unavailable_reason
+from core.native import load, unavailable_reason
 
 
 def main() -> int:
-    if alloc_recorder() is not None:
-        print("memlens: native allocation recorder ready")
+    if load() is not None:
+        print("memlens: native helpers ready")
         return 0
-    print(f"memlens: native allocation recorder unavailable ({unavailable_reason()}); "
+    print(f"memlens: native helpers unavailable ({unavailable_reason()}); "
           "precise mode uses the Python tracker", file=sys.stderr)
     return 1
 

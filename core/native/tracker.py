@@ -7,7 +7,7 @@ for every output and a weak reference per storage. On the small ops of a CPU ste
 doubled some presets' step time, and no Python dispatch mode can get under
 torch.profiler's cost (its bare floor is already above it). The allocator already tells
 c10's memory-reporting hook about every allocation and free, in C++; the recorder in
-alloc_recorder.cpp listens there and keeps the live set in C++.
+memlens_native.cpp listens there and keeps the live set in C++.
 
 Differences in what is seen: every allocation of the CPU allocator on the training thread,
 so a kernel's scratch buffers count toward the peak too (the dispatch mode only saw op
@@ -121,11 +121,11 @@ def make_precise_tracker(t0: float, device, with_frames: bool = True):
     """The native tracker for a CPU run where it builds, else the Python dispatch mode.
     Returns (tracker, why not native or None)."""
     from core.memory import StorageTracker
-    from core.native import alloc_recorder, unavailable_reason
+    from core.native import load, unavailable_reason
 
     if device.type != "cpu":
         return StorageTracker(t0, with_frames), "the native recorder covers CPU runs"
-    module = alloc_recorder()
+    module = load()
     if module is None:
         return StorageTracker(t0, with_frames), unavailable_reason()
     return NativeStorageTracker(module, t0, with_frames), None

@@ -15,6 +15,8 @@
 
 #include <c10/core/Allocator.h>
 #include <c10/util/Logging.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/python_variable.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
@@ -30,6 +32,7 @@
 #include <thread>
 #include <tuple>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 
@@ -445,11 +448,41 @@ std::shared_ptr<Recorder> make_recorder(int64_t t0_us, bool with_frames,
   return r;
 }
 
+// Autograd nodes reachable from the roots' grad_fn (each once), up to `limit`: what
+// core.loop.count_graph_nodes walks through next_functions in Python, without making a
+// Python object per node.
+int64_t count_graph_nodes(const py::list& roots, int64_t limit) {
+  using torch::autograd::Node;
+  std::vector<Node*> stack;
+  std::unordered_set<Node*> seen;
+  for (const auto& r : roots) {
+    if (!THPVariable_Check(r.ptr())) {
+      throw py::type_error("count_graph_nodes takes tensors");
+    }
+    Node* fn = THPVariable_Unpack(r.ptr()).grad_fn().get();
+    if (fn != nullptr && seen.insert(fn).second) {
+      stack.push_back(fn);
+    }
+  }
+  while (!stack.empty() && static_cast<int64_t>(seen.size()) < limit) {
+    Node* node = stack.back();
+    stack.pop_back();
+    for (const auto& edge : node->next_edges()) {
+      Node* next = edge.function.get();
+      if (next != nullptr && seen.insert(next).second) {
+        stack.push_back(next);
+      }
+    }
+  }
+  return std::min(static_cast<int64_t>(seen.size()), limit);
+}
+
 }  // namespace
 
-PYBIND11_MODULE(memlens_alloc_recorder, m) {
-  m.doc() = "memlens precise mode: allocator events via c10's memory reporting hook";
+PYBIND11_MODULE(memlens_native, m) {
+  m.doc() = "memlens native helpers: allocator events, graph node counts";
   m.def("now_us", &now_us, "The recorder's clock (steady_clock), microseconds.");
+  m.def("count_graph_nodes", &count_graph_nodes, py::arg("roots"), py::arg("limit"));
   py::class_<Recorder, std::shared_ptr<Recorder>>(m, "Recorder")
       .def(py::init(&make_recorder), py::arg("t0_us"), py::arg("with_frames"),
            py::arg("internal"))

@@ -1,5 +1,6 @@
-"""Precise mode on the allocator's events: the same live bytes as the Python dispatch mode,
-frees seen between steps, frees it missed settled, and the fallback where it cannot build."""
+"""The native helpers. Precise mode on the allocator's events: the same live bytes as the
+Python dispatch mode, frees seen between steps, frees it missed settled, and the fallback
+where it cannot build. The graph node count: the same as the Python walk."""
 
 from __future__ import annotations
 
@@ -15,13 +16,13 @@ from core.native.tracker import NativeStorageTracker, make_precise_tracker
 from core.records import PHASE_CODE
 from tests.core.helpers import run, tiny_config
 
-native = core.native.alloc_recorder()
+native = core.native.load()
 needs_native = pytest.mark.skipif(
     native is None, reason=f"native recorder unavailable: {core.native.unavailable_reason()}")
 
 
 def _python_tracker(monkeypatch) -> None:
-    monkeypatch.setattr(core.native, "alloc_recorder", lambda: None)
+    monkeypatch.setattr(core.native, "load", lambda build=True: None)
     monkeypatch.setattr(core.native, "unavailable_reason", lambda: "no compiler (test)")
 
 
@@ -89,7 +90,7 @@ def test_alloc_and_free_rows_carry_phase_category_and_the_allocating_line():
     assert base >= 4000 and tracker.live_bytes == base - 4000
     assert alloc[0][5] == free[0][5] == 1 + 2  # "activations" (MEMORY_CATEGORIES order)
     assert (alloc[0][6], alloc[0][7]) == (3, PHASE_CODE["forward"])
-    assert "test_native_tracker.py" in alloc[0][8] and "test_alloc_and_free" in alloc[0][8]
+    assert "test_native.py" in alloc[0][8] and "test_alloc_and_free" in alloc[0][8]
     assert free[0][0] >= alloc[0][0]
 
 
@@ -137,3 +138,21 @@ def test_without_a_compiler_precise_mode_uses_the_dispatch_mode(monkeypatch):
     env = history.meta["environment"]
     assert env["precise_backend"].startswith("dispatch") and env["precise_note"]
     assert summary.steps_done == 2 and len(history.allocs) > 0
+
+
+@needs_native
+@pytest.mark.parametrize("preset", ["mlp", "cnn", "lstm", "gan", "transformer"])
+def test_native_graph_node_count_equals_the_python_walk(preset):
+    from core.loop import GRAPH_NODE_LIMIT, count_graph_nodes
+    from core.presets import build_preset
+
+    cfg = tiny_config(preset)
+    p = build_preset(cfg, torch.device("cpu"))
+    roots = [loss for loss, _ in p.forward_train(cfg.techniques).backward]
+    expected = count_graph_nodes(roots)
+    assert expected > 5
+    assert native.count_graph_nodes(roots, GRAPH_NODE_LIMIT) == expected
+    assert native.count_graph_nodes(roots, 5) == 5  # the limit holds
+    assert native.count_graph_nodes([torch.zeros(3)], GRAPH_NODE_LIMIT) == 0
+    with pytest.raises(TypeError):
+        native.count_graph_nodes([object()], GRAPH_NODE_LIMIT)

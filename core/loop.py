@@ -22,7 +22,7 @@ from torch import Tensor
 from core.config import RunConfig, TechniqueToggles
 from core.controls import RunControls, StopRequested
 from core.explain import error_title, explain_error, explain_leak
-from core.memory import MemoryProbe, SavedTensorTracker
+from core.memory import MemoryProbe
 from core.presets import Preset, build_preset
 from core.records import RunEvent, RunSummary, StepRecord
 from core.sinks import FanOut
@@ -174,11 +174,13 @@ class TrainingSession:
         self.device = resolve_device(config.device)
         self.t0 = time.perf_counter()
         self.preset: Preset = preset if preset is not None else build_preset(config, self.device)
-        self.saved = SavedTensorTracker()
-        # The native helpers count graph nodes without a Python object per node, where they
-        # are built (never waiting for a build here: see core.native).
+        # The native helpers (where they are built; never waiting for a build here, see
+        # core.native) run the saved-tensor hooks and count graph nodes without a Python
+        # frame or object per tensor or node.
         from core.native import load
+        from core.native.tracker import make_saved_tracker
 
+        self.saved = make_saved_tracker()
         native = load(build=False)
         self._count_nodes = native.count_graph_nodes if native else count_graph_nodes
         self.precise = None

@@ -56,7 +56,8 @@ def _compile(torch, out: Path) -> None:
            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
            *(f"-I{p}" for p in include_paths()), f"-I{py_include}",
            str(SOURCE), "-o", str(out),
-           *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs), "-lc10", "-ltorch_cpu", "-ltorch_python"]
+           *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs),
+           "-lc10", "-ltorch_cpu", "-ltorch_python"]
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=BUILD_TIMEOUT_S)
     if done.returncode != 0:
         tail = (done.stderr or done.stdout).strip().splitlines()[-5:]

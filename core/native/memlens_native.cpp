@@ -448,6 +448,227 @@ std::shared_ptr<Recorder> make_recorder(int64_t t0_us, bool with_frames,
   return r;
 }
 
+
+// --- activations saved for backward: pack/unpack hooks without a Python frame --------------
+//
+// What core.memory.SavedTensorTracker does in Python, with the same figures: autograd calls
+// the pack hook for every tensor it saves and unpack when backward needs it. pack keeps a
+// detached alias and its version in a small holder (autograd stores the holder); unpack
+// raises autograd's own in-place error if the version moved, since a pack hook turns
+// autograd's check off. Each holder counts its storage once while it lives; its dealloc
+// (when autograd lets go: backward, or a dropped graph) takes it off. Parameters (by data
+// pointer) are checked but never counted. All of it runs with the GIL held.
+
+class SavedTracker;
+
+struct SavedHolder {
+  PyObject_HEAD
+  at::Tensor tensor;   // a detached alias sharing the version counter (placement-new)
+  PyObject* wrapped;   // its Python tensor, made at the first unpack
+  PyObject* owner;     // the capsule that keeps `tracker` alive
+  SavedTracker* tracker;
+  int64_t version;
+  int64_t device;
+  int64_t ptr;
+  int64_t step;        // the tracker's step when packed
+  bool counted;
+};
+
+PyTypeObject SavedHolderType;
+
+class SavedTracker {
+ public:
+  struct Entry {
+    int64_t fresh = 0;     // holders packed in the current step
+    int64_t retained = 0;  // holders that outlived the step that made them
+    int64_t nbytes = 0;
+    int64_t counted_step = -1;  // the step whose saved bytes already include it
+  };
+
+  // Data pointers of the parameters and their storages' base pointers: a tensor starting at
+  // one, or in one's storage, is a parameter, never an activation.
+  void set_param_ptrs(const std::vector<int64_t>& ptrs) {
+    param_ptrs_.clear();
+    param_ptrs_.insert(ptrs.begin(), ptrs.end());
+  }
+
+  void add(SavedHolder* h, int64_t nbytes) {
+    Entry& e = live_[Key{h->device, h->ptr}];
+    if (e.fresh + e.retained == 0) {
+      e.nbytes = nbytes;
+      live_bytes_ += nbytes;
+    }
+    e.fresh += 1;
+    if (e.counted_step != step_) {
+      e.counted_step = step_;
+      step_saved_bytes_ += e.nbytes;
+    }
+    h->step = step_;
+    h->counted = true;
+  }
+
+  void release(SavedHolder* h) {
+    h->counted = false;
+    auto it = live_.find(Key{h->device, h->ptr});
+    if (it == live_.end()) {
+      return;
+    }
+    Entry& e = it->second;
+    if (h->step == step_) {
+      e.fresh -= 1;
+    } else if (--e.retained == 0) {
+      retained_bytes_ -= e.nbytes;
+    }
+    if (e.fresh + e.retained == 0) {
+      live_bytes_ -= e.nbytes;
+      live_.erase(it);
+    }
+  }
+
+  void new_step() {
+    end_step();
+    step_saved_bytes_ = 0;
+  }
+
+  // Holders autograd still has after the step are a retained graph. (After backward the
+  // live set is empty or holds only what a kept graph saved: a short walk.)
+  void end_step() {
+    for (auto& kv : live_) {
+      Entry& e = kv.second;
+      if (e.fresh > 0) {
+        if (e.retained == 0) {
+          retained_bytes_ += e.nbytes;
+        }
+        e.retained += e.fresh;
+        e.fresh = 0;
+      }
+    }
+    step_ += 1;
+  }
+
+  bool is_param(int64_t ptr) const { return param_ptrs_.count(ptr) != 0; }
+  bool contains(int64_t device, int64_t ptr) const { return live_.count(Key{device, ptr}) != 0; }
+  int64_t live_bytes() const { return live_bytes_; }
+  int64_t retained_bytes() const { return retained_bytes_; }
+  int64_t step_saved_bytes() const { return step_saved_bytes_; }
+
+  std::vector<std::pair<int64_t, int64_t>> keys() const {
+    std::vector<std::pair<int64_t, int64_t>> out;
+    out.reserve(live_.size());
+    for (const auto& kv : live_) {
+      out.emplace_back(kv.first.device, kv.first.ptr);
+    }
+    return out;
+  }
+
+ private:
+  std::unordered_set<int64_t> param_ptrs_;
+  std::unordered_map<Key, Entry, KeyHash> live_;
+  int64_t step_ = 0;
+  int64_t live_bytes_ = 0;
+  int64_t retained_bytes_ = 0;
+  int64_t step_saved_bytes_ = 0;
+};
+
+void saved_holder_dealloc(PyObject* self) {
+  auto* h = reinterpret_cast<SavedHolder*>(self);
+  if (h->counted && h->tracker != nullptr) {
+    h->tracker->release(h);
+  }
+  h->tensor.~Tensor();
+  Py_XDECREF(h->wrapped);
+  Py_XDECREF(h->owner);
+  Py_TYPE(self)->tp_free(self);
+}
+
+const char* kCapsule = "memlens_native.SavedTracker";
+
+// pack(tensor) -> holder. `self` is a capsule holding the tracker.
+PyObject* saved_pack(PyObject* self, PyObject* arg) {
+  try {
+    if (!THPVariable_Check(arg)) {
+      PyErr_SetString(PyExc_TypeError, "pack hook: expected a tensor");
+      return nullptr;
+    }
+    const at::Tensor& t = THPVariable_Unpack(arg);
+    auto* tracker = static_cast<std::shared_ptr<SavedTracker>*>(
+        PyCapsule_GetPointer(self, kCapsule))->get();
+    auto* h = PyObject_New(SavedHolder, &SavedHolderType);
+    if (h == nullptr) {
+      return nullptr;
+    }
+    // A tensor saved as the output of its own op still points at the node being built:
+    // keeping it would make the node hold itself. tensor_data() is an alias without autograd
+    // history that shares the version counter (what detach() gives, without a dispatch).
+    new (&h->tensor) at::Tensor(t.tensor_data());
+    h->wrapped = nullptr;
+    Py_INCREF(self);
+    h->owner = self;
+    h->tracker = tracker;
+    h->version = t._version();
+    h->counted = false;
+    h->step = 0;
+    h->device = t.device().is_cpu() ? -1 : t.device().index();
+    h->ptr = 0;
+    if (t.has_storage()) {
+      const auto& st = t.storage();
+      h->ptr = reinterpret_cast<int64_t>(st.data());
+      const int64_t data = reinterpret_cast<int64_t>(t.data_ptr());
+      if (h->ptr != 0 && !tracker->is_param(data) && !tracker->is_param(h->ptr)) {
+        tracker->add(h, static_cast<int64_t>(st.nbytes()));
+      }
+    }
+    return reinterpret_cast<PyObject*>(h);
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+    return nullptr;
+  }
+}
+
+// unpack(holder) -> tensor, or autograd's in-place error.
+PyObject* saved_unpack(PyObject* /*self*/, PyObject* arg) {
+  if (Py_TYPE(arg) != &SavedHolderType) {
+    PyErr_SetString(PyExc_TypeError, "unpack hook: not a memlens holder");
+    return nullptr;
+  }
+  auto* h = reinterpret_cast<SavedHolder*>(arg);
+  if (h->wrapped == nullptr) {
+    h->wrapped = THPVariable_Wrap(h->tensor);
+    if (h->wrapped == nullptr) {
+      return nullptr;
+    }
+  }
+  const at::Tensor& t = h->tensor;
+  const int64_t now = t._version();
+  if (now != h->version) {
+    std::string shape = "[";
+    for (int64_t i = 0; i < t.dim(); ++i) {
+      shape += (i ? ", " : "") + std::to_string(t.size(i));
+    }
+    shape += "]";
+    std::string type = t.toString();  // as Python's tensor.type() names it, where it can
+    if (PyObject* name = PyObject_CallMethod(h->wrapped, "type", nullptr)) {
+      if (const char* text = PyUnicode_AsUTF8(name)) {
+        type = text;
+      }
+      Py_DECREF(name);
+    }
+    PyErr_Clear();
+    const std::string msg =
+        "one of the variables needed for gradient computation has been modified by an "
+        "inplace operation: [" + type + " " + shape + "], is at version " +
+        std::to_string(now) + "; expected version " + std::to_string(h->version) +
+        " instead.";
+    PyErr_SetString(PyExc_RuntimeError, msg.c_str());
+    return nullptr;
+  }
+  Py_INCREF(h->wrapped);
+  return h->wrapped;
+}
+
+PyMethodDef pack_def = {"pack", saved_pack, METH_O, "memlens saved-tensor pack hook"};
+PyMethodDef unpack_def = {"unpack", saved_unpack, METH_O, "memlens saved-tensor unpack hook"};
+
 // Autograd nodes reachable from the roots' grad_fn (each once), up to `limit`: what
 // core.loop.count_graph_nodes walks through next_functions in Python, without making a
 // Python object per node.
@@ -483,6 +704,47 @@ PYBIND11_MODULE(memlens_native, m) {
   m.doc() = "memlens native helpers: allocator events, graph node counts";
   m.def("now_us", &now_us, "The recorder's clock (steady_clock), microseconds.");
   m.def("count_graph_nodes", &count_graph_nodes, py::arg("roots"), py::arg("limit"));
+
+  SavedHolderType.tp_name = "memlens_native.SavedHolder";
+  SavedHolderType.tp_basicsize = sizeof(SavedHolder);
+  SavedHolderType.tp_dealloc = saved_holder_dealloc;
+  SavedHolderType.tp_flags = Py_TPFLAGS_DEFAULT;
+  SavedHolderType.tp_doc = "what memlens' pack hook gives autograd to keep";
+  if (PyType_Ready(&SavedHolderType) < 0) {
+    throw py::error_already_set();
+  }
+  py::class_<SavedTracker, std::shared_ptr<SavedTracker>>(m, "SavedTracker")
+      .def(py::init<>())
+      .def("set_param_ptrs", &SavedTracker::set_param_ptrs)
+      .def("new_step", &SavedTracker::new_step)
+      .def("end_step", &SavedTracker::end_step)
+      .def("contains", &SavedTracker::contains)
+      .def("keys", &SavedTracker::keys)
+      .def_property_readonly("live_bytes", &SavedTracker::live_bytes)
+      .def_property_readonly("retained_bytes", &SavedTracker::retained_bytes)
+      .def_property_readonly("step_saved_bytes", &SavedTracker::step_saved_bytes)
+      .def("hook_functions", [](std::shared_ptr<SavedTracker> self) {
+        // The hooks' `self`: a capsule with its own reference to the tracker, so holders
+        // that outlive the Python tracker object (a kept graph) still find it.
+        PyObject* capsule = PyCapsule_New(
+            new std::shared_ptr<SavedTracker>(std::move(self)), kCapsule, [](PyObject* c) {
+              delete static_cast<std::shared_ptr<SavedTracker>*>(
+                  PyCapsule_GetPointer(c, kCapsule));
+            });
+        if (capsule == nullptr) {
+          throw py::error_already_set();
+        }
+        PyObject* pack = PyCFunction_New(&pack_def, capsule);
+        PyObject* unpack = PyCFunction_New(&unpack_def, capsule);
+        Py_DECREF(capsule);
+        if (pack == nullptr || unpack == nullptr) {
+          Py_XDECREF(pack);
+          Py_XDECREF(unpack);
+          throw py::error_already_set();
+        }
+        return py::make_tuple(py::reinterpret_steal<py::object>(pack),
+                              py::reinterpret_steal<py::object>(unpack));
+      });
   py::class_<Recorder, std::shared_ptr<Recorder>>(m, "Recorder")
       .def(py::init(&make_recorder), py::arg("t0_us"), py::arg("with_frames"),
            py::arg("internal"))

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import weakref
 
+import torch
 from torch import Tensor
 
 from core.memory import _HERE, CATEGORY_CODE
@@ -129,3 +130,92 @@ def make_precise_tracker(t0: float, device, with_frames: bool = True):
     if module is None:
         return StorageTracker(t0, with_frames), unavailable_reason()
     return NativeStorageTracker(module, t0, with_frames), None
+
+
+# --- activations saved for backward ------------------------------------------------------------
+
+
+class _NativeLive:
+    """Storage keys saved for backward and alive now: `in` and iteration."""
+
+    __slots__ = ("_tracker",)
+
+    def __init__(self, tracker) -> None:
+        self._tracker = tracker
+
+    def __contains__(self, key) -> bool:
+        return self._tracker.contains(*key)
+
+    def __iter__(self):
+        return iter(self._tracker.keys())
+
+
+class NativeSavedTracker:
+    """SavedTensorTracker's interface and figures, its hooks in C (memlens_native.cpp): a
+    saved tensor costs autograd no Python frame, and its storage is counted as it is packed
+    instead of at the next sample."""
+
+    def __init__(self, module) -> None:
+        self._t = module.SavedTracker()
+        self._pack, self._unpack = self._t.hook_functions()
+        self._live = _NativeLive(self._t)
+        self._param_ptrs: frozenset = frozenset()
+        self._param_keys: frozenset = frozenset()
+
+    def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
+        return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
+
+    def _push_params(self) -> None:
+        self._t.set_param_ptrs(sorted(self._param_ptrs | {ptr for _d, ptr in self._param_keys}))
+
+    @property
+    def param_ptrs(self) -> frozenset:
+        return self._param_ptrs
+
+    @param_ptrs.setter
+    def param_ptrs(self, ptrs) -> None:
+        self._param_ptrs = frozenset(ptrs)
+        self._push_params()
+
+    @property
+    def param_keys(self) -> frozenset:
+        return self._param_keys
+
+    @param_keys.setter
+    def param_keys(self, keys) -> None:
+        self._param_keys = frozenset(keys)
+        self._push_params()
+
+    def new_step(self) -> None:
+        self._t.new_step()
+
+    def end_step(self) -> None:
+        self._t.end_step()
+
+    def measure(self) -> tuple[int, _NativeLive]:
+        return self._t.live_bytes, self._live
+
+    @property
+    def live_bytes(self) -> int:
+        return self._t.live_bytes
+
+    @property
+    def live(self) -> _NativeLive:
+        return self._live
+
+    @property
+    def retained_bytes(self) -> int:
+        return self._t.retained_bytes
+
+    @property
+    def step_saved_bytes(self) -> int:
+        return self._t.step_saved_bytes
+
+
+def make_saved_tracker():
+    """The native saved-tensor tracker where the helpers are built, else the Python one."""
+    from core.memory import SavedTensorTracker
+    from core.native import load
+
+    module = load(build=False)
+    return NativeSavedTracker(module) if module is not None else SavedTensorTracker()

@@ -8,9 +8,11 @@ import numpy as np
 import pytest
 import torch
 
+import core.native
 from core.config import RunConfig
 from core.history import RunHistory
 from core.memory import SavedTensorTracker
+from core.native.tracker import NativeSavedTracker
 from core.presets import build_preset
 from tests.core.helpers import run, samples_at, steps_col, tiny_config
 
@@ -111,11 +113,22 @@ def test_lstm_retain_graph_without_detach_hits_the_real_in_place_error():
     assert "retain_graph does not fix a missing detach" in summary.error.explanation
 
 
-def test_no_grad_eval_lowers_eval_activations_on_cnn():
+@pytest.fixture(params=["python", "native"])
+def make_tracker(request):
+    """The saved-tensor trackers, the Python one and the native one: the same behaviour."""
+    if request.param == "python":
+        return SavedTensorTracker
+    module = core.native.load()
+    if module is None:
+        pytest.skip(f"native helpers unavailable: {core.native.unavailable_reason()}")
+    return lambda: NativeSavedTracker(module)
+
+
+def test_no_grad_eval_lowers_eval_activations_on_cnn(make_tracker):
     def eval_saved(no_grad: bool) -> float:
         cfg = tiny_config("cnn")
         preset = build_preset(cfg, torch.device("cpu"))
-        tracker = SavedTensorTracker()
+        tracker = make_tracker()
         tracker.param_keys = set()
         ctx = torch.no_grad() if no_grad else torch.enable_grad()
         with tracker.hooks(), ctx:
@@ -137,20 +150,21 @@ def test_bf16_autocast_lowers_saved_bytes_on_cnn():
     assert steps_col(bf16, "saved_bytes")[-1] < 0.85 * steps_col(fp32, "saved_bytes")[-1]
 
 
-def test_saved_tensor_hook_still_catches_in_place_modification():
-    tracker = SavedTensorTracker()
+def test_saved_tensor_hook_still_catches_in_place_modification(make_tracker):
+    tracker = make_tracker()
     a = torch.randn(5, requires_grad=True)
     with tracker.hooks():
         b = a * 2
         c = b.sin()  # saves b
     b.add_(1)
-    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+    with pytest.raises(RuntimeError, match=r"modified by an inplace operation: "
+                       r"\[torch.FloatTensor \[5\]\], is at version 1; expected version 0"):
         c.sum().backward()
 
 
-def test_a_saved_parameter_is_checked_too_but_never_counted_as_activation():
+def test_a_saved_parameter_is_checked_too_but_never_counted_as_activation(make_tracker):
     weight = torch.nn.Parameter(torch.randn(4, 3))
-    tracker = SavedTensorTracker()
+    tracker = make_tracker()
     tracker.param_ptrs = frozenset({weight.data_ptr()})
     x = torch.randn(2, 4, requires_grad=True)
     with tracker.hooks():
@@ -162,8 +176,8 @@ def test_a_saved_parameter_is_checked_too_but_never_counted_as_activation():
         y.sum().backward()
 
 
-def test_saved_bytes_dedupe_views_and_release_after_backward():
-    tracker = SavedTensorTracker()
+def test_saved_bytes_dedupe_views_and_release_after_backward(make_tracker):
+    tracker = make_tracker()
     a = torch.randn(256, requires_grad=True)
     with tracker.hooks():
         b = a * 2
@@ -336,12 +350,12 @@ def test_precise_tracker_skips_alias_only_ops_but_sees_a_resize():
     assert tracker.live_bytes >= 1024 * 4 + 16 * 4
 
 
-def test_saved_tracker_never_keeps_a_released_activation_alive():
+def test_saved_tracker_never_keeps_a_released_activation_alive(make_tracker):
     """The tracker looks at its holders only when it measures; until then it must hold them
     weakly, or backward could not free activations as it goes (a real peak distortion)."""
     import weakref
 
-    tracker = SavedTensorTracker()
+    tracker = make_tracker()
     a = torch.randn(1024, requires_grad=True)
     with tracker.hooks():
         b = a * 2
@@ -354,8 +368,8 @@ def test_saved_tracker_never_keeps_a_released_activation_alive():
     assert tracker.live_bytes == 0
 
 
-def test_a_graph_kept_past_its_step_stays_counted_until_dropped():
-    tracker = SavedTensorTracker()
+def test_a_graph_kept_past_its_step_stays_counted_until_dropped(make_tracker):
+    tracker = make_tracker()
     a = torch.randn(512, requires_grad=True)
     tracker.new_step()
     with tracker.hooks():
@@ -368,13 +382,13 @@ def test_a_graph_kept_past_its_step_stays_counted_until_dropped():
     assert tracker.retained_bytes == 0 and tracker.live_bytes == 0
 
 
-def test_a_saved_output_makes_no_reference_cycle():
+def test_a_saved_output_makes_no_reference_cycle(make_tracker):
     """exp saves its own output; the hook must hold a detached alias of it, or the graph
     would hold itself and outlive every reference (freed only by a full collection)."""
     import gc
     import weakref
 
-    tracker = SavedTensorTracker()
+    tracker = make_tracker()
     a = torch.randn(1000, requires_grad=True)
     gc.disable()
     try:

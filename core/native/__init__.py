@@ -52,7 +52,7 @@ def _compile(torch, out: Path) -> None:
     if not Path(py_include, "Python.h").exists():
         raise RuntimeError(f"no Python headers in {py_include} (install python3-dev)")
     libs = library_paths()
-    cmd = [cxx, "-O2", "-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden",
+    cmd = [cxx, "-O3", "-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden",
            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
            *(f"-I{p}" for p in include_paths()), f"-I{py_include}",
            str(SOURCE), "-o", str(out),

@@ -16,6 +16,8 @@
 #include <c10/core/Allocator.h>
 #include <c10/util/Logging.h>
 #include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <pybind11/numpy.h>
@@ -25,6 +27,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -669,6 +672,155 @@ PyObject* saved_unpack(PyObject* /*self*/, PyObject* arg) {
 PyMethodDef pack_def = {"pack", saved_pack, METH_O, "memlens saved-tensor pack hook"};
 PyMethodDef unpack_def = {"unpack", saved_unpack, METH_O, "memlens saved-tensor unpack hook"};
 
+
+// --- the gradient norm, taken while each gradient is still in cache -------------------------
+//
+// The loop reports the 2-norm of all gradients after backward. Read back afterwards, the
+// gradients come from memory (the kernels in between evicted them); a post-accumulate-grad
+// hook on each parameter squares and sums its gradient right after autograd wrote it. At
+// read time a parameter's value is used only if its gradient is still the same tensor at the
+// same version; otherwise (a user's own hook replaced ours, an in-place change, a dtype or
+// device the hook does not handle) it is computed then.
+
+// Sum of squares of a contiguous CPU float32/float64 tensor; false for anything else.
+bool sum_of_squares(const at::Tensor& g, double* out) {
+  if (!g.defined() || !g.device().is_cpu() || g.layout() != c10::kStrided || !g.is_contiguous()) {
+    return false;
+  }
+  const int64_t n = g.numel();
+  double total = 0.0;
+  if (g.scalar_type() == at::kFloat) {
+    const float* p = g.const_data_ptr<float>();
+    int64_t i = 0;
+    while (i < n) {  // float lanes (vectorized), flushed to double every block
+      const int64_t end = std::min(n, i + 4096);
+      float acc[16] = {0};
+      for (; i + 16 <= end; i += 16) {
+        for (int k = 0; k < 16; ++k) {
+          acc[k] += p[i + k] * p[i + k];
+        }
+      }
+      for (; i < end; ++i) {
+        acc[0] += p[i] * p[i];
+      }
+      for (float a : acc) {
+        total += a;
+      }
+    }
+  } else if (g.scalar_type() == at::kDouble) {
+    const double* p = g.const_data_ptr<double>();
+    for (int64_t i = 0; i < n; ++i) {
+      total += p[i] * p[i];
+    }
+  } else {
+    return false;
+  }
+  *out = total;
+  return true;
+}
+
+struct GradSlot {
+  const c10::TensorImpl* impl = nullptr;
+  const void* data = nullptr;
+  int64_t version = -1;
+  double sumsq = 0.0;
+};
+
+struct GradSlots {
+  std::vector<GradSlot> slots;
+};
+
+class SumSquaresHook : public torch::autograd::PostAccumulateGradHook {
+ public:
+  SumSquaresHook(std::shared_ptr<GradSlots> slots, size_t index)
+      : slots_(std::move(slots)), index_(index) {}
+
+  void operator()(const torch::autograd::Variable& param) override {
+    const at::Tensor& g = param.grad();
+    GradSlot& slot = slots_->slots[index_];
+    double v = 0.0;
+    if (sum_of_squares(g, &v)) {
+      slot = GradSlot{g.unsafeGetTensorImpl(), g.const_data_ptr(), g._version(), v};
+    } else {
+      slot = GradSlot{};
+    }
+  }
+
+ private:
+  std::shared_ptr<GradSlots> slots_;
+  size_t index_;
+};
+
+class GradWatch {
+ public:
+  explicit GradWatch(const py::list& params) : slots_(std::make_shared<GradSlots>()) {
+    for (const auto& p : params) {
+      if (!THPVariable_Check(p.ptr())) {
+        throw py::type_error("GradWatch takes parameters");
+      }
+      params_.push_back(THPVariable_Unpack(p.ptr()));
+    }
+    slots_->slots.resize(params_.size());
+    hooks_.resize(params_.size(), nullptr);
+  }
+
+  ~GradWatch() { uninstall(); }
+
+  // Puts the hook on every parameter that has no post-accumulate-grad hook of its own.
+  void install() {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      auto& current = torch::autograd::impl::post_acc_grad_hooks(params_[i]);
+      if (current == nullptr && params_[i].requires_grad()) {
+        auto hook = std::make_unique<SumSquaresHook>(slots_, i);
+        hooks_[i] = hook.get();
+        torch::autograd::impl::set_post_acc_grad_hooks(params_[i], std::move(hook));
+      }
+    }
+  }
+
+  // Takes off the hooks that are still ours.
+  void uninstall() {
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (hooks_[i] == nullptr) {
+        continue;
+      }
+      auto& current = torch::autograd::impl::post_acc_grad_hooks(params_[i]);
+      if (current.get() == hooks_[i]) {
+        current.reset();
+      }
+      hooks_[i] = nullptr;
+    }
+  }
+
+  // Sum of squares of every gradient now, or -1 where one is of a kind handled in Python.
+  double sum_of_squares_now() {
+    double total = 0.0;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const at::Tensor& g = params_[i].grad();
+      if (!g.defined()) {
+        continue;
+      }
+      const GradSlot& slot = slots_->slots[i];
+      if (slot.impl == g.unsafeGetTensorImpl() && slot.data == g.const_data_ptr() &&
+          slot.version == g._version()) {
+        total += slot.sumsq;
+        continue;
+      }
+      double v = 0.0;
+      if (!sum_of_squares(g, &v)) {
+        return -1.0;
+      }
+      total += v;
+    }
+    return total;
+  }
+
+ private:
+  std::vector<at::Tensor> params_;
+  std::shared_ptr<GradSlots> slots_;
+  std::vector<SumSquaresHook*> hooks_;  // ours, where installed (owned by the parameter)
+};
+
 // Autograd nodes reachable from the roots' grad_fn (each once), up to `limit`: what
 // core.loop.count_graph_nodes walks through next_functions in Python, without making a
 // Python object per node.
@@ -704,6 +856,12 @@ PYBIND11_MODULE(memlens_native, m) {
   m.doc() = "memlens native helpers: allocator events, graph node counts";
   m.def("now_us", &now_us, "The recorder's clock (steady_clock), microseconds.");
   m.def("count_graph_nodes", &count_graph_nodes, py::arg("roots"), py::arg("limit"));
+
+  py::class_<GradWatch>(m, "GradWatch")
+      .def(py::init<const py::list&>())
+      .def("install", &GradWatch::install)
+      .def("uninstall", &GradWatch::uninstall)
+      .def("sum_of_squares", &GradWatch::sum_of_squares_now);
 
   SavedHolderType.tp_name = "memlens_native.SavedHolder";
   SavedHolderType.tp_basicsize = sizeof(SavedHolder);

@@ -156,3 +156,30 @@ def test_native_graph_node_count_equals_the_python_walk(preset):
     assert native.count_graph_nodes([torch.zeros(3)], GRAPH_NODE_LIMIT) == 0
     with pytest.raises(TypeError):
         native.count_graph_nodes([object()], GRAPH_NODE_LIMIT)
+
+
+@needs_native
+def test_grad_watch_norm_follows_the_gradients_and_leaves_user_hooks_alone():
+    lin = torch.nn.Linear(64, 32)
+    other = torch.nn.Linear(32, 2)
+    seen = []
+    other.weight.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.norm()))
+    params = [*lin.parameters(), *other.parameters()]
+    watch = native.GradWatch(params)
+    watch.install()
+    x = torch.randn(8, 64)
+    other(lin(x)).square().sum().backward()
+    assert len(seen) == 1  # the user's own hook still runs
+    expected = sum(float(p.grad.double().square().sum()) for p in params)
+    assert watch.sum_of_squares() == pytest.approx(expected, rel=1e-6)
+    with torch.no_grad():
+        lin.weight.grad.mul_(3)  # changed after its hook ran: read again, not cached
+    expected = sum(float(p.grad.double().square().sum()) for p in params)
+    assert watch.sum_of_squares() == pytest.approx(expected, rel=1e-6)
+    lin.weight.grad = None
+    assert watch.sum_of_squares() < expected
+    lin.bias.grad = torch.randn(64)[::2]  # strided: the native path leaves it to Python
+    assert watch.sum_of_squares() == -1.0
+    watch.uninstall()
+    assert lin.weight._post_accumulate_grad_hooks is None
+    assert other.weight._post_accumulate_grad_hooks is not None

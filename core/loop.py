@@ -195,6 +195,8 @@ class TrainingSession:
 
             self.precise, self.precise_note = make_precise_tracker(self.t0, self.device)
         self.probe = MemoryProbe(self.preset, self.device, self.saved, self.precise)
+        if self._grad_watch is not None:
+            self.probe.use_grad_watch(self._grad_watch)
         self.clock = _PhaseClock(self.device)
         self.scaler = None
         self.micro = 0  # micro-batches since the last optimizer step

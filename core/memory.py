@@ -488,7 +488,8 @@ class MemoryProbe:
         saved.param_keys = self.params.keys
         saved.param_ptrs = frozenset(p.data_ptr() for p in self.param_list) - {0}
         self._grads = _Bytes()
-        self._grad_list: list[Tensor] = []
+        self._grad_list: list[Tensor] | None = []
+        self.grad_watch = None
         self._opt = _Bytes()
         self._opt_ids: list[int] = []
 
@@ -509,11 +510,25 @@ class MemoryProbe:
         return "CPU tensor bytes by category (exact for what it counts; peak = lower bound)"
 
     def grads(self) -> list[Tensor]:
-        """The gradients as of the last sample after zero_grad or backward."""
+        """The gradients as of the last sample after zero_grad or backward (ask right after
+        it: with the native scan the list is made when first asked for)."""
+        if self._grad_list is None:
+            self._grad_list = [g for p in self.param_list if (g := p.grad) is not None]
         return self._grad_list
+
+    def use_grad_watch(self, watch) -> None:
+        """Scan gradients through the native helpers' GradWatch (CPU; see core.loop)."""
+        watch.set_param_keys(list(self.params.keys))
+        self.grad_watch = watch
 
     def _scan_grads(self) -> _Bytes:
         grads = _Bytes()
+        watch = self.grad_watch
+        if watch is not None:  # the native helpers' one pass over the parameters
+            grads.total, keys = watch.grad_storages()
+            grads.keys = set(keys)
+            self._grad_list = None  # made if asked for (see grads())
+            return grads
         found = [g for p in self.param_list if (g := p.grad) is not None]
         pkeys = self.params.keys
         for g in found:

@@ -792,6 +792,37 @@ class GradWatch {
     }
   }
 
+  // Storages a sample counts as parameters: never counted as gradients.
+  void set_param_keys(const std::vector<std::pair<int64_t, int64_t>>& keys) {
+    param_keys_.clear();
+    for (const auto& k : keys) {
+      param_keys_.insert(Key{k.first, k.second});
+    }
+  }
+
+  // The gradients' storages now, each once and none of a parameter's: (bytes, [(device,
+  // base pointer)]), as core.memory's storage_key gives them.
+  py::tuple grad_storages() {
+    std::unordered_set<Key, KeyHash> seen;
+    int64_t total = 0;
+    py::list keys;
+    for (const auto& p : params_) {
+      const at::Tensor& g = p.grad();
+      if (!g.defined() || !g.has_storage()) {
+        continue;
+      }
+      const auto& st = g.storage();
+      const Key key{g.device().is_cpu() ? -1 : g.device().index(),
+                    reinterpret_cast<int64_t>(st.data())};
+      if (key.ptr == 0 || param_keys_.count(key) != 0 || !seen.insert(key).second) {
+        continue;
+      }
+      total += static_cast<int64_t>(st.nbytes());
+      keys.append(py::make_tuple(key.device, key.ptr));
+    }
+    return py::make_tuple(total, keys);
+  }
+
   // Sum of squares of every gradient now, or -1 where one is of a kind handled in Python.
   double sum_of_squares_now() {
     double total = 0.0;
@@ -819,6 +850,7 @@ class GradWatch {
   std::vector<at::Tensor> params_;
   std::shared_ptr<GradSlots> slots_;
   std::vector<SumSquaresHook*> hooks_;  // ours, where installed (owned by the parameter)
+  std::unordered_set<Key, KeyHash> param_keys_;
 };
 
 // Autograd nodes reachable from the roots' grad_fn (each once), up to `limit`: what
@@ -861,7 +893,9 @@ PYBIND11_MODULE(memlens_native, m) {
       .def(py::init<const py::list&>())
       .def("install", &GradWatch::install)
       .def("uninstall", &GradWatch::uninstall)
-      .def("sum_of_squares", &GradWatch::sum_of_squares_now);
+      .def("sum_of_squares", &GradWatch::sum_of_squares_now)
+      .def("set_param_keys", &GradWatch::set_param_keys)
+      .def("grad_storages", &GradWatch::grad_storages);
 
   SavedHolderType.tp_name = "memlens_native.SavedHolder";
   SavedHolderType.tp_basicsize = sizeof(SavedHolder);

@@ -183,3 +183,20 @@ def test_grad_watch_norm_follows_the_gradients_and_leaves_user_hooks_alone():
     watch.uninstall()
     assert lin.weight._post_accumulate_grad_hooks is None
     assert other.weight._post_accumulate_grad_hooks is not None
+
+
+@needs_native
+@pytest.mark.parametrize("preset", ["mlp", "lstm", "gan"])
+def test_light_mode_figures_are_the_same_with_and_without_the_native_helpers(preset,
+                                                                           monkeypatch):
+    """Saved-tensor hooks, graph count, gradient scan and norm: native or Python, one set of
+    figures (zero_grad off makes the gradients accumulate, so a stale cache would show)."""
+    fast, _ = run(preset, steps=5, zero_grad="off", eval_every=2)
+    _python_tracker(monkeypatch)
+    slow, _ = run(preset, steps=5, zero_grad="off", eval_every=2)
+    for column in ("params", "grads", "optimizer", "activations", "other", "total"):
+        np.testing.assert_array_equal(_column(fast, column), _column(slow, column))
+    for column in ("graph_nodes", "saved_bytes", "retained_bytes"):
+        np.testing.assert_array_equal(fast.steps.column(column), slow.steps.column(column))
+    np.testing.assert_allclose(fast.steps.column("grad_norm"), slow.steps.column("grad_norm"),
+                               rtol=1e-5)

@@ -1,6 +1,16 @@
-// memlens precise mode, native: every storage the allocator hands out or takes back.
+// memlens' native helpers: the per-tensor work of a measured step, out of Python.
 //
-// c10 tells the memory profiler about each allocation and free through the
+//   Recorder      precise mode: every allocation and free of the CPU allocator (below)
+//   SavedTracker  the saved-tensor pack/unpack hooks and what they keep alive
+//   GradWatch     each gradient's sum of squares as autograd writes it; the gradients'
+//                 storages in one pass
+//   count_graph_nodes  the autograd graph's size without a Python object per node
+//
+// Built by core/native/__init__.py against the installed torch; core/ has the same code in
+// Python for where no compiler is found, and tests/core/test_native.py holds the two to the
+// same figures.
+//
+// Recorder. c10 tells the memory profiler about each allocation and free through the
 // MemoryReportingInfoBase that is current in the thread's ThreadLocalDebugInfo (this is how
 // torch.profiler(profile_memory=True) sees memory). A Recorder pushed there gets the same
 // calls without the profiler's per-op recording: a map insert or erase per event, plus the

@@ -206,6 +206,7 @@ class GraphScene(QGraphicsScene):
         # that is due in one go, so two slices (and the scene updates between them) would
         # run back to back, with no turn of the event loop in between.
         self._slicer = QTimer(self)
+        self._slicer.setObjectName("graph_build_slice")  # named in stall diagnostics
         self._slicer.setSingleShot(True)
         self._slicer.setInterval(0)
         self._slicer.timeout.connect(self._continue)
@@ -220,6 +221,7 @@ class GraphScene(QGraphicsScene):
         self._filling: dict[QGraphicsItem, int] = {}  # layer -> its labels still to make
         self._label_queue: deque[tuple[QGraphicsItem, str, tuple[float, float]]] = deque()
         self._labeller = QTimer(self)  # a timer, not a posted call: a paint goes first
+        self._labeller.setObjectName("graph_label_slice")
         self._labeller.setSingleShot(True)
         self._labeller.setInterval(0)
         self._labeller.timeout.connect(self._label_some)

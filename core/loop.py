@@ -24,7 +24,7 @@ from core.controls import RunControls, StopRequested
 from core.explain import error_title, explain_error, explain_leak
 from core.memory import MemoryProbe
 from core.presets import Preset, build_preset
-from core.records import RunEvent, RunSummary, StepRecord
+from core.records import NATIVE_BUILD_EVENT, RunEvent, RunSummary, StepRecord
 from core.sinks import FanOut
 
 # Which category a new storage most likely is, by the phase that made it (precise mode).
@@ -464,6 +464,21 @@ class TrainingSession:
         return cap
 
 
+def _announce_native_build(config: RunConfig, sink: Any) -> None:
+    """A precise CPU run on a machine where the set-up did not build the native recorder
+    compiles it first (about 40 s, once): say so, as the run's first event."""
+    from core.native import needs_build
+
+    if config.precise and resolve_device(config.device).type == "cpu" and needs_build():
+        sink.on_event(RunEvent(
+            0, 0.0, "info", key=NATIVE_BUILD_EVENT,
+            message="building precise mode's allocation recorder for this torch (once, ~40 s)",
+            explanation="memlens compiles its C++ helpers the first time they are needed "
+                        "(./dev does it at set-up). The run starts when the build is done; "
+                        "without a compiler it runs on the slower Python tracker.",
+        ))  # fmt: skip
+
+
 def run_training(
     config: RunConfig,
     controls: RunControls | None = None,
@@ -478,6 +493,7 @@ def run_training(
     """
     controls = controls or RunControls(config.techniques, config.schedule)
     sink = sink if sink is not None else FanOut()
+    _announce_native_build(config, sink)
     session = TrainingSession(config, controls, sink)
     sink.on_start(session.meta())
     session.sample(0, "start")

@@ -11,6 +11,9 @@ PHASES: tuple[str, ...] = ("zero_grad", "forward", "backward", "optimizer", "eva
 SAMPLE_PHASES: tuple[str, ...] = ("start", *PHASES)
 PHASE_CODE: dict[str, int] = {name: i for i, name in enumerate(SAMPLE_PHASES)}
 
+# The key of the info event that says the native helpers are built before this run starts.
+NATIVE_BUILD_EVENT = "native build"
+
 # Tensor-memory categories, in the order plots stack them.
 MEMORY_CATEGORIES: tuple[str, ...] = ("params", "grads", "optimizer", "activations", "other")
 

@@ -106,6 +106,20 @@ def load(build: bool = True):
         return _module
 
 
+def needs_build() -> bool:
+    """Whether load() would compile first (no build for this source, torch and Python yet,
+    nothing tried in this process, not turned off)."""
+    if _tried or os.environ.get(DISABLE_ENV):
+        return False
+    try:
+        import torch
+
+        suffix = sysconfig.get_config_var("EXT_SUFFIX")
+        return not (cache_dir() / _build_key(torch) / f"{MODULE}{suffix}").exists()
+    except Exception:  # whatever fails here fails in load() too, and is reported there
+        return False
+
+
 def unavailable_reason() -> str | None:
     return _reason
 

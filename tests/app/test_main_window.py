@@ -301,3 +301,16 @@ def test_precise_run_streams_allocations_and_exports_a_snapshot(qtbot, window, t
     window.status.set_environment({**env, "precise_backend": "dispatch mode (Python)",
                                    "precise_note": "no C++ compiler found"})
     assert "because no C++ compiler found" in source.toolTip()
+
+
+def test_a_first_precise_run_that_builds_the_recorder_says_so_in_the_events(qtbot, window,
+                                                                            monkeypatch):
+    import core.native
+
+    monkeypatch.setattr(core.native, "needs_build", lambda: True)
+    run_to_end(qtbot, window, steps=3, precise=True)
+    events = window.events_panel.list
+    texts = [events.item(i).text() for i in range(events.count())]
+    assert any("building precise mode's allocation recorder" in t for t in texts)
+    # It is about the set-up, not the run's data: no marker on the plots.
+    assert all(len(p.markers) == 0 for p in window.plots.plots)

@@ -200,3 +200,17 @@ def test_light_mode_figures_are_the_same_with_and_without_the_native_helpers(pre
         np.testing.assert_array_equal(fast.steps.column(column), slow.steps.column(column))
     np.testing.assert_allclose(fast.steps.column("grad_norm"), slow.steps.column("grad_norm"),
                                rtol=1e-5)
+
+
+def test_a_precise_run_that_must_build_the_recorder_says_so_first(monkeypatch):
+    monkeypatch.setattr(core.native, "needs_build", lambda: True)
+    history, summary = run("mlp", steps=2, precise=True)
+    first = history.events()[0]
+    assert first.kind == "info" and first.key == "native build" and "once" in first.message
+    assert summary.steps_done == 2
+    monkeypatch.setattr(core.native, "needs_build", lambda: False)
+    history, _ = run("mlp", steps=2, precise=True)
+    assert all(e.key != "native build" for e in history.events())
+    monkeypatch.setattr(core.native, "needs_build", lambda: True)
+    history, _ = run("mlp", steps=2)  # light mode never builds: nothing to say
+    assert all(e.key != "native build" for e in history.events())

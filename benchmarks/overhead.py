@@ -5,7 +5,8 @@ user writes (the baseline), memlens light and precise mode (TrainingSession.step
 RunHistory, as the app runs it), and the plain loop under
 torch.distributed._tools.mem_tracker.MemTracker, under
 torch.profiler.profile(profile_memory=True) and, for context, under a Python dispatch mode
-that only calls each op (the floor under any dispatch-level tracker such as precise mode).
+that only calls each op (the floor under any Python dispatch-level tracker, such as
+precise mode's fallback where the native recorder cannot be built).
 Blocks of a few steps interleave round by round; each round's ratio compares blocks that
 ran back to back, under the same load, and the figure is the median over the rounds.
 
@@ -194,8 +195,9 @@ def _profiler(preset):
 
 
 def _dispatch_floor(preset):
-    """The cheapest Python dispatch mode there is: it only calls each op. Precise mode sees
-    every op through a mode like this, so this is the floor under its ratio."""
+    """The cheapest Python dispatch mode there is: it only calls each op. Precise mode's
+    Python fallback sees every op through a mode like this, so this is the floor under its
+    ratio (the native recorder listens to the allocator instead, below this floor)."""
     from torch.utils._python_dispatch import TorchDispatchMode
 
     class PassThrough(TorchDispatchMode):
@@ -276,7 +278,7 @@ def figures_for(name: str, times: dict[str, list[float]]) -> list[Figure]:
     out.append(Figure(f"overhead_{name}_dispatch_floor",
                       f"{name}: dispatch-mode floor / plain", median(r), "x",
                       note="a TorchDispatchMode that only calls each op: the floor under "
-                      "precise mode; " + _spread(r)))
+                      "precise mode's Python fallback; " + _spread(r)))
     r = paired_ratios(times, "profiler_steps_only", "plain")
     out.append(Figure(f"overhead_{name}_profiler_steps_only",
                       f"{name}: profiler, steps only / plain", median(r), "x",

@@ -184,10 +184,10 @@ class TrainingSession:
         native = load(build=False)
         self._count_nodes = native.count_graph_nodes if native else count_graph_nodes
         # CPU: each gradient's sum of squares taken by a hook as autograd writes it (see
-        # GradWatch in memlens_native.cpp), on while steps run, off at close().
+        # GradWatch in memlens_native.cpp), put on at each step (a no-op while on), off at
+        # close().
         self._grad_watch = (native.GradWatch(list(self.preset.parameters()))
                             if native is not None and self.device.type == "cpu" else None)
-        self._grad_watch_on = False
         self.precise = None
         self.precise_note = None  # why precise mode is not on the native recorder, if not
         if config.precise:
@@ -289,9 +289,8 @@ class TrainingSession:
         """Remove the session's hooks from the models and stop precise mode's listening, on
         the training thread (install_stop_hooks() and the next step put them back)."""
         self._remove_stop_hooks()
-        if self._grad_watch_on:
+        if self._grad_watch is not None:
             self._grad_watch.uninstall()
-            self._grad_watch_on = False
         if self.precise is not None:
             self.precise.close()
 
@@ -312,9 +311,8 @@ class TrainingSession:
         if self.precise is not None:
             self.precise.reset_peak()
         self.saved.new_step()
-        if self._grad_watch is not None and not self._grad_watch_on:
+        if self._grad_watch is not None:
             self._grad_watch.install()
-            self._grad_watch_on = True
         if toggles.amp == "fp16" and self.scaler is None:
             self.scaler = torch.amp.GradScaler(self.device.type)
         elif toggles.amp != "fp16":

@@ -504,7 +504,7 @@ class MemoryProbe:
         if self.cuda:
             return "CUDA allocator (memory_allocated / reserved)"
         if self.precise:
-            if getattr(self.precise, "backend", "").startswith("allocator"):
+            if self.precise.backend.startswith("allocator"):
                 return "CPU allocator: every allocation tracked (exact, incl. in-step peak)"
             return "CPU tensor bytes, every storage tracked (Python dispatch mode; exact peak)"
         return "CPU tensor bytes by category (exact for what it counts; peak = lower bound)"

@@ -135,8 +135,9 @@ class Recorder : public c10::MemoryReportingInfoBase {
       : t0_us_(t0_us), with_frames_(with_frames), internal_(std::move(internal)) {}
 
   ~Recorder() override {
-    // The code objects stacks refer to are released by clear() with the GIL held; any left
-    // are leaked rather than released from a thread that may not hold the GIL.
+    // The code objects stacks refer to are released by clear() (the Python wrapper calls
+    // it, GIL held, when it goes); any left are leaked rather than released from a thread
+    // that may not hold the GIL.
   }
 
   bool memoryProfilingEnabled() const override { return enabled_; }
@@ -197,8 +198,6 @@ class Recorder : public c10::MemoryReportingInfoBase {
     return true;
   }
 
-  bool active() const { return active_; }
-
   // A storage that existed before the recorder started (parameters, carried state).
   int64_t track(int64_t device, int64_t ptr, int64_t nbytes, int category, bool at_start) {
     std::lock_guard<std::mutex> lock(mu_);
@@ -243,11 +242,6 @@ class Recorder : public c10::MemoryReportingInfoBase {
   size_t pending() {
     std::lock_guard<std::mutex> lock(mu_);
     return events_.size();
-  }
-
-  size_t live_count() {
-    std::lock_guard<std::mutex> lock(mu_);
-    return live_.size();
   }
 
   // Sets the category of the live storages among `keys` (device, ptr).
@@ -896,7 +890,6 @@ int64_t count_graph_nodes(const py::list& roots, int64_t limit) {
 
 PYBIND11_MODULE(memlens_native, m) {
   m.doc() = "memlens native helpers: allocator events, graph node counts";
-  m.def("now_us", &now_us, "The recorder's clock (steady_clock), microseconds.");
   m.def("count_graph_nodes", &count_graph_nodes, py::arg("roots"), py::arg("limit"));
 
   py::class_<GradWatch>(m, "GradWatch")
@@ -952,7 +945,6 @@ PYBIND11_MODULE(memlens_native, m) {
            py::arg("internal"))
       .def("start", &Recorder::start)
       .def("stop", &Recorder::stop)
-      .def_property_readonly("active", &Recorder::active)
       .def("track", &Recorder::track)
       .def("freed", &Recorder::freed)
       .def("begin_phase", &Recorder::begin_phase)
@@ -960,7 +952,6 @@ PYBIND11_MODULE(memlens_native, m) {
       .def_property_readonly("live_bytes", &Recorder::live_bytes)
       .def_property_readonly("peak_bytes", &Recorder::peak_bytes)
       .def_property_readonly("pending", &Recorder::pending)
-      .def_property_readonly("live_count", &Recorder::live_count)
       .def("classify", &Recorder::classify)
       .def("drain", &Recorder::drain)
       .def("clear", &Recorder::clear);

@@ -42,8 +42,6 @@ class NativeStorageTracker:
     backend = "allocator events (native)"
 
     def __init__(self, module, t0: float, with_frames: bool = True) -> None:
-        self.t0 = t0
-        self.with_frames = with_frames
         # Frames left out of stacks, as the Python tracker leaves them out: torch's own and
         # memlens' measuring code (a trailing * makes a prefix).
         self._rec = module.Recorder(int(t0 * 1e6), with_frames, ["/torch/", _HERE + "/memory*"])
@@ -67,6 +65,7 @@ class NativeStorageTracker:
         rec = getattr(self, "_rec", None)
         if rec is not None:
             rec.stop()
+            rec.clear()  # its records, and its references to the stacks' code objects
 
     def track(self, t: Tensor, category: str | None = None, at_start: bool = False) -> None:
         try:

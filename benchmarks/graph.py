@@ -177,9 +177,10 @@ def _settle(panel, action) -> None:
 
 def run(s: Settings) -> list[Figure]:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    from benchmarks.gui_load import _probe_app, _slowest
+    from benchmarks.gui_load import TRACE_ENV, _probe_app, _slowest, tracing
 
-    app = _probe_app()  # names the events behind any stall
+    app = _probe_app()  # plain, unless tracing() (it then names the events behind a stall)
+    traced = tracing()
     from app.main_window import MainWindow
     from core.config import RunConfig
 
@@ -207,18 +208,21 @@ def run(s: Settings) -> list[Figure]:
         every = key.endswith("_all")
         with SlotErrors() as errors:
             _one(window, panel, config, errors, every)  # warm-up: imports, layout, fonts
-            app.slow.clear()
-            app.recording = True
+            if traced:
+                app.slow.clear()
+                app.recording = True
             with GcPauses() as gc_pauses:
                 runs = [_one(window, panel, config, errors, every)
                         for _ in range(1 if s.quick else 3)]
-            app.recording = False
+            if traced:
+                app.recording = False
             if not panel.grouped.isChecked():
                 _settle(panel, lambda: panel.grouped.setChecked(True))
         total = median([r["total"] for r in runs])
         capture = median([r["capture"] for r in runs])
         rest = median([r["layout_scene"] for r in runs])
         last = runs[-1]
+        slowest = _slowest(app.slow) if traced else f"not traced ({TRACE_ENV}=1 names them)"
         out += [
             Figure(f"graph_{key}_s", f"graph {label}: capture -> scene", total, "s", LIMIT_S,
                    note=f"{last['nodes']:,} nodes, {last['drawn']:,} drawn; capture "
@@ -226,7 +230,7 @@ def run(s: Settings) -> list[Figure]:
                         f"median of {len(runs)}"),
             Figure(f"graph_{key}_stall_ms", f"graph {label}: longest GUI stall",
                    max(r["stall"] for r in runs), "ms", STALL_MS,
-                   note=f"1 ms timer, worst run; slowest events: {_slowest(app.slow)}; "
+                   note=f"1 ms timer, worst run; slowest events: {slowest}; "
                         f"{gc_pauses.text()}"),
             Figure(f"graph_{key}_nodes", f"graph {label}: nodes (context)", last["nodes"], ""),
         ]

@@ -5,9 +5,11 @@ function (app.synthetic's producer, no torch) first puts 1,000,000 phase samples
 session's history, waits until the window has drawn them, then sends 5,000 steps a second,
 each with its four phase samples, for 20 s (quick: 2 s). Meanwhile:
 
-- every event passes through QApplication.notify, timed here: the window's refresh timer
-  (the ~30 Hz slot that pulls new rows and calls setData) and each top-level paint (the
-  backing store painting what changed); a frame is one refresh plus the paints it caused;
+- event filters on two objects time the window's refresh timer (the ~30 Hz slot that pulls
+  new rows and calls setData) and each top-level paint (the backing store painting what
+  changed); a frame is one refresh plus the paints up to the next, and the GUI thread's CPU
+  clock is read at each refresh. With $MEMLENS_BENCH_EVENTS=1 every event is timed through
+  QApplication.notify instead (and slow ones named), at the cost `_probe_app` describes;
 - a 1 ms precise QTimer notes the gaps between its ticks: the longest is the longest time
   the event loop did nothing else;
 - at the end the producer stops and the window takes its last frame: the rows sent must all
@@ -16,6 +18,7 @@ each with its four phase samples, for 20 s (quick: 2 s). Meanwhile:
 
 from __future__ import annotations
 
+import itertools
 import os
 import threading
 import time
@@ -31,6 +34,7 @@ REFRESH_HZ = 30.0
 REFRESH_TOLERANCE = 0.95  # "30 Hz held": at least 95% of the nominal rate
 PROFILE_ENV = "MEMLENS_BENCH_PROFILE"
 SLOW_MS = 25.0  # events slower than this are named in the stall figure's note
+TRACE_ENV = "MEMLENS_BENCH_EVENTS"
 
 
 class _CountingSink:
@@ -96,42 +100,42 @@ class _Producer:
             self.t_end = time.perf_counter()
 
 
+def tracing() -> bool:
+    """$MEMLENS_BENCH_EVENTS=1: name every slow event, at a cost (see _probe_app)."""
+    return os.environ.get(TRACE_ENV, "") not in ("", "0")
+
+
 def _probe_app():
-    """A QApplication whose notify times the refresh timer and top-level paints."""
+    """The QApplication a GUI benchmark runs: a plain one, as the app makes it, unless
+    `tracing()`. Then it is a subclass whose Python `notify` times every event and names the
+    slow ones; but that runs Python, under the GIL, for every event Qt delivers (each child
+    widget's paint included), and while another thread runs Python each of those calls can
+    wait out a GIL switch interval. It measures the probe as much as the app: the all-nodes
+    graph's longest stall read 55 ms traced and 18-33 ms plain. The frame figures come from
+    `_FrameProbe` instead, which runs Python only for the refresh and the window's paints."""
     from PySide6.QtCore import QEvent, QTimer
     from PySide6.QtWidgets import QApplication
+
+    if QApplication.instance() is not None:
+        return QApplication.instance()
+    if not tracing():
+        return QApplication([])
 
     class ProbeApp(QApplication):
         def __init__(self, argv) -> None:
             super().__init__(argv)
-            self.refresh_timer: QTimer | None = None
             self.recording = False
-            self.frames: list[tuple[float, float]] = []  # (start, ms) of each refresh
-            self.paints: list[tuple[float, float]] = []  # (start, ms) of each top-level paint
-            self._in_paint = False
             self._depth = 0
             self.slow: list[tuple[float, str, float]] = []  # (ms, what, start)
             # (start, wall ms, GUI-thread CPU ms) of every outermost event
             self.busy: list[tuple[float, float, float]] = []
             self.stall_timer: QTimer | None = None
-            self._timer_type = QEvent.Timer
-            self._paint_types = (QEvent.UpdateRequest, QEvent.Paint)
 
         def notify(self, obj, event):
-            # A paint can be nested in another event (a queued scene update flushes it), so
-            # nesting is tracked: the outermost refresh, the outermost paint. Any outermost
-            # event slower than SLOW_MS is kept by kind and receiver, to name what stalls.
+            # Any outermost event slower than SLOW_MS is kept by kind and receiver.
             if not self.recording:
                 return super().notify(obj, event)
             kind = event.type()
-            if kind == self._timer_type and obj is self.refresh_timer:
-                record = self.frames
-            elif kind in self._paint_types and not self._in_paint:
-                record = self.paints
-            else:
-                record = None
-            paint = record is self.paints
-            self._in_paint |= paint
             self._depth += 1
             c0 = time.thread_time()
             t0 = time.perf_counter()
@@ -140,16 +144,55 @@ def _probe_app():
             finally:
                 ms = (time.perf_counter() - t0) * 1e3
                 self._depth -= 1
-                if record is not None:
-                    record.append((t0, ms))
-                if paint:
-                    self._in_paint = False
                 if self._depth == 0 and obj is not self.stall_timer:
                     self.busy.append((t0, ms, (time.thread_time() - c0) * 1e3))
                     if ms > SLOW_MS:
-                        self.slow.append((ms, f"{kind.name} -> {_name(obj)}", t0))
+                        self.slow.append((ms, f"{QEvent.Type(kind).name} -> {_name(obj)}", t0))
 
-    return ProbeApp.instance() or ProbeApp([])
+    return ProbeApp([])
+
+
+def _frame_probe(refresh_timer, window):
+    """Times the window's refresh (its timer's slot) and its top-level paints through event
+    filters on those two objects only, delivering each event itself between two clock
+    reads. Also reads the GUI thread's CPU clock at each refresh."""
+    from PySide6.QtCore import QEvent, QObject
+
+    class FrameProbe(QObject):
+        def __init__(self) -> None:
+            super().__init__()
+            self.recording = False
+            self.frames: list[tuple[float, float]] = []  # (start, ms) of each refresh
+            self.frame_cpu: list[float] = []  # GUI-thread CPU seconds at each refresh start
+            self.paints: list[tuple[float, float]] = []  # (start, ms) of each top-level paint
+            self._timer_type = QEvent.Timer
+            self._paint_types = (QEvent.UpdateRequest, QEvent.Paint)
+            self._in_paint = False
+
+        def eventFilter(self, obj, event) -> bool:
+            if not self.recording:
+                return False
+            kind = event.type()
+            if obj is refresh_timer and kind == self._timer_type:
+                record = self.frames
+                self.frame_cpu.append(time.thread_time())
+            elif obj is window and kind in self._paint_types and not self._in_paint:
+                record = self.paints
+                self._in_paint = True
+            else:
+                return False
+            t0 = time.perf_counter()
+            try:
+                obj.event(event)
+            finally:
+                record.append((t0, (time.perf_counter() - t0) * 1e3))
+                self._in_paint = False
+            return True
+
+    probe = FrameProbe()
+    refresh_timer.installEventFilter(probe)
+    window.installEventFilter(probe)
+    return probe
 
 
 def _name(obj) -> str:
@@ -215,7 +258,7 @@ def run(s: Settings) -> list[Figure]:
     config = RunConfig(preset="mlp", steps=10_000_000, eval_every=0)
     window = MainWindow(config, runs_dir=None, train_fn=producer)
     as_launched(window)
-    app.refresh_timer = window._timer  # the window's ~30 Hz refresh (the frame)
+    probe = _frame_probe(window._timer, window)  # the ~30 Hz refresh is the frame
 
     def spin_until(done, timeout: float) -> bool:
         """Run the real event loop (as app.exec would) until done() or the timeout."""
@@ -254,11 +297,13 @@ def run(s: Settings) -> list[Figure]:
         last[0] = now
 
     stall.timeout.connect(tick)
-    app.stall_timer = stall
+    traced = tracing()
+    if traced:
+        app.stall_timer = stall
     preload_rows = (len(history.samples), len(history.steps))
     profile = _gui_profiler()
     gc_pauses = GcPauses().__enter__()
-    app.recording = True
+    probe.recording = app.recording = True
     clock.start()
     stall.start()
     t0 = time.perf_counter()
@@ -266,12 +311,19 @@ def run(s: Settings) -> list[Figure]:
     spin_until(lambda: time.perf_counter() - t0 >= duration, duration + 5)
     elapsed = time.perf_counter() - t0
     stall.stop()
-    app.recording = False
+    probe.recording = app.recording = False
     gc_pauses.__exit__()
     if profile is not None:
         profile.disable()
         profile.dump_stats(os.environ[PROFILE_ENV])
-    frames, paints, busy = list(app.frames), list(app.paints), list(app.busy)
+    frames, paints = list(probe.frames), list(probe.paints)
+    if traced:  # every outermost event, timed by the tracing app
+        busy = list(app.busy)
+        cpu = _frame_totals(frames, busy, field=2)
+    else:  # the refresh and the top-level paints; CPU from clock reads at each refresh
+        busy = sorted([(t, ms, 0.0) for t, ms in frames] + [(t, ms, 0.0) for t, ms in paints])
+        clocks = probe.frame_cpu
+        cpu = [(b - a) * 1e3 for a, b in itertools.pairwise(clocks)]  # the last is cut short
 
     session.stop()
     if not spin_until(lambda: not window.running, 30):
@@ -287,15 +339,17 @@ def run(s: Settings) -> list[Figure]:
     shows_last = window.plots.x_range()[1] >= series.sample_x[-1]
     window.close()
 
-    slowest = _slowest(app.slow)
+    slowest = _slowest(app.slow) if traced else f"not traced ({TRACE_ENV}=1 names them)"
     frame_ms = [ms for _, ms in frames]
     paint_ms = [ms for _, ms in paints]
     totals = _frame_totals(frames, busy)
-    cpu = _frame_totals(frames, busy, field=2)
     gaps = gaps[1:]
     longest = max(gaps) if gaps else float("nan")
     refresh_hz = len(frames) / elapsed
     n_paint = len(paints)
+    what = "every event" if traced else "refresh + paints"
+    cpu_what = ("every event" if traced else
+                "all the GUI thread's CPU from one refresh to the next, stall timer included")
     return [
         Figure("gui_producer_steps_per_s", "producer rate achieved (5,000 asked)",
                sent.steps / produced_s, "steps/s", STEPS_PER_S * 0.95, "higher",
@@ -304,14 +358,14 @@ def run(s: Settings) -> list[Figure]:
         Figure("gui_records_dropped", "records dropped (sent -> history -> plots)", dropped,
                "", 0, note="the view reaches the newest sample" if shows_last
                else "the view does NOT reach the newest sample"),
-        Figure("gui_frame_p50_ms", "frame p50 (refresh, scene updates, paints)",
+        Figure("gui_frame_p50_ms", f"frame p50 ({what})",
                median(totals), "ms", note=f"{len(totals)} frames in {elapsed:.1f} s"),
-        Figure("gui_frame_p99_ms", "frame p99 (refresh, scene updates, paints)",
+        Figure("gui_frame_p99_ms", f"frame p99 ({what})",
                percentile(totals, 99), "ms", PAINT_P99_MS, note=f"max {max(totals):.1f} ms"
                if totals else ""),
         Figure("gui_frame_cpu_p99_ms", "  same p99 in GUI-thread CPU time (context)",
-               percentile(cpu, 99), "ms", note=f"p50 {median(cpu):.1f} ms; CPU time leaves out "
-               "waiting for a core (other processes, the producer)"),
+               percentile(cpu, 99), "ms", note=f"p50 {median(cpu):.1f} ms; {cpu_what}; CPU time "
+               "leaves out waiting for a core or the GIL (the producer)"),
         Figure("gui_refresh_p50_ms", "  refresh slot p50 (pull + setData)", median(frame_ms),
                "ms", note=f"p99 {percentile(frame_ms, 99):.1f} ms"),
         Figure("gui_paint_p50_ms", "  paint p50 (top-level update)", median(paint_ms), "ms",

@@ -178,7 +178,7 @@ class TrainingSession:
         # core.native) run the saved-tensor hooks and count graph nodes without a Python
         # frame or object per tensor or node.
         from core.native import load
-        from core.native.tracker import make_saved_tracker
+        from core.native.tracker import NativeSavedTracker, make_saved_tracker
 
         self.saved = make_saved_tracker()
         native = load(build=False)
@@ -197,6 +197,8 @@ class TrainingSession:
         self.probe = MemoryProbe(self.preset, self.device, self.saved, self.precise)
         if self._grad_watch is not None:
             self.probe.use_grad_watch(self._grad_watch)
+            if self.precise is None and isinstance(self.saved, NativeSavedTracker):
+                self.probe.use_light_probe(native.LightProbe(self._grad_watch, self.saved.native))
         self.clock = _PhaseClock(self.device)
         self.scaler = None
         self.micro = 0  # micro-batches since the last optimizer step

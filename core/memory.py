@@ -490,6 +490,7 @@ class MemoryProbe:
         self._grads = _Bytes()
         self._grad_list: list[Tensor] | None = []
         self.grad_watch = None
+        self.light = None  # the native helpers' LightProbe, where used (see use_light_probe)
         self._opt = _Bytes()
         self._opt_ids: list[int] = []
 
@@ -520,6 +521,11 @@ class MemoryProbe:
         """Scan gradients through the native helpers' GradWatch (CPU; see core.loop)."""
         watch.set_param_keys(list(self.params.keys))
         self.grad_watch = watch
+
+    def use_light_probe(self, light) -> None:
+        """Take a CPU light-mode sample's gradient, optimizer and carried-tensor figures
+        from the native helpers' LightProbe: the same rules as below in one call."""
+        self.light = light
 
     def _scan_grads(self) -> _Bytes:
         grads = _Bytes()
@@ -559,6 +565,18 @@ class MemoryProbe:
 
     def sample(self, step: int, phase: str, time_s: float) -> MemorySample:
         grads_changed = phase in self._GRADS_CHANGE
+        if self.light is not None:
+            states = ([o.state for o in self.preset.optimizers]
+                      if phase in self._OPT_CHANGES else None)
+            read_heap = phase in self._HEAP_PHASES
+            grads, opt, act_bytes, other, heap = self.light.sample(
+                grads_changed, states, self.preset.carried_tensors(), read_heap)
+            if grads_changed:
+                self._grad_list = None  # made if asked for (see grads())
+            if heap < 0:
+                heap = process_heap_bytes() if read_heap else None
+            return MemorySample(step, phase, time_s, self.params.total, grads, opt, act_bytes,
+                                other, None, None, heap)
         if grads_changed:
             self._grads = self._scan_grads()
         grads = self._grads

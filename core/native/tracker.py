@@ -164,6 +164,11 @@ class NativeSavedTracker:
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
+    @property
+    def native(self):
+        """The C++ tracker (for the native LightProbe)."""
+        return self._t
+
     def _push_params(self) -> None:
         self._t.set_param_ptrs(sorted(self._param_ptrs | {ptr for _d, ptr in self._param_keys}))
 

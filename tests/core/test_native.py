@@ -186,14 +186,22 @@ def test_grad_watch_norm_follows_the_gradients_and_leaves_user_hooks_alone():
 
 
 @needs_native
-@pytest.mark.parametrize("preset", ["mlp", "lstm", "gan"])
-def test_light_mode_figures_are_the_same_with_and_without_the_native_helpers(preset,
+@pytest.mark.parametrize(("preset", "toggles"), [
+    ("mlp", {"zero_grad": "off"}),
+    ("lstm", {"zero_grad": "off", "detach_state": False, "no_grad_eval": False}),
+    ("gan", {"zero_grad": "zeros", "leak_loss_sum": True, "no_grad_eval": False}),
+    ("cnn", {"leak_cache": True, "optimizer": "sgd"}),
+    ("transformer", {"accumulate": 2, "optimizer": "adamw", "leak_loss_sum": True}),
+])
+def test_light_mode_figures_are_the_same_with_and_without_the_native_helpers(preset, toggles,
                                                                            monkeypatch):
-    """Saved-tensor hooks, graph count, gradient scan and norm: native or Python, one set of
-    figures (zero_grad off makes the gradients accumulate, so a stale cache would show)."""
-    fast, _ = run(preset, steps=5, zero_grad="off", eval_every=2)
+    """Saved-tensor hooks, graph count, the sample's gradient, optimizer and carried-tensor
+    scan (LightProbe), the norm: native or Python, one set of figures. zero_grad off makes
+    the gradients accumulate, so a stale cache would show; the leaks put loss graphs and
+    intermediates among the carried tensors."""
+    fast, _ = run(preset, steps=5, eval_every=2, **toggles)
     _python_tracker(monkeypatch)
-    slow, _ = run(preset, steps=5, zero_grad="off", eval_every=2)
+    slow, _ = run(preset, steps=5, eval_every=2, **toggles)
     for column in ("params", "grads", "optimizer", "activations", "other", "total"):
         np.testing.assert_array_equal(_column(fast, column), _column(slow, column))
     for column in ("graph_nodes", "saved_bytes", "retained_bytes"):

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import time
 
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, Signal
@@ -17,11 +18,20 @@ from app.time_plot import TimePlot
 from core.records import RunEvent
 
 MIN_SPAN_STEPS = 10.0
-# Following a live run whole, the axis runs this share ahead of the data: it moves (and the
-# axes redraw) once per 5% of growth instead of at every frame.
-HEADROOM = 0.05
+# Following a live run whole, the axis runs this share ahead of the data: it moves once per
+# 10% of growth instead of at every frame. A move repaints all three plots whole (11 ms
+# alone, 35-45 ms beside a training thread at thousands of steps a second); at 5% it came
+# every 3 s of such a run and set the frame p99.
+HEADROOM = 0.10
 # Showing an event: the ten steps either side that "what just happened" compares, and a margin.
 EVENT_SPAN_STEPS = 30.0
+# New data alone (the view unchanged) redraws every plot in one frame while that costs at
+# most this; above it, one plot a frame in turn, so no frame draws them all. At thousands of
+# steps a second one refresh of the three cost 5 ms (9 with the pull): the frame then held
+# twice the work it needs, for an edge that moves less than a pixel a frame. The axis moving
+# on with a live run counts as new data; a change of the view by the user (pan, zoom, a pin,
+# an event shown) still redraws every plot at once, in step.
+SPREAD_ABOVE_MS = 3.0
 
 
 class PlotStack(QWidget):
@@ -55,6 +65,10 @@ class PlotStack(QWidget):
         self._legend_dirty = True
         self._legend_queue: list[tuple[LivePlot, str]] = []  # see refresh_legends
         self._drawn_range: tuple[float, float] | None = None
+        self._stale: set[int] = set()  # plots whose data is older than the run's (by index)
+        self._next = 0  # the plot whose turn it is when drawing one a frame
+        self.draw_ms = 0.0  # what drawing every plot costs (running average)
+        self._following = False  # the follow mode is moving the axis on
 
         self.follow_button = QPushButton("Follow newest")
         self.follow_button.setObjectName("follow_button")
@@ -162,7 +176,14 @@ class PlotStack(QWidget):
             x1 = max(end, self.window)
             x0 = x1 - self.window
         if (x0, x1) != self.x_range():
-            self.memory_plot.setXRange(x0, x1, padding=0)
+            # The axis moving on with the data is new data, not a new view: the plots catch up
+            # in turn as they would with the data alone (see refresh), so the frame of a move
+            # does not also redraw all three.
+            self._following = True
+            try:
+                self.memory_plot.setXRange(x0, x1, padding=0)
+            finally:
+                self._following = False
 
     def _on_follow_button_toggled(self, on: bool) -> None:
         self.set_follow(on, window=None)
@@ -177,7 +198,10 @@ class PlotStack(QWidget):
             self.set_follow(False)
 
     def _on_x_range_changed(self, *_args) -> None:
-        self._dirty = True
+        if self._following:
+            self._stale = set(range(len(self.plots)))
+        else:
+            self._dirty = True
 
     # --- hover ------------------------------------------------------------------------------
     def _on_mouse_moved(self, plot: LivePlot, pos: QPointF) -> None:
@@ -203,24 +227,51 @@ class PlotStack(QWidget):
             self.set_hover(None)
 
     # --- drawing (the window's timer calls these) ---------------------------------------------
-    def refresh(self, new_data: bool) -> bool:
-        """Redraw curves if data or the view changed. Returns whether anything was drawn."""
+    def refresh(self, new_data: bool, busy: bool = False) -> bool:
+        """Redraw curves if data or the view changed. Returns whether anything was drawn.
+        New data alone may draw one plot now and the others on the next calls (see
+        SPREAD_ABOVE_MS), and none in a `busy` frame (one with other heavy work) while
+        drawing is that costly; `stale` says whether some still wait."""
         if self.follow and (new_data or self._dirty):
             self._apply_follow()
-        if not (new_data or self._dirty):
+        n = len(self.plots)
+        if new_data:
+            self._stale = set(range(n))
+            self._legend_dirty = True
+        if self._dirty or (self._stale and not self.spreading):
+            chosen = list(range(n))
+        elif self._stale and not busy:
+            turn = (i % n for i in range(self._next, self._next + n))
+            chosen = [next(i for i in turn if i in self._stale)]
+        else:
             return False
+        self._next = (chosen[-1] + 1) % n
         x0, x1 = self.x_range()
-        for plot in self.plots:
+        t0 = time.perf_counter()
+        for i in chosen:
+            plot = self.plots[i]
             points = 2 * plot.pixel_width()
             plot.draw(self.run, x0, x1, points)
             plot.draw_ghosts(self.pins, x0, x1, points)
             plot.fit_y()
             plot.apply_view_changes()
+            self._stale.discard(i)
+        whole = (time.perf_counter() - t0) * 1e3 * n / len(chosen)
+        self.draw_ms = whole if not self.draw_ms else 0.8 * self.draw_ms + 0.2 * whole
         self._dirty = False
         self._drawn_range = (x0, x1)
-        if new_data:
-            self._legend_dirty = True
         return True
+
+    @property
+    def spreading(self) -> bool:
+        """Drawing every plot costs more than a frame should spend on it (SPREAD_ABOVE_MS):
+        new data is drawn a plot a frame."""
+        return self.draw_ms > SPREAD_ABOVE_MS
+
+    @property
+    def stale(self) -> bool:
+        """Some plot does not show the newest data yet (it is drawn on a coming refresh)."""
+        return bool(self._stale)
 
     def refresh_legends(self, spread: bool = False) -> None:
         """The legends are text: refreshed at a slower rate than the curves. `spread`: all
@@ -237,6 +288,11 @@ class PlotStack(QWidget):
         for plot, text in texts[:1] if spread else texts:
             plot.set_legend(text)
         self._legend_dirty = False
+
+    @property
+    def legend_waiting(self) -> bool:
+        """A spread legend refresh left a text for a coming frame."""
+        return bool(self._legend_queue)
 
     def refresh_next_legend(self) -> None:
         """Set the next legend text a spread refresh left (call once a frame)."""

@@ -127,8 +127,8 @@ def _probe_app():
             self.recording = False
             self._depth = 0
             self.slow: list[tuple[float, str, float]] = []  # (ms, what, start)
-            # (start, wall ms, GUI-thread CPU ms) of every outermost event
-            self.busy: list[tuple[float, float, float]] = []
+            # (start, wall ms, GUI-thread CPU ms, kind and receiver) of every outermost event
+            self.busy: list[tuple[float, float, float, str]] = []
             self.stall_timer: QTimer | None = None
 
         def notify(self, obj, event):
@@ -145,9 +145,10 @@ def _probe_app():
                 ms = (time.perf_counter() - t0) * 1e3
                 self._depth -= 1
                 if self._depth == 0 and obj is not self.stall_timer:
-                    self.busy.append((t0, ms, (time.thread_time() - c0) * 1e3))
+                    what = f"{QEvent.Type(kind).name} -> {_name(obj)}"
+                    self.busy.append((t0, ms, (time.thread_time() - c0) * 1e3, what))
                     if ms > SLOW_MS:
-                        self.slow.append((ms, f"{QEvent.Type(kind).name} -> {_name(obj)}", t0))
+                        self.slow.append((ms, what, t0))
 
     return ProbeApp([])
 
@@ -279,7 +280,8 @@ def run(s: Settings) -> list[Figure]:
         raise RuntimeError("the producer did not preload the history")
     # The window catches up with the preload (one big pull) before anything is measured.
     if not spin_until(lambda: window.series is not None
-                      and window.series.sample_count >= len(history.samples), 120):
+                      and window.series.sample_count >= len(history.samples)
+                      and window.series.step_count >= len(history.steps), 120):
         raise RuntimeError("the window did not pull the preloaded history")
     settle = time.perf_counter() + 0.5  # let the first draws of the full history settle
     spin_until(lambda: time.perf_counter() > settle, 5)

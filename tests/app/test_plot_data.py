@@ -422,3 +422,57 @@ def test_moving_the_step_axis_redraws_its_ticks_but_not_its_unchanged_label(qtbo
     item.setLabel("bottom", "steps")  # a new label is still set
     assert label_sets and set(label_sets) == {item.getAxis("bottom")}
     assert "steps" in item.getAxis("bottom").label.toHtml()
+
+
+def test_new_data_is_drawn_a_plot_a_frame_when_drawing_all_costs_too_much(qtbot, monkeypatch):
+    """Under a flood of steps, new data alone draws one plot per refresh, in turn, until
+    all show it; a change of the view draws all three at once."""
+    import app.plot_stack as plot_stack
+    from app.plot_stack import PlotStack
+
+    h = RunHistory()
+    synthetic_training(RunConfig(steps=400, eval_every=0), sink=h)
+    stack = PlotStack()
+    qtbot.addWidget(stack)
+    series = RunSeries(h)
+    series.pull()
+    stack.set_live(True)  # a live run: the axis runs ahead, new steps do not move it
+    stack.set_run(series)
+    stack.refresh(True)
+
+    def last_steps() -> list[float]:
+        return [float(stack.memory_plot.curves["total"].getData()[0][-1]),
+                float(stack.time_plot.curves["eval"].getData()[0][-1]),
+                float(stack.loss_plot.curves["loss"].getData()[0][-1])]
+
+    def more(steps: int) -> list[float]:
+        synthetic_training(RunConfig(steps=steps, eval_every=0), sink=h)
+        series.pull()
+        return last_steps()
+
+    monkeypatch.setattr(plot_stack, "SPREAD_ABOVE_MS", 1e9)  # every draw cheap enough
+    before = more(405)
+    assert stack.refresh(True) and not stack.stale  # all three in one refresh
+    assert all(a != b for a, b in zip(last_steps(), before, strict=True))
+
+    monkeypatch.setattr(plot_stack, "SPREAD_ABOVE_MS", -1.0)  # every draw now too costly
+    before = more(410)
+    drawn = []
+    for _ in range(3):
+        assert stack.refresh(not drawn)
+        drawn.append([a != b for a, b in zip(last_steps(), before, strict=True)])
+    assert drawn == [[True, False, False], [True, True, False], [True, True, True]]
+    assert not stack.stale and not stack.refresh(False)  # nothing left to draw
+
+    x_end = stack.x_range()[1]
+    before = more(600)  # past the axis' headroom: following moves the axis on
+    assert stack.refresh(True) and stack.x_range()[1] > x_end >= before[0]
+    assert stack.stale  # the move counts as new data: one plot now, the others next
+    while stack.stale:
+        assert stack.refresh(False)
+    assert all(a != b for a, b in zip(last_steps(), before, strict=True))
+
+    before = more(415)
+    stack.memory_plot.setXRange(0, 420, padding=0)  # the user zooms: a new view
+    assert stack.refresh(True)
+    assert all(a != b for a, b in zip(last_steps(), before, strict=True)) and not stack.stale

@@ -205,11 +205,11 @@ class GraphWalk:
         pname = self.param_names.get(id(t), "")
         label = f"{name or pname}\n {shape_text(tuple(t.shape))}"
         if record is None:
+            key = storage_key(t)
             record = SavedTensor(
                 name=pname or name or kind, shape=tuple(t.shape),
                 dtype=str(t.dtype).removeprefix("torch."), bytes=storage_bytes(t),
-                storage=storage_key(t), is_param=storage_key(t) in self.param_storages,
-                for_backward=False,
+                storage=key, is_param=key in self.param_storages, for_backward=False,
             )  # fmt: skip
         node = self.nodes.get(tid)
         if node is None:

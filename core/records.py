@@ -114,6 +114,11 @@ class RunSummary:
         return d
 
 
+# Where an alloc/free row keeps its stack: ALLOC_COLUMNS.index("frame") in core.history
+# (which imports this module; tests/core hold the two together).
+ALLOC_FRAME_COLUMN = 8
+
+
 class AllocBlock:
     """Precise mode's alloc/free events as one block: `table` is a float64 array with the
     columns of core.history.ALLOC_COLUMNS, its `frame` column an index into `frames` (the
@@ -131,9 +136,10 @@ class AllocBlock:
     def frame_texts(self) -> list[str]:
         """The text of each row's stack ("" for none)."""
         frames = self.frames
-        return ["" if i < 0 else frames[i] for i in self.table[:, 8].astype(int).tolist()]
+        column = self.table[:, ALLOC_FRAME_COLUMN].astype(int).tolist()
+        return ["" if i < 0 else frames[i] for i in column]
 
     def tuples(self) -> list[tuple]:
         """The rows as the Python tracker gives them: ints, the frames text last."""
-        ints = self.table[:, :8].astype("int64").tolist()
+        ints = self.table[:, :ALLOC_FRAME_COLUMN].astype("int64").tolist()
         return [(*r, f) for r, f in zip(ints, self.frame_texts(), strict=True)]

@@ -106,3 +106,17 @@ def test_the_end_of_a_run_stores_every_queued_row_for_the_last_live_pull(monkeyp
     assert len(history.samples.rows(0, None, live=True)) == 0
     history.on_finish({})
     assert len(history.samples.rows(0, None, live=True)) == 1
+
+
+def test_an_alloc_block_reads_its_stacks_from_the_frame_column():
+    from core.history import ALLOC_COLUMNS
+    from core.records import ALLOC_FRAME_COLUMN, AllocBlock
+
+    assert ALLOC_COLUMNS.index("frame") == ALLOC_FRAME_COLUMN
+    table = np.zeros((2, len(ALLOC_COLUMNS)))
+    table[:, ALLOC_COLUMNS.index("bytes")] = [512, 64]
+    table[:, ALLOC_FRAME_COLUMN] = [1, -1]
+    block = AllocBlock(table, ["a.py:1:f", "b.py:2:g"])
+    assert block.frame_texts() == ["b.py:2:g", ""]
+    assert [r[ALLOC_COLUMNS.index("bytes")] for r in block.tuples()] == [512, 64]
+    assert [r[-1] for r in block.tuples()] == ["b.py:2:g", ""]

@@ -16,14 +16,13 @@ from __future__ import annotations
 
 import json
 import os
-import struct
 from pathlib import Path
 from typing import IO
 
 import numpy as np
 
 from core.atomic import atomic_open
-from core.history import ALLOC_COLUMNS, ColumnTable, RunHistory, remap_frames
+from core.history import ALLOC_COLUMNS, ColumnTable, RunHistory, as_alloc_block, remap_frames
 from core.records import MEMORY_CATEGORIES, SAMPLE_PHASES, AllocBlock
 
 ALLOCATIONS_NPY = "allocations.npy"
@@ -31,17 +30,13 @@ FRAMES_JSONL = "allocation_frames.jsonl"
 ACTIONS = ("alloc", "free")
 # Each field on its natural alignment and 48 bytes a row, so numpy reads a column at memory
 # speed (a packed 43-byte row took twice as long to convert). The file's dtype lists the
-# fields by offset, as .npy needs; _ROW_DTYPE is the same layout in ALLOC_COLUMNS order, for
-# building records from the tracker's tuples.
+# fields by offset, as .npy needs.
 _OFFSETS = {"t_us": 0, "storage": 8, "addr": 16, "bytes": 24, "step": 32, "frame": 36,
             "action": 40, "category": 41, "phase": 42}
 _FORMATS = {"t_us": "<i8", "storage": "<i8", "addr": "<i8", "bytes": "<i8", "step": "<i4",
             "frame": "<i4", "action": "u1", "category": "u1", "phase": "u1"}
 ALLOC_DTYPE = np.dtype({"names": list(_OFFSETS), "formats": list(_FORMATS.values()),
                         "offsets": list(_OFFSETS.values()), "itemsize": 48})
-_ROW_DTYPE = np.dtype({"names": list(ALLOC_COLUMNS),
-                       "formats": [_FORMATS[c] for c in ALLOC_COLUMNS],
-                       "offsets": [_OFFSETS[c] for c in ALLOC_COLUMNS], "itemsize": 48})
 _CODES = {"action": ACTIONS, "category": MEMORY_CATEGORIES, "phase": SAMPLE_PHASES}
 _MAGIC = b"\x93NUMPY\x01\x00"
 _CHUNK = 1 << 20  # rows converted at a time: a few tens of MB of temporaries
@@ -71,10 +66,6 @@ def _header(rows: int) -> bytes:
     """The .npy header for `rows` records, always HEADER_BYTES long (room for 20 digits)."""
     return _HEAD + f"{rows},), }}".ljust(_BODY - len(_DICT_START) - 1).encode() + b"\n"
 
-
-# One record as struct packs it: the fields in offset order, the padding as zero bytes.
-_RECORD = struct.Struct("<qqqqiiBBB5x")
-assert _RECORD.size == ALLOC_DTYPE.itemsize
 
 
 def records(rows: np.ndarray) -> np.ndarray:
@@ -106,29 +97,13 @@ class AllocationsStream:
         self.rows = 0
 
     def append(self, rows: list[tuple] | AllocBlock) -> None:
-        """Rows as the tracker gives them: ALLOC_COLUMNS values with a frames string last,
-        or a block of them from the native recorder."""
+        """A block of alloc/free events as the trackers drain them (or rows: ALLOC_COLUMNS
+        values with a frames string last)."""
         if not len(rows):
             return
-        ids = self._frame_ids
-        if isinstance(rows, AllocBlock):
-            table, new = remap_frames(rows, ids)
-            self._write_frames(new)
-            self._write_rows(records(table).tobytes(), len(table))
-            return
-        new = [f for f in dict.fromkeys(r[-1] for r in rows) if f not in ids]
-        for f in new:
-            ids[f] = len(ids)
+        table, new = remap_frames(as_alloc_block(rows), self._frame_ids)
         self._write_frames(new)
-        pack = _RECORD.pack
-        try:  # the tracker's rows are small tuples of ints: struct packs them fastest
-            data = b"".join([pack(t, sid, addr, nb, step, ids[fr], act, cat, ph)
-                             for t, act, sid, addr, nb, cat, step, ph, fr in rows])
-        except struct.error:  # floats, or numpy numbers: numpy converts them
-            block = np.zeros(len(rows), dtype=_ROW_DTYPE)  # zeros: the padding bytes too
-            block[:] = [(*r[:-1], ids[r[-1]]) for r in rows]
-            data = block.tobytes()
-        self._write_rows(data, len(rows))
+        self._write_rows(records(table).tobytes(), len(table))
 
     def _write_frames(self, new: list[str]) -> None:
         if new:  # frames first: a row on disk never names a frame that is not

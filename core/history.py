@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from core.records import (
+    ALLOC_FRAME_COLUMN,
     MEMORY_CATEGORIES,
     PHASE_CODE,
     AllocBlock,
@@ -68,12 +69,26 @@ def step_values(r: StepRecord) -> tuple[float, ...]:
     )  # fmt: skip
 
 
+def as_alloc_block(rows: list[tuple] | AllocBlock) -> AllocBlock:
+    """Alloc/free rows as one block: tuples (ALLOC_COLUMNS values, the frames text last, as
+    a sink may be handed them) are made one; a block comes back as it is."""
+    if isinstance(rows, AllocBlock):
+        return rows
+    ids: dict[str, int] = {}
+    table = np.empty((len(rows), len(ALLOC_COLUMNS)), dtype=np.float64)
+    for i, row in enumerate(rows):
+        table[i, :ALLOC_FRAME_COLUMN] = row[:ALLOC_FRAME_COLUMN]
+        text = row[ALLOC_FRAME_COLUMN]
+        table[i, ALLOC_FRAME_COLUMN] = ids.setdefault(text, len(ids)) if text else -1
+    return AllocBlock(table, list(ids))
+
+
 def remap_frames(block: AllocBlock, ids: dict[str, int]) -> tuple[np.ndarray, list[str]]:
     """A copy of the block's table whose frame column indexes a consumer's own frames
     (`ids`: text -> index, extended here), and the texts that were new to it, in order.
     A block names a few distinct stacks, however many rows it has."""
     table = block.table
-    col = table[:, ALLOC_COLUMNS.index("frame")]
+    col = table[:, ALLOC_FRAME_COLUMN]
     stack_ids, where = np.unique(col.astype(np.int64), return_inverse=True)
     new: list[str] = []
     mapped = np.empty(len(stack_ids), dtype=np.float64)
@@ -85,7 +100,7 @@ def remap_frames(block: AllocBlock, ids: dict[str, int]) -> tuple[np.ndarray, li
             new.append(text)
         mapped[j] = fid
     out = table.copy()  # a block can go to several sinks: never change it
-    out[:, ALLOC_COLUMNS.index("frame")] = mapped[where.reshape(-1)]
+    out[:, ALLOC_FRAME_COLUMN] = mapped[where.reshape(-1)]
     return out, new
 
 
@@ -268,26 +283,13 @@ class RunHistory:
         self.steps.append(r)  # made a row by step_values when read
 
     def on_allocations(self, rows: list[tuple] | AllocBlock) -> None:
-        """Precise mode: storage alloc/free events, ALLOC_COLUMNS plus a frames string (or a
-        block of them from the native recorder)."""
-        # A precise step makes a hundred or more of these: one block write, not a row each.
-        ids, frames_list = self._frame_ids, self.frames
-        if isinstance(rows, AllocBlock):
-            if len(rows):
-                table, new = remap_frames(rows, ids)
-                frames_list.extend(new)
-                self.allocs.extend(table)
-            return
-        table = []
-        for row in rows:
-            frames = row[8]
-            fid = ids.get(frames)
-            if fid is None:
-                fid = ids[frames] = len(frames_list)
-                frames_list.append(frames)
-            table.append((*row[:8], fid))
-        if table:
-            self.allocs.extend(np.array(table, dtype=np.float64))
+        """Precise mode: storage alloc/free events as a block (or rows: ALLOC_COLUMNS values
+        and a frames string). A precise step makes a hundred or more of these: one block
+        write, not a row each."""
+        if len(rows):
+            table, new = remap_frames(as_alloc_block(rows), self._frame_ids)
+            self.frames.extend(new)
+            self.allocs.extend(table)
 
     def on_event(self, e: RunEvent) -> None:
         with self._events_lock:

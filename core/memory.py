@@ -12,12 +12,19 @@ import sys
 import time
 import weakref
 
+import numpy as np
 import torch
 from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from core.records import MEMORY_CATEGORIES, PHASE_CODE, MemorySample
+from core.records import (
+    ALLOC_FRAME_COLUMN,
+    MEMORY_CATEGORIES,
+    PHASE_CODE,
+    AllocBlock,
+    MemorySample,
+)
 
 CATEGORY_CODE = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
 
@@ -385,14 +392,19 @@ class StorageTracker(TorchDispatchMode):
         """Alloc/free rows waiting for drain()."""
         return len(self._events)
 
-    def drain(self) -> list[tuple]:
-        """Pending alloc/free rows, categories resolved, for sinks' on_allocations."""
+    def drain(self) -> AllocBlock:
+        """Pending alloc/free events, categories resolved, as one block for sinks'
+        on_allocations (as the native recorder drains them): its frames are the stacks'
+        texts, each once."""
         rows, self._events = self._events, []
         stacks = [r[8] for r in rows if r[8] is not None]
         texts = iter(_stack_texts(stacks) if stacks else ())
-        return [(t, a, i, p, n, CATEGORY_CODE[rec.category], s, ph,
-                 "" if st is None else next(texts))
-                for (t, a, i, p, n, rec, s, ph, st) in rows]
+        ids: dict[str, int] = {}
+        table = [(t, a, i, p, n, CATEGORY_CODE[rec.category], s, ph,
+                  -1 if st is None or not (text := next(texts)) else ids.setdefault(text, len(ids)))
+                 for (t, a, i, p, n, rec, s, ph, st) in rows]
+        block = np.array(table, dtype=np.float64).reshape(len(table), ALLOC_FRAME_COLUMN + 1)
+        return AllocBlock(block, list(ids))
 
 
 _HERE = __file__.rsplit("/", 1)[0]

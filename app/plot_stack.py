@@ -32,6 +32,9 @@ EVENT_SPAN_STEPS = 30.0
 # on with a live run counts as new data; a change of the view by the user (pan, zoom, a pin,
 # an event shown) still redraws every plot at once, in step.
 SPREAD_ABOVE_MS = 3.0
+# ... and only while the data's right edge creeps: less than this many pixels since the last
+# new data. At ordinary rates each step moves it visibly, and every plot shows it at once.
+SPREAD_BELOW_PX = 1.0
 
 
 class PlotStack(QWidget):
@@ -69,6 +72,8 @@ class PlotStack(QWidget):
         self._next = 0  # the plot whose turn it is when drawing one a frame
         self.draw_ms = 0.0  # what drawing every plot costs (running average)
         self._following = False  # the follow mode is moving the axis on
+        self._edge: float | None = None  # where the run's data ended at the last new data
+        self._creeping = False  # ... and it moved less than SPREAD_BELOW_PX since
 
         self.follow_button = QPushButton("Follow newest")
         self.follow_button.setObjectName("follow_button")
@@ -107,6 +112,7 @@ class PlotStack(QWidget):
     # --- what is shown ----------------------------------------------------------------------
     def set_run(self, run: RunSeries | None, events: list[RunEvent] = ()) -> None:
         self.run = run
+        self._edge, self._creeping = None, False
         for plot in self.plots:
             plot.clear_markers()
             plot.clear_data()
@@ -238,6 +244,7 @@ class PlotStack(QWidget):
         if new_data:
             self._stale = set(range(n))
             self._legend_dirty = True
+            self._note_edge()
         if self._dirty or (self._stale and not self.spreading):
             chosen = list(range(n))
         elif self._stale and not busy:
@@ -262,11 +269,19 @@ class PlotStack(QWidget):
         self._drawn_range = (x0, x1)
         return True
 
+    def _note_edge(self) -> None:
+        end = self.run.x_end if self.run is not None else 0.0
+        x0, x1 = self.x_range()
+        px = (end - self._edge) * self.memory_plot.pixel_width() / max(x1 - x0, 1e-9) \
+            if self._edge is not None else math.inf
+        self._creeping = abs(px) < SPREAD_BELOW_PX
+        self._edge = end
+
     @property
     def spreading(self) -> bool:
-        """Drawing every plot costs more than a frame should spend on it (SPREAD_ABOVE_MS):
-        new data is drawn a plot a frame."""
-        return self.draw_ms > SPREAD_ABOVE_MS
+        """Drawing every plot costs more than a frame should spend on it (SPREAD_ABOVE_MS)
+        while the data's edge creeps (SPREAD_BELOW_PX): new data is drawn a plot a frame."""
+        return self._creeping and self.draw_ms > SPREAD_ABOVE_MS
 
     @property
     def stale(self) -> bool:

@@ -425,8 +425,9 @@ def test_moving_the_step_axis_redraws_its_ticks_but_not_its_unchanged_label(qtbo
 
 
 def test_new_data_is_drawn_a_plot_a_frame_when_drawing_all_costs_too_much(qtbot, monkeypatch):
-    """Under a flood of steps, new data alone draws one plot per refresh, in turn, until
-    all show it; a change of the view draws all three at once."""
+    """Under a flood of steps (drawing costly, the data's edge creeping), new data alone
+    draws one plot per refresh, in turn, until all show it; a change of the view draws all
+    three at once, and so does new data that moves the edge visibly."""
     import app.plot_stack as plot_stack
     from app.plot_stack import PlotStack
 
@@ -456,7 +457,11 @@ def test_new_data_is_drawn_a_plot_a_frame_when_drawing_all_costs_too_much(qtbot,
     assert all(a != b for a, b in zip(last_steps(), before, strict=True))
 
     monkeypatch.setattr(plot_stack, "SPREAD_ABOVE_MS", -1.0)  # every draw now too costly
-    before = more(410)
+    before = more(415)  # but the new steps move the edge visibly: all three at once
+    assert stack.refresh(True) and not stack.stale
+    assert all(a != b for a, b in zip(last_steps(), before, strict=True))
+    monkeypatch.setattr(plot_stack, "SPREAD_BELOW_PX", 1e9)  # a flood: the edge creeps
+    before = more(420)
     drawn = []
     for _ in range(3):
         assert stack.refresh(not drawn)
@@ -472,7 +477,7 @@ def test_new_data_is_drawn_a_plot_a_frame_when_drawing_all_costs_too_much(qtbot,
         assert stack.refresh(False)
     assert all(a != b for a, b in zip(last_steps(), before, strict=True))
 
-    before = more(415)
-    stack.memory_plot.setXRange(0, 420, padding=0)  # the user zooms: a new view
+    before = more(615)
+    stack.memory_plot.setXRange(0, 620, padding=0)  # the user zooms: a new view
     assert stack.refresh(True)
     assert all(a != b for a, b in zip(last_steps(), before, strict=True)) and not stack.stale

@@ -239,6 +239,11 @@ class GraphScene(QGraphicsScene):
     def building(self) -> bool:
         return self._next is not None
 
+    @property
+    def tearing_down(self) -> bool:
+        """Items of a replaced graph are still being deleted, a slice at a time."""
+        return bool(self._old)
+
     def show_graph(self, view: ViewGraph, layout: Layout) -> None:
         """Start building; `graph_built` is emitted once the scene shows it."""
         if self._next is not None:  # replaced before it was shown

@@ -240,9 +240,12 @@ def test_a_2000_node_graph_is_drawn_by_qt_in_few_items_and_labelled_when_readabl
     assert len(scene.boxes) == big.node_count
     # Qt draws it: a few hundred items for 2,013 nodes, every one made by Qt (but the
     # root they hang from), so a paint never calls back into Python; few enough that the
-    # scene keeps no index
+    # scene keeps no index. (Counted once the grouped graph's items are deleted, which goes
+    # on in slices after the new one shows; labels, made in slices too, are counted below.)
+    qtbot.waitUntil(lambda: not scene.tearing_down, timeout=30_000)
     items = scene.items()
-    assert len(items) < big.node_count / 3
+    assert len([i for i in items if not isinstance(i, QGraphicsSimpleTextItem)]) \
+        < big.node_count / 3
     made_in_python = [i for i in items if shiboken6.createdByPython(i)]
     assert len(made_in_python) == 1 and made_in_python[0].parentItem() is None
     assert scene.itemIndexMethod() == QGraphicsScene.ItemIndexMethod.NoIndex

@@ -93,6 +93,14 @@ struct KeyHash {
   }
 };
 
+// A tensor's storage as core.memory.storage_key gives it: (device index, -1 for CPU; base
+// pointer), and its bytes in `nbytes`.
+Key storage_key_of(const at::Tensor& t, int64_t* nbytes) {
+  const auto& st = t.storage();
+  *nbytes = static_cast<int64_t>(st.nbytes());
+  return Key{t.device().is_cpu() ? -1 : t.device().index(), reinterpret_cast<int64_t>(st.data())};
+}
+
 struct Record {
   Key key;
   int64_t nbytes;
@@ -831,30 +839,38 @@ class GradWatch {
     }
   }
 
-  // The gradients' storages now, each once and none of a parameter's: (bytes, [(device,
-  // base pointer)]), as core.memory's storage_key gives them.
-  py::tuple grad_storages() {
-    std::unordered_set<Key, KeyHash> seen;
+  // The gradients' storages now, each once and none of a parameter's, into `out` (cleared
+  // first); returns their bytes.
+  int64_t scan_grads(std::unordered_set<Key, KeyHash>* out) const {
+    out->clear();
     int64_t total = 0;
-    py::list keys;
     for (const auto& p : params_) {
       const at::Tensor& g = p.grad();
       if (!g.defined() || !g.has_storage()) {
         continue;
       }
-      const auto& st = g.storage();
-      const Key key{g.device().is_cpu() ? -1 : g.device().index(),
-                    reinterpret_cast<int64_t>(st.data())};
-      if (key.ptr == 0 || param_keys_.count(key) != 0 || !seen.insert(key).second) {
+      int64_t n = 0;
+      const Key key = storage_key_of(g, &n);
+      if (key.ptr == 0 || param_keys_.count(key) != 0 || !out->insert(key).second) {
         continue;
       }
-      total += static_cast<int64_t>(st.nbytes());
+      total += n;
+    }
+    return total;
+  }
+
+  // scan_grads for Python: (bytes, [(device, base pointer)]), as core.memory's storage_key
+  // gives them.
+  py::tuple grad_storages() const {
+    std::unordered_set<Key, KeyHash> seen;
+    const int64_t total = scan_grads(&seen);
+    py::list keys;
+    for (const auto& key : seen) {
       keys.append(py::make_tuple(key.device, key.ptr));
     }
     return py::make_tuple(total, keys);
   }
 
-  const std::vector<at::Tensor>& params() const { return params_; }
   const std::unordered_set<Key, KeyHash>& param_keys() const { return param_keys_; }
 
   // Sum of squares of every gradient now, or -1 where one is of a kind handled in Python.
@@ -908,12 +924,6 @@ int64_t heap_bytes() {
 #endif
 }
 
-Key storage_key_of(const at::Tensor& t, int64_t* nbytes) {
-  const auto& st = t.storage();
-  *nbytes = static_cast<int64_t>(st.nbytes());
-  return Key{t.device().is_cpu() ? -1 : t.device().index(), reinterpret_cast<int64_t>(st.data())};
-}
-
 class LightProbe {
  public:
   LightProbe(py::object watch, py::object saved)
@@ -929,7 +939,7 @@ class LightProbe {
   py::tuple sample(bool scan_grads, const py::object& states, const py::list& carried,
                    bool heap) {
     if (scan_grads) {
-      scan_grads_now();
+      grads_total_ = watch_->scan_grads(&grads_);
     }
     if (!states.is_none()) {
       scan_optimizer(states.cast<py::list>());
@@ -958,24 +968,6 @@ class LightProbe {
   }
 
  private:
-  void scan_grads_now() {
-    const auto& params = watch_->param_keys();
-    grads_.clear();
-    grads_total_ = 0;
-    for (const auto& p : watch_->params()) {
-      const at::Tensor& g = p.grad();
-      if (!g.defined() || !g.has_storage()) {
-        continue;
-      }
-      int64_t n = 0;
-      const Key key = storage_key_of(g, &n);
-      if (key.ptr == 0 || params.count(key) != 0 || !grads_.insert(key).second) {
-        continue;
-      }
-      grads_total_ += n;
-    }
-  }
-
   // Optimizers update their state in place: the same tensors over the same storages, so the
   // last scan stands while that holds and none of it is a gradient's storage now.
   void scan_optimizer(const py::list& states) {

@@ -67,7 +67,6 @@ def _header(rows: int) -> bytes:
     return _HEAD + f"{rows},), }}".ljust(_BODY - len(_DICT_START) - 1).encode() + b"\n"
 
 
-
 def records(rows: np.ndarray) -> np.ndarray:
     """ColumnTable rows (float64, ALLOC_COLUMNS) as ALLOC_DTYPE records."""
     out = np.zeros(len(rows), dtype=ALLOC_DTYPE)  # zeros: the padding bytes too

@@ -580,15 +580,13 @@ class MemoryProbe:
         if self.light is not None:
             states = ([o.state for o in self.preset.optimizers]
                       if phase in self._OPT_CHANGES else None)
-            read_heap = phase in self._HEAP_PHASES
+            # heap: mallinfo2 read in C, -1 when not asked for or where glibc has none
             grads, opt, act_bytes, other, heap = self.light.sample(
-                grads_changed, states, self.preset.carried_tensors(), read_heap)
+                grads_changed, states, self.preset.carried_tensors(), phase in self._HEAP_PHASES)
             if grads_changed:
                 self._grad_list = None  # made if asked for (see grads())
-            if heap < 0:
-                heap = process_heap_bytes() if read_heap else None
             return MemorySample(step, phase, time_s, self.params.total, grads, opt, act_bytes,
-                                other, None, None, heap)
+                                other, None, None, heap if heap >= 0 else None)
         if grads_changed:
             self._grads = self._scan_grads()
         grads = self._grads

@@ -374,17 +374,25 @@ def test_a_growing_line_and_area_repaint_only_their_new_edge_and_leave_nothing_s
     assert np.array_equal(got_x, x[:n]) and np.array_equal(got_y, y[:n], equal_nan=True)
 
 
-def test_a_periodic_legend_refresh_sets_one_legend_a_frame_all_for_the_same_step(qtbot):
+def _synthetic_stack(qtbot, steps: int, live: bool = False):
+    """A PlotStack showing a synthetic run of `steps` steps, drawn once: (history, series,
+    stack)."""
     from app.plot_stack import PlotStack
 
     h = RunHistory()
-    synthetic_training(RunConfig(steps=40, eval_every=0), sink=h)
+    synthetic_training(RunConfig(steps=steps, eval_every=0), sink=h)
     stack = PlotStack()
     qtbot.addWidget(stack)
     series = RunSeries(h)
     series.pull()
+    stack.set_live(live)
     stack.set_run(series)
     stack.refresh(True)
+    return h, series, stack
+
+
+def test_a_periodic_legend_refresh_sets_one_legend_a_frame_all_for_the_same_step(qtbot):
+    h, series, stack = _synthetic_stack(qtbot, 40)
     stack.refresh_legends()  # all three at once (a new run, hover, export)
     texts = [p._legend_html for p in stack.plots]
     assert all("step 39" in t for t in texts)
@@ -429,17 +437,9 @@ def test_new_data_is_drawn_a_plot_a_frame_when_drawing_all_costs_too_much(qtbot,
     draws one plot per refresh, in turn, until all show it; a change of the view draws all
     three at once, and so does new data that moves the edge visibly."""
     import app.plot_stack as plot_stack
-    from app.plot_stack import PlotStack
 
-    h = RunHistory()
-    synthetic_training(RunConfig(steps=400, eval_every=0), sink=h)
-    stack = PlotStack()
-    qtbot.addWidget(stack)
-    series = RunSeries(h)
-    series.pull()
-    stack.set_live(True)  # a live run: the axis runs ahead, new steps do not move it
-    stack.set_run(series)
-    stack.refresh(True)
+    # a live run: the axis runs ahead, new steps do not move it
+    h, series, stack = _synthetic_stack(qtbot, 400, live=True)
 
     def last_steps() -> list[float]:
         return [float(stack.memory_plot.curves["total"].getData()[0][-1]),

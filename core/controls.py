@@ -31,6 +31,10 @@ class RunControls:
         self._run = threading.Event()
         self._run.set()
         self._stop = threading.Event()
+        # The same as _stop.is_set(), read as a plain attribute: the loop checks it at every
+        # phase edge and module call, where Event.is_set() costs a Python frame. A bool
+        # written once, under the GIL, is safe to read from any thread.
+        self.stopping = False
         self._capture = threading.Event()
 
     # --- writers (any thread) -------------------------------------------------------------
@@ -47,6 +51,7 @@ class RunControls:
         self._run.set()
 
     def stop(self) -> None:
+        self.stopping = True
         self._stop.set()
         self._run.set()  # a paused loop must wake up to see the stop
 
@@ -73,7 +78,7 @@ class RunControls:
 
     def check_stop(self) -> None:
         """Called inside long phases (module hooks): abort the step if a stop was asked."""
-        if self._stop.is_set():
+        if self.stopping:
             raise StopRequested
 
     # --- the loop's side ------------------------------------------------------------------

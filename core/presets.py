@@ -64,6 +64,9 @@ class Preset:
         if not self.optimizers:
             params = [p for m in self.models.values() for p in m.parameters()]
             self.optimizers = [self._make_optimizer(params)]
+        # The synthetic data set is made once and never replaced: carried_tensors() runs at
+        # every phase edge and need not ask for it again.
+        self._data = self.data_tensors()
 
     def _randn(self, *shape: int) -> Tensor:
         return torch.randn(*shape, generator=self.gen).to(self.device)
@@ -82,8 +85,12 @@ class Preset:
 
     def carried_tensors(self) -> list[Tensor]:
         """Tensors the loop keeps between steps besides params/grads/optimizer state."""
-        out = [t for t in (self.total_loss, self.total_eval_loss) if isinstance(t, Tensor)]
-        return out + self.cache + self.data_tensors()
+        out = self.cache + self._data
+        if isinstance(self.total_loss, Tensor):
+            out.append(self.total_loss)
+        if isinstance(self.total_eval_loss, Tensor):
+            out.append(self.total_eval_loss)
+        return out
 
     def set_train(self, train: bool) -> None:
         for m in self.models.values():

@@ -160,6 +160,9 @@ class NativeSavedTracker:
         self._live = _NativeLive(self._t)
         self._param_ptrs: frozenset = frozenset()
         self._param_keys: frozenset = frozenset()
+        # The loop calls these every step: the C++ methods themselves, no Python frame.
+        self.new_step = self._t.new_step
+        self.end_step = self._t.end_step
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
@@ -189,12 +192,6 @@ class NativeSavedTracker:
     def param_keys(self, keys) -> None:
         self._param_keys = frozenset(keys)
         self._push_params()
-
-    def new_step(self) -> None:
-        self._t.new_step()
-
-    def end_step(self) -> None:
-        self._t.end_step()
 
     def measure(self) -> tuple[int, _NativeLive]:
         return self._t.live_bytes, self._live

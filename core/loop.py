@@ -13,6 +13,7 @@ import itertools
 import math
 import platform
 import time
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -30,6 +31,10 @@ from core.sinks import FanOut
 # Which category a new storage most likely is, by the phase that made it (precise mode).
 _PHASE_CATEGORY = {"start": "other", "zero_grad": "grads", "forward": "activations",
                    "backward": "grads", "optimizer": "optimizer", "eval": "activations"}
+_AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# A do-nothing context the step enters where no AMP or precise mode is on: one object made
+# once (nullcontext keeps no state), not one a step.
+_NO_CONTEXT = contextlib.nullcontext()
 _NUMPY_DOT_DTYPES = (torch.float32, torch.float64)
 _dot = np.dot
 GRAPH_NODE_LIMIT = 200_000  # stop counting beyond this (a leaked graph can be huge)
@@ -88,37 +93,23 @@ def global_grad_norm(grads: list[Tensor]) -> float:
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).item()
 
 
-class _PhaseClock:
-    """Phase timings: wall clock; on CUDA, synchronized at each phase edge so it is honest.
+def _timing(device: torch.device) -> tuple[Callable[[], float], str]:
+    """The phase clock and its label: wall clock; on CUDA, synchronized at each phase edge
+    so that a phase's time is its kernels' and not the next one's.
 
-    `with clock.phase(name):` times one phase. A plain object, not a generator-based context
-    manager: it runs five times a step on the training thread.
+    On CPU the clock is time.perf_counter itself: the loop reads it ten times a step between
+    kernels, where each Python frame costs several microseconds (the kernels leave the
+    interpreter cold), and a C function costs none.
     """
+    if device.type != "cuda":
+        return time.perf_counter, "wall clock (CPU ops are synchronous)"
+    sync, now = torch.cuda.synchronize, time.perf_counter
 
-    def __init__(self, device: torch.device) -> None:
-        self.cuda = device.type == "cuda"
-        self.ms: dict[str, float] = {}
-        self._name = ""
-        self._t = 0.0
+    def tick() -> float:
+        sync()
+        return now()
 
-    @property
-    def label(self) -> str:
-        return ("wall clock, CUDA synchronized at phase edges" if self.cuda
-                else "wall clock (CPU ops are synchronous)")
-
-    def phase(self, name: str) -> _PhaseClock:
-        self._name = name
-        return self
-
-    def __enter__(self) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
-        self._t = time.perf_counter()
-
-    def __exit__(self, *exc) -> None:
-        if self.cuda:
-            torch.cuda.synchronize()
-        self.ms[self._name] = (time.perf_counter() - self._t) * 1e3
+    return tick, "wall clock, CUDA synchronized at phase edges"
 
 
 class _LeakWatch:
@@ -195,11 +186,15 @@ class TrainingSession:
 
             self.precise, self.precise_note = make_precise_tracker(self.t0, self.device)
         self.probe = MemoryProbe(self.preset, self.device, self.saved, self.precise)
+        # install() and sum_of_squares() run every step: as plain C functions (bind_fast in
+        # memlens_native.cpp), or None without the watch.
+        self._watch_install = self._watch_sumsq = None
         if self._grad_watch is not None:
+            self._watch_install, self._watch_sumsq = self._grad_watch.fast_functions()
             self.probe.use_grad_watch(self._grad_watch)
             if self.precise is None and isinstance(self.saved, NativeSavedTracker):
                 self.probe.use_light_probe(native.LightProbe(self._grad_watch, self.saved.native))
-        self.clock = _PhaseClock(self.device)
+        self.tick, self.timing_label = _timing(self.device)
         self.scaler = None
         self.micro = 0  # micro-batches since the last optimizer step
         self.leaks = _LeakWatch(config.eval_every or 1)
@@ -213,6 +208,8 @@ class TrainingSession:
         self._stop_hooks: list = []
         self._stop_hooks_wanted = True  # until a step shows phase edges come often enough
         self.install_stop_hooks()
+        # One saved-tensor hooks context for every step (it keeps no state between uses).
+        self._saved_hooks = self.saved.hooks()
         if self.precise is not None:
             for p in self.preset.parameters():
                 self.precise.track(p, "params", at_start=True)
@@ -228,7 +225,7 @@ class TrainingSession:
             "device_name": (torch.cuda.get_device_name(self.device)
                             if self.device.type == "cuda" else platform.processor() or "cpu"),
             "memory_source": self.probe.source, "memory_label": self.probe.label,
-            "timing": self.clock.label, "precise": self.config.precise,
+            "timing": self.timing_label, "precise": self.config.precise,
             "precise_backend": self.precise.backend if self.precise is not None else "",
             "precise_note": self.precise_note or "",
             "heap_source": "glibc mallinfo2 (process heap)" if self.device.type == "cpu" else "",
@@ -264,7 +261,10 @@ class TrainingSession:
             self._flush_allocations()
 
     def _enter_phase(self, step: int, phase: str) -> None:
-        self.controls.check_stop()
+        """A phase edge: a stop asked for aborts here; precise mode files new storages under
+        the phase (step() writes this inline for its four phases: see there)."""
+        if self.controls.stopping:
+            raise StopRequested
         if self.precise is not None:
             self.precise.begin_phase(step, phase, _PHASE_CATEGORY[phase])
 
@@ -303,43 +303,62 @@ class TrainingSession:
 
     # --- one step -------------------------------------------------------------------------
     def step(self, step: int, toggles: TechniqueToggles, capture: bool) -> StepRecord:
+        """One step (one micro-batch): its phases, timed, and a memory sample after each.
+
+        Written flat: the clock, the stop check and the sample are inline rather than behind
+        context managers and helpers. Between kernels the interpreter runs with cold caches,
+        and each Python call here cost several microseconds; on a 13 ms gan step the calls
+        this saved were a tenth of light mode's cost (docs/benchmarks.md).
+        """
         p = self.preset
         p.step_index = step
-        clock = self.clock
-        clock.ms = dict.fromkeys(("zero_grad", "forward", "backward", "optimizer", "eval"), 0.0)
+        tick, now, t0 = self.tick, time.perf_counter, self.t0
+        controls, precise = self.controls, self.precise
+        sample, on_sample = self.probe.sample, self.sink.on_sample
         cuda = self.device.type == "cuda"
         if cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
-        if self.precise is not None:
-            self.precise.reset_peak()
+        if precise is not None:
+            precise.reset_peak()
         self.saved.new_step()
-        if self._grad_watch is not None:
-            self._grad_watch.install()
+        if self._watch_install is not None:
+            self._watch_install()
         if toggles.amp == "fp16" and self.scaler is None:
             self.scaler = torch.amp.GradScaler(self.device.type)
         elif toggles.amp != "fp16":
             self.scaler = None
         k = toggles.accumulate
-        amp_dtype = {"bf16": torch.bfloat16, "fp16": torch.float16}.get(toggles.amp)
-        totals = []
-        self.phase = "zero_grad"
-        with self.saved.hooks(), (self.precise or contextlib.nullcontext()):
+        amp_dtype = _AMP_DTYPES.get(toggles.amp)
+        autocast = (torch.autocast(self.device.type, dtype=amp_dtype) if amp_dtype is not None
+                    else _NO_CONTEXT)
+        eval_ms = 0.0
+        with self._saved_hooks, (precise if precise is not None else _NO_CONTEXT):
             # zero_grad: at the start of each accumulation cycle, unless switched off.
-            self._enter_phase(step, "zero_grad")
-            with clock.phase("zero_grad"):
-                if self.micro == 0 and toggles.zero_grad != "off":
-                    for opt in p.optimizers:
-                        opt.zero_grad(set_to_none=toggles.zero_grad == "set_to_none")
-            totals.append(self.sample(step, "zero_grad").total)
+            self.phase = "zero_grad"
+            if controls.stopping:
+                raise StopRequested
+            if precise is not None:
+                precise.begin_phase(step, "zero_grad", "grads")
+            t = tick()
+            if self.micro == 0 and toggles.zero_grad != "off":
+                for opt in p.optimizers:
+                    opt.zero_grad(set_to_none=toggles.zero_grad == "set_to_none")
+            zero_grad_ms = (tick() - t) * 1e3
+            s = sample(step, "zero_grad", now() - t0)
+            on_sample(s)
+            peak = s.total
 
             self.phase = "forward"
-            self._enter_phase(step, "forward")
-            graph = None
-            if capture:
-                graph = self._begin_capture()
+            if controls.stopping:
+                raise StopRequested
+            if precise is not None:
+                precise.begin_phase(step, "forward", "activations")
+            graph = self._begin_capture() if capture else None
             try:
-                with clock.phase("forward"), self._autocast(amp_dtype):
+                t = tick()
+                with autocast:
                     result = p.forward_train(toggles)
+                forward_ms = (tick() - t) * 1e3
             except BaseException:
                 if graph is not None:
                     graph.abort()
@@ -351,87 +370,109 @@ class TrainingSession:
                 p.cache.extend(result.intermediates)
             nodes = self._count_nodes([loss for loss, _ in result.backward], GRAPH_NODE_LIMIT)
             p.account_loss(result.report_loss, toggles, train=True, value=loss_value)
-            totals.append(self.sample(step, "forward").total)
+            s = sample(step, "forward", now() - t0)
+            on_sample(s)
+            peak = max(peak, s.total)
             saved_bytes = self.saved.step_saved_bytes  # counted by the forward sample
             if not math.isfinite(loss_value):
                 raise FloatingPointError(f"loss = {loss_value}")
 
             self.phase = "backward"
-            self._enter_phase(step, "backward")
-            with clock.phase("backward"):
-                for loss, inputs in result.backward:
-                    scaled = loss / k if k > 1 else loss
-                    if self.scaler is not None:
-                        scaled = self.scaler.scale(scaled)
-                    scaled.backward(retain_graph=toggles.retain_graph, inputs=inputs)
+            if controls.stopping:
+                raise StopRequested
+            if precise is not None:
+                precise.begin_phase(step, "backward", "grads")
+            t = tick()
+            for loss, inputs in result.backward:
+                scaled = loss / k if k > 1 else loss
+                if self.scaler is not None:
+                    scaled = self.scaler.scale(scaled)
+                scaled.backward(retain_graph=toggles.retain_graph, inputs=inputs)
+            backward_ms = (tick() - t) * 1e3
             del result, loss, scaled
-            totals.append(self.sample(step, "backward").total)
+            s = sample(step, "backward", now() - t0)
+            on_sample(s)
+            peak = max(peak, s.total)
             grad_norm = self._grad_norm()  # of the gradients the sample just found
 
             self.phase = "optimizer"
-            self._enter_phase(step, "optimizer")
+            if controls.stopping:
+                raise StopRequested
+            if precise is not None:
+                precise.begin_phase(step, "optimizer", "optimizer")
             self.micro += 1
             stepped = self.micro >= k
-            with clock.phase("optimizer"):
-                if stepped:
-                    for opt in p.optimizers:
-                        if self.scaler is not None:
-                            self.scaler.step(opt)
-                        else:
-                            opt.step()
+            t = tick()
+            if stepped:
+                for opt in p.optimizers:
                     if self.scaler is not None:
-                        self.scaler.update()
-                    self.micro = 0
-            end = self.sample(step, "optimizer")
-            totals.append(end.total)
+                        self.scaler.step(opt)
+                    else:
+                        opt.step()
+                if self.scaler is not None:
+                    self.scaler.update()
+                self.micro = 0
+            optimizer_ms = (tick() - t) * 1e3
+            end = sample(step, "optimizer", now() - t0)
+            on_sample(end)
+            end_total = end.total
+            peak = max(peak, end_total)
 
             eval_loss = math.nan
             every = self.config.eval_every
             if every and (step + 1) % every == 0:
                 self.phase = "eval"
                 self._enter_phase(step, "eval")
-                eval_loss = self._eval(step, toggles, amp_dtype, capture)
-                end = self.sample(step, "eval")
-                totals.append(end.total)
+                eval_loss, eval_ms = self._eval(step, toggles, amp_dtype, capture)
+                end = sample(step, "eval", now() - t0)
+                on_sample(end)
+                end_total = end.total
+                peak = max(peak, end_total)
         self._maybe_flush_allocations()
         self.saved.end_step()
 
-        ms = clock.ms
-        self._tune_stop_hooks(sum(ms.values()))
+        step_ms = zero_grad_ms + forward_ms + backward_ms + optimizer_ms + eval_ms
+        self._tune_stop_hooks(step_ms)
         if cuda:
             allocated = torch.cuda.memory_allocated(self.device)
             peak, exact = torch.cuda.max_memory_allocated(self.device), True
             reserved = torch.cuda.memory_reserved(self.device)
-        elif self.precise is not None:
-            allocated, peak, exact, reserved = end.total, self.precise.peak_bytes, True, None
+        elif precise is not None:
+            allocated, peak, exact, reserved = end_total, precise.peak_bytes, True, None
         else:
-            allocated, peak, exact, reserved = end.total, max(totals), False, None
-        leak = self.leaks.update(end.total, end.activations, end.other, toggles)
+            allocated, exact, reserved = end_total, False, None
+        leak = self.leaks.update(end_total, end.activations, end.other, toggles)
         if leak:
             self.sink.on_event(RunEvent(step, self.now(), "leak", key="memory growth",
                                         message="memory keeps growing",
                                         explanation=leak))
         return StepRecord(
-            step=step, time_s=self.now(), loss=loss_value, grad_norm=grad_norm,
-            step_ms=sum(ms.values()), zero_grad_ms=ms["zero_grad"], forward_ms=ms["forward"],
-            backward_ms=ms["backward"], optimizer_ms=ms["optimizer"], eval_ms=ms["eval"],
+            step=step, time_s=now() - t0, loss=loss_value, grad_norm=grad_norm,
+            step_ms=step_ms, zero_grad_ms=zero_grad_ms, forward_ms=forward_ms,
+            backward_ms=backward_ms, optimizer_ms=optimizer_ms, eval_ms=eval_ms,
             allocated_bytes=allocated, peak_bytes=peak, reserved_bytes=reserved,
             graph_nodes=nodes, saved_bytes=saved_bytes, retained_bytes=self.saved.retained_bytes,
             eval_loss=eval_loss, optimizer_stepped=stepped, peak_is_exact=exact,
         )
 
-    def _eval(self, step: int, toggles: TechniqueToggles, amp_dtype, capture: bool) -> float:
+    def _eval(self, step: int, toggles: TechniqueToggles, amp_dtype, capture: bool
+              ) -> tuple[float, float]:
+        """The eval phase: (its loss, its forward's time in ms)."""
         p = self.preset
         if toggles.eval_mode:
             p.set_train(False)
         grad_ctx = torch.no_grad() if toggles.no_grad_eval else contextlib.nullcontext()
+        autocast = (torch.autocast(self.device.type, dtype=amp_dtype) if amp_dtype is not None
+                    else contextlib.nullcontext())
         # A capture shows the eval graph too: empty under no_grad, a full graph without it.
         graph = self._begin_capture() if capture else None
         try:
-            with self.clock.phase("eval"), grad_ctx, self._autocast(amp_dtype):
+            t = self.tick()
+            with grad_ctx, autocast:
                 loss = p.forward_eval(toggles)
                 value = loss.item()
                 p.account_loss(loss, toggles, train=False, value=value)
+            ms = (self.tick() - t) * 1e3
             if graph is not None:
                 self.sink.on_graph(graph.finish(loss, step, kind="eval"))
                 graph = None
@@ -439,16 +480,10 @@ class TrainingSession:
             if graph is not None:
                 graph.abort()
             p.set_train(True)
-        return value
-
-    def _autocast(self, dtype):
-        if dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(self.device.type, dtype=dtype)
+        return value, ms
 
     def _grad_norm(self) -> float:
-        watch = self._grad_watch
-        total = watch.sum_of_squares() if watch is not None else -1.0
+        total = self._watch_sumsq() if self._watch_sumsq is not None else -1.0
         norm = math.sqrt(total) if total >= 0 else global_grad_norm(self.probe.grads())
         if self.scaler is not None:  # report the true gradient, not the scaled one
             norm /= self.scaler.get_scale()

@@ -502,7 +502,7 @@ class MemoryProbe:
         self._grads = _Bytes()
         self._grad_list: list[Tensor] | None = []
         self.grad_watch = None
-        self.light = None  # the native helpers' LightProbe, where used (see use_light_probe)
+        self.light = None  # LightProbe.sample as a C function, where used (use_light_probe)
         self._opt = _Bytes()
         self._opt_ids: list[int] = []
 
@@ -536,8 +536,9 @@ class MemoryProbe:
 
     def use_light_probe(self, light) -> None:
         """Take a CPU light-mode sample's gradient, optimizer and carried-tensor figures
-        from the native helpers' LightProbe: the same rules as below in one call."""
-        self.light = light
+        from the native helpers' LightProbe: the same rules as below in one call (a plain C
+        function: see bind_fast in memlens_native.cpp)."""
+        self.light = light.fast_sample()
 
     def _scan_grads(self) -> _Bytes:
         grads = _Bytes()
@@ -581,7 +582,7 @@ class MemoryProbe:
             states = ([o.state for o in self.preset.optimizers]
                       if phase in self._OPT_CHANGES else None)
             # heap: mallinfo2 read in C, -1 when not asked for or where glibc has none
-            grads, opt, act_bytes, other, heap = self.light.sample(
+            grads, opt, act_bytes, other, heap = self.light(
                 grads_changed, states, self.preset.carried_tensors(), phase in self._HEAP_PHASES)
             if grads_changed:
                 self._grad_list = None  # made if asked for (see grads())

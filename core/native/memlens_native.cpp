@@ -36,6 +36,7 @@
 #include <pybind11/stl.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -936,8 +937,8 @@ class LightProbe {
   // have changed (else last scan's); `states`: the optimizers' `state` dicts where the
   // optimizer state may have changed, else None; `heap`: read the process heap (else, and
   // where there is no mallinfo2, -1).
-  py::tuple sample(bool scan_grads, const py::object& states, const py::list& carried,
-                   bool heap) {
+  std::array<int64_t, 5> sample(bool scan_grads, const py::object& states,
+                                const py::list& carried, bool heap) {
     if (scan_grads) {
       grads_total_ = watch_->scan_grads(&grads_);
     }
@@ -945,7 +946,8 @@ class LightProbe {
       scan_optimizer(states.cast<py::list>());
     }
     const auto& params = watch_->param_keys();
-    std::unordered_set<Key, KeyHash> seen;
+    auto& seen = seen_;  // a member: cleared, its buckets kept from one sample to the next
+    seen.clear();
     int64_t other = 0;
     for (const auto& item : carried) {
       if (!THPVariable_Check(item.ptr())) {
@@ -963,16 +965,43 @@ class LightProbe {
       }
       other += n;
     }
-    return py::make_tuple(grads_total_, opt_total_, saved_->live_bytes(), other,
-                          heap ? heap_bytes() : int64_t{-1});
+    return {grads_total_, opt_total_, saved_->live_bytes(), other,
+            heap ? heap_bytes() : int64_t{-1}};
   }
 
  private:
-  // Optimizers update their state in place: the same tensors over the same storages, so the
-  // last scan stands while that holds and none of it is a gradient's storage now.
+  // Optimizers update their state in place: the same tensor objects, so the last scan stands
+  // while the state holds the same ones (the rule core.memory's probe keeps by id()) and none
+  // of it is a gradient's storage now.
   void scan_optimizer(const py::list& states) {
-    std::vector<std::pair<const void*, const void*>> ids;
+    // The check reads only the state dicts and the Python tensor objects (the TensorImpl
+    // pointer lives in the object): right after the optimizer's kernels, reading every
+    // state tensor's storage too cost more than the rest of the sample.
+    ids_now_.clear();
+    for_each_state_tensor(states, [this](PyObject* value) {
+      ids_now_.emplace_back(value, THPVariable_Unpack(value).unsafeGetTensorImpl());
+    });
+    if (opt_reusable_ && ids_now_ == opt_ids_ && disjoint(opt_, grads_)) {
+      return;
+    }
     std::vector<at::Tensor> tensors;
+    tensors.reserve(ids_now_.size());
+    for_each_state_tensor(states, [&tensors](PyObject* value) {
+      tensors.push_back(THPVariable_Unpack(value));
+    });
+    const auto& params = watch_->param_keys();
+    collect_optimizer(tensors, params, nullptr);
+    opt_reusable_ = true;
+    if (!disjoint(opt_, grads_)) {
+      collect_optimizer(tensors, params, &grads_);
+      opt_reusable_ = false;  // never reuse a scan that had to leave gradients out
+    }
+    std::swap(opt_ids_, ids_now_);
+  }
+
+  // Calls f(tensor object) for each tensor in the optimizers' state dicts, in order.
+  template <typename F>
+  static void for_each_state_tensor(const py::list& states, F&& f) {
     for (const auto& state : states) {
       if (!PyDict_Check(state.ptr())) {
         continue;
@@ -987,25 +1016,11 @@ class LightProbe {
         Py_ssize_t j = 0;
         while (PyDict_Next(per_param, &j, &name, &value)) {
           if (THPVariable_Check(value)) {
-            const at::Tensor& t = THPVariable_Unpack(value);
-            ids.emplace_back(t.unsafeGetTensorImpl(),
-                             t.has_storage() ? t.storage().data() : nullptr);
-            tensors.push_back(t);
+            f(value);
           }
         }
       }
     }
-    if (opt_reusable_ && ids == opt_ids_ && disjoint(opt_, grads_)) {
-      return;
-    }
-    const auto& params = watch_->param_keys();
-    collect_optimizer(tensors, params, nullptr);
-    opt_reusable_ = true;
-    if (!disjoint(opt_, grads_)) {
-      collect_optimizer(tensors, params, &grads_);
-      opt_reusable_ = false;  // never reuse a scan that had to leave gradients out
-    }
-    opt_ids_ = std::move(ids);
   }
 
   void collect_optimizer(const std::vector<at::Tensor>& tensors,
@@ -1044,7 +1059,9 @@ class LightProbe {
   std::shared_ptr<SavedTracker> saved_;
   std::unordered_set<Key, KeyHash> grads_, opt_;
   int64_t grads_total_ = 0, opt_total_ = 0;
-  std::vector<std::pair<const void*, const void*>> opt_ids_;
+  std::unordered_set<Key, KeyHash> seen_;  // carried storages of this sample
+  // (tensor object, TensorImpl) of each state tensor at the last scan, and a buffer for now's
+  std::vector<std::pair<const void*, const void*>> opt_ids_, ids_now_;
   bool opt_reusable_ = false;
 };
 
@@ -1101,6 +1118,113 @@ class PointerSet {
   size_t size_ = 0;
 };
 
+// --- the calls of every phase edge, without pybind11's dispatch ---------------------------
+//
+// pybind11 finds a call's overload and converts its arguments through its type registry.
+// Warm that is about a microsecond; right after a phase's kernels, when none of the registry
+// is in cache, a pybind11 call that did nothing took 21 us and a plain C function 5 us (gan,
+// between backward and the next step). The loop's per-phase calls are plain C functions
+// (METH_FASTCALL / METH_NOARGS), each bound to its object by a capsule that keeps the Python
+// object alive: `fast_*()` on the pybind11 classes hands them out.
+
+struct Bound {
+  PyObject* owner;  // the pybind11 object (a strong reference)
+  void* ptr;        // its C++ object
+};
+
+const char* kBound = "memlens_native.Bound";
+
+PyObject* bind_fast(const py::object& owner, void* ptr, PyMethodDef* def) {
+  auto* b = new Bound{owner.inc_ref().ptr(), ptr};
+  PyObject* capsule = PyCapsule_New(b, kBound, [](PyObject* c) {
+    auto* bound = static_cast<Bound*>(PyCapsule_GetPointer(c, kBound));
+    Py_XDECREF(bound->owner);
+    delete bound;
+  });
+  if (capsule == nullptr) {
+    Py_DECREF(b->owner);
+    delete b;
+    throw py::error_already_set();
+  }
+  PyObject* f = PyCFunction_New(def, capsule);
+  Py_DECREF(capsule);
+  if (f == nullptr) {
+    throw py::error_already_set();
+  }
+  return f;
+}
+
+template <typename T>
+T* bound_object(PyObject* capsule) {
+  return static_cast<T*>(static_cast<Bound*>(PyCapsule_GetPointer(capsule, kBound))->ptr);
+}
+
+// Runs `body` (returning a new reference); C++ and pybind11 errors become Python errors.
+template <typename F>
+PyObject* guarded(F&& body) {
+  try {
+    return body();
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const py::builtin_exception& e) {
+    e.set_error();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+// LightProbe.sample(scan_grads, states, carried, heap) as a C function.
+PyObject* light_sample_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  return guarded([&]() -> PyObject* {
+    if (nargs != 4 || !PyList_Check(args[2])) {
+      PyErr_SetString(PyExc_TypeError, "sample(scan_grads, states, carried: list, heap)");
+      return nullptr;
+    }
+    const int scan = PyObject_IsTrue(args[0]);
+    const int heap = PyObject_IsTrue(args[3]);
+    if (scan < 0 || heap < 0) {
+      return nullptr;
+    }
+    const auto v = bound_object<LightProbe>(self)->sample(
+        scan != 0, py::reinterpret_borrow<py::object>(args[1]),
+        py::reinterpret_borrow<py::list>(args[2]), heap != 0);
+    PyObject* out = PyTuple_New(5);
+    if (out == nullptr) {
+      return nullptr;
+    }
+    for (Py_ssize_t i = 0; i < 5; ++i) {
+      PyObject* n = PyLong_FromLongLong(v[i]);
+      if (n == nullptr) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+      PyTuple_SET_ITEM(out, i, n);
+    }
+    return out;
+  });
+}
+
+PyObject* watch_install_fast(PyObject* self, PyObject* /*unused*/) {
+  return guarded([&]() -> PyObject* {
+    bound_object<GradWatch>(self)->install();
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* watch_sum_of_squares_fast(PyObject* self, PyObject* /*unused*/) {
+  return guarded([&]() -> PyObject* {
+    return PyFloat_FromDouble(bound_object<GradWatch>(self)->sum_of_squares_now());
+  });
+}
+
+PyMethodDef light_sample_def = {"sample", reinterpret_cast<PyCFunction>(light_sample_fast),
+                                METH_FASTCALL, "LightProbe.sample without pybind11"};
+PyMethodDef watch_install_def = {"install", watch_install_fast, METH_NOARGS,
+                                 "GradWatch.install without pybind11"};
+PyMethodDef watch_sum_def = {"sum_of_squares", watch_sum_of_squares_fast, METH_NOARGS,
+                             "GradWatch.sum_of_squares without pybind11"};
+
 // Autograd nodes reachable from the roots' grad_fn (each once), up to `limit`: what
 // core.loop.count_graph_nodes walks through next_functions in Python, without making a
 // Python object per node.
@@ -1131,11 +1255,35 @@ int64_t count_graph_nodes(const py::list& roots, int64_t limit) {
   return std::min(static_cast<int64_t>(seen.size()), limit);
 }
 
+PyObject* count_graph_nodes_fast(PyObject* /*self*/, PyObject* const* args, Py_ssize_t nargs) {
+  return guarded([&]() -> PyObject* {
+    if (nargs != 2 || !PyList_Check(args[0])) {
+      PyErr_SetString(PyExc_TypeError, "count_graph_nodes(roots: list, limit: int)");
+      return nullptr;
+    }
+    const int64_t limit = PyLong_AsLongLong(args[1]);
+    if (limit == -1 && PyErr_Occurred()) {
+      return nullptr;
+    }
+    return PyLong_FromLongLong(
+        count_graph_nodes(py::reinterpret_borrow<py::list>(args[0]), limit));
+  });
+}
+
+PyMethodDef count_graph_nodes_def = {
+    "count_graph_nodes", reinterpret_cast<PyCFunction>(count_graph_nodes_fast), METH_FASTCALL,
+    "count_graph_nodes(roots, limit): autograd nodes reachable from the roots, up to limit"};
+
 }  // namespace
 
 PYBIND11_MODULE(memlens_native, m) {
   m.doc() = "memlens native helpers: allocator events, graph node counts";
-  m.def("count_graph_nodes", &count_graph_nodes, py::arg("roots"), py::arg("limit"));
+  // A plain C function: the loop calls it between forward and backward (see bind_fast).
+  PyObject* count = PyCFunction_NewEx(&count_graph_nodes_def, nullptr, m.ptr());
+  if (count == nullptr) {
+    throw py::error_already_set();
+  }
+  m.add_object("count_graph_nodes", py::reinterpret_steal<py::object>(count));
 
   py::class_<GradWatch>(m, "GradWatch")
       .def(py::init<const py::list&>())
@@ -1143,12 +1291,24 @@ PYBIND11_MODULE(memlens_native, m) {
       .def("uninstall", &GradWatch::uninstall)
       .def("sum_of_squares", &GradWatch::sum_of_squares_now)
       .def("set_param_keys", &GradWatch::set_param_keys)
-      .def("grad_storages", &GradWatch::grad_storages);
+      .def("grad_storages", &GradWatch::grad_storages)
+      .def("fast_functions", [](py::object self) {
+        // (install, sum_of_squares) as plain C functions, for the loop's every step.
+        auto* watch = self.cast<GradWatch*>();
+        return py::make_tuple(
+            py::reinterpret_steal<py::object>(bind_fast(self, watch, &watch_install_def)),
+            py::reinterpret_steal<py::object>(bind_fast(self, watch, &watch_sum_def)));
+      });
 
   py::class_<LightProbe>(m, "LightProbe")
       .def(py::init<py::object, py::object>(), py::arg("watch"), py::arg("saved"))
       .def("sample", &LightProbe::sample, py::arg("scan_grads"), py::arg("states"),
-           py::arg("carried"), py::arg("heap"));
+           py::arg("carried"), py::arg("heap"))
+      .def("fast_sample", [](py::object self) {
+        // sample as a plain C function, for every phase edge.
+        return py::reinterpret_steal<py::object>(
+            bind_fast(self, self.cast<LightProbe*>(), &light_sample_def));
+      });
 
   SavedHolderType.tp_name = "memlens_native.SavedHolder";
   SavedHolderType.tp_basicsize = sizeof(SavedHolder);

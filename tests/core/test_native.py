@@ -156,6 +156,8 @@ def test_native_graph_node_count_equals_the_python_walk(preset):
     assert native.count_graph_nodes([torch.zeros(3)], GRAPH_NODE_LIMIT) == 0
     with pytest.raises(TypeError):
         native.count_graph_nodes([object()], GRAPH_NODE_LIMIT)
+    with pytest.raises(TypeError):  # a plain C function: it checks its own arguments
+        native.count_graph_nodes(roots)
 
 
 @needs_native
@@ -166,23 +168,51 @@ def test_grad_watch_norm_follows_the_gradients_and_leaves_user_hooks_alone():
     other.weight.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.norm()))
     params = [*lin.parameters(), *other.parameters()]
     watch = native.GradWatch(params)
-    watch.install()
+    # What the loop calls every step: plain C functions that keep the watch alive.
+    install, sum_of_squares = watch.fast_functions()
+    uninstall = watch.uninstall
+    del watch
+    install()
     x = torch.randn(8, 64)
     other(lin(x)).square().sum().backward()
     assert len(seen) == 1  # the user's own hook still runs
     expected = sum(float(p.grad.double().square().sum()) for p in params)
-    assert watch.sum_of_squares() == pytest.approx(expected, rel=1e-6)
+    assert sum_of_squares() == pytest.approx(expected, rel=1e-6)
     with torch.no_grad():
         lin.weight.grad.mul_(3)  # changed after its hook ran: read again, not cached
     expected = sum(float(p.grad.double().square().sum()) for p in params)
-    assert watch.sum_of_squares() == pytest.approx(expected, rel=1e-6)
+    assert sum_of_squares() == pytest.approx(expected, rel=1e-6)
     lin.weight.grad = None
-    assert watch.sum_of_squares() < expected
+    assert sum_of_squares() < expected
     lin.bias.grad = torch.randn(64)[::2]  # strided: the native path leaves it to Python
-    assert watch.sum_of_squares() == -1.0
-    watch.uninstall()
+    assert sum_of_squares() == -1.0
+    uninstall()
     assert lin.weight._post_accumulate_grad_hooks is None
     assert other.weight._post_accumulate_grad_hooks is not None
+
+
+@needs_native
+def test_light_probe_rescans_optimizer_state_when_a_state_tensor_is_replaced():
+    """The sample keeps its optimizer scan while the state holds the same tensor objects;
+    one replaced (as loading a state dict does) is counted anew."""
+    from core.native.tracker import make_saved_tracker
+
+    lin = torch.nn.Linear(16, 8)
+    opt = torch.optim.Adam(lin.parameters())
+    lin(torch.randn(4, 16)).sum().backward()
+    opt.step()
+    watch = native.GradWatch(list(lin.parameters()))
+    sample = native.LightProbe(watch, make_saved_tracker().native).fast_sample()
+    states = [opt.state]
+    first = sample(True, states, [], False)
+    assert first[1] == sum(t.untyped_storage().nbytes() for s in opt.state.values()
+                           for t in s.values())
+    assert sample(False, states, [], False)[1] == first[1]  # unchanged: the same figure
+    st = opt.state[lin.weight]
+    st["exp_avg"] = torch.zeros(2 * st["exp_avg"].numel())
+    assert sample(False, states, [], False)[1] == first[1] + lin.weight.numel() * 4
+    with pytest.raises(TypeError):
+        sample(False, states, (), False)  # carried must be a list
 
 
 @needs_native

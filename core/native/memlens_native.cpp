@@ -469,10 +469,10 @@ std::shared_ptr<Recorder> make_recorder(int64_t t0_us, bool with_frames,
 // --- activations saved for backward: pack/unpack hooks without a Python frame --------------
 //
 // What core.memory.SavedTensorTracker does in Python, with the same figures: autograd calls
-// the pack hook for every tensor it saves and unpack when backward needs it. pack keeps a
-// detached alias and its version in a small holder (autograd stores the holder); unpack
-// raises autograd's own in-place error if the version moved, since a pack hook turns
-// autograd's check off. Each holder counts its storage once while it lives; its dealloc
+// the pack hook for every tensor it saves and unpack when backward needs it. pack keeps the
+// tensor (or, for one with autograd history, a detached alias) and its version in a small
+// holder (autograd stores the holder); unpack raises autograd's own in-place error if the
+// version moved, since a pack hook turns autograd's check off. Each holder counts its storage once while it lives; its dealloc
 // (when autograd lets go: backward, or a dropped graph) takes it off. Parameters (by data
 // pointer) are checked but never counted. All of it runs with the GIL held.
 
@@ -481,7 +481,7 @@ class SavedTracker;
 struct SavedHolder {
   PyObject_HEAD
   at::Tensor tensor;   // a detached alias sharing the version counter (placement-new)
-  PyObject* wrapped;   // its Python tensor, made at the first unpack
+  PyObject* wrapped;   // its Python tensor: the one packed, or made at the first unpack
   PyObject* owner;     // the capsule that keeps `tracker` alive
   SavedTracker* tracker;
   int64_t version;
@@ -614,11 +614,21 @@ PyObject* saved_pack(PyObject* self, PyObject* arg) {
     if (h == nullptr) {
       return nullptr;
     }
-    // A tensor saved as the output of its own op still points at the node being built:
-    // keeping it would make the node hold itself. tensor_data() is an alias without autograd
-    // history that shares the version counter (what detach() gives, without a dispatch).
-    new (&h->tensor) at::Tensor(t.tensor_data());
-    h->wrapped = nullptr;
+    if (!t.requires_grad()) {
+      // Most saved tensors (an op's inputs) reach the hook already detached by autograd: no
+      // history, so keeping this very object makes no cycle, and unpack hands it back
+      // without making another Python tensor.
+      new (&h->tensor) at::Tensor(t);
+      Py_INCREF(arg);
+      h->wrapped = arg;
+    } else {
+      // A tensor saved as the output of its own op still points at the node being built:
+      // keeping it would make the node hold itself. tensor_data() is an alias without
+      // autograd history that shares the version counter (what detach() gives, without a
+      // dispatch); its Python tensor is made at the first unpack.
+      new (&h->tensor) at::Tensor(t.tensor_data());
+      h->wrapped = nullptr;
+    }
     Py_INCREF(self);
     h->owner = self;
     h->tracker = tracker;
@@ -1218,12 +1228,35 @@ PyObject* watch_sum_of_squares_fast(PyObject* self, PyObject* /*unused*/) {
   });
 }
 
+PyObject* saved_new_step_fast(PyObject* self, PyObject* /*unused*/) {
+  bound_object<SavedTracker>(self)->new_step();
+  Py_RETURN_NONE;
+}
+
+PyObject* saved_end_step_fast(PyObject* self, PyObject* /*unused*/) {
+  bound_object<SavedTracker>(self)->end_step();
+  Py_RETURN_NONE;
+}
+
+// (bytes first saved by this step, bytes of holders kept from earlier steps)
+PyObject* saved_counts_fast(PyObject* self, PyObject* /*unused*/) {
+  const auto* t = bound_object<SavedTracker>(self);
+  return Py_BuildValue("(LL)", static_cast<long long>(t->step_saved_bytes()),
+                       static_cast<long long>(t->retained_bytes()));
+}
+
 PyMethodDef light_sample_def = {"sample", reinterpret_cast<PyCFunction>(light_sample_fast),
                                 METH_FASTCALL, "LightProbe.sample without pybind11"};
 PyMethodDef watch_install_def = {"install", watch_install_fast, METH_NOARGS,
                                  "GradWatch.install without pybind11"};
 PyMethodDef watch_sum_def = {"sum_of_squares", watch_sum_of_squares_fast, METH_NOARGS,
                              "GradWatch.sum_of_squares without pybind11"};
+PyMethodDef saved_new_step_def = {"new_step", saved_new_step_fast, METH_NOARGS,
+                                  "SavedTracker.new_step without pybind11"};
+PyMethodDef saved_end_step_def = {"end_step", saved_end_step_fast, METH_NOARGS,
+                                  "SavedTracker.end_step without pybind11"};
+PyMethodDef saved_counts_def = {"counts", saved_counts_fast, METH_NOARGS,
+                                "(step_saved_bytes, retained_bytes) without pybind11"};
 
 // Autograd nodes reachable from the roots' grad_fn (each once), up to `limit`: what
 // core.loop.count_graph_nodes walks through next_functions in Python, without making a
@@ -1328,6 +1361,14 @@ PYBIND11_MODULE(memlens_native, m) {
       .def_property_readonly("live_bytes", &SavedTracker::live_bytes)
       .def_property_readonly("retained_bytes", &SavedTracker::retained_bytes)
       .def_property_readonly("step_saved_bytes", &SavedTracker::step_saved_bytes)
+      .def("fast_functions", [](py::object self) {
+        // (new_step, end_step, counts) as plain C functions, for the loop's every step.
+        auto* t = self.cast<SavedTracker*>();
+        return py::make_tuple(
+            py::reinterpret_steal<py::object>(bind_fast(self, t, &saved_new_step_def)),
+            py::reinterpret_steal<py::object>(bind_fast(self, t, &saved_end_step_def)),
+            py::reinterpret_steal<py::object>(bind_fast(self, t, &saved_counts_def)));
+      })
       .def("hook_functions", [](std::shared_ptr<SavedTracker> self) {
         // The hooks' `self`: a capsule with its own reference to the tracker, so holders
         // that outlive the Python tracker object (a kept graph) still find it.

@@ -160,9 +160,9 @@ class NativeSavedTracker:
         self._live = _NativeLive(self._t)
         self._param_ptrs: frozenset = frozenset()
         self._param_keys: frozenset = frozenset()
-        # The loop calls these every step: the C++ methods themselves, no Python frame.
-        self.new_step = self._t.new_step
-        self.end_step = self._t.end_step
+        # The loop calls these every step: plain C functions (bind_fast in memlens_native.cpp),
+        # no Python frame and no pybind11 dispatch.
+        self.new_step, self.end_step, self._counts = self._t.fast_functions()
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
@@ -206,11 +206,11 @@ class NativeSavedTracker:
 
     @property
     def retained_bytes(self) -> int:
-        return self._t.retained_bytes
+        return self._counts()[1]
 
     @property
     def step_saved_bytes(self) -> int:
-        return self._t.step_saved_bytes
+        return self._counts()[0]
 
 
 def make_saved_tracker():

@@ -252,3 +252,40 @@ def test_a_precise_run_that_must_build_the_recorder_says_so_first(monkeypatch):
     monkeypatch.setattr(core.native, "needs_build", lambda: True)
     history, _ = run("mlp", steps=2)  # light mode never builds: nothing to say
     assert all(e.key != "native build" for e in history.events())
+
+
+@needs_native
+def test_saved_tensor_holders_let_go_of_every_tensor_after_backward_or_a_dropped_graph():
+    """The pack hook keeps the detached tensors autograd hands it, and an alias of the rest:
+    after backward, or a graph dropped without one, nothing stays behind."""
+    import gc
+
+    from core.native.tracker import make_saved_tracker
+    from core.presets import build_preset
+
+    cfg = tiny_config("gan")
+    p = build_preset(cfg, torch.device("cpu"))
+    tracker = make_saved_tracker()
+
+    def step():
+        with tracker.hooks():
+            result = p.forward_train(cfg.techniques)
+            for loss, inputs in result.backward:
+                loss.backward(inputs=inputs)
+
+    def tensors() -> int:
+        gc.collect()
+        return sum(1 for o in gc.get_objects() if isinstance(o, torch.Tensor))
+
+    step()
+    before = tensors()
+    for _ in range(20):
+        step()
+    assert tensors() == before
+    assert tracker.live_bytes == 0
+    with tracker.hooks():
+        result = p.forward_train(cfg.techniques)
+    assert tracker.live_bytes > 0
+    del result
+    gc.collect()
+    assert tracker.live_bytes == 0

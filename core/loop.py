@@ -262,8 +262,9 @@ class TrainingSession:
             self._flush_allocations()
 
     def _enter_phase(self, step: int, phase: str) -> None:
-        """A phase edge: a stop asked for aborts here; precise mode files new storages under
-        the phase (step() writes this inline for its four phases: see there)."""
+        """A phase edge: names the phase (for an error's event), aborts here if a stop was
+        asked, and has precise mode file new storages under the phase."""
+        self.phase = phase
         if self.controls.stopping:
             raise StopRequested
         if self.precise is not None:
@@ -306,16 +307,14 @@ class TrainingSession:
     def step(self, step: int, toggles: TechniqueToggles, capture: bool) -> StepRecord:
         """One step (one micro-batch): its phases, timed, and a memory sample after each.
 
-        Written flat: the clock, the stop check and the sample are inline rather than behind
-        context managers and helpers. Between kernels the interpreter runs with cold caches,
-        and each Python call here costs several microseconds (a function that does nothing,
+        The phase clock is a bare function (time.perf_counter on CPU) and the contexts are
+        made once, not per step: between kernels the interpreter runs with cold caches, and
+        each Python call here costs several microseconds (a function that does nothing,
         called between gan's backward and its next step: 5 us).
         """
         p = self.preset
         p.step_index = step
-        tick, now, t0 = self.tick, time.perf_counter, self.t0
-        controls, precise = self.controls, self.precise
-        sample, on_sample = self.probe.sample, self.sink.on_sample
+        tick, precise = self.tick, self.precise
         cuda = self._cuda
         if cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -330,30 +329,19 @@ class TrainingSession:
             self.scaler = None
         k = toggles.accumulate
         amp_dtype = _AMP_DTYPES.get(toggles.amp)
-        autocast = (torch.autocast(self.device.type, dtype=amp_dtype) if amp_dtype is not None
-                    else _NO_CONTEXT)
+        autocast = self._autocast(amp_dtype)
         eval_ms = 0.0
         with self._saved_hooks, (precise if precise is not None else _NO_CONTEXT):
             # zero_grad: at the start of each accumulation cycle, unless switched off.
-            self.phase = "zero_grad"
-            if controls.stopping:
-                raise StopRequested
-            if precise is not None:
-                precise.begin_phase(step, "zero_grad", "grads")
+            self._enter_phase(step, "zero_grad")
             t = tick()
             if self.micro == 0 and toggles.zero_grad != "off":
                 for opt in p.optimizers:
                     opt.zero_grad(set_to_none=toggles.zero_grad == "set_to_none")
             zero_grad_ms = (tick() - t) * 1e3
-            s = sample(step, "zero_grad", now() - t0)
-            on_sample(s)
-            peak = s.total
+            peak = self.sample(step, "zero_grad").total
 
-            self.phase = "forward"
-            if controls.stopping:
-                raise StopRequested
-            if precise is not None:
-                precise.begin_phase(step, "forward", "activations")
+            self._enter_phase(step, "forward")
             graph = self._begin_capture() if capture else None
             try:
                 t = tick()
@@ -371,18 +359,12 @@ class TrainingSession:
                 p.cache.extend(result.intermediates)
             nodes = self._count_nodes([loss for loss, _ in result.backward], GRAPH_NODE_LIMIT)
             p.account_loss(result.report_loss, toggles, train=True, value=loss_value)
-            s = sample(step, "forward", now() - t0)
-            on_sample(s)
-            peak = max(peak, s.total)
+            peak = max(peak, self.sample(step, "forward").total)
             saved_bytes = self.saved.step_saved_bytes  # counted by the forward sample
             if not math.isfinite(loss_value):
                 raise FloatingPointError(f"loss = {loss_value}")
 
-            self.phase = "backward"
-            if controls.stopping:
-                raise StopRequested
-            if precise is not None:
-                precise.begin_phase(step, "backward", "grads")
+            self._enter_phase(step, "backward")
             t = tick()
             for loss, inputs in result.backward:
                 scaled = loss / k if k > 1 else loss
@@ -391,16 +373,10 @@ class TrainingSession:
                 scaled.backward(retain_graph=toggles.retain_graph, inputs=inputs)
             backward_ms = (tick() - t) * 1e3
             del result, loss, scaled
-            s = sample(step, "backward", now() - t0)
-            on_sample(s)
-            peak = max(peak, s.total)
+            peak = max(peak, self.sample(step, "backward").total)
             grad_norm = self._grad_norm()  # of the gradients the sample just found
 
-            self.phase = "optimizer"
-            if controls.stopping:
-                raise StopRequested
-            if precise is not None:
-                precise.begin_phase(step, "optimizer", "optimizer")
+            self._enter_phase(step, "optimizer")
             self.micro += 1
             stepped = self.micro >= k
             t = tick()
@@ -414,19 +390,16 @@ class TrainingSession:
                     self.scaler.update()
                 self.micro = 0
             optimizer_ms = (tick() - t) * 1e3
-            end = sample(step, "optimizer", now() - t0)
-            on_sample(end)
+            end = self.sample(step, "optimizer")
             end_total = end.total
             peak = max(peak, end_total)
 
             eval_loss = math.nan
             every = self.config.eval_every
             if every and (step + 1) % every == 0:
-                self.phase = "eval"
                 self._enter_phase(step, "eval")
                 eval_loss, eval_ms = self._eval(step, toggles, amp_dtype, capture)
-                end = sample(step, "eval", now() - t0)
-                on_sample(end)
+                end = self.sample(step, "eval")
                 end_total = end.total
                 peak = max(peak, end_total)
         if precise is not None:
@@ -449,7 +422,7 @@ class TrainingSession:
                                         message="memory keeps growing",
                                         explanation=leak))
         return StepRecord(
-            step=step, time_s=now() - t0, loss=loss_value, grad_norm=grad_norm,
+            step=step, time_s=self.now(), loss=loss_value, grad_norm=grad_norm,
             step_ms=step_ms, zero_grad_ms=zero_grad_ms, forward_ms=forward_ms,
             backward_ms=backward_ms, optimizer_ms=optimizer_ms, eval_ms=eval_ms,
             allocated_bytes=allocated, peak_bytes=peak, reserved_bytes=reserved,
@@ -464,8 +437,7 @@ class TrainingSession:
         if toggles.eval_mode:
             p.set_train(False)
         grad_ctx = torch.no_grad() if toggles.no_grad_eval else contextlib.nullcontext()
-        autocast = (torch.autocast(self.device.type, dtype=amp_dtype) if amp_dtype is not None
-                    else contextlib.nullcontext())
+        autocast = self._autocast(amp_dtype)
         # A capture shows the eval graph too: empty under no_grad, a full graph without it.
         graph = self._begin_capture() if capture else None
         try:
@@ -483,6 +455,12 @@ class TrainingSession:
                 graph.abort()
             p.set_train(True)
         return value, ms
+
+    def _autocast(self, dtype):
+        """Autocast to `dtype` on this device, or a context that does nothing (None)."""
+        if dtype is None:
+            return _NO_CONTEXT
+        return torch.autocast(self.device.type, dtype=dtype)
 
     def _grad_norm(self) -> float:
         total = self._watch_sumsq() if self._watch_sumsq is not None else -1.0

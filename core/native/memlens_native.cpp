@@ -1199,19 +1199,9 @@ PyObject* light_sample_fast(PyObject* self, PyObject* const* args, Py_ssize_t na
     const auto v = bound_object<LightProbe>(self)->sample(
         scan != 0, py::reinterpret_borrow<py::object>(args[1]),
         py::reinterpret_borrow<py::list>(args[2]), heap != 0);
-    PyObject* out = PyTuple_New(5);
-    if (out == nullptr) {
-      return nullptr;
-    }
-    for (Py_ssize_t i = 0; i < 5; ++i) {
-      PyObject* n = PyLong_FromLongLong(v[i]);
-      if (n == nullptr) {
-        Py_DECREF(out);
-        return nullptr;
-      }
-      PyTuple_SET_ITEM(out, i, n);
-    }
-    return out;
+    return Py_BuildValue("(LLLLL)", static_cast<long long>(v[0]), static_cast<long long>(v[1]),
+                         static_cast<long long>(v[2]), static_cast<long long>(v[3]),
+                         static_cast<long long>(v[4]));
   });
 }
 
@@ -1320,9 +1310,7 @@ PYBIND11_MODULE(memlens_native, m) {
 
   py::class_<GradWatch>(m, "GradWatch")
       .def(py::init<const py::list&>())
-      .def("install", &GradWatch::install)
       .def("uninstall", &GradWatch::uninstall)
-      .def("sum_of_squares", &GradWatch::sum_of_squares_now)
       .def("set_param_keys", &GradWatch::set_param_keys)
       .def("grad_storages", &GradWatch::grad_storages)
       .def("fast_functions", [](py::object self) {
@@ -1335,8 +1323,6 @@ PYBIND11_MODULE(memlens_native, m) {
 
   py::class_<LightProbe>(m, "LightProbe")
       .def(py::init<py::object, py::object>(), py::arg("watch"), py::arg("saved"))
-      .def("sample", &LightProbe::sample, py::arg("scan_grads"), py::arg("states"),
-           py::arg("carried"), py::arg("heap"))
       .def("fast_sample", [](py::object self) {
         // sample as a plain C function, for every phase edge.
         return py::reinterpret_steal<py::object>(
@@ -1354,13 +1340,9 @@ PYBIND11_MODULE(memlens_native, m) {
   py::class_<SavedTracker, std::shared_ptr<SavedTracker>>(m, "SavedTracker")
       .def(py::init<>())
       .def("set_param_ptrs", &SavedTracker::set_param_ptrs)
-      .def("new_step", &SavedTracker::new_step)
-      .def("end_step", &SavedTracker::end_step)
       .def("contains", &SavedTracker::contains)
       .def("keys", &SavedTracker::keys)
       .def_property_readonly("live_bytes", &SavedTracker::live_bytes)
-      .def_property_readonly("retained_bytes", &SavedTracker::retained_bytes)
-      .def_property_readonly("step_saved_bytes", &SavedTracker::step_saved_bytes)
       .def("fast_functions", [](py::object self) {
         // (new_step, end_step, counts) as plain C functions, for the loop's every step.
         auto* t = self.cast<SavedTracker*>();

@@ -52,17 +52,11 @@ def _num(v: float | int | None) -> float:
 
 
 def sample_values(s: MemorySample) -> tuple[float, ...]:
-    """A sample as a row in SAMPLE_COLUMNS order. Written out (sample_x, total and _num
-    inline): the training thread turns every sample into a row, 64 at a time."""
-    code = PHASE_CODE[s.phase]
-    params, grads, opt, act, other = s.params, s.grads, s.optimizer, s.activations, s.other
-    allocated, reserved, heap = s.allocated, s.reserved, s.heap
+    """A sample as a row in SAMPLE_COLUMNS order."""
     return (
-        s.step, code, s.step + code / PHASES_PER_STEP, s.time_s,
-        params, grads, opt, act, other, params + grads + opt + act + other,
-        math.nan if allocated is None else allocated,
-        math.nan if reserved is None else reserved,
-        math.nan if heap is None else heap,
+        s.step, PHASE_CODE[s.phase], sample_x(s.step, s.phase), s.time_s,
+        s.params, s.grads, s.optimizer, s.activations, s.other, s.total,
+        _num(s.allocated), _num(s.reserved), _num(s.heap),
     )  # fmt: skip
 
 

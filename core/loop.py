@@ -25,7 +25,15 @@ from core.controls import RunControls, StopRequested
 from core.explain import error_title, explain_error, explain_leak
 from core.memory import MemoryProbe
 from core.presets import Preset, build_preset
-from core.records import NATIVE_BUILD_EVENT, RunEvent, RunSummary, StepRecord
+from core.records import (
+    NATIVE_BUILD_EVENT,
+    PHASE_CODE,
+    SAMPLE_PHASES,
+    MemorySample,
+    RunEvent,
+    RunSummary,
+    StepRecord,
+)
 from core.sinks import FanOut
 
 # Which category a new storage most likely is, by the phase that made it (precise mode).
@@ -36,6 +44,8 @@ _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # once (nullcontext keeps no state), not one a step.
 _NO_CONTEXT = contextlib.nullcontext()
 _NUMPY_DOT_DTYPES = (torch.float32, torch.float64)
+_ZERO_GRAD, _FORWARD, _BACKWARD, _OPTIMIZER, _EVAL = (
+    PHASE_CODE[p] for p in ("zero_grad", "forward", "backward", "optimizer", "eval"))
 _dot = np.dot
 GRAPH_NODE_LIMIT = 200_000  # stop counting beyond this (a leaked graph can be huge)
 # Stop hooks on the models answer a stop inside a long phase; a step shorter than this
@@ -194,7 +204,13 @@ class TrainingSession:
             self._watch_install, self._watch_sumsq = self._grad_watch.fast_functions()
             self.probe.use_grad_watch(self._grad_watch)
             if self.precise is None and isinstance(self.saved, NativeSavedTracker):
-                self.probe.use_light_probe(native.LightProbe(self._grad_watch, self.saved.native))
+                self.probe.use_light_probe(native.LightProbe(self._grad_watch, self.saved.native),
+                                           self.t0)
+        # A phase edge's sample: kept by the native LightProbe until the step's end (see
+        # take_step_samples), or taken and handed on at once.
+        self._edge = self.probe.edge or self._sample_now
+        self._step = 0
+        self._step_samples: list[MemorySample] = []
         self.tick, self.timing_label = _timing(self.device)
         self.scaler = None
         self.micro = 0  # micro-batches since the last optimizer step
@@ -244,6 +260,24 @@ class TrainingSession:
         s = self.probe.sample(step, phase, self.now())
         self.sink.on_sample(s)
         return s
+
+    def _sample_now(self, code: int, carried: list) -> None:
+        """A phase edge's sample where no native LightProbe keeps it (CUDA, precise mode,
+        no native helpers): taken and handed to the sink at once."""
+        self._step_samples.append(self.sample(self._step, SAMPLE_PHASES[code]))
+
+    def take_step_samples(self) -> list[MemorySample]:
+        """The samples of the current step's edges so far, in order. Those the native edge
+        kept reach the sink here: at the step's end, or (run_training) at an error or a stop
+        inside it, so that nothing measured before either is lost."""
+        if self.probe.edge is None:
+            out, self._step_samples = self._step_samples, []
+            return out
+        out = self.probe.take_samples(self._step)
+        on_sample = self.sink.on_sample
+        for s in out:
+            on_sample(s)
+        return out
 
     def _flush_allocations(self) -> None:
         if self.precise is not None and hasattr(self.sink, "on_allocations"):
@@ -314,7 +348,9 @@ class TrainingSession:
         """
         p = self.preset
         p.step_index = step
-        tick, precise = self.tick, self.precise
+        self._step = step
+        tick, precise, edge = self.tick, self.precise, self._edge
+        carried = p.carried_tensors()
         cuda = self._cuda
         if cuda:
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -339,7 +375,7 @@ class TrainingSession:
                 for opt in p.optimizers:
                     opt.zero_grad(set_to_none=toggles.zero_grad == "set_to_none")
             zero_grad_ms = (tick() - t) * 1e3
-            peak = self.sample(step, "zero_grad").total
+            edge(_ZERO_GRAD, carried)
 
             self._enter_phase(step, "forward")
             graph = self._begin_capture() if capture else None
@@ -359,8 +395,9 @@ class TrainingSession:
                 p.cache.extend(result.intermediates)
             nodes = self._count_nodes([loss for loss, _ in result.backward], GRAPH_NODE_LIMIT)
             p.account_loss(result.report_loss, toggles, train=True, value=loss_value)
-            peak = max(peak, self.sample(step, "forward").total)
-            saved_bytes = self.saved.step_saved_bytes  # counted by the forward sample
+            carried = p.carried_tensors()  # forward replaces lstm's state, a leak adds some
+            edge(_FORWARD, carried)
+            saved_bytes = self.saved.step_saved_bytes  # all packed by now
             if not math.isfinite(loss_value):
                 raise FloatingPointError(f"loss = {loss_value}")
 
@@ -373,8 +410,8 @@ class TrainingSession:
                 scaled.backward(retain_graph=toggles.retain_graph, inputs=inputs)
             backward_ms = (tick() - t) * 1e3
             del result, loss, scaled
-            peak = max(peak, self.sample(step, "backward").total)
-            grad_norm = self._grad_norm()  # of the gradients the sample just found
+            edge(_BACKWARD, carried)
+            grad_norm = self._grad_norm()
 
             self._enter_phase(step, "optimizer")
             self.micro += 1
@@ -390,18 +427,18 @@ class TrainingSession:
                     self.scaler.update()
                 self.micro = 0
             optimizer_ms = (tick() - t) * 1e3
-            end = self.sample(step, "optimizer")
-            end_total = end.total
-            peak = max(peak, end_total)
+            edge(_OPTIMIZER, carried)
 
             eval_loss = math.nan
             every = self.config.eval_every
             if every and (step + 1) % every == 0:
                 self._enter_phase(step, "eval")
                 eval_loss, eval_ms = self._eval(step, toggles, amp_dtype, capture)
-                end = self.sample(step, "eval")
-                end_total = end.total
-                peak = max(peak, end_total)
+                edge(_EVAL, p.carried_tensors())
+        samples = self.take_step_samples()
+        end = samples[-1]
+        end_total = end.total
+        peak = max([s.total for s in samples])
         if precise is not None:
             self._maybe_flush_allocations()
         self.saved.end_step()
@@ -535,9 +572,11 @@ def run_training(
                 if recorder is not None:
                     recorder.on_step_end(step)
             except StopRequested:
+                session.take_step_samples()  # what the step measured before the stop
                 stopped_by = "stopped"
                 break
             except Exception as exc:  # a training error is data, not a crash
+                session.take_step_samples()  # what the step measured before the error
                 session._flush_allocations()
                 phase = getattr(session, "phase", "")
                 error = RunEvent(step, session.now(), "error", key=error_title(exc),

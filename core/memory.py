@@ -22,11 +22,16 @@ from core.records import (
     ALLOC_FRAME_COLUMN,
     MEMORY_CATEGORIES,
     PHASE_CODE,
+    SAMPLE_PHASES,
     AllocBlock,
     MemorySample,
 )
 
 CATEGORY_CODE = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
+
+
+def _codes(phases) -> list[int]:
+    return sorted(PHASE_CODE[p] for p in phases)
 
 
 def storage_key(t: Tensor) -> tuple[tuple[int, int], int]:
@@ -503,6 +508,8 @@ class MemoryProbe:
         self._grad_list: list[Tensor] | None = []
         self.grad_watch = None
         self.light = None  # LightProbe.sample as a C function, where used (use_light_probe)
+        self.edge = None  # and LightProbe.edge
+        self._take_rows = None
         self._opt = _Bytes()
         self._opt_ids: list[int] = []
 
@@ -525,7 +532,7 @@ class MemoryProbe:
     def grads(self) -> list[Tensor]:
         """The gradients as of the last sample after zero_grad or backward (ask right after
         it: with the native scan the list is made when first asked for)."""
-        if self._grad_list is None:
+        if self._grad_list is None or self.edge is not None:  # the edges keep no list
             self._grad_list = [g for p in self.param_list if (g := p.grad) is not None]
         return self._grad_list
 
@@ -534,11 +541,26 @@ class MemoryProbe:
         watch.set_param_keys(list(self.params.keys))
         self.grad_watch = watch
 
-    def use_light_probe(self, light) -> None:
+    def use_light_probe(self, light, t0: float) -> None:
         """Take a CPU light-mode sample's gradient, optimizer and carried-tensor figures
         from the native helpers' LightProbe: the same rules as below in one call (a plain C
-        function: see bind_fast in memlens_native.cpp)."""
+        function: see bind_fast in memlens_native.cpp). The loop's phase edges then call
+        `edge(code, carried)`, which keeps the figures until take_samples(). `t0`: the run's
+        start on time.perf_counter (a sample's time_s counts from it)."""
         self.light = light.fast_sample()
+        # t0 on the native clock: the same instant, whatever origin either clock has.
+        native_t0 = t0 + (light.clock() - time.perf_counter())
+        light.set_rules(_codes(self._GRADS_CHANGE), _codes(self._OPT_CHANGES),
+                        _codes(self._HEAP_PHASES), self.preset, native_t0)
+        self.edge, self._take_rows = light.fast_edges()
+
+    def take_samples(self, step: int) -> list[MemorySample]:
+        """The samples edge() recorded since the last take, in order (all of them `step`'s:
+        the loop takes them at every step's end)."""
+        params = self.params.total
+        return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
+                             None, None, heap if heap >= 0 else None)
+                for code, t, grads, opt, act, other, heap in self._take_rows()]
 
     def _scan_grads(self) -> _Bytes:
         grads = _Bytes()

@@ -41,6 +41,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <ctime>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -979,7 +980,98 @@ class LightProbe {
             heap ? heap_bytes() : int64_t{-1}};
   }
 
+  // --- phase edges: a sample recorded where it is taken, handed to Python at step end ----
+  //
+  // A phase edge's sample as a MemorySample (a dataclass made in Python, handed to the sink,
+  // its flags looked up in Python sets) cost 30-60 us right after the phase's kernels (gan,
+  // after backward), where this call costs a few. The edge keeps its figures in a row; the
+  // loop takes the rows once a step (or at an error or a stop) and makes them samples there.
+
+  // Which phases (core.records.PHASE_CODE) rescan gradients, optimizer state and the process
+  // heap: MemoryProbe's rules. `preset`: its `optimizers`' `state` dicts are read where the
+  // optimizer state may have changed. `t0`: the run's start on clock().
+  void set_rules(const std::vector<int>& grads, const std::vector<int>& opt,
+                 const std::vector<int>& heap, py::object preset, double t0) {
+    rules_.fill(0);
+    for (int c : grads) {
+      rule(c) |= kScanGrads;
+    }
+    for (int c : opt) {
+      rule(c) |= kScanOptimizer;
+    }
+    for (int c : heap) {
+      rule(c) |= kReadHeap;
+    }
+    preset_ = std::move(preset);
+    t0_ = t0;
+  }
+
+  // Seconds on the monotonic clock (what time.perf_counter reads on Linux; the loop
+  // calibrates t0 against it anyway).
+  static double clock() {
+    timespec ts{};
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+  }
+
+  void edge(int code, const py::list& carried) {
+    const double t = clock() - t0_;
+    const int r = rule(code);
+    py::object states = py::none();
+    if ((r & kScanOptimizer) && preset_) {
+      py::list list;
+      for (py::handle o : preset_.attr("optimizers")) {
+        list.append(o.attr("state"));
+      }
+      states = std::move(list);
+    }
+    const auto v = sample((r & kScanGrads) != 0, states, carried, (r & kReadHeap) != 0);
+    rows_.push_back(EdgeRow{code, t, v});
+  }
+
+  // The rows since the last take, as (code, time_s, grads, optimizer, activations, other,
+  // heap) tuples; the buffer is emptied.
+  PyObject* take() {
+    PyObject* out = PyList_New(static_cast<Py_ssize_t>(rows_.size()));
+    if (out == nullptr) {
+      return nullptr;
+    }
+    for (size_t i = 0; i < rows_.size(); ++i) {
+      const EdgeRow& row = rows_[i];
+      PyObject* item = Py_BuildValue(
+          "(idLLLLL)", row.code, row.t, static_cast<long long>(row.v[0]),
+          static_cast<long long>(row.v[1]), static_cast<long long>(row.v[2]),
+          static_cast<long long>(row.v[3]), static_cast<long long>(row.v[4]));
+      if (item == nullptr) {
+        Py_DECREF(out);
+        return nullptr;
+      }
+      PyList_SET_ITEM(out, static_cast<Py_ssize_t>(i), item);
+    }
+    rows_.clear();
+    return out;
+  }
+
  private:
+  static constexpr int kScanGrads = 1, kScanOptimizer = 2, kReadHeap = 4;
+  struct EdgeRow {
+    int code;
+    double t;
+    std::array<int64_t, 5> v;
+  };
+
+  int& rule(int code) {
+    if (code < 0 || code >= static_cast<int>(rules_.size())) {
+      throw py::value_error("phase code out of range: " + std::to_string(code));
+    }
+    return rules_[static_cast<size_t>(code)];
+  }
+
+  std::array<int, 8> rules_{};
+  py::object preset_;
+  double t0_ = 0.0;
+  std::vector<EdgeRow> rows_;
+
   // Optimizers update their state in place: the same tensor objects, so the last scan stands
   // while the state holds the same ones (the rule core.memory's probe keeps by id()) and none
   // of it is a gradient's storage now.
@@ -1205,6 +1297,27 @@ PyObject* light_sample_fast(PyObject* self, PyObject* const* args, Py_ssize_t na
   });
 }
 
+// LightProbe.edge(code, carried: list) as a C function.
+PyObject* light_edge_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
+  return guarded([&]() -> PyObject* {
+    if (nargs != 2 || !PyLong_Check(args[0]) || !PyList_Check(args[1])) {
+      PyErr_SetString(PyExc_TypeError, "edge(code: int, carried: list)");
+      return nullptr;
+    }
+    const long code = PyLong_AsLong(args[0]);
+    if (code == -1 && PyErr_Occurred()) {
+      return nullptr;
+    }
+    bound_object<LightProbe>(self)->edge(static_cast<int>(code),
+                                          py::reinterpret_borrow<py::list>(args[1]));
+    Py_RETURN_NONE;
+  });
+}
+
+PyObject* light_take_fast(PyObject* self, PyObject* /*unused*/) {
+  return guarded([&]() -> PyObject* { return bound_object<LightProbe>(self)->take(); });
+}
+
 PyObject* watch_install_fast(PyObject* self, PyObject* /*unused*/) {
   return guarded([&]() -> PyObject* {
     bound_object<GradWatch>(self)->install();
@@ -1237,6 +1350,10 @@ PyObject* saved_counts_fast(PyObject* self, PyObject* /*unused*/) {
 
 PyMethodDef light_sample_def = {"sample", reinterpret_cast<PyCFunction>(light_sample_fast),
                                 METH_FASTCALL, "LightProbe.sample without pybind11"};
+PyMethodDef light_edge_def = {"edge", reinterpret_cast<PyCFunction>(light_edge_fast),
+                              METH_FASTCALL, "LightProbe.edge without pybind11"};
+PyMethodDef light_take_def = {"take", light_take_fast, METH_NOARGS,
+                              "LightProbe.take without pybind11"};
 PyMethodDef watch_install_def = {"install", watch_install_fast, METH_NOARGS,
                                  "GradWatch.install without pybind11"};
 PyMethodDef watch_sum_def = {"sum_of_squares", watch_sum_of_squares_fast, METH_NOARGS,
@@ -1327,6 +1444,16 @@ PYBIND11_MODULE(memlens_native, m) {
         // sample as a plain C function, for every phase edge.
         return py::reinterpret_steal<py::object>(
             bind_fast(self, self.cast<LightProbe*>(), &light_sample_def));
+      })
+      .def("set_rules", &LightProbe::set_rules, py::arg("grads"), py::arg("optimizer"),
+           py::arg("heap"), py::arg("preset"), py::arg("t0"))
+      .def_static("clock", &LightProbe::clock)
+      .def("fast_edges", [](py::object self) {
+        // (edge, take) as plain C functions: edge runs at every phase edge.
+        auto* probe = self.cast<LightProbe*>();
+        return py::make_tuple(
+            py::reinterpret_steal<py::object>(bind_fast(self, probe, &light_edge_def)),
+            py::reinterpret_steal<py::object>(bind_fast(self, probe, &light_take_def)));
       });
 
   SavedHolderType.tp_name = "memlens_native.SavedHolder";

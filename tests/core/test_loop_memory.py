@@ -14,6 +14,7 @@ from core.history import RunHistory
 from core.memory import SavedTensorTracker
 from core.native.tracker import NativeSavedTracker
 from core.presets import build_preset
+from core.records import SAMPLE_PHASES
 from tests.core.helpers import run, samples_at, steps_col, tiny_config
 
 
@@ -87,6 +88,10 @@ def test_lstm_without_detach_is_an_explained_error_and_files_keep_data():
     assert "second time" in err.message
     assert "detach" in err.explanation and "hidden" in err.explanation
     assert len(history.steps) == 1  # step 0 was recorded and kept
+    # and so was what step 1 measured before its backward failed
+    phases = [(int(a), SAMPLE_PHASES[int(b)]) for a, b in
+              zip(history.samples.column("step"), history.samples.column("phase"), strict=True)]
+    assert phases[-2:] == [(1, "zero_grad"), (1, "forward")]
 
 
 def test_lstm_detach_back_on_via_schedule_restores_clean_flat_steps():
@@ -271,33 +276,44 @@ def test_fp16_uses_a_grad_scaler_and_reports_the_unscaled_grad_norm():
                                rtol=0.05)
 
 
-def test_stop_asked_mid_step_aborts_before_the_optimizer_steps():
-    """A stop asked while a step runs ends it at the next model call: the step is not
-    recorded and the optimizer does not step on a half-done step."""
+def test_stop_asked_mid_step_aborts_before_the_optimizer_steps(monkeypatch):
+    """A stop asked while a step runs (here: during step 2's forward, as a click on Stop
+    would) ends it at the next phase edge: the step is not recorded, the optimizer does not
+    step on a half-done step, and what the step measured before the stop is kept."""
+    import core.loop
     from core.controls import RunControls
-    from core.history import RunHistory
-    from core.loop import run_training
 
     cfg = tiny_config("mlp", steps=5)
     controls = RunControls(cfg.techniques, cfg.schedule)
-    history = RunHistory()
-    phases: list[tuple[int, str]] = []
+    built = []
+    at_stop: list[torch.Tensor] = []
+    build = core.loop.build_preset
 
-    class StopAtStep2(RunHistory):
-        def on_sample(self, s):
-            phases.append((s.step, s.phase))
-            history.on_sample(s)
-            if s.step == 2 and s.phase == "zero_grad":
+    def build_and_hook(config, device):
+        preset = build(config, device)
+        built.append(preset)
+
+        def during_forward(module, args, output):
+            if preset.step_index == 2 and not at_stop:
+                at_stop.extend(p.detach().clone() for p in preset.parameters())
                 controls.stop()
 
-        def on_step(self, r):
-            history.on_step(r)
+        for model in preset.models.values():
+            for module in model.modules():
+                module.register_forward_hook(during_forward)
+        return preset
 
-    summary = run_training(cfg, controls, StopAtStep2())
+    monkeypatch.setattr(core.loop, "build_preset", build_and_hook)
+    history = RunHistory()
+    summary = core.loop.run_training(cfg, controls, history)
     assert summary.stopped_by == "stopped"
     assert list(steps_col(history, "step")) == [0.0, 1.0]
-    assert (2, "zero_grad") in phases
-    assert (2, "forward") not in phases and (2, "optimizer") not in phases
+    step, phase = history.samples.column("step"), history.samples.column("phase")
+    phases = {(int(a), SAMPLE_PHASES[int(b)]) for a, b in zip(step, phase, strict=True)}
+    assert (2, "zero_grad") in phases and (2, "forward") in phases
+    assert (2, "backward") not in phases and (2, "optimizer") not in phases
+    assert at_stop and all(torch.equal(a, p) for a, p in
+                           zip(at_stop, built[0].parameters(), strict=True))
 
 
 def test_stop_hooks_come_off_for_short_steps_and_answer_a_stop_inside_long_ones():

@@ -12,7 +12,11 @@ import torch
 
 import core.native
 from core.history import RunHistory
-from core.native.tracker import NativeStorageTracker, make_precise_tracker
+from core.native.tracker import (
+    NativeStorageTracker,
+    make_precise_tracker,
+    make_saved_tracker,
+)
 from core.records import PHASE_CODE
 from tests.core.helpers import run, tiny_config
 
@@ -195,8 +199,6 @@ def test_grad_watch_norm_follows_the_gradients_and_leaves_user_hooks_alone():
 def test_light_probe_rescans_optimizer_state_when_a_state_tensor_is_replaced():
     """The sample keeps its optimizer scan while the state holds the same tensor objects;
     one replaced (as loading a state dict does) is counted anew."""
-    from core.native.tracker import make_saved_tracker
-
     lin = torch.nn.Linear(16, 8)
     opt = torch.optim.Adam(lin.parameters())
     lin(torch.randn(4, 16)).sum().backward()
@@ -216,6 +218,42 @@ def test_light_probe_rescans_optimizer_state_when_a_state_tensor_is_replaced():
 
 
 @needs_native
+def test_light_probe_edges_keep_their_samples_until_taken_and_check_their_arguments():
+    """The loop's phase edges: each keeps a row (phase code, time, figures) that take()
+    hands over once, in order; the optimizer edge reads the preset's optimizers itself."""
+    native = core.native.load(build=False)
+    lin = torch.nn.Linear(16, 8)
+    opt = torch.optim.Adam(lin.parameters())
+
+    class Preset:
+        optimizers = [opt]
+
+    watch = native.GradWatch(list(lin.parameters()))
+    light = native.LightProbe(watch, make_saved_tracker().native)
+    zero_grad, forward, backward, optimizer = (
+        PHASE_CODE[p] for p in ("zero_grad", "forward", "backward", "optimizer"))
+    light.set_rules([zero_grad, backward], [optimizer], [forward], Preset(), light.clock())
+    edge, take = light.fast_edges()
+    lin(torch.randn(4, 16)).sum().backward()
+    edge(backward, [])  # the gradients are there
+    opt.step()
+    edge(optimizer, [])  # the Adam moments and step counters are there
+    rows = take()
+    assert [r[0] for r in rows] == [backward, optimizer]
+    assert 0 <= rows[0][1] <= rows[1][1]
+    grads = sum(p.numel() * 4 for p in lin.parameters())
+    assert rows[0][2] == grads and rows[0][3] == 0
+    assert rows[1][3] == sum(t.untyped_storage().nbytes() for s in opt.state.values()
+                             for t in s.values())
+    assert rows[0][6] == -1 and rows[1][6] == -1  # the heap is read at forward only
+    assert take() == []
+    with pytest.raises(TypeError):
+        edge(backward, ())  # carried must be a list
+    with pytest.raises(ValueError):
+        edge(99, [])
+
+
+@needs_native
 @pytest.mark.parametrize(("preset", "toggles"), [
     ("mlp", {"zero_grad": "off"}),
     ("lstm", {"zero_grad": "off", "detach_state": False, "no_grad_eval": False}),
@@ -232,8 +270,16 @@ def test_light_mode_figures_are_the_same_with_and_without_the_native_helpers(pre
     fast, _ = run(preset, steps=5, eval_every=2, **toggles)
     _python_tracker(monkeypatch)
     slow, _ = run(preset, steps=5, eval_every=2, **toggles)
-    for column in ("params", "grads", "optimizer", "activations", "other", "total"):
+    for column in ("step", "phase", "params", "grads", "optimizer", "activations", "other",
+                   "total"):
         np.testing.assert_array_equal(_column(fast, column), _column(slow, column))
+    # The native edges keep a sample's time until the step's end: still its own time, after
+    # the one before it and before the step's record.
+    times, steps = _column(fast, "time_s"), _column(fast, "step").astype(int)
+    assert np.all(np.diff(times) > 0)
+    end_of = dict(zip(fast.steps.column("step").astype(int), fast.steps.column("time_s"),
+                      strict=True))
+    assert all(t <= end_of[s] for s, t in zip(steps[1:], times[1:], strict=True) if s in end_of)
     for column in ("graph_nodes", "saved_bytes", "retained_bytes"):
         np.testing.assert_array_equal(fast.steps.column(column), slow.steps.column(column))
     np.testing.assert_allclose(fast.steps.column("grad_norm"), slow.steps.column("grad_norm"),

@@ -48,10 +48,14 @@ _ZERO_GRAD, _FORWARD, _BACKWARD, _OPTIMIZER, _EVAL = (
     PHASE_CODE[p] for p in ("zero_grad", "forward", "backward", "optimizer", "eval"))
 _dot = np.dot
 GRAPH_NODE_LIMIT = 200_000  # stop counting beyond this (a leaked graph can be huge)
-# Stop hooks on the models answer a stop inside a long phase; a step shorter than this
-# answers it at its next phase edge soon enough. (Hysteresis: on again above the second.)
-STOP_HOOKS_OFF_MS = 30.0
-STOP_HOOKS_ON_MS = 60.0
+# Steps shorter than SHORT_STEP_MS are "short" until one takes longer than LONG_STEP_MS
+# (hysteresis). A long step has stop hooks on its models (a stop answered inside a long
+# phase) and hands each sample on as its phase ends (a live view sees forward's rise before
+# backward runs). A short step answers a stop at its next phase edge soon enough, and in
+# light mode hands its samples on at its end: the GUI draws at 30 Hz, and a sample handed
+# on right after a phase's kernels costs several times what it costs at the step's end.
+SHORT_STEP_MS = 30.0
+LONG_STEP_MS = 60.0
 ALLOC_FLUSH_ROWS = 2048  # precise mode: alloc/free rows held before handing them on
 ALLOC_FLUSH_S = 0.25
 LEAK_WINDOW = 8  # steps of steady growth before a leak is reported
@@ -206,9 +210,9 @@ class TrainingSession:
             if self.precise is None and isinstance(self.saved, NativeSavedTracker):
                 self.probe.use_light_probe(native.LightProbe(self._grad_watch, self.saved.native),
                                            self.t0)
-        # A phase edge's sample: kept by the native LightProbe until the step's end (see
-        # take_step_samples), or taken and handed on at once.
-        self._edge = self.probe.edge or self._sample_now
+        # A phase edge's sample: taken and handed on at once, or, in light mode once steps
+        # are short, kept by the native LightProbe until the step's end (take_step_samples).
+        self._edge = self._sample_now
         self._step = 0
         self._step_samples: list[MemorySample] = []
         self.tick, self.timing_label = _timing(self.device)
@@ -223,7 +227,7 @@ class TrainingSession:
             self.cuda_recorder = CudaSnapshotRecorder(
                 config.cuda_snapshot_start, config.cuda_snapshot_steps, device=self.device)
         self._stop_hooks: list = []
-        self._stop_hooks_wanted = True  # until a step shows phase edges come often enough
+        self._short_steps = False  # until a step shows phase edges come often enough
         self.install_stop_hooks()
         # One saved-tensor hooks context for every step (it keeps no state between uses).
         self._saved_hooks = self.saved.hooks()
@@ -262,21 +266,20 @@ class TrainingSession:
         return s
 
     def _sample_now(self, code: int, carried: list) -> None:
-        """A phase edge's sample where no native LightProbe keeps it (CUDA, precise mode,
-        no native helpers): taken and handed to the sink at once."""
+        """A phase edge's sample, taken and handed to the sink at once."""
         self._step_samples.append(self.sample(self._step, SAMPLE_PHASES[code]))
 
     def take_step_samples(self) -> list[MemorySample]:
         """The samples of the current step's edges so far, in order. Those the native edge
         kept reach the sink here: at the step's end, or (run_training) at an error or a stop
         inside it, so that nothing measured before either is lost."""
-        if self.probe.edge is None:
-            out, self._step_samples = self._step_samples, []
-            return out
-        out = self.probe.take_samples(self._step)
-        on_sample = self.sink.on_sample
-        for s in out:
-            on_sample(s)
+        if self.probe.edge is not None:
+            kept = self.probe.take_samples(self._step)
+            on_sample = self.sink.on_sample
+            for s in kept:
+                on_sample(s)
+            self._step_samples.extend(kept)
+        out, self._step_samples = self._step_samples, []
         return out
 
     def _flush_allocations(self) -> None:
@@ -309,19 +312,24 @@ class TrainingSession:
         top-level models only: a module with any hook leaves PyTorch's fast call path, and
         hooking every child cost more than the rest of the stop machinery together. Where
         steps are short, the phase edges alone answer a stop within a few milliseconds and
-        the hooks come off (see _tune_stop_hooks)."""
-        if self._stop_hooks_wanted and not self._stop_hooks:
+        the hooks come off (see SHORT_STEP_MS)."""
+        if not self._short_steps and not self._stop_hooks:
             check = self.controls.check_stop
             self._stop_hooks = [model.register_forward_pre_hook(lambda *_: check())
                                 for model in self.preset.models.values()]
 
-    def _tune_stop_hooks(self, step_ms: float) -> None:
-        if step_ms < STOP_HOOKS_OFF_MS and self._stop_hooks_wanted:
-            self._stop_hooks_wanted = False
+    def _tune_for_step_length(self, step_ms: float) -> None:
+        """Short steps: no stop hooks, samples kept to the step's end where the native
+        LightProbe keeps them; long steps: hooks on, each sample handed on at once."""
+        if step_ms < SHORT_STEP_MS and not self._short_steps:
+            self._short_steps = True
             self._remove_stop_hooks()
-        elif step_ms > STOP_HOOKS_ON_MS and not self._stop_hooks_wanted:
-            self._stop_hooks_wanted = True
+            if self.probe.edge is not None:
+                self._edge = self.probe.edge
+        elif step_ms > LONG_STEP_MS and self._short_steps:
+            self._short_steps = False
             self.install_stop_hooks()
+            self._edge = self._sample_now
 
     def close(self) -> None:
         """Remove the session's hooks from the models and stop precise mode's listening, on
@@ -444,7 +452,7 @@ class TrainingSession:
         self.saved.end_step()
 
         step_ms = zero_grad_ms + forward_ms + backward_ms + optimizer_ms + eval_ms
-        self._tune_stop_hooks(step_ms)
+        self._tune_for_step_length(step_ms)
         if cuda:
             allocated = torch.cuda.memory_allocated(self.device)
             peak, exact = torch.cuda.max_memory_allocated(self.device), True

@@ -318,10 +318,10 @@ def test_stop_asked_mid_step_aborts_before_the_optimizer_steps(monkeypatch):
 
 def test_stop_hooks_come_off_for_short_steps_and_answer_a_stop_inside_long_ones():
     """Model hooks answer a stop inside a long forward; for steps shorter than
-    STOP_HOOKS_OFF_MS the phase edges answer soon enough and the hooks (which take the
+    SHORT_STEP_MS the phase edges answer soon enough and the hooks (which take the
     model off PyTorch's fast call path) come off; a long step puts them back."""
     from core.controls import RunControls, StopRequested
-    from core.loop import STOP_HOOKS_ON_MS, TrainingSession
+    from core.loop import LONG_STEP_MS, SHORT_STEP_MS, TrainingSession
 
     cfg = tiny_config("gan", steps=3)
     controls = RunControls(cfg.techniques)
@@ -331,13 +331,58 @@ def test_stop_hooks_come_off_for_short_steps_and_answer_a_stop_inside_long_ones(
     session.sample(0, "start")
     for step in range(3):  # the first step can be slow (warm-up)
         record = session.step(step, cfg.techniques, False)
-    assert record.step_ms < 30 and not any(m._forward_pre_hooks for m in models)
-    session._tune_stop_hooks(STOP_HOOKS_ON_MS + 1)
+    assert record.step_ms < SHORT_STEP_MS and not any(m._forward_pre_hooks for m in models)
+    session._tune_for_step_length(LONG_STEP_MS + 1)
     controls.stop()
     with pytest.raises(StopRequested):  # at the model call, not at the next phase edge
         session.preset.forward_train(cfg.techniques)
     session.close()
     assert not any(m._forward_pre_hooks for m in models)
+
+
+def test_long_steps_hand_each_sample_on_as_its_phase_ends_short_ones_at_the_step_end():
+    """A live view of a long step sees forward's rise before backward runs. A short light-mode
+    step (native helpers) hands its samples on together at its end, the same samples in the
+    same order; a long step after it goes back to handing each on at once."""
+    from core.controls import RunControls
+    from core.loop import LONG_STEP_MS, SHORT_STEP_MS, TrainingSession
+
+    cfg = tiny_config("mlp", steps=3)
+    seen: list[tuple] = []
+
+    class Sink(RunHistory):
+        def on_sample(self, s):
+            seen.append((s.step, s.phase))
+            super().on_sample(s)
+
+    sink = Sink()
+    session = TrainingSession(cfg, RunControls(cfg.techniques), sink)
+    preset = session.preset
+    forward_train = preset.forward_train
+
+    def forward_noted(toggles):
+        seen.append((preset.step_index, "forward begins"))
+        return forward_train(toggles)
+
+    preset.forward_train = forward_noted
+    phases = ["zero_grad", "forward", "backward", "optimizer"]
+    session.step(0, cfg.techniques, False)  # long, until a step shows otherwise
+    assert seen == [(0, "zero_grad"), (0, "forward begins"), *[(0, p) for p in phases[1:]]]
+
+    session._tune_for_step_length(SHORT_STEP_MS - 1)
+    seen.clear()
+    session.step(1, cfg.techniques, False)
+    if core.native.load(build=False) is not None:
+        assert seen == [(1, "forward begins"), *[(1, p) for p in phases]]
+    else:  # the Python probe hands each sample on at once
+        assert seen == [(1, "zero_grad"), (1, "forward begins"), *[(1, p) for p in phases[1:]]]
+
+    session._tune_for_step_length(LONG_STEP_MS + 1)
+    seen.clear()
+    session.step(2, cfg.techniques, False)
+    assert seen[:2] == [(2, "zero_grad"), (2, "forward begins")]
+    session.close()
+    assert [int(x) for x in sink.samples.column("step")] == [0] * 4 + [1] * 4 + [2] * 4
 
 
 def test_precise_tracker_skips_alias_only_ops_but_sees_a_resize():

@@ -116,14 +116,19 @@ class SavedTensorTracker:
     """
 
     def __init__(self) -> None:
-        self.param_keys: frozenset | set = frozenset()
-        self.param_ptrs: frozenset | set = frozenset()  # data pointers of the parameters
+        self.param_keys: frozenset = frozenset()  # storage keys of the parameters
+        self.param_ptrs: frozenset = frozenset()  # and their data pointers
         self._fresh: list = []  # weak references to this step's holders
         self._retained: dict = {}  # key -> [holders, nbytes] of holders that outlived a step
         self.retained_bytes = 0
         self._step_keys: set = set()
         self.step_saved_bytes = 0  # bytes first saved by this step (as of the last measure)
         self._live = _LiveKeys({}, self._retained)
+
+    def set_params(self, keys, ptrs) -> None:
+        """The parameters' storage keys and data pointers: a saved tensor in one of their
+        storages, or starting at one, is checked at unpack but never counted."""
+        self.param_keys, self.param_ptrs = frozenset(keys), frozenset(ptrs)
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
@@ -502,8 +507,8 @@ class MemoryProbe:
         for p in self.param_list:
             self.params.add(p)
         self.params.keys = frozenset(self.params.keys)
-        saved.param_keys = self.params.keys
-        saved.param_ptrs = frozenset(p.data_ptr() for p in self.param_list) - {0}
+        saved.set_params(self.params.keys,
+                         frozenset(p.data_ptr() for p in self.param_list) - {0})
         self._grads = _Bytes()
         self._grad_list: list[Tensor] | None = []
         self.grad_watch = None

@@ -158,8 +158,6 @@ class NativeSavedTracker:
         self._t = module.SavedTracker()
         self._pack, self._unpack = self._t.hook_functions()
         self._live = _NativeLive(self._t)
-        self._param_ptrs: frozenset = frozenset()
-        self._param_keys: frozenset = frozenset()
         # The loop calls these every step: plain C functions (bind_fast in memlens_native.cpp),
         # no Python frame and no pybind11 dispatch.
         self.new_step, self.end_step, self._counts = self._t.fast_functions()
@@ -172,26 +170,10 @@ class NativeSavedTracker:
         """The C++ tracker (for the native LightProbe)."""
         return self._t
 
-    def _push_params(self) -> None:
-        self._t.set_param_ptrs(sorted(self._param_ptrs | {ptr for _d, ptr in self._param_keys}))
-
-    @property
-    def param_ptrs(self) -> frozenset:
-        return self._param_ptrs
-
-    @param_ptrs.setter
-    def param_ptrs(self, ptrs) -> None:
-        self._param_ptrs = frozenset(ptrs)
-        self._push_params()
-
-    @property
-    def param_keys(self) -> frozenset:
-        return self._param_keys
-
-    @param_keys.setter
-    def param_keys(self, keys) -> None:
-        self._param_keys = frozenset(keys)
-        self._push_params()
+    def set_params(self, keys, ptrs) -> None:
+        """As SavedTensorTracker.set_params. The C++ tracker matches a saved tensor's data
+        pointer and its storage's base pointer against one set of pointers."""
+        self._t.set_param_ptrs(sorted(set(ptrs) | {ptr for _device, ptr in keys}))
 
     def measure(self) -> tuple[int, _NativeLive]:
         return self._t.live_bytes, self._live

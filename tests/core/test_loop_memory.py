@@ -134,7 +134,6 @@ def test_no_grad_eval_lowers_eval_activations_on_cnn(make_tracker):
         cfg = tiny_config("cnn")
         preset = build_preset(cfg, torch.device("cpu"))
         tracker = make_tracker()
-        tracker.param_keys = set()
         ctx = torch.no_grad() if no_grad else torch.enable_grad()
         with tracker.hooks(), ctx:
             loss = preset.forward_eval(cfg.techniques)
@@ -170,7 +169,7 @@ def test_saved_tensor_hook_still_catches_in_place_modification(make_tracker):
 def test_a_saved_parameter_is_checked_too_but_never_counted_as_activation(make_tracker):
     weight = torch.nn.Parameter(torch.randn(4, 3))
     tracker = make_tracker()
-    tracker.param_ptrs = frozenset({weight.data_ptr()})
+    tracker.set_params((), {weight.data_ptr()})
     x = torch.randn(2, 4, requires_grad=True)
     with tracker.hooks():
         y = x @ weight  # saves x and the weight

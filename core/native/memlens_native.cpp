@@ -639,11 +639,12 @@ PyObject* saved_pack(PyObject* self, PyObject* arg) {
     h->device = t.device().is_cpu() ? -1 : t.device().index();
     h->ptr = 0;
     if (t.has_storage()) {
-      const auto& st = t.storage();
-      h->ptr = reinterpret_cast<int64_t>(st.data());
+      int64_t nbytes = 0;
+      const Key key = storage_key_of(t, &nbytes);
+      h->ptr = key.ptr;
       const int64_t data = reinterpret_cast<int64_t>(t.data_ptr());
-      if (h->ptr != 0 && !tracker->is_param(data) && !tracker->is_param(h->ptr)) {
-        tracker->add(h, static_cast<int64_t>(st.nbytes()));
+      if (key.ptr != 0 && !tracker->is_param(data) && !tracker->is_param(key.ptr)) {
+        tracker->add(h, nbytes);
       }
     }
     return reinterpret_cast<PyObject*>(h);

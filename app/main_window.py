@@ -49,7 +49,7 @@ from core.atomic import ExportError
 from core.config import RunConfig
 from core.history import RunHistory
 from core.options import ConfigError
-from core.records import NATIVE_BUILD_EVENT, RunEvent
+from core.records import RunEvent
 from core.run_files import RunFolderError, load_run
 
 pg.setConfigOptions(antialias=False, foreground="#333333", background="w")
@@ -360,7 +360,7 @@ class MainWindow(QMainWindow):
             return
         self._events_seen += len(events)
         for event in events:
-            if event.key != NATIVE_BUILD_EVENT:  # about the set-up, not the run's data
+            if event.on_timeline:
                 self.plots.add_event(event)
             item_row = self.events_panel.list.count()
             self.events_panel.add_event(event)

@@ -150,7 +150,7 @@ class RunSession(QObject):
                 writer = RunWriter(folder, precise=config.precise)
                 self.folder = folder
             except ExportError as exc:
-                self.history.on_event(RunEvent(0, 0.0, "info", message=str(exc),
+                self.history.on_event(RunEvent(0, 0.0, "setup", message=str(exc),
                                                explanation="The run is kept in memory only."))
         self.sink = SessionSink(self.history, writer)
         self._thread = QThread(self)

@@ -91,7 +91,8 @@ class _Progress:
         if self.quiet:
             return
         self._clear()
-        sys.stderr.write(f"  [{e.kind} at step {e.step}] {e.label()}\n")
+        where = f" at step {e.step}" if e.on_timeline else ""
+        sys.stderr.write(f"  [{e.kind}{where}] {e.label()}\n")
 
     def _clear(self) -> None:
         if not self.quiet:

@@ -531,7 +531,7 @@ def _announce_native_build(config: RunConfig, sink: Any) -> None:
 
     if config.precise and resolve_device(config.device).type == "cpu" and needs_build():
         sink.on_event(RunEvent(
-            0, 0.0, "info", key=NATIVE_BUILD_EVENT,
+            0, 0.0, "setup", key=NATIVE_BUILD_EVENT,
             message="building precise mode's allocation recorder for this torch (once, ~40 s)",
             explanation="memlens compiles its C++ helpers the first time they are needed "
                         "(./dev does it at set-up). The run starts when the build is done; "

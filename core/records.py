@@ -76,13 +76,20 @@ class RunEvent:
 
     step: int
     time_s: float
-    kind: str  # "toggle" | "error" | "leak" | "info"
+    # "toggle" | "error" | "leak" | "info" | "setup" (about the machine or the set-up, such
+    # as a first build of the native helpers: listed, but it marks no step on the timeline)
+    kind: str
     key: str = ""
     old: Any = None
     new: Any = None
     phase: str = ""
     message: str = ""
     explanation: str = ""
+
+    @property
+    def on_timeline(self) -> bool:
+        """Whether it marks its step on the plots (all but notes about the set-up)."""
+        return self.kind != "setup"
 
     def label(self) -> str:
         if self.kind == "toggle":

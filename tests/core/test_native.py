@@ -290,7 +290,8 @@ def test_a_precise_run_that_must_build_the_recorder_says_so_first(monkeypatch):
     monkeypatch.setattr(core.native, "needs_build", lambda: True)
     history, summary = run("mlp", steps=2, precise=True)
     first = history.events()[0]
-    assert first.kind == "info" and first.key == "native build" and "once" in first.message
+    assert first.kind == "setup" and first.key == "native build" and "once" in first.message
+    assert not first.on_timeline
     assert summary.steps_done == 2
     monkeypatch.setattr(core.native, "needs_build", lambda: False)
     history, _ = run("mlp", steps=2, precise=True)

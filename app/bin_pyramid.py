@@ -5,7 +5,9 @@ the rows that pixel covers. Level 0 keeps that for bins of BASE rows, level j fo
 BASE * 2**j rows, each level made from pairs of the one below: together about 2/BASE of
 the values, where a full-resolution copy would be all of them. Bins are aligned to absolute
 row numbers, so a bin, once complete, never changes (a run only appends); rows that do not
-yet fill a level-0 bin wait in a small carry. No Qt here.
+yet fill a level-0 bin wait in a small carry. Levels above 0 are made when they are read:
+a frame reads one level per plot, and climbing every level at every append (each one a few
+numpy calls for a bin or two) cost the GUI thread more than the reads. No Qt here.
 """
 
 from __future__ import annotations
@@ -62,34 +64,43 @@ class BinPyramid:
         if not full:
             return
         block = carry[:, : full * BASE].reshape(self.channels, full, BASE)
-        hi = np.fmax.reduce(block, axis=2)
-        lo = np.fmin.reduce(block, axis=2) if self.with_min else None
-        level = 0
-        while True:
-            if level == len(self.hi):
-                self.hi.append(Growing(self.channels, self.dtype))
-                if self.with_min:
-                    self.lo.append(Growing(self.channels, self.dtype))
-            self.hi[level].append(hi)
-            if lo is not None:
-                self.lo[level].append(lo)
-            # Pairs of this level's bins completed just now make bins of the next.
-            below, done = self.hi[level].n, self.bins(level + 1)
+        self._level(0)
+        self.hi[0].append(np.fmax.reduce(block, axis=2))
+        if self.with_min:
+            self.lo[0].append(np.fmin.reduce(block, axis=2))
+
+    def complete(self, level: int | None = None) -> None:
+        """Bring levels 1..`level` (all that can have a bin, by default) up to level 0: each
+        gets the bins made of pairs of the level below's that completed since."""
+        if level is None:
+            level = max(self.bins(0).bit_length() - 1, 0)
+        for lv in range(1, level + 1):
+            below, done = self._level(lv - 1).n, self._level(lv).n
             if below // 2 <= done:
-                return
+                continue
             start, stop = 2 * done, 2 * (below // 2)
-            hi = _pairs(np.fmax, self.hi[level].view[:, start:stop])
-            if lo is not None:
-                lo = _pairs(np.fmin, self.lo[level].view[:, start:stop])
-            level += 1
+            self.hi[lv].append(_pairs(np.fmax, self.hi[lv - 1].view[:, start:stop]))
+            if self.with_min:
+                self.lo[lv].append(_pairs(np.fmin, self.lo[lv - 1].view[:, start:stop]))
+
+    def _level(self, level: int) -> Growing:
+        while level >= len(self.hi):
+            self.hi.append(Growing(self.channels, self.dtype))
+            if self.with_min:
+                self.lo.append(Growing(self.channels, self.dtype))
+        return self.hi[level]
 
     def bins(self, level: int) -> int:
         """Complete bins at `level`."""
-        return self.hi[level].n if level < len(self.hi) else 0
+        if level == 0:
+            return self.hi[0].n if self.hi else 0
+        self.complete(level)
+        return self.hi[level].n
 
     def peaks(self, level: int, b0: int, b1: int) -> tuple[np.ndarray, np.ndarray | None]:
         """(max, min or None) of complete bins [b0, b1) at `level`."""
-        hi = self.hi[level].view[:, b0:b1]
+        self.complete(level)
+        hi = self._level(level).view[:, b0:b1]
         return hi, (self.lo[level].view[:, b0:b1] if self.with_min else None)
 
     @property

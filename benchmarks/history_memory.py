@@ -92,6 +92,9 @@ def run(s: Settings) -> list[Figure]:
     if RunSeries is not None:
         series = RunSeries(history)
         series.pull()
+        for table in (series.samples, series.steps):  # every level, as a whole-run view makes
+            for pyramid in table.pyramids.values():
+                pyramid.complete()
         series_bytes = series.nbytes
     return [
         Figure("history_bytes_per_sample", "bytes per phase sample (row, as stored)",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
+from app.bin_pyramid import BinPyramid
 from app.decimate import PeakDecimator, envelope, min_max, visible_slice
 from app.run_series import RunSeries
 from app.synthetic import fill_history, synthetic_training
@@ -146,6 +147,36 @@ def test_run_series_bins_match_decimating_the_full_rows():
         np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
     assert series.sample_row_at(x[half] + 1e-9) == half
     assert series.total_at(half) == pytest.approx(layers[-1, half], rel=1e-6)
+
+
+def test_bin_pyramid_levels_made_on_read_match_levels_made_at_once():
+    """Upper levels are made when read, from whatever level 0 holds by then: reading some
+    levels between appends of any length gives the bins one pass over all the rows gives."""
+    rng = np.random.default_rng(5)
+    values = rng.normal(size=(3, 20_011)).astype(np.float32)
+    values[1, rng.integers(0, 20_011, 40)] = np.nan  # a failed step's rows
+    whole = BinPyramid(3, with_min=True)
+    whole.append(values)
+    whole.complete()
+    piecewise = BinPyramid(3, with_min=True)
+    at = 0
+    while at < values.shape[1]:
+        n = int(rng.choice([1, 7, 15, 16, 33, 500, 3000]))
+        piecewise.append(values[:, at : at + n])
+        at += n
+        level = int(rng.integers(0, 11))
+        b = piecewise.bins(level)
+        hi, lo = piecewise.peaks(level, 0, b)
+        np.testing.assert_array_equal(hi, whole.peaks(level, 0, b)[0])
+        np.testing.assert_array_equal(lo, whole.peaks(level, 0, b)[1])
+    top = whole.bins(0).bit_length() - 1
+    assert whole.bins(top) == 1 and whole.bins(top + 1) == 0
+    for level in range(top + 1):
+        np.testing.assert_array_equal(piecewise.peaks(level, 0, piecewise.bins(level))[0],
+                                      whole.peaks(level, 0, whole.bins(level))[0])
+    # one bin of level 3 is the max of its 16 * 8 rows
+    np.testing.assert_array_equal(whole.peaks(3, 2, 3)[0][:, 0],
+                                  np.fmax.reduce(values[:, 256:384], axis=1))
 
 
 def test_frame_pacer_slows_down_when_drawing_takes_too_much_cpu_and_recovers():

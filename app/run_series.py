@@ -74,6 +74,8 @@ class PlottedTable:
             self.n += len(rows)
             self.last_x = float(x[-1])
             taken += len(rows)
+            if len(rows) < PULL_ROWS:  # all there was: the next frame takes what comes
+                return taken
 
     # --- reading ----------------------------------------------------------------------------
     def index(self, x: float, side: str = "left") -> int:

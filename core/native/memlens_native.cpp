@@ -41,6 +41,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdint>
+#include <initializer_list>
 #include <ctime>
 #include <memory>
 #include <mutex>
@@ -1257,6 +1258,19 @@ PyObject* bind_fast(const py::object& owner, void* ptr, PyMethodDef* def) {
   return f;
 }
 
+// The object's C functions `defs`, each bound to it (bind_fast), as a tuple: what the
+// `fast_*()` methods hand out.
+template <typename T>
+py::tuple bound_functions(const py::object& owner, std::initializer_list<PyMethodDef*> defs) {
+  auto* ptr = owner.cast<T*>();
+  py::tuple out(defs.size());
+  size_t i = 0;
+  for (PyMethodDef* def : defs) {
+    out[i++] = py::reinterpret_steal<py::object>(bind_fast(owner, ptr, def));
+  }
+  return out;
+}
+
 template <typename T>
 T* bound_object(PyObject* capsule) {
   return static_cast<T*>(static_cast<Bound*>(PyCapsule_GetPointer(capsule, kBound))->ptr);
@@ -1433,28 +1447,21 @@ PYBIND11_MODULE(memlens_native, m) {
       .def("grad_storages", &GradWatch::grad_storages)
       .def("fast_functions", [](py::object self) {
         // (install, sum_of_squares) as plain C functions, for the loop's every step.
-        auto* watch = self.cast<GradWatch*>();
-        return py::make_tuple(
-            py::reinterpret_steal<py::object>(bind_fast(self, watch, &watch_install_def)),
-            py::reinterpret_steal<py::object>(bind_fast(self, watch, &watch_sum_def)));
+        return bound_functions<GradWatch>(self, {&watch_install_def, &watch_sum_def});
       });
 
   py::class_<LightProbe>(m, "LightProbe")
       .def(py::init<py::object, py::object>(), py::arg("watch"), py::arg("saved"))
       .def("fast_sample", [](py::object self) {
-        // sample as a plain C function, for every phase edge.
-        return py::reinterpret_steal<py::object>(
-            bind_fast(self, self.cast<LightProbe*>(), &light_sample_def));
+        // sample as a plain C function (the loop's samples outside the edges).
+        return py::object(bound_functions<LightProbe>(self, {&light_sample_def})[0]);
       })
       .def("set_rules", &LightProbe::set_rules, py::arg("grads"), py::arg("optimizer"),
            py::arg("heap"), py::arg("preset"), py::arg("t0"))
       .def_static("clock", &LightProbe::clock)
       .def("fast_edges", [](py::object self) {
         // (edge, take) as plain C functions: edge runs at every phase edge.
-        auto* probe = self.cast<LightProbe*>();
-        return py::make_tuple(
-            py::reinterpret_steal<py::object>(bind_fast(self, probe, &light_edge_def)),
-            py::reinterpret_steal<py::object>(bind_fast(self, probe, &light_take_def)));
+        return bound_functions<LightProbe>(self, {&light_edge_def, &light_take_def});
       });
 
   SavedHolderType.tp_name = "memlens_native.SavedHolder";
@@ -1473,11 +1480,8 @@ PYBIND11_MODULE(memlens_native, m) {
       .def_property_readonly("live_bytes", &SavedTracker::live_bytes)
       .def("fast_functions", [](py::object self) {
         // (new_step, end_step, counts) as plain C functions, for the loop's every step.
-        auto* t = self.cast<SavedTracker*>();
-        return py::make_tuple(
-            py::reinterpret_steal<py::object>(bind_fast(self, t, &saved_new_step_def)),
-            py::reinterpret_steal<py::object>(bind_fast(self, t, &saved_end_step_def)),
-            py::reinterpret_steal<py::object>(bind_fast(self, t, &saved_counts_def)));
+        return bound_functions<SavedTracker>(
+            self, {&saved_new_step_def, &saved_end_step_def, &saved_counts_def});
       })
       .def("hook_functions", [](std::shared_ptr<SavedTracker> self) {
         // The hooks' `self`: a capsule with its own reference to the tracker, so holders

@@ -260,14 +260,14 @@ class TrainingSession:
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    def sample(self, step: int, phase: str):
-        s = self.probe.sample(step, phase, self.now())
+    def sample(self, step: int, phase: str, carried: list | None = None):
+        s = self.probe.sample(step, phase, self.now(), carried)
         self.sink.on_sample(s)
         return s
 
     def _sample_now(self, code: int, carried: list) -> None:
         """A phase edge's sample, taken and handed to the sink at once."""
-        self._step_samples.append(self.sample(self._step, SAMPLE_PHASES[code]))
+        self._step_samples.append(self.sample(self._step, SAMPLE_PHASES[code], carried))
 
     def take_step_samples(self) -> list[MemorySample]:
         """The samples of the current step's edges so far, in order. Those the native edge
@@ -502,7 +502,8 @@ class TrainingSession:
         return value, ms
 
     def _autocast(self, dtype):
-        """Autocast to `dtype` on this device, or a context that does nothing (None)."""
+        """Autocast to `dtype` on this device, or, for dtype None, a context that does
+        nothing."""
         if dtype is None:
             return _NO_CONTEXT
         return torch.autocast(self.device.type, dtype=dtype)

@@ -603,14 +603,18 @@ class MemoryProbe:
         self._opt_ids = ids
         return opt
 
-    def sample(self, step: int, phase: str, time_s: float) -> MemorySample:
+    def sample(self, step: int, phase: str, time_s: float, carried: list[Tensor] | None = None
+               ) -> MemorySample:
+        """`carried`: the preset's carried tensors, where the caller has them already."""
         grads_changed = phase in self._GRADS_CHANGE
         if self.light is not None:
             states = ([o.state for o in self.preset.optimizers]
                       if phase in self._OPT_CHANGES else None)
             # heap: mallinfo2 read in C, -1 when not asked for or where glibc has none
             grads, opt, act_bytes, other, heap = self.light(
-                grads_changed, states, self.preset.carried_tensors(), phase in self._HEAP_PHASES)
+                grads_changed, states,
+                carried if carried is not None else self.preset.carried_tensors(),
+                phase in self._HEAP_PHASES)
             if grads_changed:
                 self._grad_list = None  # made if asked for (see grads())
             return MemorySample(step, phase, time_s, self.params.total, grads, opt, act_bytes,
@@ -641,7 +645,8 @@ class MemoryProbe:
                 found["params"] = self.params.keys
             self.precise.classify(found)
         else:
-            other = self._other(self.preset.carried_tensors(), grads, opt)
+            other = self._other(
+                carried if carried is not None else self.preset.carried_tensors(), grads, opt)
         if not self.cuda and phase in self._HEAP_PHASES:
             heap = process_heap_bytes()
         return MemorySample(step, phase, time_s, self.params.total, grads.total, opt.total,

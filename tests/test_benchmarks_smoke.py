@@ -70,3 +70,46 @@ def test_one_cheap_group_writes_flat_json(tmp_path):
     data = json.loads(out.read_text())
     assert data["history_bytes_per_sample"] > 0
     assert all(v is None or isinstance(v, (int, float)) for v in data.values())
+
+
+def test_light_rounds_run_before_the_other_tools_exist(monkeypatch):
+    """MemTracker and the profiler leave state in the process that light mode's steps pay
+    for (docs/benchmarks.md): light's own rounds must all run before either is made."""
+    import core.presets
+    from benchmarks import overhead
+    from benchmarks._common import Settings
+
+    log: list[str] = []
+
+    class Fake(overhead._Variant):
+        def __init__(self, name, config, preset=None, tool=None):
+            super().__init__(name, config)
+            if tool is not None:
+                log.append(f"made {name}")
+            self.steps_only = []
+            self.tool = tool
+
+        def _block(self, k):
+            log.append(self.name)
+            if self.tool is not None:
+                self.steps_only.append(0.01)
+            return 0.01 * (1.04 if self.name == "light" else 1.0)
+
+    class FakeMemlens(Fake):
+        def close(self):
+            pass
+
+    monkeypatch.setattr(overhead, "Plain", Fake)
+    monkeypatch.setattr(overhead, "Memlens", FakeMemlens)
+    monkeypatch.setattr(core.presets, "build_preset", lambda config, device: object())
+    times = overhead.measure_preset("mlp", Settings(quick=True, threads=1, reps=2, warmup=1))
+
+    first_tool = log.index("made memtracker")
+    assert log.count("light") == 2 + 2 + 1 + 1  # its own rounds, then the six-way ones
+    assert log[:first_tool].count("light") == 2 + 1  # its own rounds (1 warm-up) first
+    assert "memtracker" not in log[:first_tool] and "profiler" not in log[:first_tool]
+    assert log.index("made profiler") > first_tool
+    assert len(times["light_pair"]) == len(times["plain_pair"]) == 2
+    assert len(times["memtracker"]) == len(times["light"]) == 2
+    light = {f.name: f.value for f in overhead.figures_for("mlp", times)}
+    assert math.isclose(light["overhead_mlp_light"], 1.04)

@@ -467,8 +467,11 @@ def test_new_data_is_drawn_a_plot_a_frame_when_drawing_all_costs_too_much(qtbot,
     """Under a flood of steps (drawing costly, the data's edge creeping), new data alone
     draws one plot per refresh, in turn, until all show it; a change of the view draws all
     three at once, and so does new data that moves the edge visibly."""
+    from PySide6.QtWidgets import QGraphicsView
+
     import app.plot_stack as plot_stack
 
+    NO_UPDATE = QGraphicsView.ViewportUpdateMode.NoViewportUpdate
     # a live run: the axis runs ahead, new steps do not move it
     h, series, stack = _synthetic_stack(qtbot, 400, live=True)
 
@@ -504,9 +507,23 @@ def test_new_data_is_drawn_a_plot_a_frame_when_drawing_all_costs_too_much(qtbot,
     before = more(600)  # past the axis' headroom: following moves the axis on
     assert stack.refresh(True) and stack.x_range()[1] > x_end >= before[0]
     assert stack.stale  # the move counts as new data: one plot now, the others next
+    # ... and the others hold their paints until their turn, so no frame repaints all three
+    assert len(stack.held) == 2
+    assert [p.viewportUpdateMode() == NO_UPDATE for p in stack.plots].count(True) == 2
     while stack.stale:
+        waiting = len(stack.held)
         assert stack.refresh(False)
+        assert len(stack.held) == waiting - 1
     assert all(a != b for a, b in zip(last_steps(), before, strict=True))
+    assert stack.held == () and not any(p.viewportUpdateMode() == NO_UPDATE
+                                         for p in stack.plots)
+
+    more(700)  # the axis moves on again, and the user zooms before the others' turn
+    assert stack.refresh(True) and len(stack.held) == 2
+    stack.memory_plot.setXRange(0, 650, padding=0)
+    assert stack.refresh(False)
+    assert stack.held == () and not any(p.viewportUpdateMode() == NO_UPDATE
+                                         for p in stack.plots)
 
     before = more(615)
     stack.memory_plot.setXRange(0, 620, padding=0)  # the user zooms: a new view

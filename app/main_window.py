@@ -402,7 +402,11 @@ class MainWindow(QMainWindow):
                                      series.peak if series.step_count else None,
                                      live=self.running)
         if self.running:
-            self._set_state(self._live_state())
+            # Only a change: setting the same state again re-lays out the run panel, the
+            # title and the pin controls (2 ms a text frame beside a busy training thread).
+            state = self._live_state()
+            if state != self.state:
+                self._set_state(state)
 
     def _live_state(self) -> str:
         controls = self.session.controls

@@ -129,6 +129,34 @@ def test_pause_holds_the_loop_and_resume_goes_on(qtbot, window):
     assert button(window, "run_button").isEnabled()
 
 
+def test_text_frames_set_the_state_only_when_it_changes(qtbot, window, monkeypatch):
+    """The periodic text refresh (every TEXT_EVERY frames) re-laid out the run panel, title
+    and pin controls with the same state each time; it now does so only on a change."""
+    from app.main_window import TEXT_EVERY
+
+    choose(window, steps=100_000)
+    click(qtbot, button(window, "run_button"))
+    wait_steps(qtbot, window, 3)
+    qtbot.waitUntil(lambda: window.state == "running")
+    calls: list[str] = []
+    real = window._set_state
+
+    def spy(state, message=""):
+        calls.append(state)
+        real(state, message)
+
+    monkeypatch.setattr(window, "_set_state", spy)
+    wait_frames(qtbot, window, 2 * TEXT_EVERY + 1)  # two text refreshes at least
+    assert calls == [] and window.state == "running"
+    assert "Running" in window.run_panel.state_label.text()
+    click(qtbot, button(window, "pause_button"))  # a change is still shown at once
+    assert calls == ["paused"] and "Paused" in window.run_panel.state_label.text()
+    wait_frames(qtbot, window, 2 * TEXT_EVERY + 1)
+    assert calls == ["paused"]
+    click(qtbot, button(window, "stop_button"))
+    qtbot.waitUntil(lambda: window.state == "finished", timeout=60_000)
+
+
 def test_export_writes_run_files_and_plot_images(qtbot, window, tmp_path):
     run_to_end(qtbot, window, steps=8)
     window.export_action.trigger()

@@ -42,7 +42,6 @@
 #include <cmath>
 #include <cstdint>
 #include <initializer_list>
-#include <ctime>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -1008,12 +1007,11 @@ class LightProbe {
     t0_ = t0;
   }
 
-  // Seconds on the monotonic clock (what time.perf_counter reads on Linux; the loop
-  // calibrates t0 against it anyway).
+  // Seconds on the steady clock that now_us() reads too (the loop calibrates t0 against
+  // time.perf_counter, so the two clocks' origins need not agree).
   static double clock() {
-    timespec ts{};
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec) * 1e-9;
+    return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch())
+        .count();
   }
 
   void edge(int code, const py::list& carried) {

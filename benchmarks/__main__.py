@@ -11,14 +11,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
 
-from benchmarks._common import Figure, Settings, fmt, machine
+from benchmarks._common import Figure, Settings, fmt, machine, run_child
 
 GROUPS: tuple[str, ...] = ("overhead", "gui_load", "history_memory", "graph", "startup", "export")
 
@@ -119,16 +117,12 @@ def main(argv: list[str] | None = None) -> int:
     for group in groups:
         print(f"[{group}]", flush=True)
         t0 = time.perf_counter()
-        with tempfile.TemporaryDirectory(prefix="memlens-bench-") as tmp:
-            out = Path(tmp) / "figures.json"
-            cmd = [sys.executable, "-m", "benchmarks", "--child", group, "--out", str(out),
-                   *passthrough]
-            rc = subprocess.call(cmd, cwd=Path(__file__).resolve().parent.parent)
-            if rc != 0 or not out.is_file():
-                failed.append(group)
-                print(f"  ERROR: group {group} failed (exit status {rc})", flush=True)
-                continue
-            rows = [Figure(**d) for d in json.loads(out.read_text(encoding="utf-8"))]
+        rc, data = run_child(["benchmarks", "--child", group, *passthrough])
+        if data is None:
+            failed.append(group)
+            print(f"  ERROR: group {group} failed (exit status {rc})", flush=True)
+            continue
+        rows = [Figure(**d) for d in data]
         _print_rows(rows)
         print(f"  ({group}: {time.perf_counter() - t0:.0f} s)", flush=True)
         figures += rows

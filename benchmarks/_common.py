@@ -1,14 +1,34 @@
-"""What every benchmark group shares: a figure row, interleaved timing, percentiles."""
+"""What every benchmark group shares: a figure row, interleaved timing, percentiles, child
+processes."""
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import random
 import statistics
+import subprocess
+import sys
+import tempfile
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_child(module_args: list[str]) -> tuple[int, Any]:
+    """`python -m <module_args> --out FILE` in a new process, from the repository root:
+    (its exit status, the JSON it wrote to FILE, or None where it wrote none or failed)."""
+    with tempfile.TemporaryDirectory(prefix="memlens-bench-") as tmp:
+        out = Path(tmp) / "out.json"
+        rc = subprocess.call([sys.executable, "-m", *module_args, "--out", str(out)], cwd=ROOT)
+        if rc != 0 or not out.is_file():
+            return rc, None
+        return rc, json.loads(out.read_text(encoding="utf-8"))
 
 
 @dataclass

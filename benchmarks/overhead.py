@@ -33,14 +33,20 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import subprocess
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Callable
 
-from benchmarks._common import Figure, Settings, interleaved, median, paired_ratios, percentile
+from benchmarks._common import (
+    Figure,
+    Settings,
+    interleaved,
+    median,
+    paired_ratios,
+    percentile,
+    run_child,
+)
 
 PRESETS = ("mlp", "cnn", "lstm", "gan", "transformer")
 LIGHT_LIMIT = 1.05
@@ -340,15 +346,12 @@ def figures_for(name: str, times: dict[str, list[float]]) -> list[Figure]:
 
 def measure_in_child(name: str, s: Settings) -> dict[str, list[float]]:
     """measure_preset(name) in a new process: one preset's tools cannot tax the next's."""
-    with tempfile.TemporaryDirectory(prefix="memlens-overhead-") as tmp:
-        out = os.path.join(tmp, "times.json")
-        cmd = [sys.executable, "-m", "benchmarks.overhead", name, out, str(s.threads),
-               str(s.reps), str(s.warmup)] + (["quick"] if s.quick else [])
-        rc = subprocess.call(cmd, cwd=os.path.dirname(os.path.dirname(__file__)) or ".")
-        if rc != 0 or not os.path.isfile(out):
-            raise RuntimeError(f"measuring {name} failed (exit status {rc})")
-        with open(out, encoding="utf-8") as fh:
-            return json.load(fh)
+    rc, times = run_child(["benchmarks.overhead", name, "--threads", str(s.threads),
+                           "--reps", str(s.reps), "--warmup", str(s.warmup)]
+                          + (["--quick"] if s.quick else []))
+    if times is None:
+        raise RuntimeError(f"measuring {name} failed (exit status {rc})")
+    return times
 
 
 def run(s: Settings, presets: tuple[str, ...] = PRESETS) -> list[Figure]:
@@ -359,14 +362,22 @@ def run(s: Settings, presets: tuple[str, ...] = PRESETS) -> list[Figure]:
 
 
 def _child(argv: list[str]) -> int:
-    name, out, threads, reps, warmup = argv[:5]
+    import argparse
+
     import torch
 
-    torch.set_num_threads(int(threads))
-    s = Settings(quick="quick" in argv[5:], threads=int(threads), reps=int(reps),
-                 warmup=int(warmup))
-    times = measure_preset(name, s)
-    with open(out, "w", encoding="utf-8") as fh:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.overhead")
+    parser.add_argument("preset", choices=PRESETS)
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--reps", type=int, required=True)
+    parser.add_argument("--warmup", type=int, required=True)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--out", required=True)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    s = Settings(quick=args.quick, threads=args.threads, reps=args.reps, warmup=args.warmup)
+    times = measure_preset(args.preset, s)
+    with open(args.out, "w", encoding="utf-8") as fh:
         json.dump(times, fh)
     return 0
 

@@ -11,7 +11,6 @@ from PySide6.QtCore import (
     QObject,
     QPointF,
     QRunnable,
-    QSignalBlocker,
     Qt,
     QThreadPool,
     Signal,
@@ -39,6 +38,7 @@ from PySide6.QtWidgets import (
 )  # fmt: skip
 
 from app.graph_scene import GraphScene, GraphView, TextMetrics
+from app.signals import signals_blocked
 from app.units import format_bytes, format_ms
 from core.graph.groups import ViewGraph, default_grouped, group_title, view_graph
 from core.graph.layout import (
@@ -399,17 +399,17 @@ class GraphPanel(QWidget):
         self.trend.add(snapshot.step, snapshot.node_count, snapshot.kind)
         self.captures.append(snapshot)
         del self.captures[:-MAX_CAPTURES]
-        with QSignalBlocker(self.capture_list):
+        with signals_blocked(self.capture_list):
             self.capture_list.insertItem(0, _capture_text(snapshot))
             while self.capture_list.count() > MAX_CAPTURES:
                 self.capture_list.removeItem(self.capture_list.count() - 1)
         wanted = self._wanted
         if (snapshot.kind == "eval" and wanted is not None and wanted.kind == "train"
                 and wanted.step == snapshot.step and wanted in self.captures):  # fmt: skip
-            with QSignalBlocker(self.capture_list):
+            with signals_blocked(self.capture_list):
                 self.capture_list.setCurrentIndex(self.captures[::-1].index(wanted))
             return
-        with QSignalBlocker(self.capture_list):
+        with signals_blocked(self.capture_list):
             self.capture_list.setCurrentIndex(0)
         self._display(snapshot)
 
@@ -426,7 +426,7 @@ class GraphPanel(QWidget):
         self.selected = None
         for b in self.export_buttons.values():
             b.setEnabled(True)
-        with QSignalBlocker(self.grouped):
+        with signals_blocked(self.grouped):
             self.grouped.setChecked(default_grouped(snapshot))
         if snapshot.is_empty:
             self._cancel_layout()
@@ -549,7 +549,7 @@ class GraphPanel(QWidget):
 
     def set_capture_every(self, value: int) -> None:
         """Show the run's setting without echoing it back as a change."""
-        with QSignalBlocker(self.every):
+        with signals_blocked(self.every):
             self.every.setValue(value)
 
     @Slot(bool)

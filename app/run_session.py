@@ -23,62 +23,25 @@ from core.controls import RunControls
 from core.history import RunHistory
 from core.records import RunEvent
 from core.run_files import RunWriter
+from core.sinks import FanOut, GuardedSink
 
 TrainFn = Callable[..., object]
 
 
-class SessionSink:
+def session_sink(history: RunHistory, writer: RunWriter | None) -> FanOut:
     """History first (the GUI reads it), then the run folder; a failing disk never stops
     the run: the writer is dropped and an info event says why."""
 
-    def __init__(self, history: RunHistory, writer: RunWriter | None) -> None:
-        self.history = history
-        self.writer = writer
-        if writer is None:  # the hot path, called for every record: no extra layer
-            for name in ("on_sample", "on_step", "on_allocations", "on_event", "on_graph"):
-                setattr(self, name, getattr(history, name))
+    def writer_failed(dropped: RunWriter, exc: Exception) -> None:
+        history.on_event(RunEvent(
+            step=max(len(history.steps) - 1, 0), time_s=0.0, kind="info",
+            message=f"run files in {dropped.folder} stopped: {exc}",
+            explanation="The run goes on in memory; use File > Export to save it.",
+        ))
 
-    def _write(self, method: str, *args) -> None:
-        if self.writer is None:
-            return
-        try:
-            getattr(self.writer, method)(*args)
-        except (OSError, ValueError) as exc:
-            folder = self.writer.folder
-            self.writer = None
-            self.history.on_event(RunEvent(
-                step=max(len(self.history.steps) - 1, 0), time_s=0.0, kind="info",
-                message=f"run files in {folder} stopped: {exc}",
-                explanation="The run goes on in memory; use File > Export to save it.",
-            ))  # fmt: skip
-
-    def on_start(self, meta: dict) -> None:
-        self.history.on_start(meta)
-        self._write("on_start", meta)
-
-    def on_sample(self, sample) -> None:
-        self.history.on_sample(sample)
-        self._write("on_sample", sample)
-
-    def on_step(self, record) -> None:
-        self.history.on_step(record)
-        self._write("on_step", record)
-
-    def on_allocations(self, rows) -> None:
-        self.history.on_allocations(rows)
-        self._write("on_allocations", rows)
-
-    def on_event(self, event) -> None:
-        self.history.on_event(event)
-        self._write("on_event", event)
-
-    def on_graph(self, snapshot) -> None:
-        self.history.on_graph(snapshot)
-        self._write("on_graph", snapshot)
-
-    def on_finish(self, summary: dict) -> None:
-        self.history.on_finish(summary)
-        self._write("on_finish", summary)
+    if writer is None:
+        return FanOut(history)
+    return FanOut(history, GuardedSink(writer, writer_failed))
 
 
 def core_training() -> TrainFn:
@@ -100,7 +63,7 @@ class RunWorker(QObject):
     done = Signal(object)  # the summary dict; None when the loop raised
     failed = Signal(str, str)  # message, traceback text
 
-    def __init__(self, config: RunConfig, controls: RunControls, sink: SessionSink,
+    def __init__(self, config: RunConfig, controls: RunControls, sink: FanOut,
                  train_fn: TrainFn | None) -> None:
         super().__init__()
         self._config, self._controls, self._sink, self._train_fn = config, controls, sink, train_fn
@@ -152,7 +115,7 @@ class RunSession(QObject):
             except ExportError as exc:
                 self.history.on_event(RunEvent(0, 0.0, "setup", message=str(exc),
                                                explanation="The run is kept in memory only."))
-        self.sink = SessionSink(self.history, writer)
+        self.sink = session_sink(self.history, writer)
         self._thread = QThread(self)
         self._thread.setObjectName("memlens-run")
         self._worker = RunWorker(config, self.controls, self.sink, train_fn)

@@ -17,19 +17,24 @@ from core.options import (
 )
 
 
+def _default(key: str) -> Any:
+    """Every default is declared once, in core/options.py's table."""
+    return option(key).default
+
+
 @dataclass(frozen=True, slots=True)
 class TechniqueToggles:
     """The memory techniques in force for a step. Immutable: a change makes a new one."""
 
-    zero_grad: str = "set_to_none"
-    accumulate: int = 1
-    detach_state: bool = True
-    retain_graph: bool = False
-    no_grad_eval: bool = True
-    eval_mode: bool = True
-    amp: str = "off"
-    leak_loss_sum: bool = False
-    leak_cache: bool = False
+    zero_grad: str = _default("zero_grad")
+    accumulate: int = _default("accumulate")
+    detach_state: bool = _default("detach_state")
+    retain_graph: bool = _default("retain_graph")
+    no_grad_eval: bool = _default("no_grad_eval")
+    eval_mode: bool = _default("eval_mode")
+    amp: str = _default("amp")
+    leak_loss_sum: bool = _default("leak_loss_sum")
+    leak_cache: bool = _default("leak_cache")
 
     def with_change(self, key: str, value: Any) -> TechniqueToggles:
         if key not in TECHNIQUE_KEYS:
@@ -73,21 +78,21 @@ class ScheduledChange:
 
 @dataclass(frozen=True, slots=True)
 class RunConfig:
-    preset: str = "mlp"
-    steps: int = 200
-    batch_size: int = 0
-    width: int = 0
-    seq_len: int = 0
-    optimizer: str = "adam"
-    lr: float = 1e-3
-    device: str = "auto"
-    seed: int = 0
-    eval_every: int = 10
-    precise: bool = False
-    lstm_cell: bool = False
-    capture_every: int = 0
-    cuda_snapshot_start: int = 0
-    cuda_snapshot_steps: int = 0
+    preset: str = _default("preset")
+    steps: int = _default("steps")
+    batch_size: int = _default("batch_size")
+    width: int = _default("width")
+    seq_len: int = _default("seq_len")
+    optimizer: str = _default("optimizer")
+    lr: float = _default("lr")
+    device: str = _default("device")
+    seed: int = _default("seed")
+    eval_every: int = _default("eval_every")
+    precise: bool = _default("precise")
+    lstm_cell: bool = _default("lstm_cell")
+    capture_every: int = _default("capture_every")
+    cuda_snapshot_start: int = _default("cuda_snapshot_start")
+    cuda_snapshot_steps: int = _default("cuda_snapshot_steps")
     techniques: TechniqueToggles = field(default_factory=TechniqueToggles)
     schedule: tuple[ScheduledChange, ...] = ()
 

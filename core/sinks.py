@@ -1,7 +1,9 @@
-"""Where a run's records go: any object with these methods; FanOut sends to several."""
+"""Where a run's records go: any object with these methods; FanOut sends to several,
+GuardedSink drops a sink that fails (a full disk) instead of failing the run."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from core.records import MemorySample, RunEvent, StepRecord
@@ -20,8 +22,15 @@ class RunSink(Protocol):
 class FanOut:
     """Forwards every record to each sink, in order. Sinks must not raise."""
 
+    _RECORDS = ("on_sample", "on_step", "on_event", "on_graph", "on_allocations")
+
     def __init__(self, *sinks: Any) -> None:
         self.sinks = [s for s in sinks if s is not None]
+        if len(self.sinks) == 1:  # the hot path, called for every record: no extra layer
+            only = self.sinks[0]
+            for name in self._RECORDS:
+                if hasattr(only, name):
+                    setattr(self, name, getattr(only, name))
 
     def on_start(self, meta: dict) -> None:
         for s in self.sinks:
@@ -57,3 +66,31 @@ class FanOut:
     def on_finish(self, summary: dict) -> None:
         for s in self.sinks:
             s.on_finish(summary)
+
+
+class GuardedSink:
+    """Forwards to `sink` until one of its calls raises OSError or ValueError (a full or
+    vanished disk); then drops it and calls `on_failure(sink, exc)` once. Records after
+    that go nowhere, so the run goes on in memory."""
+
+    _FORWARDED = ("on_start", "on_sample", "on_step", "on_event", "on_graph",
+                  "on_allocations", "on_cuda_snapshot", "on_finish")
+
+    def __init__(self, sink: Any, on_failure: Callable[[Any, Exception], None]) -> None:
+        self.sink = sink
+        self._on_failure = on_failure
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in self._FORWARDED:
+            raise AttributeError(name)
+        return lambda *args: self._call(name, *args)
+
+    def _call(self, method: str, *args: Any) -> None:
+        sink = self.sink
+        if sink is None or not hasattr(sink, method):
+            return
+        try:
+            getattr(sink, method)(*args)
+        except (OSError, ValueError) as exc:
+            self.sink = None
+            self._on_failure(sink, exc)

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from core.graph.layout import Layout, LayoutRequest
+from core.graph.layout_types import Layout, LayoutRequest
 
 PX_PER_INCH = 72.0  # layout pixels are Graphviz points
 ENV_VAR = "MEMLENS_DOT"  # a dot binary to use instead of searching; "none" to disable

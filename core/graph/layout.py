@@ -11,9 +11,11 @@ from __future__ import annotations
 import itertools
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 
 import numpy as np
+
+from core.graph import graphviz
+from core.graph.layout_types import Layout, LayoutCancelled, LayoutRequest, Point
 
 RANK_GAP = 36.0  # vertical space between layers
 NODE_GAP = 14.0  # horizontal space between neighbours in a layer
@@ -24,44 +26,8 @@ DOT_MAX_NODES = 700
 DOT_TIME_LIMIT_S = 1.0
 DOT_CHOSEN_TIME_S = 60.0  # when the user picks dot explicitly
 
-Point = tuple[float, float]
-
-
-class LayoutCancelled(Exception):
-    """The caller no longer wants this layout (a newer one was asked for)."""
-
-
-@dataclass
-class Layout:
-    """Where every node goes, and each edge as a cubic Bezier: p0, (c1, c2, p)... .
-
-    All tuples of numbers and strings, which the garbage collector stops tracking: a shown
-    2,000-node layout is otherwise ~8,000 more objects for every full collection to walk.
-    """
-
-    positions: dict[str, Point]
-    sizes: dict[str, Point]
-    edges: list[tuple[str, str, str, tuple[Point, ...]]]
-    width: float
-    height: float
-    engine: str  # "graphviz dot" | "memlens layered"
-    seconds: float = 0.0
-    notes: list[str] = field(default_factory=list)
-    dot_lost: bool = False  # an `auto` race that dot did not finish in time
-
-
-@dataclass(frozen=True)
-class LayoutRequest:
-    """What a layout needs: node ids and sizes, edges (src, dst, style), attached nodes.
-
-    Attached nodes (saved tensors hanging off an op) sit one layer below their op instead of
-    being pulled down to the output's layer.
-    """
-
-    ids: tuple[str, ...]
-    sizes: tuple[Point, ...]
-    edges: tuple[tuple[str, str, str], ...]
-    attached: frozenset[str] = frozenset()
+__all__ = ["Layout", "LayoutCancelled", "LayoutRequest", "Point", "layered_layout",
+           "layout_graph"]
 
 
 def layout_graph(
@@ -77,8 +43,6 @@ def layout_graph(
     it finishes within `time_limit` (DOT_TIME_LIMIT_S); otherwise ours, already done.
     `Layout.dot_lost` tells the caller that dot was too slow at this size.
     """
-    from core.graph import graphviz
-
     start = time.perf_counter()
     notes: list[str] = []
     job = None

@@ -13,17 +13,20 @@ from typing import Any
 import torch
 
 from core.graph.snapshot import GraphEdge, GraphNode, SavedTensor
+from core.memory import storage_key as memory_storage_key
 
 SAVED_PREFIX = "_saved_"
 ACCUMULATE = "AccumulateGrad"
 
 
 def storage_key(t: torch.Tensor) -> str:
-    """Tensors that share memory share this key (the engine dedupes saved bytes the same way)."""
+    """memory.storage_key's (device, base pointer) as text: tensors that share memory share
+    it, so the graph dedupes saved bytes exactly as the engine does."""
     try:
-        return f"{t.device}:{t.untyped_storage().data_ptr():#x}"
+        (_, ptr), _ = memory_storage_key(t)
     except (RuntimeError, NotImplementedError):  # sparse and other storage-less layouts
         return f"{t.device}:id{id(t):#x}"
+    return f"{t.device}:{ptr:#x}"
 
 
 def storage_bytes(t: torch.Tensor) -> int:

@@ -153,3 +153,18 @@ def test_history_keeps_only_the_newest_graphs():
         history.on_graph(G(i))
     assert len(history.graphs) == MAX_GRAPHS and history.graphs_seen == MAX_GRAPHS + 5
     assert history.graphs[-1].step == MAX_GRAPHS + 4 and history.graphs[0].step == 5
+
+
+def test_every_setting_is_a_config_field_with_the_table_default():
+    from dataclasses import fields
+
+    from core.config import RunConfig, TechniqueToggles
+    from core.options import RUN_OPTIONS, TECHNIQUE_OPTIONS
+
+    run_fields = {f.name: f for f in fields(RunConfig)}
+    tech_fields = {f.name: f for f in fields(TechniqueToggles)}
+    for table, declared in ((RUN_OPTIONS, run_fields), (TECHNIQUE_OPTIONS, tech_fields)):
+        for opt in table:
+            assert opt.key in declared, f"option {opt.key} has no config field"
+            assert declared[opt.key].default == opt.default, opt.key
+    assert set(tech_fields) == {o.key for o in TECHNIQUE_OPTIONS}

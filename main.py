@@ -25,15 +25,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     sub.add_parser("app", help="open the desktop app (the default)")
-    modules = {}
-    for name, module_name in COMMANDS.items():
-        try:
-            modules[name] = importlib.import_module(module_name)
-        except ModuleNotFoundError as exc:
-            if exc.name and module_name.startswith(exc.name):
-                continue  # that subcommand is not built yet
-            raise
-        modules[name].add_parser(sub)
+    modules = {name: importlib.import_module(m) for name, m in COMMANDS.items()}
+    for module in modules.values():
+        module.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command in (None, "app"):
         from app.main_window import launch

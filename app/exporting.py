@@ -18,17 +18,10 @@ SVG = "svg"
 
 
 def extra_formats() -> tuple[str, ...]:
-    """snapshot / trace / timeline (and allocations, only when ticked), when core.exports
-    offers export_run."""
-    try:
-        import core.exports as exports
-    except ImportError:
-        return ()
-    if not hasattr(exports, "export_run"):
-        return ()
-    formats = (*getattr(exports, "FORMATS", ("snapshot", "trace", "timeline")),
-               *getattr(exports, "ON_REQUEST", ()))
-    return tuple(f for f in formats if f != "all")
+    """snapshot / trace / timeline (and allocations, only when ticked)."""
+    import core.exports as exports
+
+    return tuple(f for f in (*exports.FORMATS, *exports.ON_REQUEST) if f != "all")
 
 
 def _render_scene(widget, path: Path, kind: str) -> None:
@@ -132,8 +125,6 @@ def export_run(history, plots: dict, folder: str | Path, choices: set[str],
 
 def unavailable_formats(history) -> dict[str, str]:
     """Timeline formats this run cannot give, with the reason (a snapshot needs precise)."""
-    try:
-        from core.exports import unavailable
-    except ImportError:
-        return {}
+    from core.exports import unavailable
+
     return unavailable(history)

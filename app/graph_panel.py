@@ -235,7 +235,7 @@ class GraphPanel(QWidget):
         self.snapshot: GraphSnapshot | None = None  # the one on screen
         self.captures: list[GraphSnapshot] = []  # oldest first
         self.view: ViewGraph | None = None
-        self.layout: Layout | None = None
+        self.graph_layout: Layout | None = None
         self.expanded: set[str] = set()
         self.selected: str | None = None
         self.last_layout_s = 0.0  # request -> on screen, for the header and tests
@@ -432,7 +432,7 @@ class GraphPanel(QWidget):
             self._cancel_layout()
             self._running = self._pending = False
             self._generation += 1
-            self.snapshot, self.view, self.layout = snapshot, None, None
+            self.snapshot, self.view, self.graph_layout = snapshot, None, None
             self.notes.setText("\n".join(snapshot.notes))
             self._clear_selection_list()
             self.scene.show_message(f"Step {snapshot.step} ({snapshot.kind}): "
@@ -474,7 +474,7 @@ class GraphPanel(QWidget):
         self._running = False
         if snapshot is not self.snapshot:
             self._clear_selection_list()
-        self.snapshot, self.view, self.layout = snapshot, view, layout
+        self.snapshot, self.view, self.graph_layout = snapshot, view, layout
         if layout.dot_lost:  # do not make the next expand wait for dot again at this size
             self._dot_max_nodes = max(DOT_ALWAYS_TRY, min(self._dot_max_nodes,
                                                           len(view.nodes) - 1))
@@ -485,7 +485,7 @@ class GraphPanel(QWidget):
 
     @Slot()
     def _on_graph_built(self) -> None:
-        view, layout = self.view, self.layout
+        view, layout = self.view, self.graph_layout
         if view is None or layout is None:
             return
         focus = None
@@ -535,11 +535,11 @@ class GraphPanel(QWidget):
             wanted = self._wanted
             newer = f" step {wanted.step}" if wanted is not None and wanted is not s else ""
             text += f" · <i>laying out{newer}…</i>"
-        elif self.layout is not None and self.view is not None:
+        elif self.graph_layout is not None and self.view is not None:
             shown = len(self.view.nodes)
             what = f"{shown:,} shown, " if shown != s.node_count else ""
-            text += (f" · {what}layout: {self.layout.engine} "
-                     f"{self.layout.seconds:.2f} s")  # fmt: skip
+            text += (f" · {what}layout: {self.graph_layout.engine} "
+                     f"{self.graph_layout.seconds:.2f} s")  # fmt: skip
         self.header.setText(text)
 
     # --- interaction ----------------------------------------------------------------------

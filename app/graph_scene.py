@@ -196,9 +196,9 @@ class GraphScene(QGraphicsScene):
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
-        self.font = graph_font()
-        self.metrics = TextMetrics(self.font)
-        self._fm = QFontMetricsF(self.font)
+        self.label_font = graph_font()
+        self.metrics = TextMetrics(self.label_font)
+        self._fm = QFontMetricsF(self.label_font)
         self._shown = _Drawing()
         self._next: _Drawing | None = None  # being built
         self._work = None  # the generator building the next graph, then deleting the old
@@ -491,7 +491,7 @@ class GraphScene(QGraphicsScene):
             width = self._advance.get(line)
             if width is None:
                 width = self._advance[line] = self._fm.horizontalAdvance(line)
-            text = self.addSimpleText(line, self.font)  # black, as the border
+            text = self.addSimpleText(line, self.label_font)  # black, as the border
             text.setParentItem(layer)
             text.setPos(pos[0] - width / 2, top + i * lh)
         self._filling[layer] -= 1

@@ -611,11 +611,6 @@ class MainWindow(QMainWindow):
     def graph_panel(self):
         return self.graph_tab.panel
 
-    @property
-    def _graph_placeholder(self) -> GraphTab:
-        # The tab's old name; tests/app/test_graph_panel.py selects the tab through it.
-        return self.graph_tab
-
     def _on_run_value_changed(self, key: str, value) -> None:
         if key == "capture_every":
             self.graph_tab.set_capture_every(value)

@@ -75,7 +75,7 @@ class PlotStack(QWidget):
         self.pins: list = []
         self.follow = True
         self.live = False  # a run is adding steps (the window says so)
-        self.window: float | None = None
+        self.follow_window: float | None = None
         self.hover_x: float | None = None
         self._dirty = True
         self._legend_dirty = True
@@ -162,7 +162,7 @@ class PlotStack(QWidget):
 
     def set_follow(self, on: bool, window: float | None = None) -> None:
         self.follow = on
-        self.window = window if on else None
+        self.follow_window = window if on else None
         if self.follow_button.isChecked() != on:
             with signals_blocked(self.follow_button):
                 self.follow_button.setChecked(on)
@@ -188,7 +188,7 @@ class PlotStack(QWidget):
 
     def _apply_follow(self) -> None:
         end = self.data_end()
-        if self.window is None:
+        if self.follow_window is None:
             x0, x1 = 0.0, max(end, MIN_SPAN_STEPS)
             if self.live:
                 shown = self.x_range()[1]
@@ -196,8 +196,8 @@ class PlotStack(QWidget):
                     return  # the newest step is in view, with room to grow into
                 x1 = x1 * (1 + HEADROOM) + 1
         else:
-            x1 = max(end, self.window)
-            x0 = x1 - self.window
+            x1 = max(end, self.follow_window)
+            x0 = x1 - self.follow_window
         if (x0, x1) != self.x_range():
             # The axis moving on with the data is new data, not a new view: the plots catch up
             # in turn as they would with the data alone (see refresh), so the frame of a move

@@ -156,10 +156,8 @@ def _one(window, panel, config, errors: SlotErrors, ungrouped: bool = False) -> 
 def _start_worker() -> None:
     """What the app's run worker does at Start before the loop (and so before any capture):
     app.run_session.core_training() loads torch and the loop."""
-    try:
-        from app.run_session import core_training
-    except ImportError:
-        return
+    from app.run_session import core_training
+
     core_training()
 
 

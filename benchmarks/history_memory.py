@@ -84,18 +84,14 @@ def run(s: Settings) -> list[Figure]:
     stored = history.samples.nbytes + history.steps.nbytes + history.allocs.nbytes
     rows_per_s = (n_samples + n_steps) / fill_s
 
-    series_bytes = float("nan")
-    try:
-        from app.run_series import RunSeries  # no Qt in it: plain numpy
-    except ImportError:
-        RunSeries = None
-    if RunSeries is not None:
-        series = RunSeries(history)
-        series.pull()
-        for table in (series.samples, series.steps):  # every level, as a whole-run view makes
-            for pyramid in table.pyramids.values():
-                pyramid.complete()
-        series_bytes = series.nbytes
+    from app.run_series import RunSeries  # no Qt in it: plain numpy
+
+    series = RunSeries(history)
+    series.pull()
+    for table in (series.samples, series.steps):  # every level, as a whole-run view makes
+        for pyramid in table.pyramids.values():
+            pyramid.complete()
+    series_bytes = series.nbytes
     return [
         Figure("history_bytes_per_sample", "bytes per phase sample (row, as stored)",
                sample_row, "B/row", note=f"{len(history.samples.columns)} float64 columns"),

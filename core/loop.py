@@ -180,20 +180,7 @@ class TrainingSession:
         self._cuda = self.device.type == "cuda"
         self.t0 = time.perf_counter()
         self.preset: Preset = preset if preset is not None else build_preset(config, self.device)
-        # The native helpers (where they are built; never waiting for a build here, see
-        # core.native) run the saved-tensor hooks and count graph nodes without a Python
-        # frame or object per tensor or node.
-        from core.native import load
-        from core.native.tracker import NativeSavedTracker, make_saved_tracker
-
-        self.saved = make_saved_tracker()
-        native = load(build=False)
-        self._count_nodes = native.count_graph_nodes if native else count_graph_nodes
-        # CPU: each gradient's sum of squares taken by a hook as autograd writes it (see
-        # GradWatch in memlens_native.cpp), put on at each step (a no-op while on), off at
-        # close().
-        self._grad_watch = (native.GradWatch(list(self.preset.parameters()))
-                            if native is not None and self.device.type == "cpu" else None)
+        native = self._wire_native()
         self.precise = None
         self.precise_note = None  # why precise mode is not on the native recorder, if not
         if config.precise:
@@ -201,19 +188,12 @@ class TrainingSession:
 
             self.precise, self.precise_note = make_precise_tracker(self.t0, self.device)
         self.probe = MemoryProbe(self.preset, self.device, self.saved, self.precise)
-        # install() and sum_of_squares() run every step: as plain C functions (bind_fast in
-        # memlens_native.cpp), or None without the watch.
-        self._watch_install = self._watch_sumsq = None
-        if self._grad_watch is not None:
-            self._watch_install, self._watch_sumsq = self._grad_watch.fast_functions()
-            self.probe.use_grad_watch(self._grad_watch)
-            if self.precise is None and isinstance(self.saved, NativeSavedTracker):
-                self.probe.use_light_probe(native.LightProbe(self._grad_watch, self.saved.native),
-                                           self.t0)
+        self._wire_grad_watch(native)
         # A phase edge's sample: taken and handed on at once, or, in light mode once steps
         # are short, kept by the native LightProbe until the step's end (take_step_samples).
         self._edge = self._sample_now
         self._step = 0
+        self.phase = ""
         self._step_samples: list[MemorySample] = []
         self.tick, self.timing_label = _timing(self.device)
         self.scaler = None
@@ -236,6 +216,38 @@ class TrainingSession:
                 self.precise.track(p, "params", at_start=True)
             for t in self.preset.carried_tensors():
                 self.precise.track(t, "other", at_start=True)
+
+    def _wire_native(self):
+        """The native helpers (where they are built; never waiting for a build here, see
+        core.native) run the saved-tensor hooks and count graph nodes without a Python
+        frame or object per tensor or node. Returns the native module, or None."""
+        from core.native import load
+        from core.native.tracker import make_saved_tracker
+
+        self.saved = make_saved_tracker()
+        native = load(build=False)
+        self._count_nodes = native.count_graph_nodes if native else count_graph_nodes
+        # CPU: each gradient's sum of squares taken by a hook as autograd writes it (see
+        # GradWatch in memlens_native.cpp), put on at each step (a no-op while on), off at
+        # close().
+        self._grad_watch = (native.GradWatch(list(self.preset.parameters()))
+                            if native is not None and self.device.type == "cpu" else None)
+        return native
+
+    def _wire_grad_watch(self, native) -> None:
+        """install() and sum_of_squares() run every step: as plain C functions (bind_fast in
+        memlens_native.cpp), or None without the watch. In light mode the native LightProbe
+        takes the phase-edge samples."""
+        from core.native.tracker import NativeSavedTracker
+
+        self._watch_install = self._watch_sumsq = None
+        if self._grad_watch is None:
+            return
+        self._watch_install, self._watch_sumsq = self._grad_watch.fast_functions()
+        self.probe.use_grad_watch(self._grad_watch)
+        if self.precise is None and isinstance(self.saved, NativeSavedTracker):
+            self.probe.use_light_probe(native.LightProbe(self._grad_watch, self.saved.native),
+                                       self.t0)
 
     # --- metadata -------------------------------------------------------------------------
     def meta(self) -> dict:
@@ -282,7 +294,7 @@ class TrainingSession:
         out, self._step_samples = self._step_samples, []
         return out
 
-    def _flush_allocations(self) -> None:
+    def flush_allocations(self) -> None:
         if self.precise is not None and hasattr(self.sink, "on_allocations"):
             self._flushed_at = time.perf_counter()
             rows = self.precise.drain()
@@ -296,7 +308,7 @@ class TrainingSession:
         if self.precise is not None and (
                 self.precise.pending >= ALLOC_FLUSH_ROWS
                 or time.perf_counter() - self._flushed_at >= ALLOC_FLUSH_S):
-            self._flush_allocations()
+            self.flush_allocations()
 
     def _enter_phase(self, step: int, phase: str) -> None:
         """A phase edge: names the phase (for an error's event), aborts here if a stop was
@@ -318,7 +330,7 @@ class TrainingSession:
             self._stop_hooks = [model.register_forward_pre_hook(lambda *_: check())
                                 for model in self.preset.models.values()]
 
-    def _tune_for_step_length(self, step_ms: float) -> None:
+    def tune_for_step_length(self, step_ms: float) -> None:
         """Short steps: no stop hooks, samples kept to the step's end where the native
         LightProbe keeps them; long steps: hooks on, each sample handed on at once."""
         if step_ms < SHORT_STEP_MS and not self._short_steps:
@@ -339,6 +351,15 @@ class TrainingSession:
             self._grad_watch.uninstall()
         if self.precise is not None:
             self.precise.close()
+
+    @property
+    def current_phase(self) -> str:
+        """The phase the step is in (or ended in): where an error happened."""
+        return self.phase
+
+    def reset_accumulation(self) -> None:
+        """Start a new accumulation cycle: after a failed step its micro-batches are gone."""
+        self.micro = 0
 
     def _remove_stop_hooks(self) -> None:
         for h in self._stop_hooks:
@@ -452,7 +473,7 @@ class TrainingSession:
         self.saved.end_step()
 
         step_ms = zero_grad_ms + forward_ms + backward_ms + optimizer_ms + eval_ms
-        self._tune_for_step_length(step_ms)
+        self.tune_for_step_length(step_ms)
         if cuda:
             allocated = torch.cuda.memory_allocated(self.device)
             peak, exact = torch.cuda.max_memory_allocated(self.device), True
@@ -516,10 +537,8 @@ class TrainingSession:
         return norm
 
     def _begin_capture(self):
-        try:
-            from core.graph.capture import GraphCapture
-        except ImportError:
-            return None
+        from core.graph.capture import GraphCapture
+
         cap = GraphCapture(self.preset.models)
         cap.begin()
         return cap
@@ -558,7 +577,7 @@ def run_training(
     session = TrainingSession(config, controls, sink)
     sink.on_start(session.meta())
     session.sample(0, "start")
-    session._flush_allocations()
+    session.flush_allocations()
     stopped_by, error, done, losses, step_ms = "completed", None, 0, [], []
     peak = 0
     step = 0
@@ -586,14 +605,14 @@ def run_training(
                 break
             except Exception as exc:  # a training error is data, not a crash
                 session.take_step_samples()  # what the step measured before the error
-                session._flush_allocations()
-                phase = getattr(session, "phase", "")
+                session.flush_allocations()
+                phase = session.current_phase
                 error = RunEvent(step, session.now(), "error", key=error_title(exc),
                                  phase=phase, message=f"{type(exc).__name__}: {exc}",
                                  explanation=explain_error(exc, config.preset, phase, toggles))
                 sink.on_event(error)
                 session.preset.recover()
-                session.micro = 0
+                session.reset_accumulation()
                 if on_error in ("pause", "continue"):
                     if on_error == "pause":
                         controls.pause()
@@ -609,7 +628,7 @@ def run_training(
             step += 1
     finally:
         session.close()
-        session._flush_allocations()
+        session.flush_allocations()
         if session.cuda_recorder is not None:
             if session.cuda_recorder.recording or session.cuda_recorder.snapshot is not None:
                 sink_cuda = getattr(sink, "on_cuda_snapshot", None)

@@ -65,7 +65,7 @@ def test_scene_shows_every_node_and_the_header_counts_them(qtbot, panel, mlp):
     shown(qtbot, panel, mlp)
     assert set(panel.scene.boxes) == {n.id for n in mlp.nodes}
     for n in mlp.nodes:
-        x, y = panel.layout.positions[n.id]
+        x, y = panel.graph_layout.positions[n.id]
         pos = panel.scene.boxes[n.id].centre
         assert (pos.x(), pos.y()) == (x, y)
     header = panel.header.text()

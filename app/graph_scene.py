@@ -138,7 +138,7 @@ HIT_BAND_PX = 100.0  # finding the box under the mouse looks only in its band
 EDGE_BAND_PX = 800.0  # edges are grouped into path items by band, so Qt can cull them
 LABEL_BAND_PX = 800.0  # labels too: one layer item per band holds that band's text items
 # At most this long on the GUI thread at a time while building: short enough that a slice
-# plus a full garbage collection landing in it (20-30 ms here) stays well under 50 ms.
+# plus a full garbage collection landing in it stays well under 50 ms.
 BUILD_SLICE_S = 0.012
 # Labels are made in shorter slices: Qt lays out each line's text when it is made and
 # measures and draws it in the turns that follow, which adds as much again.

@@ -403,7 +403,7 @@ class MainWindow(QMainWindow):
                                      live=self.running)
         if self.running:
             # Only a change: setting the same state again re-lays out the run panel, the
-            # title and the pin controls (2 ms a text frame beside a busy training thread).
+            # title and the pin controls, a cost paid every text frame.
             state = self._live_state()
             if state != self.state:
                 self._set_state(state)
@@ -647,17 +647,16 @@ def finish_start_up(window: MainWindow) -> None:
     # After the freeze the collector sees almost no old objects, so its guard against full
     # collections (old survivors must grow by a quarter) no longer holds them back: a full
     # collection then runs every 10th middle one, over everything a graph capture or its
-    # layout keeps alive, and stops every thread, the GUI's included, for 20-45 ms. Full
-    # collections come ten times rarer; young garbage is collected as before.
+    # layout keeps alive, and stops every thread, the GUI's included, for longer than a
+    # frame. Full collections come ten times rarer; young garbage is collected as before.
     young, middle, _full = gc.get_threshold()
     gc.set_threshold(young, middle, FULL_GC_EVERY)
     # The training thread runs Python at thousands of steps a second and holds the GIL
     # until CPython asks it to let go, after the switch interval (5 ms by default). Every
     # time Qt calls back into Python on the GUI thread (a timer slot, an item's paint, a
     # bounding rect) it may wait that long for the GIL: a frame makes dozens of such calls.
-    # A shorter interval bounds each wait; the worker only pays a few more switches. Under
-    # the benchmark's 5,000 steps/s, 0.1 ms against 0.5 took the frame p99 from 14.4-17.9 ms
-    # to 13.1-16.0 and the longest stall from 59 ms to 41-49 (two runs each).
+    # A shorter interval bounds each wait; the worker only pays a few more switches
+    # (measured: docs/performance-notes.md, "GIL switch interval").
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from app.plot_style import PIN_COLORS
 from app.run_series import RunSeries
+
+# Pinned runs, in pin order; drawn faded and dashed so the live run stays in front.
+PIN_COLORS: tuple[str, ...] = ("#9467BD", "#17BECF", "#BCBD22", "#E377C2", "#7F7F7F")
 
 
 @dataclass

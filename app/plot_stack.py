@@ -27,16 +27,15 @@ from core.records import RunEvent
 
 MIN_SPAN_STEPS = 10.0
 # Following a live run whole, the axis runs this share ahead of the data: it moves once per
-# 10% of growth instead of at every frame. A move repaints all three plots whole (11 ms
-# alone, 35-45 ms beside a training thread at thousands of steps a second); at 5% it came
-# every 3 s of such a run and set the frame p99.
+# 10% of growth instead of at every frame, since a move repaints all three plots whole
+# (figures: docs/performance-notes.md, "Axis headroom").
 HEADROOM = 0.10
 # Showing an event: the ten steps either side that "what just happened" compares, and a margin.
 EVENT_SPAN_STEPS = 30.0
 # New data alone (the view unchanged) redraws every plot in one frame while that costs at
-# most this; above it, one plot a frame in turn, so no frame draws them all. At thousands of
-# steps a second one refresh of the three cost 5 ms (9 with the pull): the frame then held
-# twice the work it needs, for an edge that moves less than a pixel a frame. The axis moving
+# most this; above it, one plot a frame in turn, so no frame draws them all: at high step
+# rates a frame would otherwise hold several times the work it needs, for an edge that
+# moves less than a pixel a frame (docs/performance-notes.md, "Spread repaints"). The axis moving
 # on with a live run counts as new data; a change of the view by the user (pan, zoom, a pin,
 # an event shown) still redraws every plot at once, in step.
 SPREAD_ABOVE_MS = 3.0
@@ -44,8 +43,8 @@ SPREAD_ABOVE_MS = 3.0
 # new data. At ordinary rates each step moves it visibly, and every plot shows it at once.
 SPREAD_BELOW_PX = 1.0
 # While new data is drawn a plot a frame, the axis moving on would still repaint all three
-# plots whole in its one frame (the paint of that frame was the GUI's longest stall: 43-67 ms
-# beside a training thread at 5,000 steps a second). Each plot's view then stops repainting
+# plots whole in its one frame (that frame was the GUI's longest stall under load). Each
+# plot's view then stops repainting
 # on its scene's changes until its turn to draw comes (a frame per plot at most), so the plots
 # repaint whole one a frame, each with its data at the new range.
 

@@ -20,8 +20,6 @@ TOGGLE_COLOR = "#2F6FB0"
 ERROR_COLOR = "#D62728"
 INFO_COLOR = "#8C6D31"
 HOVER_COLOR = "#555555"
-# Pinned runs, in pin order; drawn faded and dashed so the live run stays in front.
-PIN_COLORS: tuple[str, ...] = ("#9467BD", "#17BECF", "#BCBD22", "#E377C2", "#7F7F7F")
 
 
 def lighten(hex_color: str, amount: float = 0.35) -> str:

@@ -46,15 +46,15 @@ def session_sink(history: RunHistory, writer: RunWriter | None) -> FanOut:
 
 def core_training() -> TrainFn:
     # Imported on the worker thread at Start: torch loads there, never on the GUI thread.
-    # The first optimizer a preset builds imports torch._dynamo (and sympy, ~800 modules,
-    # ~120k objects); import it here too, so the freeze below covers those as well.
+    # The first optimizer a preset builds imports torch._dynamo (and sympy, hundreds of
+    # modules); import it here too, so the freeze below covers those as well.
     import torch._dynamo  # noqa: F401
 
     from core.loop import run_training
 
-    # torch's import leaves ~200k long-lived objects; a full collection walking them all
-    # pauses every thread, the GUI's included, for ~0.35 s. Freeze them out of the
-    # collector once (later garbage is still collected as usual).
+    # torch's import leaves a great many long-lived objects; a full collection walking them
+    # all pauses every thread, the GUI's included, for a visible moment. Freeze them out of
+    # the collector once (later garbage is still collected as usual).
     gc.freeze()
     return run_training
 

@@ -259,15 +259,14 @@ def measure_preset(name: str, s: Settings) -> dict[str, list[float]]:
     k = 1
     if not s.quick:
         k = max(1, min(MAX_BLOCK_STEPS, round(BLOCK_S / max(plain.block(2), 1e-4))))
-    # Light mode costs a few percent, and one block of a six-way round against another can
-    # differ by 20% on a shared machine: 15 such pairs left its median 5% apart from run to
-    # run. Its own rounds, the two variants back to back in a shuffled order and three times
+    # Light mode costs a few percent, less than one block of a six-way round differs from
+    # another on a shared machine. Its own rounds, the two variants back to back in a
+    # shuffled order and three times
     # as many, pair blocks that ran within a fraction of a second of each other. They run
     # first, before MemTracker and the profiler leave their state in the process (see the
     # module's docstring).
     # Not shorter blocks: the first step after a switch runs with the other variant's
-    # leftovers in the caches, a cost a real run never pays (on gan, blocks of 8 steps put
-    # light 2-3% higher than blocks of 16).
+    # leftovers in the caches, a cost a real run never pays (docs/performance-notes.md).
     pair = {n: variants[n] for n in ("plain", "light")}
     reps2 = s.reps * (1 if s.quick else LIGHT_ROUNDS_FACTOR)
     pairs = interleaved({n: (lambda v=v: v.block(k)) for n, v in pair.items()}, reps2, 1,

@@ -86,8 +86,7 @@ def export_run(history: RunHistory, folder: str | Path, formats: str | Iterable[
                   if name in missing]
     done: dict[str, Path] = {}
     # One after the other: on a second thread, trace.json's many small numpy steps and the
-    # event pairing took turns at the GIL and slowed each other (measured: 4.7 s together,
-    # 3.9 s in turn).
+    # event pairing take turns at the GIL and slow each other (docs/performance-notes.md).
     for name in wanted:
         if name in ("trace", "allocations"):
             done[name] = _write_from_history(name, history, folder / FILES[name])

@@ -4,7 +4,8 @@ Qt's own answer to a missing system library is an abort (exit 134) with a paragr
 plugins; a new user needs the package names for their system. This module imports only the
 standard library, so `main.py` and `./dev app` (with whatever python3 it finds, before the
 set-up) can run it before PySide6 is imported or even installed. `python -m app.platform_check`
-exits 0 when the window can open and 1 with the message when it cannot.
+exits 0 when the window can open and 1 with the message when it cannot; with `--packages`
+it prints the packages the xcb plugin needs on this system (what .ci/run installs).
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# What libqxcb.so (through libQt6XcbQpa) needs beyond glibc and Qt's own libraries, for when
-# PySide6 is not installed yet (./dev app on a first run) or ldd cannot be run.
+# What libqxcb.so (through libQt6XcbQpa) needs beyond glibc, the C++ runtime and what PySide6
+# bundles (`ldd libqxcb.so`, PySide6 6.11): searched for when PySide6 is not installed yet
+# (./dev app on a first run) or ldd cannot run; also what .ci/run installs.
 XCB_NEEDS = (
     "libxcb.so.1", "libX11-xcb.so.1", "libX11.so.6", "libxcb-cursor.so.0",
     "libxcb-icccm.so.4", "libxcb-image.so.0", "libxcb-keysyms.so.1", "libxcb-randr.so.0",
     "libxcb-render-util.so.0", "libxcb-render.so.0", "libxcb-shape.so.0", "libxcb-shm.so.0",
     "libxcb-sync.so.1", "libxcb-xfixes.so.0", "libxcb-xkb.so.1", "libxkbcommon.so.0",
-    "libxkbcommon-x11.so.0", "libfontconfig.so.1", "libfreetype.so.6", "libEGL.so.1",
-    "libOpenGL.so.0", "libGLX.so.0", "libglib-2.0.so.0", "libdbus-1.so.3",
+    "libxcb-util.so.1", "libxkbcommon-x11.so.0", "libfontconfig.so.1", "libfreetype.so.6",
+    "libEGL.so.1", "libGL.so.1", "libGLX.so.0", "libglib-2.0.so.0", "libdbus-1.so.3",
 )
 
 # soname -> package, per package manager (Debian/Ubuntu, Fedora/RHEL, Arch, openSUSE).
@@ -253,7 +255,18 @@ def check(env: Mapping[str, str] | None = None, *, system: str = sys.platform,
         "commands: python main.py run --help.)"))
 
 
-def main() -> int:
+def packages_for(manager: str | None) -> list[str]:
+    """Every package the xcb plugin needs on this package manager (CI installs them)."""
+    if manager not in _INSTALL:
+        return []
+    return sorted({_PACKAGES[s][_MANAGERS.index(manager)] for s in XCB_NEEDS})
+
+
+def main(argv: Sequence[str] = ()) -> int:
+    if argv[:1] == ["--packages"]:  # `--packages [apt|dnf|pacman|zypper]`: print, one line
+        manager = argv[1] if len(argv) > 1 else package_manager(_read_os_release())
+        print(" ".join(packages_for(manager)))
+        return 0 if manager in _INSTALL else 2
     try:
         report = check()
     except Exception as exc:  # a check that breaks must not stand between the user and Qt
@@ -266,4 +279,4 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -213,3 +213,15 @@ def test_the_module_runs_as_a_script_without_qt():
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
                           text=True, timeout=60)
     assert done.stdout.strip() == "rc=0 qt=False", done.stderr
+
+
+def test_every_needed_library_has_a_package_on_each_system_and_ci_can_list_them(capsys):
+    from app.platform_check import main, packages_for
+
+    for manager in ("apt", "dnf", "pacman", "zypper"):
+        assert install_command(XCB_NEEDS, manager) is not None
+        assert len(packages_for(manager)) >= 10
+    assert main(["--packages", "apt"]) == 0
+    printed = capsys.readouterr().out.split()
+    assert "libxcb-cursor0" in printed and printed == sorted(set(printed))
+    assert main(["--packages", "nix"]) == 2

@@ -248,6 +248,9 @@ def check(env: Mapping[str, str] | None = None, *, system: str = sys.platform,
     command = install_command(missing, manager)
     how = (f"Install them with:\n  {command}" if command else
            "Install the packages that provide them with your system's package manager.")
+    unknown = [s for s in missing if s not in _PACKAGES]
+    if command and unknown:
+        how += f"\nand the packages that provide {', '.join(unknown)}."
     return PlatformReport(ok=False, platform=name, missing=missing, message=(
         f"memlens: Qt's {name} platform plugin cannot load: the system libraries "
         f"{', '.join(missing)} are missing.\n{how}\n"

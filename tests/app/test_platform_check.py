@@ -90,6 +90,14 @@ def test_an_unknown_system_gets_the_library_names_without_a_command(plugins):
     assert "sudo" not in report.message and "package manager" in report.message
 
 
+def test_a_library_without_a_known_package_is_still_named(plugins):
+    ldd = fake_ldd(LDD_MISSING + "\tlibodd.so.3 => not found\n")
+    report = check({"DISPLAY": ":0"}, system="linux", plugin_dir=plugins, ldd=ldd,
+                   os_release=DEBIAN)
+    assert "sudo apt-get install libxcb-cursor0 libxcb-icccm4" in report.message
+    assert "the packages that provide libodd.so.3" in report.message
+
+
 def test_all_libraries_present_lets_qt_start(plugins):
     report = check({"DISPLAY": ":0"}, system="linux", plugin_dir=plugins,
                    ldd=fake_ldd(LDD_PRESENT), ldconfig=no_ldconfig, os_release=DEBIAN)
@@ -225,3 +233,18 @@ def test_every_needed_library_has_a_package_on_each_system_and_ci_can_list_them(
     printed = capsys.readouterr().out.split()
     assert "libxcb-cursor0" in printed and printed == sorted(set(printed))
     assert main(["--packages", "nix"]) == 2
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux") or not Path("/bin/bash").exists(),
+                    reason="./dev is a bash script; the check is Linux-only")
+def test_dev_app_checks_before_the_set_up(tmp_path):
+    """`./dev app` without a display stops in the first second: no venv made, nothing
+    installed, the same message as main.py's."""
+    venv = tmp_path / "venv"
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("DISPLAY", "WAYLAND_DISPLAY", "QT_QPA_PLATFORM")}
+    env.update(MEMLENS_VENV=str(venv), PYTHON=sys.executable)
+    done = subprocess.run(["bash", str(ROOT / "dev"), "app"], env=env, capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 1 and "no display" in done.stderr
+    assert "setting up" not in done.stderr and not venv.exists()

@@ -165,3 +165,12 @@ def test_the_window_opens_runs_on_a_real_click_marks_a_toggle_and_closes(xvfb, t
         text = log.read_text(errors="replace").strip()
         if text:
             print("child stderr:\n" + text[-3000:])
+
+
+def test_without_the_x_tools_the_reason_names_what_to_install(monkeypatch):
+    monkeypatch.setattr(sys, "platform", "linux")
+    monkeypatch.setattr(shutil, "which", lambda name: None if name == "xdotool" else "/bin/x")
+    reason = _skip_reason()
+    assert reason is not None and "xdotool not installed" in reason and "apt-get" in reason
+    monkeypatch.setattr(sys, "platform", "darwin")
+    assert "Linux (X11) only" in _skip_reason()

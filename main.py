@@ -30,6 +30,13 @@ def main(argv: list[str] | None = None) -> int:
         module.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command in (None, "app"):
+        # Before Qt: a missing system library gets package names, not Qt's abort (exit 134).
+        from app.platform_check import check
+
+        report = check()
+        if not report.ok:
+            print(report.message, file=sys.stderr)
+            return 1
         from app.main_window import launch
 
         return launch()

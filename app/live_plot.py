@@ -21,6 +21,7 @@ from app.live_line import LiveLine
 from app.plot_style import HOVER_COLOR, event_color, lighten
 from app.run_series import RunSeries
 from app.stacked_area import AreaLayer, StackedArea
+from app.theme import THEMES
 
 MARKER_LABEL_ROWS = (0.92, 0.8, 0.68)
 AXIS_WIDTH = 62
@@ -46,6 +47,9 @@ class LiveCurve(pg.PlotCurveItem):
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"
                                                  and b.dtype.kind == "f")
+
+
+_TOTAL_LINES = {t.total_line.upper() for t in THEMES.values()}
 
 
 class LivePlot(pg.PlotWidget):
@@ -172,7 +176,8 @@ class LivePlot(pg.PlotWidget):
             return
         self._legend_html = html
         item = self.getPlotItem()
-        item.setTitle(text, size="8.5pt", color="#333333", justify="left")
+        item.setTitle(text, size="8.5pt", color=item.titleLabel.opts.get("color") or "#333333",
+                      justify="left")
         item.titleLabel.setMaximumHeight(LEGEND_HEIGHT)
         item.layout.setRowFixedHeight(0, LEGEND_HEIGHT)
         # A long legend must not widen the plot (it would push the view past the widget
@@ -181,6 +186,36 @@ class LivePlot(pg.PlotWidget):
         # The style LabelItem.setText wraps the text in (its colour and size options).
         color = pg.mkColor(label.opts["color"]).name(QColor.NameFormat.HexArgb)
         self._legend_style = f"color: {color}; font-size: {label.opts['size']}"
+
+    def set_theme(self, theme) -> None:
+        """Background, axes, grid, title text and the darkest line in `theme`'s colours
+        (an app.theme.Theme)."""
+        self.setBackground(theme.plot_background)
+        item = self.getPlotItem()
+        for side in ("left", "bottom", "right"):
+            axis = item.getAxis(side)
+            axis.setTextPen(theme.plot_text)
+            axis.setPen(theme.axis_line)
+        self.grid.set_color(theme.grid)
+        self.hover_line.setPen(pg.mkPen(theme.hover_line, width=1, style=Qt.DashLine))
+        for curve in self.curves.values():
+            if isinstance(curve, LiveLine):
+                pen = curve.pen
+            elif isinstance(curve, pg.PlotCurveItem):
+                pen = curve.opts.get("pen")
+            else:
+                continue  # filled areas keep their category colours
+            pen = pg.mkPen(pen) if pen is not None else None
+            if pen is not None and pen.color().name().upper() in _TOTAL_LINES:
+                pen.setColor(pg.mkColor(theme.total_line))
+                if isinstance(curve, LiveLine):
+                    curve.pen = pen
+                    curve.update()
+                else:
+                    curve.setPen(pen)
+        item.titleLabel.opts["color"] = theme.plot_text
+        html, self._legend_html = self._legend_html, None
+        self.set_legend(html or "")
 
     # --- pinned runs ----------------------------------------------------------------------
     ghost_x_shift = 0.0

@@ -9,28 +9,11 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QMessageBox
 
 from app.app_settings import AppSettings
-from core.run_files import RUN_JSON
+from core.open_target import OpenError, resolve
 from core.snapshot_file import SnapshotFileError, read_snapshot
 
-SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 FILTERS = ("Runs and snapshots (run.json steps.csv memory.csv *.pickle *.pkl)",
            "Memory snapshots (*.pickle *.pkl)", "All files (*)")
-
-
-def resolve(path: str | Path) -> tuple[str, Path]:
-    """What `path` opens as: ("run", its folder) or ("snapshot", the file). A file inside a
-    run folder (run.json, steps.csv...) opens its folder. Raises ValueError with the reason."""
-    path = Path(path).expanduser()
-    if path.is_dir():
-        return "run", path
-    if path.is_file():
-        if path.suffix.lower() in SNAPSHOT_SUFFIXES:
-            return "snapshot", path
-        if (path.parent / RUN_JSON).is_file():
-            return "run", path.parent
-        raise ValueError(f"{str(path)!r} is neither a run folder nor a snapshot (.pickle); "
-                         "open a run folder, a file in one, or a snapshot.pickle")
-    raise ValueError(f"{str(path)!r} does not exist")
 
 
 class Opener(QObject):
@@ -66,7 +49,7 @@ class Opener(QObject):
         """Open a run folder or snapshot file as File > Open does; a clear message if not."""
         try:
             kind, target = resolve(path)
-        except ValueError as exc:
+        except OpenError as exc:
             self._refuse(str(exc))
             return False
         ok = self.main_window.open_run(target) if kind == "run" else self.open_snapshot(target)

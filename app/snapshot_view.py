@@ -35,7 +35,7 @@ class SnapshotView(QWidget):
         item = self.plot.getPlotItem()
         item.setLabel("bottom", "allocation events (trace order)")
         item.setMenuEnabled(False)
-        item.addLegend(offset=(10, 5))
+        self.legend = item.addLegend(offset=(-10, 5), brush=pg.mkBrush(255, 255, 255, 210))
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.peak_line = pg.InfiniteLine(angle=90, movable=False,
                                          pen=pg.mkPen(PEAK_COLOR, style=Qt.DashLine))
@@ -57,6 +57,8 @@ class SnapshotView(QWidget):
 
     def set_theme(self, theme) -> None:
         self.plot.setBackground(theme.plot_background)
+        self.legend.setBrush(pg.mkBrush(theme.plot_background))
+        self.legend.setLabelTextColor(theme.plot_text)
         for side in ("left", "bottom"):
             axis = self.plot.getPlotItem().getAxis(side)
             axis.setTextPen(theme.plot_text)
@@ -75,7 +77,7 @@ class SnapshotView(QWidget):
         if timeline.reserved is not None:
             self._curve("reserved", x, timeline.reserved, RESERVED_COLOR, 1.0, Qt.DashLine)
         for i, (name, curve) in enumerate(timeline.categories.items()):
-            self._curve(f"{name} (added in the trace)", x, curve, category_color(name, i), 1.0)
+            self._curve(name, x, curve, category_color(name, i), 1.0)
         self.peak_line.setPos(timeline.peak_index)
         item.enableAutoRange()
         self._fill_top(timeline)
@@ -86,7 +88,9 @@ class SnapshotView(QWidget):
             f"{timeline.actions:,} trace events. Peak allocated <b>"
             f"{format_bytes(float(timeline.peak_bytes))}</b> after event "
             f"{timeline.peak_index:,}, {timeline.live_at_peak:,} allocations alive there; "
-            f"the largest are listed below with their stacks{where}.")
+            f"the largest are listed below with their stacks{where}."
+            + (" Category lines: the bytes each category added within the trace."
+               if timeline.categories else ""))
         self.summary.setToolTip(str(timeline.path))
 
     def _curve(self, key: str, x, y, color: str, width: float, style=Qt.SolidLine) -> None:

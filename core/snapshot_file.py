@@ -69,7 +69,7 @@ class SnapshotTimeline:
     device: int
     actions: int  # trace events read (alloc, free, segment, ...)
     allocated: np.ndarray  # bytes after each event; index 0 is before the first one
-    reserved: np.ndarray | None  # from segment events, where the snapshot has them
+    reserved: np.ndarray | None  # from segment events, where the trace has them
     categories: dict[str, np.ndarray] = field(default_factory=dict)  # name -> bytes
     peak_index: int = 0
     peak_bytes: int = 0
@@ -146,7 +146,8 @@ def timeline_of(doc: object, path: Path = Path("snapshot.pickle")) -> SnapshotTi
     n = len(trace)
     delta = np.zeros(n, dtype=np.int64)
     seg_delta = np.zeros(n, dtype=np.int64)
-    cat_names = sorted({str(e["category"]) for e in trace if e.get("category")})
+    cat_names = sorted({str(e["category"]) for e in trace if e.get("category")
+                        and e.get("action") in ("alloc", "free_completed")})
     cat_index = {c: i for i, c in enumerate(cat_names)}
     cat_delta = np.zeros((len(cat_names), n), dtype=np.int64)
     has_segment_events = False
@@ -179,8 +180,10 @@ def timeline_of(doc: object, path: Path = Path("snapshot.pickle")) -> SnapshotTi
     allocated[0] = alive_end - int(delta.sum()) if segments else max(0, -_min_prefix(delta))
     np.cumsum(delta, out=allocated[1:])
     allocated[1:] += allocated[0]
+    # Reserved memory over time only where the trace records segments coming and going
+    # (CUDA's caching allocator); memlens's CPU file has none, so it gets no such curve.
     reserved = None
-    if segments or has_segment_events:
+    if has_segment_events:
         reserved = np.empty(n + 1, dtype=np.int64)
         reserved[0] = reserved_end - int(seg_delta.sum()) if segments else 0
         np.cumsum(seg_delta, out=reserved[1:])

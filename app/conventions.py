@@ -13,7 +13,7 @@ from app.app_settings import AppSettings
 from app.open_paths import Opener
 from app.plot_zoom import BoxZoom, ZoomToStepsDialog
 from app.resources import app_icon
-from app.theme import apply_theme, current_theme, system_theme
+from app.theme import apply_theme, current_theme, system_theme, theme_for
 from core.config import RunConfig
 from core.options import ConfigError
 
@@ -120,8 +120,8 @@ class WindowConventions(QObject):
         return QDesktopServices.openUrl(docs_url())
 
     # --- theme ---------------------------------------------------------------------------------
-    def _on_color_scheme_changed(self, _scheme) -> None:
-        self.apply_theme(system_theme())
+    def _on_color_scheme_changed(self, scheme) -> None:
+        self.apply_theme(theme_for(scheme))
 
     def apply_theme(self, theme) -> None:
         apply_theme(theme, self.main_window.plots.plots)

@@ -21,7 +21,7 @@ from app.live_line import LiveLine
 from app.plot_style import HOVER_COLOR, event_color, lighten
 from app.run_series import RunSeries
 from app.stacked_area import AreaLayer, StackedArea
-from app.theme import THEMES
+from app.theme import readable
 
 MARKER_LABEL_ROWS = (0.92, 0.8, 0.68)
 AXIS_WIDTH = 62
@@ -47,9 +47,6 @@ class LiveCurve(pg.PlotCurveItem):
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"
                                                  and b.dtype.kind == "f")
-
-
-_TOTAL_LINES = {t.total_line.upper() for t in THEMES.values()}
 
 
 class LivePlot(pg.PlotWidget):
@@ -93,6 +90,7 @@ class LivePlot(pg.PlotWidget):
         item.getAxis("right").setWidth(AXIS_WIDTH)
         item.layout.setColumnFixedWidth(2, AXIS_WIDTH)
         self.curves: dict[str, pg.GraphicsObject] = {}
+        self._own_colors: dict[str, str] = {}  # each line's colour before any theme
         self.markers: list[pg.InfiniteLine] = []
         self.ghosts: dict[int, pg.PlotCurveItem] = {}
         self.hover_line = pg.InfiniteLine(angle=90, movable=False,
@@ -198,21 +196,23 @@ class LivePlot(pg.PlotWidget):
             axis.setPen(theme.axis_line)
         self.grid.set_color(theme.grid)
         self.hover_line.setPen(pg.mkPen(theme.hover_line, width=1, style=Qt.DashLine))
-        for curve in self.curves.values():
+        for key, curve in self.curves.items():
             if isinstance(curve, LiveLine):
                 pen = curve.pen
             elif isinstance(curve, pg.PlotCurveItem):
                 pen = curve.opts.get("pen")
             else:
                 continue  # filled areas keep their category colours
-            pen = pg.mkPen(pen) if pen is not None else None
-            if pen is not None and pen.color().name().upper() in _TOTAL_LINES:
-                pen.setColor(pg.mkColor(theme.total_line))
-                if isinstance(curve, LiveLine):
-                    curve.pen = pen
-                    curve.update()
-                else:
-                    curve.setPen(pen)
+            pen = pg.mkPen(pen)
+            if pen.style() == Qt.NoPen:
+                continue
+            own = self._own_colors.setdefault(key, pen.color().name())
+            pen.setColor(pg.mkColor(readable(own, theme.plot_background)))
+            if isinstance(curve, LiveLine):
+                curve.pen = pen
+                curve.update()
+            else:
+                curve.setPen(pen)
         item.titleLabel.opts["color"] = theme.plot_text
         html, self._legend_html = self._legend_html, None
         self.set_legend(html or "")

@@ -31,12 +31,44 @@ DARK = Theme("dark", "#1E1F22", "#DDDDDD", "#777777", QColor(255, 255, 255, 36),
 THEMES = {t.name: t for t in (LIGHT, DARK)}
 
 
+MIN_LINE_CONTRAST = 3.0  # WCAG's minimum for graphics a user must make out
+
+
+def contrast(a: str, b: str) -> float:
+    """WCAG contrast ratio of two #RRGGBB colours (1 to 21)."""
+    def luminance(c: str) -> float:
+        def channel(v: float) -> float:
+            return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
+        r, g, b = (int(c[i : i + 2], 16) / 255 for i in (1, 3, 5))
+        return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b)
+
+    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
+    return (hi + 0.05) / (lo + 0.05)
+
+
+def readable(color: str, background: str) -> str:
+    """`color`, or the nearest mix of it towards white (on dark) or black (on light) that
+    stands out from `background` by MIN_LINE_CONTRAST: a line keeps its hue in both themes."""
+    toward = 255 if contrast(background, "#000000") < contrast(background, "#FFFFFF") else 0
+    rgb = [int(color[i : i + 2], 16) for i in (1, 3, 5)]
+    out = color.upper()
+    for step in range(21):
+        k = step / 20
+        out = "#" + "".join(f"{round(c + (toward - c) * k):02X}" for c in rgb)
+        if contrast(out, background) >= MIN_LINE_CONTRAST:
+            break
+    return out
+
+
+def theme_for(scheme: Qt.ColorScheme) -> Theme:
+    """The theme for a colour scheme (light where the system says nothing)."""
+    return DARK if scheme == Qt.ColorScheme.Dark else LIGHT
+
+
 def system_theme() -> Theme:
-    """The theme the system's colour scheme asks for (light where it says nothing)."""
+    """The theme the system's colour scheme asks for now."""
     app = QApplication.instance()
-    if app is None:
-        return LIGHT
-    return DARK if app.styleHints().colorScheme() == Qt.ColorScheme.Dark else LIGHT
+    return theme_for(app.styleHints().colorScheme()) if app is not None else LIGHT
 
 
 def _palette(theme: Theme) -> QPalette:

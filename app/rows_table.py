@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 from PySide6.QtCore import QAbstractTableModel, QModelIndex, QSortFilterProxyModel, Qt, QTimer
-from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtGui import QKeySequence
 from PySide6.QtWidgets import (
     QApplication,
     QDialog,
@@ -82,6 +82,22 @@ class RowsModel(QAbstractTableModel):
         return None
 
 
+class RowsView(QTableView):
+    """A table whose Copy (Ctrl+C) copies the whole selection, not the current cell alone
+    (QTableView's own Copy takes the key before any shortcut sees it)."""
+
+    def __init__(self, copy) -> None:
+        super().__init__()
+        self._copy = copy
+
+    def keyPressEvent(self, event) -> None:
+        if event.matches(QKeySequence.Copy):
+            self._copy()
+            event.accept()
+            return
+        super().keyPressEvent(event)
+
+
 class RowsDialog(QDialog):
     """Non-modal: the run (and its timer) go on while the tables are open."""
 
@@ -102,7 +118,6 @@ class RowsDialog(QDialog):
         layout = QVBoxLayout(self)
         layout.addWidget(self.tabs, 1)
         layout.addWidget(self.note)
-        QShortcut(QKeySequence.Copy, self, self.copy_selection)
         self._timer = QTimer(self)
         self._timer.setInterval(REFRESH_MS)
         self._timer.timeout.connect(self.reload)
@@ -121,7 +136,7 @@ class RowsDialog(QDialog):
         proxy = QSortFilterProxyModel(self)
         proxy.setSourceModel(model)
         proxy.setSortRole(SORT_ROLE)
-        view = QTableView()
+        view = RowsView(self.copy_selection)
         view.setObjectName(f"rows_{key}")
         view.setModel(proxy)
         view.setSortingEnabled(True)

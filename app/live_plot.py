@@ -18,7 +18,7 @@ from PySide6.QtGui import QColor
 from app.grid_lines import GridLines
 from app.live_axis import LiveAxis
 from app.live_line import LiveLine
-from app.plot_style import HOVER_COLOR, event_color, lighten
+from app.plot_style import HOVER_COLOR, TOTAL_COLOR, event_color, lighten
 from app.run_series import RunSeries
 from app.stacked_area import AreaLayer, StackedArea
 from app.theme import readable
@@ -207,7 +207,10 @@ class LivePlot(pg.PlotWidget):
             if pen.style() == Qt.NoPen:
                 continue
             own = self._own_colors.setdefault(key, pen.color().name())
-            pen.setColor(pg.mkColor(readable(own, theme.plot_background)))
+            # The total line is the strongest on either background; others keep their hue.
+            wanted = (theme.total_line if own.upper() == TOTAL_COLOR.upper()
+                      else readable(own, theme.plot_background))
+            pen.setColor(pg.mkColor(wanted))
             if isinstance(curve, LiveLine):
                 curve.pen = pen
                 curve.update()

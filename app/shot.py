@@ -42,6 +42,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--open", metavar="PATH", dest="open_path",
                    help="run nothing: open this run folder or snapshot.pickle as File > Open "
                    "does and save the window showing it")
+    p.add_argument("--theme", choices=("light", "dark"), default="light",
+                   help="colour theme of the picture (the app itself follows the system's)")
     p.add_argument("--timeout", type=float, default=900.0, metavar="S",
                    help="give up waiting for the run after S seconds (the shot is still saved)")
     p.add_argument("--precise", action="store_true", help=argparse.SUPPRESS)
@@ -76,7 +78,7 @@ def main(args) -> int:
         print(f"memlens shot: --out {str(out)!r}: the screenshot is a .png file", file=sys.stderr)
         return EXIT_BAD_INPUT
     if args.open_path is not None:
-        return _shot_of_opened(args.open_path, out, (width, height), args.tab)
+        return _shot_of_opened(args.open_path, out, (width, height), args.tab, args.theme)
 
     from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
@@ -90,6 +92,7 @@ def main(args) -> int:
 
         train_fn = synthetic_training
     window = MainWindow(config, runs_dir=None, train_fn=train_fn)
+    _set_theme(window, args.theme)
     window.resize(width, height)
     window.show()
 
@@ -146,7 +149,13 @@ def main(args) -> int:
     return EXIT_OK
 
 
-def _shot_of_opened(path: str, out: Path, size: tuple[int, int], tab: str) -> int:
+def _set_theme(window, name: str) -> None:
+    from app.theme import THEMES
+
+    window.conventions.apply_theme(THEMES[name])
+
+
+def _shot_of_opened(path: str, out: Path, size: tuple[int, int], tab: str, theme: str) -> int:
     """`shot --open PATH`: the window showing a run folder or a snapshot, no run."""
     from core.open_target import OpenError, check_openable
 
@@ -162,6 +171,7 @@ def _shot_of_opened(path: str, out: Path, size: tuple[int, int], tab: str) -> in
     from app.main_window import MainWindow
 
     window = MainWindow(runs_dir=None)
+    _set_theme(window, theme)
     window.resize(*size)
     window.show()
     opened = window.conventions.opener.open_path(path)

@@ -64,6 +64,13 @@ class WindowConventions(QObject):
                      "zoom_action")
         self._action(view_menu, "&Rows table (steps.csv, memory.csv)", "Ctrl+T",
                      self.show_rows, "rows_action")
+        log_menu = view_menu.addMenu("&Log scale")
+        log_menu.setObjectName("log_menu")
+        for plot, text in zip(self.main_window.plots.plots,
+                              ("&Memory", "Step &time", "&Loss and grad norm"), strict=True):
+            self._action(log_menu, text, None,
+                         lambda on, p=plot: self.set_log_scale(p, on),
+                         f"log_{plot.objectName()}_action", checkable=True)
         self.exact_action = self._action(view_menu, "&Exact bytes", None,
                                          self._on_exact_bytes_toggled, "exact_bytes_action",
                                          checkable=True)
@@ -82,6 +89,12 @@ class WindowConventions(QObject):
         dialog = ZoomToStepsDialog(self.main_window.plots, self.main_window)
         dialog.open()
         return dialog
+
+    def set_log_scale(self, plot, on: bool) -> None:
+        plot.set_log_y(on)
+        stack = self.main_window.plots
+        stack.mark_dirty()
+        stack.refresh(True)
 
     def show_rows(self):
         from app.rows_table import RowsDialog

@@ -7,6 +7,7 @@ import csv
 import re
 from pathlib import Path
 
+import numpy as np
 import pytest
 from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QAction, QMouseEvent, QPalette
@@ -268,3 +269,32 @@ def test_icon_and_stylesheet_come_from_the_resources_package(qtbot, window):
     for name in ("error_banner", "effect_label", "plot_hint", "event_detail",
                  "techniques_note"):
         assert f"#{name}" in qss and window.findChild(QWidget, name) is not None, name
+
+
+# --- log scale ---------------------------------------------------------------------------------
+
+
+def test_log_scale_per_plot_draws_log_values_and_labels_them_in_bytes(qtbot, window):
+    run_to_end(qtbot, window, steps=10)
+    memory = window.plots.memory_plot
+    x_lin, y_lin = (np.array(a) for a in memory.curves["total"].getData())
+    _header, rows = csv_rows(window.session.folder / "memory.csv")
+    total = np.array([float(r[_header.index("total_bytes")]) for r in rows])
+    np.testing.assert_allclose(y_lin * 2**20, total)  # the linear curve: the file's totals
+    loss_before = np.array(window.plots.loss_plot.curves["loss"].getData()[1])
+
+    action(window, "log_memory_plot_action").trigger()
+    x_log, y_log = (np.array(a) for a in memory.curves["total"].getData())
+    np.testing.assert_array_equal(x_log, x_lin)
+    floor = 1024  # bytes at the bottom edge
+    np.testing.assert_allclose(y_log, np.log10(np.maximum(total, floor) / floor))
+    # The other plots stay linear.
+    np.testing.assert_array_equal(window.plots.loss_plot.curves["loss"].getData()[1],
+                                  loss_before)
+    axis = memory.getPlotItem().getAxis("left")
+    assert axis.tickStrings([np.log10(2**20 / floor)], 1, 1) == ["1.00 MiB"]
+    (_, _), (lo, hi) = memory.getPlotItem().vb.viewRange()
+    assert lo <= y_log.min() and y_log.max() <= hi  # the view fits the log values
+
+    action(window, "log_memory_plot_action").trigger()
+    np.testing.assert_allclose(np.array(memory.curves["total"].getData()[1]), y_lin)

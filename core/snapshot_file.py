@@ -81,11 +81,6 @@ class SnapshotTimeline:
         return np.arange(len(self.allocated), dtype=np.float64)
 
 
-def looks_like_snapshot(path: Path) -> bool:
-    """A file (not a folder) that File > Open should read as a snapshot."""
-    return path.is_file() and path.suffix.lower() in (".pickle", ".pkl")
-
-
 def read_snapshot(path: str | Path) -> SnapshotTimeline:
     """Read and check a snapshot file; raises SnapshotFileError with the reason."""
     path = Path(path)
@@ -147,14 +142,14 @@ def timeline_of(doc: object, path: Path = Path("snapshot.pickle")) -> SnapshotTi
     delta = np.zeros(n, dtype=np.int64)
     seg_delta = np.zeros(n, dtype=np.int64)
     cat_names = sorted({str(e["category"]) for e in trace if e.get("category")
-                        and e.get("action") in ("alloc", "free_completed")})
+                        and e.get("action") in ("alloc", "free_completed", "free")})
     cat_index = {c: i for i, c in enumerate(cat_names)}
     cat_delta = np.zeros((len(cat_names), n), dtype=np.int64)
     has_segment_events = False
     for i, e in enumerate(trace):
         action = e.get("action")
         size = _int(e.get("size", 0))
-        sign = {"alloc": 1, "free_completed": -1}.get(action, 0)
+        sign = {"alloc": 1, "free_completed": -1, "free": -1}.get(action, 0)
         if sign:
             delta[i] = sign * size
             c = cat_index.get(str(e.get("category"))) if e.get("category") else None
@@ -173,7 +168,10 @@ def timeline_of(doc: object, path: Path = Path("snapshot.pickle")) -> SnapshotTi
     for s in segments:
         reserved_end += _int(s.get("total_size", 0))
         for b in s.get("blocks") or ():
-            if isinstance(b, dict) and b.get("state") == "active_allocated":
+            # A block freed on its stream but not yet released still counts, as the
+            # trace counts a free at free_completed.
+            if isinstance(b, dict) and b.get("state") in ("active_allocated",
+                                                          "active_pending_free"):
                 alive_end += _int(b.get("size", 0))
                 blocks.append((_int(b.get("address", 0)), b, s))
     allocated = np.empty(n + 1, dtype=np.int64)
@@ -213,14 +211,14 @@ def _live_at(trace: list[dict], index: int, blocks: list) -> tuple[list[LiveAllo
         if action == "alloc":
             live[addr] = LiveAllocation(_int(e.get("size", 0)), addr,
                                         str(e.get("category") or ""), _frames(e))
-        elif action == "free_completed":
+        elif action in ("free_completed", "free"):
             live.pop(addr, None)
     # Alive at the peak but allocated before the window: freed after the peak without an
     # alloc in the trace, or still alive at the end without one.
     allocated_in_window = {_int(e.get("addr", 0)) for e in trace if e.get("action") == "alloc"}
     for e in trace[index:]:
         addr = _int(e.get("addr", 0))
-        if e.get("action") == "free_completed" and addr not in allocated_in_window \
+        if e.get("action") in ("free_completed", "free") and addr not in allocated_in_window \
                 and addr not in live:
             live[addr] = LiveAllocation(_int(e.get("size", 0)), addr,
                                         str(e.get("category") or ""),

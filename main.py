@@ -24,12 +24,23 @@ def main(argv: list[str] | None = None) -> int:
         description="See what a PyTorch training loop does to memory and the autograd graph.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("app", help="open the desktop app (the default)")
+    app_parser = sub.add_parser("app", help="open the desktop app (the default)")
+    app_parser.add_argument("--open", metavar="PATH", dest="open_path",
+                            help="open a run folder or a snapshot.pickle, as File > Open does")
     modules = {name: importlib.import_module(m) for name, m in COMMANDS.items()}
     for module in modules.values():
         module.add_parser(sub)
     args = parser.parse_args(argv)
     if args.command in (None, "app"):
+        open_path = getattr(args, "open_path", None)
+        if open_path is not None:
+            from core.open_target import OpenError, check_openable
+
+            try:
+                check_openable(open_path)
+            except OpenError as exc:
+                print(f"memlens app: cannot open {open_path}: {exc}", file=sys.stderr)
+                return 2
         # Before Qt: a missing system library gets package names, not Qt's abort (exit 134).
         from app.platform_check import check
 
@@ -39,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         from app.main_window import launch
 
-        return launch()
+        return launch(open_path=open_path)
     return modules[args.command].main(args)
 
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 from math import ceil, log10
 
 from app.live_axis import LiveAxis
-from app.units import byte_unit
+from app.units import byte_unit, format_bytes
 
 
 class BytesAxis(LiveAxis):
@@ -20,6 +20,19 @@ class BytesAxis(LiveAxis):
         self.unit = unit
         self._shown, self._name = 1.0, "B"  # the unit the labels use, in bytes
 
+    def tickValues(self, minVal: float, maxVal: float, size: float):
+        if not self.logMode:
+            return super().tickValues(minVal, maxVal, size)
+        # Log scale: ticks at powers of 4 bytes (1 KiB, 4 KiB, 16 KiB, ..., 1 MiB), every
+        # other one where they would crowd.
+        lo, hi = sorted((minVal, maxVal))
+        floor = self.log_floor * self.unit  # bytes at the bottom edge
+        values = [log10(4**k / floor) for k in range(40)]
+        values = [v for v in values if lo <= v <= hi]
+        while len(values) > max(2, size / 40):
+            values = values[::2]
+        return [(1.0, values)]
+
     def tickSpacing(self, minVal: float, maxVal: float, size: float):
         self._shown, self._name = byte_unit(max(abs(minVal), abs(maxVal)) * self.unit)
         k = self._shown / self.unit  # view units per shown unit
@@ -28,6 +41,8 @@ class BytesAxis(LiveAxis):
         return [(max(spacing * k, 1.0 / self.unit), offset * k) for spacing, offset in levels]
 
     def tickStrings(self, values, scale, spacing):
+        if self.logMode:
+            return [format_bytes(self.log_floor * self.unit * 10**v) for v in values]
         k = self._shown / self.unit
         places = max(0, ceil(-log10(spacing / k))) if spacing > 0 else 0
         if self._name == "B":

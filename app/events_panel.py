@@ -42,7 +42,6 @@ class EventsPanel(QWidget):
         self.detail.setObjectName("event_detail")
         self.detail.setWordWrap(True)
         self.detail.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.detail.setStyleSheet("color: #444444; padding: 4px")
         self.detail.setAlignment(Qt.AlignTop | Qt.AlignLeft)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)

@@ -338,7 +338,6 @@ class GraphPanel(QWidget):
         self.notes = QLabel("")
         self.notes.setObjectName("graph_notes")
         self.notes.setWordWrap(True)
-        self.notes.setStyleSheet("color: #8a5a00;")
 
         top = QHBoxLayout()  # capturing, and what to do with a capture
         for w in (self.capture_button, self.every, QLabel("Showing:"), self.capture_list):
@@ -361,6 +360,7 @@ class GraphPanel(QWidget):
         side_box.addWidget(self.saved_list, 1)
         side_box.addWidget(self.notes)
         split = QSplitter(Qt.Orientation.Horizontal)
+        split.setObjectName("graph_splitter")  # its sizes are remembered by name
         split.addWidget(self.graph_view)
         split.addWidget(side)
         split.setStretchFactor(0, 4)

@@ -20,6 +20,10 @@ class GridLines(pg.GraphicsObject):
         self.axis = axis
         self._pen = QPen(GRID_COLOR)
         self._pen.setCosmetic(True)
+
+    def set_color(self, color) -> None:
+        self._pen.setColor(color)
+        self.update()
         self.setZValue(7)  # over the areas (z 5), under every line
         self._lines: list[QLineF] | None = None
 

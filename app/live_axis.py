@@ -134,6 +134,13 @@ class LiveAxis(pg.AxisItem):
             self._tick_memo[key] = ticks
         return [(spacing, list(values)) for spacing, values in ticks]
 
+    log_floor = 1.0  # in log mode a value v is drawn at log10(v / log_floor) (LivePlot)
+
+    def tickStrings(self, values, scale, spacing):
+        if self.logMode:
+            return [f"{self.log_floor * 10 ** v:g}" for v in values]
+        return super().tickStrings(values, scale, spacing)
+
     # --- layout -----------------------------------------------------------------------------
     def _plain_style(self) -> bool:
         """Whether the specs below are pyqtgraph's for this axis's style."""

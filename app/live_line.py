@@ -21,9 +21,13 @@ class LiveLine(EdgeRepaintItem):
         super().__init__(1)
         self.pen = pg.mkPen(pen)
 
+    y_map = None  # see LivePlot.set_log_y
+
     def setData(self, x, y) -> None:
         x = np.array(x, dtype=np.float64)  # copies: compared with the next setData's
         y = np.array(y, dtype=np.float64).reshape(1, len(x))
+        if self.y_map is not None:
+            y = self.y_map(y)
         lo = hi = np.nan
         if len(x):
             lo, hi = float(np.fmin.reduce(y[0])), float(np.fmax.reduce(y[0]))

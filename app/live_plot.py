@@ -18,9 +18,10 @@ from PySide6.QtGui import QColor
 from app.grid_lines import GridLines
 from app.live_axis import LiveAxis
 from app.live_line import LiveLine
-from app.plot_style import HOVER_COLOR, event_color, lighten
+from app.plot_style import HOVER_COLOR, TOTAL_COLOR, event_color, lighten
 from app.run_series import RunSeries
 from app.stacked_area import AreaLayer, StackedArea
+from app.theme import readable
 
 MARKER_LABEL_ROWS = (0.92, 0.8, 0.68)
 AXIS_WIDTH = 62
@@ -35,7 +36,11 @@ class LiveCurve(pg.PlotCurveItem):
     long live run change only the last bin, often not even that, and each real setData
     repaints the whole view."""
 
+    y_map = None  # LivePlot.set_log_y: what the plot's values go through before drawing
+
     def setData(self, *args, **kargs) -> None:
+        if len(args) == 2 and self.y_map is not None:
+            args = (args[0], self.y_map(np.asarray(args[1], dtype=np.float64)))
         if len(args) == 2 and not kargs and self.xData is not None:
             x, y = np.asarray(args[0]), np.asarray(args[1])
             if _same(self.xData, x) and _same(self.yData, y):
@@ -46,6 +51,9 @@ class LiveCurve(pg.PlotCurveItem):
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"
                                                  and b.dtype.kind == "f")
+
+
+AXIS_TEXT = "#444444"
 
 
 class LivePlot(pg.PlotWidget):
@@ -80,7 +88,7 @@ class LivePlot(pg.PlotWidget):
         item.vb.setLimits(xMin=-5)
         for side in ("left", "bottom", "right"):
             axis = item.getAxis(side)
-            axis.setTextPen("#444444")
+            axis.setTextPen(AXIS_TEXT)
             axis.setPen("#999999")
             axis.setStyle(maxTickLevel=1)
         # Equal axis widths line the view boxes up, so x-linked plots show the same steps;
@@ -89,6 +97,10 @@ class LivePlot(pg.PlotWidget):
         item.getAxis("right").setWidth(AXIS_WIDTH)
         item.layout.setColumnFixedWidth(2, AXIS_WIDTH)
         self.curves: dict[str, pg.GraphicsObject] = {}
+        self._own_colors: dict[str, str] = {}  # each line's colour before any theme
+        self._own_axis_text: dict[str, str] = {}  # each axis's text colour before any theme
+        self.log_y = False
+        self._y_map = None
         self.markers: list[pg.InfiniteLine] = []
         self.ghosts: dict[int, pg.PlotCurveItem] = {}
         self.hover_line = pg.InfiniteLine(angle=90, movable=False,
@@ -172,7 +184,8 @@ class LivePlot(pg.PlotWidget):
             return
         self._legend_html = html
         item = self.getPlotItem()
-        item.setTitle(text, size="8.5pt", color="#333333", justify="left")
+        item.setTitle(text, size="8.5pt", color=item.titleLabel.opts.get("color") or "#333333",
+                      justify="left")
         item.titleLabel.setMaximumHeight(LEGEND_HEIGHT)
         item.layout.setRowFixedHeight(0, LEGEND_HEIGHT)
         # A long legend must not widen the plot (it would push the view past the widget
@@ -181,6 +194,63 @@ class LivePlot(pg.PlotWidget):
         # The style LabelItem.setText wraps the text in (its colour and size options).
         color = pg.mkColor(label.opts["color"]).name(QColor.NameFormat.HexArgb)
         self._legend_style = f"color: {color}; font-size: {label.opts['size']}"
+
+    def set_theme(self, theme) -> None:
+        """Background, axes, grid, title text and the darkest line in `theme`'s colours
+        (an app.theme.Theme)."""
+        self.setBackground(theme.plot_background)
+        item = self.getPlotItem()
+        for side in ("left", "bottom", "right"):
+            axis = item.getAxis(side)
+            own = self._own_axis_text.setdefault(side, axis.textPen().color().name())
+            # An axis in a curve's colour (loss, grad norm) keeps it, readable.
+            axis.setTextPen(theme.plot_text if own.upper() == AXIS_TEXT.upper()
+                            else readable(own, theme.plot_background))
+            axis.setPen(theme.axis_line)
+        self.grid.set_color(theme.grid)
+        self.hover_line.setPen(pg.mkPen(theme.hover_line, width=1, style=Qt.DashLine))
+        for key, curve in self.curves.items():
+            if isinstance(curve, LiveLine):
+                pen = curve.pen
+            elif isinstance(curve, pg.PlotCurveItem):
+                pen = curve.opts.get("pen")
+            else:
+                continue  # filled areas keep their category colours
+            pen = pg.mkPen(pen)
+            if pen.style() == Qt.NoPen:
+                continue
+            own = self._own_colors.setdefault(key, pen.color().name())
+            # The total line is the strongest on either background; others keep their hue.
+            wanted = (theme.total_line if own.upper() == TOTAL_COLOR.upper()
+                      else readable(own, theme.plot_background))
+            pen.setColor(pg.mkColor(wanted))
+            if isinstance(curve, LiveLine):
+                curve.pen = pen
+                curve.update()
+            else:
+                curve.setPen(pen)
+        item.titleLabel.opts["color"] = theme.plot_text
+        html, self._legend_html = self._legend_html, None
+        self.set_legend(html or "")
+
+    # Log scale: values below this (in the plot's units) are drawn at it, the bottom edge.
+    log_floor = 1e-3
+
+    def set_log_y(self, on: bool) -> None:
+        """Draw y on a log scale (or back). Values are drawn as log10(value / log_floor),
+        so the bottom of a filled area sits at the floor; the axis labels the values."""
+        floor = self.log_floor
+        self.log_y = bool(on)
+        self._y_map = (lambda y: np.log10(np.maximum(y, floor) / floor)) if on else None
+        for item, _view in self._bounded:
+            item.y_map = self._y_map
+        for side in ("left", "right"):
+            axis = self.getPlotItem().getAxis(side)
+            axis.log_floor = floor
+            axis.logMode = self.log_y  # the labels only: the view box keeps linear units
+            axis.picture = None
+            axis.update()
+        self._fitted.clear()
 
     # --- pinned runs ----------------------------------------------------------------------
     ghost_x_shift = 0.0
@@ -210,6 +280,7 @@ class LivePlot(pg.PlotWidget):
                 self.ghost_view().addItem(curve)
                 self._bounded.append((curve, self.ghost_view().getViewBox()))
                 self.ghosts[pin_id] = curve
+                curve.y_map = self._y_map
             curve.setVisible(pin.visible)
 
     def ghost_view(self):

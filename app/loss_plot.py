@@ -14,6 +14,8 @@ from app.units import format_number
 class LossPlot(LivePlot):
     """`curves["loss"]` on the left axis; `curves["grad_norm"]` in `grad_view`, right axis."""
 
+    log_floor = 1e-4
+
     def __init__(self, parent=None) -> None:
         super().__init__("loss_plot", "Loss", parent=parent)
         item = self.getPlotItem()

@@ -31,6 +31,8 @@ from PySide6.QtWidgets import (
     QWidget,
 )  # fmt: skip
 
+from app.app_settings import AppSettings
+from app.conventions import WindowConventions, remembered_config
 from app.events_panel import EventsPanel
 from app.export_dialog import ExportDialog
 from app.exporting import export_run, unavailable_formats
@@ -62,12 +64,17 @@ SWITCH_INTERVAL_S = 0.0001  # see finish_start_up
 
 class MainWindow(QMainWindow):
     """`train_fn` defaults to core.loop.run_training; tests and benchmarks may pass
-    app.synthetic.synthetic_training. `runs_dir=None` keeps runs in memory only."""
+    app.synthetic.synthetic_training. `runs_dir=None` keeps runs in memory only.
+    `settings`: what is remembered between launches (app.app_settings; by default nothing)."""
 
     def __init__(self, config: RunConfig | None = None, *,
                  runs_dir: Path | None = DEFAULT_RUNS_DIR,
-                 train_fn: TrainFn | None = None) -> None:
+                 train_fn: TrainFn | None = None,
+                 settings: AppSettings | None = None) -> None:
         super().__init__()
+        self.app_settings = settings or AppSettings()
+        if config is None:
+            config = remembered_config(self.app_settings)
         self.setObjectName("main_window")
         self.setWindowTitle("memlens")
         self.runs_dir = runs_dir
@@ -97,6 +104,7 @@ class MainWindow(QMainWindow):
         self.status = RunStatusBar()
         self.setStatusBar(self.status)
         self._build_layout()
+        self.conventions = WindowConventions(self, self.app_settings)
         self._build_menus()
         self._connect()
         self._set_state("idle")
@@ -126,12 +134,9 @@ class MainWindow(QMainWindow):
         self.error_banner = QLabel("")
         self.error_banner.setObjectName("error_banner")
         self.error_banner.setWordWrap(True)
-        self.error_banner.setStyleSheet(
-            "background: #FDECEA; color: #8A1F11; border: 1px solid #F5C2BC; padding: 6px;")
         self.error_banner.hide()
         self.effect_label = QLabel("Flip a technique while a run goes: what it did shows here.")
         self.effect_label.setObjectName("effect_label")
-        self.effect_label.setStyleSheet("padding: 3px 6px; color: #333333;")
         self.effect_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
         timeline = QWidget()
         tl = QVBoxLayout(timeline)
@@ -168,8 +173,10 @@ class MainWindow(QMainWindow):
 
     def _build_menus(self) -> None:
         file_menu = self.menuBar().addMenu("&File")
-        self.open_action = self._action(file_menu, "&Open run…", QKeySequence.Open,
-                                        self.open_run_dialog, "open_action")
+        self.open_action = self._action(file_menu, "&Open run or snapshot…", QKeySequence.Open,
+                                        self.conventions.opener.open_dialog, "open_action")
+        self._action(file_menu, "Open run &folder…", None, self.open_run_dialog,
+                     "open_folder_action")
         self.export_action = self._action(file_menu, "&Export…", "Ctrl+E",
                                           self.export_dialog, "export_action")
         file_menu.addSeparator()
@@ -189,6 +196,7 @@ class MainWindow(QMainWindow):
         view_menu = self.menuBar().addMenu("&View")
         self._action(view_menu, "&Follow newest step", "End",
                      lambda: self.plots.set_follow(True), "follow_action")
+        self.conventions.add_menus(file_menu, view_menu, self.open_action)
 
     def _action(self, menu, text: str, shortcut, slot, name: str) -> QAction:
         action = QAction(text, self)
@@ -241,6 +249,7 @@ class MainWindow(QMainWindow):
         self.session = session
         self.loaded_from = None
         self._show_history(session.history)
+        self.status.set_planned(config.steps)
         session.start()
         self._set_state("starting")
         return session
@@ -408,6 +417,11 @@ class MainWindow(QMainWindow):
             if state != self.state:
                 self._set_state(state)
 
+    def refresh_texts(self) -> None:
+        """Every text now (legends, status bar), e.g. after the bytes display changed."""
+        self.plots.mark_dirty()
+        self._refresh_text()
+
     def _live_state(self) -> str:
         controls = self.session.controls
         if controls.stop_requested:
@@ -521,7 +535,7 @@ class MainWindow(QMainWindow):
     def open_run_dialog(self) -> None:
         from PySide6.QtWidgets import QFileDialog
 
-        start = str(self.runs_dir or Path.cwd())
+        start = self.app_settings.last_folder() or str(self.runs_dir or Path.cwd())
         folder = QFileDialog.getExistingDirectory(self, "Open a run folder", start)
         if folder:
             self.open_run(Path(folder))
@@ -633,6 +647,7 @@ class MainWindow(QMainWindow):
             event.ignore()
             return
         self._timer.stop()
+        self.conventions.save()
         super().closeEvent(event)
 
 
@@ -660,12 +675,15 @@ def finish_start_up(window: MainWindow) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
-def launch(argv: list[str] | None = None) -> int:
-    """`python main.py`: open the window. Returns the exit status."""
+def launch(argv: list[str] | None = None, open_path: Path | None = None) -> int:
+    """`python main.py`: open the window (and `open_path`, a run folder or a snapshot, as
+    File > Open does). Returns the exit status."""
     app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
     app.setApplicationName("memlens")
-    window = MainWindow()
+    window = MainWindow(settings=AppSettings.user())
     finish_start_up(window)
+    if open_path is not None:
+        window.conventions.opener.open_path(open_path)
     return app.exec()
 
 

@@ -22,6 +22,8 @@ class MemoryPlot(LivePlot):
     sum; `peak` each step's peak at step + 0.5; `reserved`/`allocated` only on CUDA. All in
     MiB (bytes / Y_UNIT); the axis labels them in whatever binary unit reads best."""
 
+    log_floor = 1024 / Y_UNIT  # 1 KiB
+
     def __init__(self, parent=None) -> None:
         super().__init__("memory_plot", "Memory", BytesAxis("left", unit=Y_UNIT), parent)
         self.area = self.add_area(MEMORY_CATEGORIES,

@@ -107,6 +107,8 @@ class OptionField(QObject):
 
     def _show_valid(self, ok: bool, message: str = "") -> None:
         if isinstance(self.widget, QLineEdit):
-            self.widget.setStyleSheet("" if ok else "border: 1px solid #D62728;")
+            self.widget.setProperty("invalid", not ok)  # styled in resources/*.qss
+            self.widget.style().unpolish(self.widget)
+            self.widget.style().polish(self.widget)
             tip = f"{self.option.help} ({self.option.valid_text()})"
             self.widget.setToolTip(tip if ok else message)

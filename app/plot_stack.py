@@ -95,13 +95,14 @@ class PlotStack(QWidget):
         self.follow_button.setToolTip("Keep the newest step in view (panning back turns it off)")
         self.follow_button.toggled.connect(self._on_follow_button_toggled)
         hint = QLabel("Drag to pan, wheel to zoom the step axis; hover for values.")
-        hint.setStyleSheet("color: #777777")
+        hint.setObjectName("plot_hint")
         top = QHBoxLayout()
         top.setContentsMargins(4, 0, 4, 0)
         top.addWidget(hint, 1)
         top.addWidget(self.follow_button)
 
         splitter = QSplitter()
+        splitter.setObjectName("plots_splitter")  # its sizes are remembered by name
         splitter.setOrientation(pg.QtCore.Qt.Vertical)
         for plot in self.plots:
             splitter.addWidget(plot)

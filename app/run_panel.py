@@ -42,7 +42,7 @@ class RunPanel(QGroupBox):
             field = OptionField(opt, self)
             field.value_changed.connect(self._on_field_value_changed)
             hint = QLabel(RESTART_HINT)
-            hint.setStyleSheet("color: #B35C00; font-size: 8pt")
+            hint.setProperty("role", "restart_hint")  # styled in resources/*.qss
             hint.setToolTip("This setting takes effect when you start the next run")
             hint.hide()
             row = QHBoxLayout()

@@ -39,6 +39,11 @@ def add_parser(subparsers) -> None:
                    "then run the main one over it: a before/after picture")
     p.add_argument("--tab", choices=("timeline", "graph"), default="timeline",
                    help="which centre tab to show")
+    p.add_argument("--open", metavar="PATH", dest="open_path",
+                   help="run nothing: open this run folder or snapshot.pickle as File > Open "
+                   "does and save the window showing it")
+    p.add_argument("--theme", choices=("light", "dark"), default="light",
+                   help="colour theme of the picture (the app itself follows the system's)")
     p.add_argument("--timeout", type=float, default=900.0, metavar="S",
                    help="give up waiting for the run after S seconds (the shot is still saved)")
     p.add_argument("--precise", action="store_true", help=argparse.SUPPRESS)
@@ -72,6 +77,8 @@ def main(args) -> int:
     if out.suffix.lower() != ".png":
         print(f"memlens shot: --out {str(out)!r}: the screenshot is a .png file", file=sys.stderr)
         return EXIT_BAD_INPUT
+    if args.open_path is not None:
+        return _shot_of_opened(args.open_path, out, (width, height), args.tab, args.theme)
 
     from PySide6.QtCore import QEventLoop, QTimer
     from PySide6.QtWidgets import QApplication
@@ -85,6 +92,7 @@ def main(args) -> int:
 
         train_fn = synthetic_training
     window = MainWindow(config, runs_dir=None, train_fn=train_fn)
+    _set_theme(window, args.theme)
     window.resize(width, height)
     window.show()
 
@@ -139,3 +147,55 @@ def main(args) -> int:
         print(f"memlens shot: the run did not end within {args.timeout:g} s", file=sys.stderr)
         return EXIT_FAILED
     return EXIT_OK
+
+
+def _set_theme(window, name: str) -> None:
+    from app.theme import THEMES
+
+    window.conventions.apply_theme(THEMES[name])
+
+
+def _shot_of_opened(path: str, out: Path, size: tuple[int, int], tab: str, theme: str) -> int:
+    """`shot --open PATH`: the window showing a run folder or a snapshot, no run."""
+    from core.open_target import OpenError, check_openable
+
+    try:
+        kind, _target = check_openable(path)
+    except OpenError as exc:
+        print(f"memlens shot: cannot open {path}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    from PySide6.QtCore import QEventLoop, QTimer
+    from PySide6.QtWidgets import QApplication
+
+    app = QApplication.instance() or QApplication(["memlens-shot"])
+    from app.main_window import MainWindow
+
+    window = MainWindow(runs_dir=None)
+    _set_theme(window, theme)
+    window.resize(*size)
+    window.show()
+    opened = window.conventions.opener.open_path(path)
+    if opened and kind == "run" and tab == "graph":
+        window.tabs.setCurrentIndex(1)
+    loop = QEventLoop()
+    QTimer.singleShot(300, loop.quit)  # the plots drawn, the text refreshed
+    loop.exec()
+    app.processEvents()
+    saved = opened and _save(window.grab(), out)
+    window.close()
+    if not saved:
+        print(f"memlens shot: cannot {'write ' + repr(str(out)) if opened else 'open ' + path}",
+              file=sys.stderr)
+        return EXIT_FAILED
+    print(f"wrote {out}: {path} ({kind})")
+    return EXIT_OK
+
+
+def _save(image, out: Path) -> bool:
+    """Atomically: a failed save leaves no partial PNG where `out` is."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
+    if not image.save(str(tmp), "PNG"):
+        return False
+    os.replace(tmp, out)
+    return True

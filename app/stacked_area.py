@@ -30,9 +30,13 @@ class StackedArea(EdgeRepaintItem):
         self._brushes = [QBrush(QColor(c)) for c in colors]
         self.top = 0.0  # the highest point of the top layer
 
+    y_map = None  # see LivePlot.set_log_y
+
     def setData(self, x: np.ndarray, layers: np.ndarray) -> None:
         x = np.array(x, dtype=np.float64)  # copies: compared with the next setData's
         layers = np.array(layers).reshape(len(self._brushes), len(x))
+        if self.y_map is not None:
+            layers = self.y_map(np.asarray(layers, dtype=np.float64))
         top = 0.0
         if layers.size:
             t = np.fmax.reduce(layers[-1])

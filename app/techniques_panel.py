@@ -32,7 +32,6 @@ class TechniquesPanel(QGroupBox):
         self.note = QLabel("")
         self.note.setObjectName("techniques_note")
         self.note.setWordWrap(True)
-        self.note.setStyleSheet("color: #B35C00")
         self.note.hide()
         form.addRow(self.note)
         self.set_toggles(toggles or TechniqueToggles())

@@ -14,6 +14,8 @@ from core.records import PHASES
 class TimePlot(LivePlot):
     """`curves[phase]` holds the cumulative layer; the last (eval) is the whole step."""
 
+    log_floor = 0.01  # ms
+
     def __init__(self, parent=None) -> None:
         super().__init__("time_plot", "Step time (ms)", parent=parent)
         self.area = self.add_area(PHASES, [PHASE_COLORS[p] for p in PHASES], z=5)

@@ -5,6 +5,15 @@ from __future__ import annotations
 import math
 
 BYTE_UNITS: tuple[str, ...] = ("B", "KiB", "MiB", "GiB", "TiB")
+_exact = [False]  # View > Exact bytes: every byte figure as a whole number of bytes
+
+
+def set_exact_bytes(on: bool) -> None:
+    _exact[0] = bool(on)
+
+
+def exact_bytes() -> bool:
+    return _exact[0]
 
 
 def byte_unit(magnitude: float) -> tuple[float, str]:
@@ -20,8 +29,10 @@ def byte_unit(magnitude: float) -> tuple[float, str]:
 def format_bytes(value: float | None, signed: bool = False) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
-    size, unit = byte_unit(value)
     sign = "+" if signed and value > 0 else ""
+    if _exact[0]:
+        return f"{sign}{value:,.0f} B"
+    size, unit = byte_unit(value)
     if unit == "B":
         return f"{sign}{value:.0f} B"
     scaled = value / size

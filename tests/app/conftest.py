@@ -9,11 +9,32 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def _no_user_settings(tmp_path_factory):
+    """QSettings' user store points at a temporary folder: no test reads or writes the
+    settings of whoever runs the tests."""
+    from PySide6.QtCore import QSettings
+
+    folder = tmp_path_factory.mktemp("qsettings")
+    for fmt in (QSettings.IniFormat, QSettings.NativeFormat):
+        QSettings.setPath(fmt, QSettings.UserScope, str(folder))
+    yield
+    from app import units
+
+    units.set_exact_bytes(False)  # a test that switched it leaves the next one as usual
+
+
 @pytest.fixture
-def window(qtbot, tmp_path):
+def settings_file(tmp_path):
+    return tmp_path / "memlens-settings.ini"
+
+
+@pytest.fixture
+def window(qtbot, tmp_path, settings_file):
+    from app.app_settings import AppSettings
     from app.main_window import MainWindow
 
-    w = MainWindow(runs_dir=tmp_path / "runs")
+    w = MainWindow(runs_dir=tmp_path / "runs", settings=AppSettings.at(settings_file))
     qtbot.addWidget(w)
     w.show()
     qtbot.waitExposed(w)

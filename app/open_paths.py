@@ -1,0 +1,148 @@
+"""Opening what a user points at: File > Open (a run folder or a snapshot.pickle), File >
+Recent runs, a folder or file dropped on the window, and `app --open PATH`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import QEvent, QObject, Qt
+from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QMessageBox
+
+from app.app_settings import AppSettings
+from core.open_target import OpenError, resolve
+from core.snapshot_file import SnapshotFileError, read_snapshot
+
+FILTERS = ("Runs and snapshots (run.json steps.csv memory.csv *.pickle *.pkl)",
+           "Memory snapshots (*.pickle *.pkl)", "All files (*)")
+
+
+class Opener(QObject):
+    """Owns the window's Open dialog, Recent runs menu and drop target."""
+
+    def __init__(self, window, settings: AppSettings) -> None:
+        super().__init__(window)
+        self.main_window = window
+        self.settings = settings
+        self.snapshot_view = None  # app.snapshot_view.SnapshotView, made on first use
+        self.recent_menu = QMenu("Recent &runs", window)
+        self.recent_menu.setObjectName("recent_menu")
+        self.recent_menu.aboutToShow.connect(self._fill_recent)
+        self._fill_recent()
+        window.setAcceptDrops(True)
+        window.installEventFilter(self)
+
+    # --- choosing -----------------------------------------------------------------------------
+    def open_dialog(self) -> QFileDialog:
+        """A run (pick its folder's run.json or any file in it) or a snapshot file."""
+        start = self.settings.last_folder() or str(self.main_window.runs_dir or Path.cwd())
+        dialog = QFileDialog(self.main_window, "Open a run or a memory snapshot", start)
+        dialog.setObjectName("open_dialog")
+        dialog.setOption(QFileDialog.DontUseNativeDialog)
+        dialog.setFileMode(QFileDialog.ExistingFile)
+        dialog.setNameFilters(list(FILTERS))
+        dialog.setAttribute(Qt.WA_DeleteOnClose)
+        dialog.fileSelected.connect(self.open_path)
+        dialog.open()
+        return dialog
+
+    def open_path(self, path: str | Path) -> bool:
+        """Open a run folder or snapshot file as File > Open does; a clear message if not."""
+        try:
+            kind, target = resolve(path)
+        except OpenError as exc:
+            self._refuse(str(exc))
+            return False
+        ok = self.main_window.open_run(target) if kind == "run" else self.open_snapshot(target)
+        if ok:
+            self.settings.add_recent(target)
+            self.settings.set_last_folder(target.parent)
+            self.settings.sync()
+            self._fill_recent()
+        return ok
+
+    def open_snapshot(self, path: Path) -> bool:
+        QApplication.setOverrideCursor(Qt.WaitCursor)
+        try:
+            timeline = read_snapshot(path)
+        except SnapshotFileError as exc:
+            QApplication.restoreOverrideCursor()
+            self._refuse(str(exc), "Cannot open this snapshot")
+            return False
+        QApplication.restoreOverrideCursor()
+        view = self.view()
+        view.show_timeline(timeline)
+        self.main_window.tabs.setCurrentWidget(view)
+        self.main_window.setWindowTitle(f"memlens: {path.name} (snapshot, read-only)")
+        self.main_window.statusBar().showMessage(
+            f"Opened snapshot {path}: {timeline.actions:,} trace events", 8000)
+        return True
+
+    def view(self):
+        """The Snapshot tab, added on first use."""
+        if self.snapshot_view is None:
+            from app.snapshot_view import SnapshotView
+            from app.theme import current_theme
+
+            self.snapshot_view = SnapshotView()
+            self.snapshot_view.set_theme(current_theme())
+            self.main_window.tabs.addTab(self.snapshot_view, "Snapshot")
+        return self.snapshot_view
+
+    def _refuse(self, text: str, title: str = "Cannot open this") -> QMessageBox:
+        box = QMessageBox(QMessageBox.Warning, title, text, QMessageBox.Ok, self.main_window)
+        box.setObjectName("open_error")
+        box.setAttribute(Qt.WA_DeleteOnClose)
+        box.open()  # window-modal, not exec'd: a run keeps going meanwhile
+        return box
+
+    # --- recent ------------------------------------------------------------------------------
+    def _fill_recent(self) -> None:
+        self.recent_menu.clear()
+        items = self.settings.recent()
+        for i, path in enumerate(items):
+            action = self.recent_menu.addAction(f"&{i + 1} {path}")
+            action.setObjectName(f"recent_{i}")
+            action.setData(path)
+            action.triggered.connect(lambda _=False, p=path: self._open_recent(p))
+        if not items:
+            self.recent_menu.addAction("(none yet)").setEnabled(False)
+        self.recent_menu.addSeparator()
+        clear = self.recent_menu.addAction("Clear the list", self._clear_recent)
+        clear.setObjectName("recent_clear")
+        clear.setEnabled(bool(items))
+
+    def _open_recent(self, path: str) -> None:
+        if not Path(path).exists():
+            self.settings.remove_recent(path)
+            self._fill_recent()
+            self._refuse(f"{path!r} no longer exists; it was taken off the Recent list")
+            return
+        self.open_path(path)
+
+    def _clear_recent(self) -> None:
+        for path in self.settings.recent():
+            self.settings.remove_recent(path)
+        self._fill_recent()
+
+    # --- drag and drop -----------------------------------------------------------------------
+    def eventFilter(self, obj, event) -> bool:
+        window = getattr(self, "main_window", None)  # None while Python tears it down
+        if (obj is window and event.type() in (QEvent.DragEnter, QEvent.DragMove)
+                and self._dropped_path(event) is not None):
+            event.acceptProposedAction()
+            return True
+        if obj is window and event.type() == QEvent.Drop:
+            path = self._dropped_path(event)
+            if path is not None:
+                event.acceptProposedAction()
+                self.open_path(path)
+                return True
+        return super().eventFilter(obj, event)
+
+    @staticmethod
+    def _dropped_path(event) -> Path | None:
+        mime = event.mimeData()
+        if mime is None or not mime.hasUrls():
+            return None
+        locals_ = [u.toLocalFile() for u in mime.urls() if u.isLocalFile()]
+        return Path(locals_[0]) if locals_ else None

@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_TRAINING_ERROR = 0, 2, 3
+MODEL_FILE_ERROR = "ModelFileError"  # the error event's key (core.explain.error_title)
 
 
 def add_parser(subparsers) -> None:
@@ -33,7 +34,9 @@ def add_config_arguments(p, *, at: bool = True) -> None:
     """--preset, --config, --set and --at, the same for every command that runs a loop."""
     from core.options import PRESETS
 
-    p.add_argument("--preset", choices=PRESETS, help="model and data (default: mlp)")
+    p.add_argument("--preset", metavar="NAME|FILE.py",
+                   help=f"model and data: {', '.join(PRESETS)} (default: mlp), or a model file "
+                   "(docs/model-files.md)")
     p.add_argument("--config", metavar="F.toml", help="settings file ([techniques] table, at=[])")
     p.add_argument("--set", dest="sets", action="extend", nargs="+", default=[],
                    metavar="KEY=VALUE",
@@ -48,20 +51,24 @@ def add_config_arguments(p, *, at: bool = True) -> None:
 def build_config(args):
     """RunConfig from --config, --preset, --set, --steps, --precise, --at (in that order)."""
     from core.config import RunConfig, ScheduledChange
+    from core.model_file import with_model_file
 
-    cfg = RunConfig.from_toml(args.config) if args.config else RunConfig()
-    values: dict = {}
-    if args.preset:
-        values["preset"] = args.preset
-    if args.steps is not None:
-        values["steps"] = args.steps
-    if args.precise:
-        values["precise"] = True
-    cfg = cfg.with_values(values).with_sets(args.sets)
-    ats = getattr(args, "ats", [])
-    if ats:
-        cfg = cfg.with_schedule([ScheduledChange.parse(a) for a in ats])
-    return cfg
+    def build(base):
+        cfg = RunConfig.from_toml(args.config, base) if args.config else base
+        values: dict = {}
+        if args.preset:
+            values["preset"] = args.preset
+        if args.steps is not None:
+            values["steps"] = args.steps
+        if args.precise:
+            values["precise"] = True
+        cfg = cfg.with_values(values).with_sets(args.sets)
+        ats = getattr(args, "ats", [])
+        if ats:
+            cfg = cfg.with_schedule([ScheduledChange.parse(a) for a in ats])
+        return cfg
+
+    return with_model_file(build(RunConfig()), build)
 
 
 class _Progress:
@@ -124,17 +131,18 @@ def main(args) -> int:
 
     from core.history import RunHistory
     from core.loop import run_training
+    from core.model_file import preset_label
     from core.run_files import RunWriter
     from core.sinks import FanOut
 
-    out = Path(args.out) if args.out else default_out(cfg.preset)
+    out = Path(args.out) if args.out else default_out(preset_label(cfg.preset))
     try:
         writer = RunWriter(out, precise=cfg.precise)
     except ExportError as exc:
         print(f"memlens run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     history = RunHistory()
-    print(f"memlens: {cfg.preset}, {cfg.steps} steps -> {out}", file=sys.stderr)
+    print(f"memlens: {preset_label(cfg.preset)}, {cfg.steps} steps -> {out}", file=sys.stderr)
     try:
         summary = run_training(cfg, sink=FanOut(history, writer, _Progress(cfg.steps, args.quiet)),
                                on_error=args.on_error)
@@ -159,7 +167,8 @@ def main(args) -> int:
         e = summary.error
         print(f"\nTraining error at step {e.step} ({e.phase}): {e.message}\n\n{e.explanation}\n"
               f"\nFiles are complete up to step {e.step - 1}: {out}", file=sys.stderr)
-        return EXIT_TRAINING_ERROR
+        # A model file breaking its contract mid-run is bad input, not a training error.
+        return EXIT_BAD_INPUT if e.key == MODEL_FILE_ERROR else EXIT_TRAINING_ERROR
     return EXIT_OK
 
 

@@ -13,6 +13,7 @@ from core.options import (
     TECHNIQUE_KEYS,
     TECHNIQUE_OPTIONS,
     ConfigError,
+    is_model_file,
     option,
 )
 
@@ -148,6 +149,8 @@ class RunConfig:
             else:
                 if key not in OPTIONS:
                     option(key)  # raises with the list of valid keys
+                if key == "preset" and isinstance(value, str) and is_model_file(value):
+                    value = str(path.parent / Path(value).expanduser())  # beside the file
                 flat[key] = value
         cfg = (base or cls()).with_values(flat)
         return cfg.with_schedule(schedule) if schedule else cfg

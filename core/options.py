@@ -72,13 +72,41 @@ class Option:
         return out
 
 
+class PresetOption(Option):
+    """The preset setting: a built-in preset's name, or the path of a model file.
+
+    Only the form is checked here (a saved run whose model file has moved still loads);
+    core.model_file.resolve_preset checks that the file is there before a run.
+    """
+
+    def valid_text(self) -> str:
+        return super().valid_text() + ", or the path of a .py model file"
+
+    def parse(self, value: Any) -> Any:
+        if isinstance(value, str) and is_model_file(value):
+            return value.strip()
+        try:
+            return super().parse(value)
+        except ConfigError:
+            raise ConfigError(f"{self.key}: {value!r} is not valid; use {self.valid_text()}"
+                              ) from None
+
+
+def is_model_file(preset: str) -> bool:
+    """A preset value that names a file (a path or a name with a suffix), not a built-in."""
+    text = preset.strip()
+    if text.lower() in PRESETS:
+        return False
+    return "/" in text or "\\" in text or "." in text.lstrip(".")
+
+
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 PRESETS = ("mlp", "cnn", "lstm", "gan", "transformer")
 
 RUN_OPTIONS: tuple[Option, ...] = (
-    Option("preset", str, "mlp", "which model and data to train", choices=PRESETS),
+    PresetOption("preset", str, "mlp", "which model and data to train", choices=PRESETS),
     Option("steps", int, 200, "training steps (micro-batches) to run", minimum=1),
     Option("batch_size", int, 0, "samples per micro-batch; 0 = the preset's default",
            minimum=0, maximum=65536),

@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from core.config import RunConfig, TechniqueToggles
+from core.options import is_model_file
 
 DATA_BATCHES = 16  # distinct training batches, cycled; eval uses one more held-out batch
 
@@ -406,4 +407,8 @@ PRESET_CLASSES: dict[str, type[Preset]] = {
 
 def build_preset(config: RunConfig, device: torch.device) -> Preset:
     torch.manual_seed(config.seed)
+    if is_model_file(config.preset):
+        from core.model_file_preset import ModelFilePreset
+
+        return ModelFilePreset(config, device)
     return PRESET_CLASSES[config.preset](config, device)

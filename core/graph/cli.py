@@ -35,9 +35,14 @@ def build_config(args):
 
     if args.step < 0:
         raise ConfigError(f"--step {args.step}: the step must be >= 0")
-    cfg = RunConfig.from_toml(args.config) if args.config else RunConfig()
-    values: dict = {"preset": args.preset} if args.preset else {}
-    cfg = cfg.with_values(values).with_sets(args.sets)
+    from core.model_file import with_model_file
+
+    def build(base):
+        cfg = RunConfig.from_toml(args.config, base) if args.config else base
+        values: dict = {"preset": args.preset} if args.preset else {}
+        return cfg.with_values(values).with_sets(args.sets)
+
+    cfg = with_model_file(build(RunConfig()), build)
     # Captures come from --step alone; eval runs only when its graph is wanted.
     return cfg.with_values({"steps": args.step + 1, "capture_every": 0,
                             "eval_every": args.step + 1 if args.eval else 0})  # fmt: skip

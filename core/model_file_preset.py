@@ -64,7 +64,7 @@ class ModelFilePreset(Preset):
         except (Exception, SystemExit) as exc:
             raise user_error(path, exc, "make_batch(0, 'train')") from None
         if not self.batch_size:
-            self.batch_size = self._batch_dim(self._first[0])
+            self.batch_size = self._batch_dim(self._first[0][0])
         self._finish_build()
 
     # --- the file's functions, checked ----------------------------------------------------

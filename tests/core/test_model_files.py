@@ -175,7 +175,7 @@ def test_config_file_names_a_model_file_beside_it(capsys, tmp_path):
     model.write_text((EXAMPLES / "cnn_classifier.py").read_text())
     toml = tmp_path / "models" / "run.toml"
     toml.write_text('preset = "net.py"\nsteps = 2\nbatch_size = 4\n')
-    code, out, err = cli(capsys, "run", "--config", str(toml), "--out", str(tmp_path / "r"),
+    code, _out, err = cli(capsys, "run", "--config", str(toml), "--out", str(tmp_path / "r"),
                          "--quiet")
     assert code == 0, err
     doc = json.loads((tmp_path / "r" / "run.json").read_text())

@@ -9,6 +9,7 @@ refreshed at a slower rate. Nothing here blocks on the training thread.
 from __future__ import annotations
 
 import gc
+import html
 import os
 import sys
 import time
@@ -48,6 +49,7 @@ from app.toggle_effect import toggle_effect
 from core.atomic import ExportError
 from core.config import RunConfig
 from core.history import RunHistory
+from core.model_file import preset_label
 from core.options import ConfigError
 from core.records import RunEvent
 from core.run_files import RunFolderError, load_run
@@ -297,7 +299,8 @@ class MainWindow(QMainWindow):
             self.reset_run()
             return
         self._error_event = None
-        self.error_banner.hide()
+        if summary is not None:  # a run that could not go on keeps saying why
+            self.error_banner.hide()
         self._set_state("finished", self._finished_text(summary))
 
     def _finished_text(self, summary) -> str:
@@ -318,6 +321,8 @@ class MainWindow(QMainWindow):
                          explanation="The run could not go on. What it recorded so far "
                                      "is kept.\n\n" + details[-1500:])
         self.history.on_event(event)
+        self.error_banner.setText(f"<b>The run could not go on:</b> {html.escape(message)}")
+        self.error_banner.show()
 
     # --- the ~30 Hz frame ------------------------------------------------------------------------
     def _on_frame(self, force_text: bool = False) -> None:
@@ -449,6 +454,7 @@ class MainWindow(QMainWindow):
         config = self.session.config if self.session is not None else None
         self.run_panel.set_state(state, config, text)
         name = (self.history.meta.get("config") or {}).get("preset") if self.history else None
+        name = preset_label(name) if name else name
         self.setWindowTitle(f"memlens: {name} ({text.split(';')[0].lower()})" if name
                             else "memlens")
         can_pin, why = self._can_pin()

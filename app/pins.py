@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from app.plot_style import PIN_COLORS
 from app.run_series import RunSeries
+from core.model_file import preset_label
 
 
 @dataclass
@@ -31,7 +32,7 @@ def run_name(meta: dict, steps: int) -> str:
     defaults = TechniqueToggles().to_dict()
     changed = [f"{k}={_text(v)}" for k, v in techniques.items() if defaults.get(k) != v]
     schedule = config.get("schedule") or []
-    parts = [str(config.get("preset", "run")), *changed]
+    parts = [preset_label(str(config.get("preset", "run"))), *changed]
     if schedule:
         parts.append(f"{len(schedule)} scheduled")
     return f"{' '.join(parts)} ({steps} steps)"

@@ -21,6 +21,8 @@ from core.atomic import ExportError
 from core.config import RunConfig
 from core.controls import RunControls
 from core.history import RunHistory
+from core.model_file import preset_label
+from core.options import ConfigError
 from core.records import RunEvent
 from core.run_files import RunWriter
 
@@ -112,6 +114,8 @@ class RunWorker(QObject):
             train = self._train_fn or core_training()
             result = train(self._config, self._controls, self._sink, on_error="pause")
             self.summary = result.to_dict() if hasattr(result, "to_dict") else result
+        except ConfigError as exc:  # bad input (a model file): the message says it all
+            self.failed.emit(str(exc), "")
         except Exception as exc:  # every failure is reported, none escapes the thread
             self.failed.emit(f"{type(exc).__name__}: {exc}", traceback.format_exc())
         finally:
@@ -145,7 +149,7 @@ class RunSession(QObject):
         self.ended = False
         writer = None
         if runs_dir is not None:
-            folder = new_run_folder(Path(runs_dir), config.preset)
+            folder = new_run_folder(Path(runs_dir), preset_label(config.preset))
             try:
                 writer = RunWriter(folder, precise=config.precise)
                 self.folder = folder

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.options import OPTIONS, PRESETS, ConfigError, is_model_file
+from core.options import OPTIONS, PRESETS, RUN_OPTIONS, ConfigError, is_model_file
 
 CONTRACT = ("a model file defines build_model() -> torch.nn.Module and "
             "make_batch(step, split) -> (inputs, targets); optionally loss_fn(output, targets), "
@@ -73,7 +73,8 @@ def _syntax_error(path: Path, exc: SyntaxError) -> ModelFileError:
 
 def read_file_config(preset: str) -> dict[str, Any]:
     """The model file's CONFIG, checked against the option table, read from the source
-    without running it: CONFIG must be a literal dict. {} when the file has none."""
+    without running it: CONFIG must be a literal dict of run settings (techniques are
+    chosen per run, live). {} when the file has none."""
     path = Path(preset)
     source = _read_source(path)
     try:
@@ -99,9 +100,10 @@ def read_file_config(preset: str) -> dict[str, Any]:
     if not isinstance(data, dict):
         raise ModelFileError(f"{where}: CONFIG must be a dict, not {type(data).__name__}")
     out: dict[str, Any] = {}
+    settings = {o.key for o in RUN_OPTIONS} - {"preset"}
     for key, value in data.items():
-        if key == "preset" or key not in OPTIONS:
-            valid = ", ".join(k for k in OPTIONS if k != "preset")
+        if key not in settings:
+            valid = ", ".join(o.key for o in RUN_OPTIONS if o.key in settings)
             raise ModelFileError(f"{where}: CONFIG key {key!r} is not a setting; "
                                  f"settings: {valid}")
         try:

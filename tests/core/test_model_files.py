@@ -18,6 +18,7 @@ from core.history import RunHistory
 from core.loop import run_training
 from core.model_file import with_model_file
 from tests.core.helpers import samples_at
+from tests.core.test_article_lessons import saved_bytes_of
 
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples"
@@ -30,8 +31,9 @@ def file_config(path: Path | str, **values) -> RunConfig:
     return with_model_file(RunConfig().with_values(over), lambda base: base.with_values(over))
 
 
-def run_file(path, controls=None, on_error="stop", **values):
+def run_file(path, controls=None, on_error="stop", at=(), **values):
     cfg = file_config(path, **values)
+    cfg = cfg.with_schedule([ScheduledChange.parse(a) for a in at]) if at else cfg
     history = RunHistory()
     controls = controls or RunControls(cfg.techniques, cfg.schedule)
     summary = run_training(cfg, controls, history, on_error=on_error)
@@ -69,12 +71,7 @@ def test_example_params_grads_and_optimizer_bytes_equal_plain_torch(name):
     opt_class = {"adam": torch.optim.Adam, "adamw": torch.optim.AdamW}[cfg.optimizer]
     opt = opt_class(model.parameters(), lr=cfg.lr)
     inputs, targets = mod.make_batch(0, "train", batch_size=cfg.batch_size)
-    if hasattr(mod, "init_state"):
-        out, _ = model(inputs, mod.init_state(cfg.batch_size))
-    else:
-        out = model(inputs)
-    loss_fn = getattr(mod, "loss_fn", None) or (lambda o, t: torch.nn.functional.cross_entropy(
-        o.reshape(-1, o.shape[-1]), t.reshape(-1)))
+    out, loss_fn = plain_forward(mod, model, inputs, cfg.batch_size)
     loss_fn(out, targets).backward()
     opt.step()
     params = sum(p.nbytes for p in model.parameters())
@@ -87,6 +84,40 @@ def test_example_params_grads_and_optimizer_bytes_equal_plain_torch(name):
     assert np.all(samples_at(history, "backward", "grads") == grads)
     assert samples_at(history, "optimizer", "optimizer")[0] == state
     assert samples_at(history, "zero_grad", "optimizer")[0] == 0  # before the first step
+
+
+def plain_forward(mod, model, inputs, batch_size: int):
+    """The file's model and loss on one batch, as a user's loop calls them."""
+    if hasattr(mod, "init_state"):
+        out, _ = model(inputs, mod.init_state(batch_size))
+    else:
+        out = model(inputs)
+    loss_fn = getattr(mod, "loss_fn", None) or (lambda o, t: torch.nn.functional.cross_entropy(
+        o.reshape(-1, o.shape[-1]), t.reshape(-1)))
+    return out, loss_fn
+
+
+@pytest.mark.parametrize("name", EXAMPLE_FILES)
+def test_example_eval_forward_activations_equal_a_plain_saved_tensor_count(name):
+    path = EXAMPLES / name
+    history, summary, cfg = run_file(path, steps=2, eval_every=1, no_grad_eval=False,
+                                     at=("1:no_grad_eval=true",))
+    assert summary.stopped_by == "completed"
+    under_grad, under_no_grad = samples_at(history, "eval_forward", "activations")
+
+    mod = plain_module(path)
+    torch.manual_seed(cfg.seed)
+    model = mod.build_model().eval()
+    inputs, targets = mod.make_batch(0, "eval", batch_size=cfg.batch_size)
+
+    def eval_loss():
+        out, loss_fn = plain_forward(mod, model, inputs, cfg.batch_size)
+        return loss_fn(out, targets)
+
+    expected = saved_bytes_of(eval_loss, list(model.parameters()))
+    assert expected > 0
+    assert under_grad == expected
+    assert under_no_grad == 0
 
 
 def test_file_config_sits_under_the_settings_given():

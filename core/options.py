@@ -110,6 +110,8 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("cuda_snapshot_steps", int, 0,
            "CUDA: steps the allocator history records from its start; 0 = off", minimum=0,
            maximum=10_000),
+    Option("force", bool, False,
+           "start even when the memory check says model, optimizer and a batch will not fit"),
 )  # fmt: skip
 
 TECHNIQUE_OPTIONS: tuple[Option, ...] = (

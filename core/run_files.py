@@ -105,7 +105,11 @@ def graph_summary(snapshot) -> dict[str, int]:
 class RunWriter:
     """A run sink that writes the run folder as the run goes."""
 
-    def __init__(self, folder: str | Path, precise: bool = False) -> None:
+    def __init__(self, folder: str | Path, precise: bool = False,
+                 meta: dict | None = None) -> None:
+        """`meta` (e.g. `{"config": ...}`) goes into a preliminary run.json written at once,
+        with the CSV headers: a run killed while it allocates still leaves a run folder
+        that says what was asked for."""
         self.folder = Path(folder)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -126,6 +130,17 @@ class RunWriter:
         if precise:
             self._doc["allocations"] = describe_allocations()
         self._last_json = 0.0
+        self._doc.update(meta or {})
+        try:
+            self._steps_fh.flush()
+            self._mem_fh.flush()
+            self._write_json()
+        except OSError as exc:
+            self.close()
+            raise ExportError(
+                f"cannot write the run folder {str(self.folder)!r}: {exc.strerror or exc}. "
+                "Pass --out with a folder you can write to."
+            ) from exc
 
     # --- sink -----------------------------------------------------------------------------
     def on_start(self, meta: dict) -> None:

@@ -209,7 +209,7 @@ def test_a_signal_stops_the_run_with_one_line_and_a_final_run_json(tmp_path, sig
                 pass
         assert proc.poll() is None, proc.stderr.read()
         proc.send_signal(sig)
-        stdout, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=120)
     finally:
         if proc.poll() is None:
             proc.kill()

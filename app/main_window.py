@@ -537,11 +537,13 @@ class MainWindow(QMainWindow):
         QApplication.setOverrideCursor(Qt.WaitCursor)
         try:
             history = load_run(folder)
-        except (RunFolderError, OSError, ValueError) as exc:
-            QApplication.restoreOverrideCursor()
-            self._message("Cannot open this run", str(exc), QMessageBox.Warning, "open_error")
+        except Exception as exc:  # a damaged folder is a message, whatever broke in it
+            text = str(exc) if isinstance(exc, RunFolderError | OSError) else (
+                f"{folder}: cannot be read as a run ({type(exc).__name__})")
+            self._message("Cannot open this run", text, QMessageBox.Warning, "open_error")
             return False
-        QApplication.restoreOverrideCursor()
+        finally:
+            QApplication.restoreOverrideCursor()
         if self.running:
             series = RunSeries(history)
             series.pull()
@@ -593,7 +595,7 @@ class MainWindow(QMainWindow):
             source = self.session.folder if self.session is not None else self.loaded_from
             written, problems = export_run(self.history, self.plot_widgets(), folder, choices,
                                            source)
-        except ExportError as exc:
+        except (ExportError, OSError, ValueError) as exc:  # never a traceback out of a slot
             self._message("Export failed", str(exc), QMessageBox.Warning, "export_message")
             return []
         text = f"Wrote {len(written)} files to {folder}"

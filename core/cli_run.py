@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_TRAINING_ERROR = 0, 2, 3
+EXIT_INTERRUPTED = 130  # Ctrl-C before the run started (128 + SIGINT)
 MODEL_FILE_ERROR = "ModelFileError"  # the error event's key (core.explain.error_title)
 
 
@@ -21,7 +22,10 @@ def add_parser(subparsers) -> None:
     add_config_arguments(p)
     p.add_argument("--steps", type=int, help="number of steps")
     p.add_argument("--precise", action="store_true", help="track every storage (exact peak)")
-    p.add_argument("--out", metavar="DIR", help="run folder (default: a new folder in runs/)")
+    p.add_argument("--out", metavar="DIR", help="run folder (default: a new folder in runs/); "
+                   "refused if it holds another run")
+    p.add_argument("--force", action="store_true",
+                   help="with --out: delete the run files already in that folder first")
     p.add_argument("--export", metavar="FORMATS", default="",
                    help="also write snapshot,trace,timeline (comma-separated, or all); "
                    "allocations: allocations.csv, only when named")
@@ -106,16 +110,6 @@ class _Progress:
             sys.stderr.write("\r" + " " * 78 + "\r")
 
 
-def default_out(preset: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("runs") / f"{stamp}-{preset}"
-    out, n = base, 1
-    while out.exists():
-        n += 1
-        out = base.with_name(f"{base.name}-{n}")
-    return out
-
-
 def main(args) -> int:
     from core.atomic import ExportError
     from core.options import ConfigError
@@ -125,30 +119,52 @@ def main(args) -> int:
         formats = [f.strip() for f in args.export.split(",") if f.strip()]
         if formats:
             _check_formats(formats)
-    except ConfigError as exc:
+        for warning in cfg.schedule_warnings():
+            print(f"memlens run: warning: {warning}", file=sys.stderr)
+        out, writer = _prepare(cfg, args)
+    except (ConfigError, ExportError) as exc:
         print(f"memlens run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("memlens run: stopped before the first step", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
+    from core.controls import RunControls
     from core.history import RunHistory
     from core.loop import run_training
     from core.model_file import preset_label
-    from core.run_files import RunWriter
+    from core.run_guard import SignalStop, StoppedBy, WriteGuard
     from core.sinks import FanOut
 
-    out = Path(args.out) if args.out else default_out(preset_label(cfg.preset))
-    try:
-        writer = RunWriter(out, precise=cfg.precise)
-    except ExportError as exc:
-        print(f"memlens run: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     history = RunHistory()
+    controls = RunControls(cfg.techniques, cfg.schedule)
+    guard = WriteGuard(writer, controls)
     print(f"memlens: {preset_label(cfg.preset)}, {cfg.steps} steps -> {out}", file=sys.stderr)
-    try:
-        summary = run_training(cfg, sink=FanOut(history, writer, _Progress(cfg.steps, args.quiet)),
-                               on_error=args.on_error)
-    except ConfigError as exc:  # e.g. device=cuda without a GPU
-        writer.close()
-        print(f"memlens run: {exc}", file=sys.stderr)
+    with SignalStop(controls) as signals:
+        def reason() -> str | None:
+            if signals.received is not None:
+                return signals.received.name
+            return "write_error" if guard.failure is not None else None
+
+        sink = StoppedBy(FanOut(history, guard, _Progress(cfg.steps, args.quiet)), reason)
+        try:
+            summary = run_training(cfg, controls, sink, on_error=args.on_error)
+        except ConfigError as exc:  # e.g. out of memory while building the model
+            guard.close()
+            print(f"memlens run: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    if signals.received is not None:
+        steps = history.steps.column("step")
+        where = f"at step {int(steps[-1])}" if len(steps) else "before the first step"
+        print(f"memlens run: stopped {where} ({signals.received.name}); files complete up to "
+              f"it: {out}", file=sys.stderr)
+        return signals.exit_code
+    if guard.failure is not None:
+        exc = guard.failure
+        print(f"memlens run: cannot write the run folder {str(out)!r}: "
+              f"{exc.strerror or exc}; stopped at step {summary.steps_done}, files complete "
+              "up to the last step written. Free disk space or choose another --out.",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     _print_summary(summary, history)
     if formats:
@@ -170,6 +186,25 @@ def main(args) -> int:
         # A model file breaking its contract mid-run is bad input, not a training error.
         return EXIT_BAD_INPUT if e.key == MODEL_FILE_ERROR else EXIT_TRAINING_ERROR
     return EXIT_OK
+
+
+def _prepare(cfg, args):
+    """Everything that can refuse a run, before any file is made: the device, the memory
+    check, the folder. Then the folder with its headers and a preliminary run.json."""
+    from core.loop import resolve_device
+    from core.model_file import preset_label
+    from core.preflight import check_run_fits
+    from core.run_files import RunWriter
+    from core.run_folder import claim_out_folder, new_run_folder
+
+    device = resolve_device(cfg.device)
+    check_run_fits(cfg, device)
+    if args.out is not None:
+        out = claim_out_folder(args.out, force=args.force)
+    else:
+        out = new_run_folder(Path("runs"), preset_label(cfg.preset))
+    return out, RunWriter(out, precise=cfg.precise, meta={"config": cfg.to_dict(),
+                                                          "schedule": cfg.to_dict()["schedule"]})
 
 
 def _check_formats(formats: list[str]) -> None:

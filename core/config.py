@@ -89,6 +89,7 @@ class RunConfig:
     capture_every: int = 0
     cuda_snapshot_start: int = 0
     cuda_snapshot_steps: int = 0
+    force: bool = False
     techniques: TechniqueToggles = field(default_factory=TechniqueToggles)
     schedule: tuple[ScheduledChange, ...] = ()
 
@@ -154,6 +155,21 @@ class RunConfig:
                 flat[key] = value
         cfg = (base or cls()).with_values(flat)
         return cfg.with_schedule(schedule) if schedule else cfg
+
+    def schedule_warnings(self) -> list[str]:
+        """Scheduled changes that will not do what they seem to: past the last step, or the
+        same technique changed twice at one step (the last given applies)."""
+        out: list[str] = []
+        seen: dict[tuple[int, str], Any] = {}
+        for c in self.schedule:
+            text = f"--at {c.step}:{c.key}={_fmt(c.value)}"
+            if c.step >= self.steps:
+                out.append(f"{text} never applies: the run's last step is {self.steps - 1}")
+            elif (c.step, c.key) in seen:
+                out.append(f"{text}: {c.key} is set more than once at step {c.step}; "
+                           "the last one given applies")
+            seen[(c.step, c.key)] = c.value
+        return out
 
     # --- reading --------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -558,7 +558,14 @@ def run_training(
     controls = controls or RunControls(config.techniques, config.schedule)
     sink = sink if sink is not None else FanOut()
     _announce_native_build(config, sink)
-    session = TrainingSession(config, controls, sink)
+    try:
+        session = TrainingSession(config, controls, sink)
+    except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        from core.preflight import is_out_of_memory, setup_out_of_memory
+
+        if not is_out_of_memory(exc):
+            raise
+        raise setup_out_of_memory(exc, config) from None
     sink.on_start(session.meta())
     session.sample(0, "start")
     session._flush_allocations()

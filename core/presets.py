@@ -206,6 +206,9 @@ class _TokenStream:
     """A seeded Markov chain over a vocabulary: text-like data a small LM can learn."""
 
     def __init__(self, vocab: int, length: int, gen: torch.Generator) -> None:
+        if torch.get_default_device().type == "meta":  # core.preflight: shapes, no data
+            self.tokens = torch.empty(length, dtype=torch.long)
+            return
         nxt = torch.randint(0, vocab, (vocab, 4), generator=gen)  # each token: 4 likely successors
         choice = torch.randint(0, 4, (length,), generator=gen).tolist()
         noise = (torch.rand(length, generator=gen) < 0.1).tolist()

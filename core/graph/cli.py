@@ -31,10 +31,11 @@ def add_parser(subparsers) -> None:
 def build_config(args):
     """The run: settings as given, then only as many steps as needed to reach --step."""
     from core.config import RunConfig
-    from core.options import ConfigError
+    from core.options import MAX_STEPS, ConfigError
 
-    if args.step < 0:
-        raise ConfigError(f"--step {args.step}: the step must be >= 0")
+    if not 0 <= args.step < MAX_STEPS:
+        raise ConfigError(f"--step {args.step}: the step must be from 0 to {MAX_STEPS - 1:_} "
+                          "(the run goes through every step before it)")
     from core.model_file import with_model_file
 
     def build(base):

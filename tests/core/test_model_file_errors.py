@@ -186,3 +186,14 @@ def test_graph_command_takes_a_model_file(capsys, tmp_path):
                       "--out", str(out)])
     assert code == 0, capsys.readouterr().err
     assert "AddmmBackward0" in out.read_text()
+
+
+def test_a_model_too_large_for_the_machine_is_refused_with_the_estimate(capsys, tmp_path):
+    # 200,000 x 200,000 float32 weights: 160 GB of parameters, and as much again for the
+    # grads and twice for Adam. Built on the meta device for the estimate: nothing allocated.
+    path = write(tmp_path, GOOD.replace("nn.Linear(4, 3)", "nn.Sequential(nn.Linear(4, 200_000), "
+                                        "nn.Linear(200_000, 200_000), nn.Linear(200_000, 3))"))
+    code, err = run(capsys, tmp_path, path)
+    assert code == 2
+    assert "the run needs about" in err and "params 149" in err and "force=true" in err
+    assert not (tmp_path / "run").exists()

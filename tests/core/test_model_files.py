@@ -213,3 +213,18 @@ def test_config_file_names_a_model_file_beside_it(capsys, tmp_path):
     assert doc["config"]["preset"] == str(model.resolve())
     assert doc["config"]["batch_size"] == 4  # the config file's, over the model file's 16
     assert doc["config"]["eval_every"] == 5  # the model file's CONFIG
+
+
+@pytest.mark.parametrize("name", EXAMPLE_FILES)
+def test_the_memory_check_estimates_each_example_from_shapes(name):
+    from core.model_file_preflight import estimate_model_file_memory
+
+    path = EXAMPLES / name
+    cfg = file_config(path)
+    estimate = estimate_model_file_memory(cfg)
+    mod = plain_module(path)
+    params = sum(p.nbytes for p in mod.build_model().parameters())
+    assert estimate is not None
+    assert estimate.params == estimate.grads == params
+    assert estimate.optimizer == 2 * params  # adam / adamw: two moments
+    assert estimate.activations > 0

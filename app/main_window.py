@@ -374,7 +374,7 @@ class MainWindow(QMainWindow):
                 self.techniques_panel.show_note("")
                 self._measuring.append((item_row, event))
                 self._toggle_rows.append((item_row, event))
-            elif event.kind == "error" and self.running:
+            elif event.kind == "error" and self.running and event.key != "run failed":
                 self._error_event = event
                 self._show_error(event)
 

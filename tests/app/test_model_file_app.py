@@ -123,6 +123,7 @@ def test_a_broken_model_file_is_explained_and_the_app_stays_up(qtbot, monkeypatc
     qtbot.waitUntil(lambda: not window.running, timeout=120_000)
     assert window.error_banner.isVisible()
     assert f"{path}:3: syntax error" in window.error_banner.text()
+    assert "Resume" not in window.error_banner.text()  # nothing to resume: it never started
     (event,) = [e for e in window.history.events() if e.kind == "error"]
     assert event.message.startswith(f"{path}:3: syntax error")
     assert "Traceback" not in event.explanation

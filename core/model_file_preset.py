@@ -55,6 +55,7 @@ class ModelFilePreset(Preset):
         self.models["model"] = model
         self.carries_state = self.file.init_state is not None
         self.state: Any = None
+        self._state_from_autocast = False
         # Batch 0 is made now, once, and used by step 0: a wrong batch is named before the
         # run starts, and make_batch is called exactly as often as a plain loop calls it.
         try:
@@ -148,8 +149,9 @@ class ModelFilePreset(Preset):
         state = self.state
         if toggles.detach_state:
             state = map_tensors(state, Tensor.detach)
-        if toggles.amp == "off":
+        if toggles.amp == "off" and self._state_from_autocast:
             # Autocast may have made the state half precision; the model wants its own dtype.
+            # Only then: a run without AMP gets its state back exactly as the model made it.
             dtype = self._param_dtype()
             state = map_tensors(state, lambda t: t.to(dtype) if t.is_floating_point() else t)
         return state
@@ -171,6 +173,7 @@ class ModelFilePreset(Preset):
             output, new_state = self._forward(inputs, state)
             if self.carries_state:
                 self.state = new_state
+                self._state_from_autocast = toggles.amp != "off"
             loss = self._loss(output, targets)
         except SystemExit as exc:  # the file's exit must not end the run's thread
             raise user_error(self.file.path, exc, "the training forward") from None

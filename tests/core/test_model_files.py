@@ -228,3 +228,40 @@ def test_the_memory_check_estimates_each_example_from_shapes(name):
     assert estimate.params == estimate.grads == params
     assert estimate.optimizer == 2 * params  # adam / adamw: two moments
     assert estimate.activations > 0
+
+
+def test_state_is_given_back_exactly_without_amp(tmp_path):
+    # A float64 state beside float32 weights: memlens must not cast it (only autocast's
+    # half-precision state is cast back, and only once AMP is off again).
+    path = tmp_path / "float64_state.py"
+    path.write_text('''\
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, x, state):
+        if state.dtype != torch.float64:
+            raise TypeError(f"state came back as {state.dtype}")
+        return self.fc(x) + state.float(), state * 0.5 + x.double().sum(1, keepdim=True)
+
+
+def build_model():
+    return Net()
+
+
+def init_state(batch_size):
+    return torch.zeros(batch_size, 1, dtype=torch.float64)
+
+
+def make_batch(step, split):
+    gen = torch.Generator().manual_seed(step)
+    return torch.randn(8, 4, generator=gen), torch.randint(0, 3, (8,), generator=gen)
+''')
+    history, summary, _ = run_file(path, steps=4)
+    assert summary.stopped_by == "completed", summary.error
+    assert np.all(samples_at(history, "forward", "other") == 8 * 8)  # 8 float64 values

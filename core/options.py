@@ -148,7 +148,8 @@ TECHNIQUE_OPTIONS: tuple[Option, ...] = (
     Option("accumulate", int, 1, "micro-batches per optimizer step (loss / k)",
            minimum=1, maximum=1024, live=True),
     Option("detach_state", bool, True,
-           "detach carried state (lstm hidden state; gan generator output in the D step)",
+           "detach carried state (lstm hidden state; gan generator output in the D step; "
+           "a model file's init_state state)",
            live=True),
     Option("retain_graph", bool, False, "backward(retain_graph=True): keep the graph alive",
            live=True),

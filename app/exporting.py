@@ -117,7 +117,7 @@ def export_run(history, plots: dict, folder: str | Path, choices: set[str],
         if run_files is not None:
             try:
                 written[:0] = run_files.result()
-            except ExportError as exc:
+            except (OSError, ValueError) as exc:  # ExportError, or a source that changed
                 problems.insert(0, str(exc))
     problems += notes
     return written, problems

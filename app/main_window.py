@@ -9,6 +9,7 @@ refreshed at a slower rate. Nothing here blocks on the training thread.
 from __future__ import annotations
 
 import gc
+import html
 import os
 import sys
 import time
@@ -50,6 +51,7 @@ from app.toggle_effect import toggle_effect
 from core.atomic import ExportError
 from core.config import RunConfig
 from core.history import RunHistory
+from core.model_file import preset_label
 from core.options import ConfigError
 from core.records import RunEvent
 from core.run_files import RunFolderError, load_run
@@ -306,7 +308,8 @@ class MainWindow(QMainWindow):
             self.reset_run()
             return
         self._error_event = None
-        self.error_banner.hide()
+        if summary is not None:  # a run that could not go on keeps saying why
+            self.error_banner.hide()
         self._set_state("finished", self._finished_text(summary))
 
     def _finished_text(self, summary) -> str:
@@ -327,6 +330,8 @@ class MainWindow(QMainWindow):
                          explanation="The run could not go on. What it recorded so far "
                                      "is kept.\n\n" + details[-1500:])
         self.history.on_event(event)
+        self.error_banner.setText(f"<b>The run could not go on:</b> {html.escape(message)}")
+        self.error_banner.show()
 
     # --- the ~30 Hz frame ------------------------------------------------------------------------
     def _on_frame(self, force_text: bool = False) -> None:
@@ -378,7 +383,7 @@ class MainWindow(QMainWindow):
                 self.techniques_panel.show_note("")
                 self._measuring.append((item_row, event))
                 self._toggle_rows.append((item_row, event))
-            elif event.kind == "error" and self.running:
+            elif event.kind == "error" and self.running and event.key != "run failed":
                 self._error_event = event
                 self._show_error(event)
 
@@ -463,6 +468,7 @@ class MainWindow(QMainWindow):
         config = self.session.config if self.session is not None else None
         self.run_panel.set_state(state, config, text)
         name = (self.history.meta.get("config") or {}).get("preset") if self.history else None
+        name = preset_label(name) if name else name
         self.setWindowTitle(f"memlens: {name} ({text.split(';')[0].lower()})" if name
                             else "memlens")
         can_pin, why = self._can_pin()
@@ -545,11 +551,13 @@ class MainWindow(QMainWindow):
         QApplication.setOverrideCursor(Qt.WaitCursor)
         try:
             history = load_run(folder)
-        except (RunFolderError, OSError, ValueError) as exc:
-            QApplication.restoreOverrideCursor()
-            self._message("Cannot open this run", str(exc), QMessageBox.Warning, "open_error")
+        except Exception as exc:  # a damaged folder is a message, whatever broke in it
+            text = str(exc) if isinstance(exc, RunFolderError | OSError) else (
+                f"{folder}: cannot be read as a run ({type(exc).__name__})")
+            self._message("Cannot open this run", text, QMessageBox.Warning, "open_error")
             return False
-        QApplication.restoreOverrideCursor()
+        finally:
+            QApplication.restoreOverrideCursor()
         if self.running:
             series = RunSeries(history)
             series.pull()
@@ -601,7 +609,7 @@ class MainWindow(QMainWindow):
             source = self.session.folder if self.session is not None else self.loaded_from
             written, problems = export_run(self.history, self.plot_widgets(), folder, choices,
                                            source)
-        except ExportError as exc:
+        except (ExportError, OSError, ValueError) as exc:  # never a traceback out of a slot
             self._message("Export failed", str(exc), QMessageBox.Warning, "export_message")
             return []
         text = f"Wrote {len(written)} files to {folder}"

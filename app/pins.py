@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from app.run_series import RunSeries
+from core.model_file import preset_label
 
 # Pinned runs, in pin order; drawn faded and dashed so the live run stays in front.
 PIN_COLORS: tuple[str, ...] = ("#9467BD", "#17BECF", "#BCBD22", "#E377C2", "#7F7F7F")
@@ -33,7 +34,7 @@ def run_name(meta: dict, steps: int) -> str:
     defaults = TechniqueToggles().to_dict()
     changed = [f"{k}={_text(v)}" for k, v in techniques.items() if defaults.get(k) != v]
     schedule = config.get("schedule") or []
-    parts = [str(config.get("preset", "run")), *changed]
+    parts = [preset_label(str(config.get("preset", "run"))), *changed]
     if schedule:
         parts.append(f"{len(schedule)} scheduled")
     return f"{' '.join(parts)} ({steps} steps)"

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import Signal
@@ -15,7 +16,9 @@ from PySide6.QtWidgets import (
 )  # fmt: skip
 
 from app.option_fields import OptionField
+from app.preset_field import PresetField
 from core.config import RunConfig, TechniqueToggles
+from core.model_file import ModelFileError, read_file_config
 from core.options import RUN_OPTIONS
 
 RESTART_HINT = "needs restart"
@@ -39,7 +42,7 @@ class RunPanel(QGroupBox):
         form.setContentsMargins(6, 4, 6, 4)
         form.setVerticalSpacing(3)
         for opt in RUN_OPTIONS:
-            field = OptionField(opt, self)
+            field = self._make_field(opt)
             field.value_changed.connect(self._on_field_value_changed)
             hint = QLabel(RESTART_HINT)
             hint.setProperty("role", "restart_hint")  # styled in resources/*.qss
@@ -77,6 +80,30 @@ class RunPanel(QGroupBox):
         if config is not None:
             self.set_config(config)
         self.set_state("idle")
+
+    def _make_field(self, opt) -> OptionField:
+        if opt.key != "preset":
+            return OptionField(opt, self)
+        field = PresetField(opt, self)
+        field.file_chosen.connect(self._on_model_file_chosen)
+        return field
+
+    def _on_model_file_chosen(self, path: str) -> None:
+        """A model file's sizes are its own (0 = the file's default) and its CONFIG gives
+        the settings it asks for; read from the source, nothing in the file runs here."""
+        try:
+            values = read_file_config(path)
+        except ModelFileError as exc:
+            self.state_label.setText(str(exc))
+            return
+        for key in ("batch_size", "width", "seq_len"):
+            self.fields[key].set_value(0)
+        for key, value in values.items():
+            self.fields[key].set_value(value)
+        self._update_hints()
+        shown = ", ".join(f"{k}={v}" for k, v in values.items())
+        self.state_label.setText(f"{Path(path).name}: " + (f"settings from its CONFIG: {shown}"
+                                                          if shown else "no CONFIG"))
 
     def _button(self, text: str, name: str, signal, tip: str) -> QPushButton:
         b = QPushButton(text)

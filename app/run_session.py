@@ -10,19 +10,20 @@ exception the loop raises is caught and reported as the `failed` signal.
 from __future__ import annotations
 
 import gc
-import time
 import traceback
 from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from core.atomic import ExportError
 from core.config import RunConfig
 from core.controls import RunControls
 from core.history import RunHistory
+from core.model_file import preset_label
+from core.options import ConfigError
 from core.records import RunEvent
 from core.run_files import RunWriter
+from core.run_folder import new_run_folder
 from core.sinks import FanOut, GuardedSink
 
 TrainFn = Callable[..., object]
@@ -73,22 +74,19 @@ class RunWorker(QObject):
     def run(self) -> None:
         try:
             train = self._train_fn or core_training()
+            if self._train_fn is None:  # the preset's memory check, as the CLI's
+                from core.loop import resolve_device
+                from core.preflight import check_run_fits
+
+                check_run_fits(self._config, resolve_device(self._config.device))
             result = train(self._config, self._controls, self._sink, on_error="pause")
             self.summary = result.to_dict() if hasattr(result, "to_dict") else result
+        except ConfigError as exc:  # bad input (a model file): the message says it all
+            self.failed.emit(str(exc), "")
         except Exception as exc:  # every failure is reported, none escapes the thread
             self.failed.emit(f"{type(exc).__name__}: {exc}", traceback.format_exc())
         finally:
             self.done.emit(self.summary)
-
-
-def new_run_folder(runs_dir: Path, preset: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    folder = runs_dir / f"{stamp}-{preset}"
-    n = 2
-    while folder.exists():
-        folder = runs_dir / f"{stamp}-{preset}-{n}"
-        n += 1
-    return folder
 
 
 class RunSession(QObject):
@@ -108,11 +106,12 @@ class RunSession(QObject):
         self.ended = False
         writer = None
         if runs_dir is not None:
-            folder = new_run_folder(Path(runs_dir), config.preset)
             try:
-                writer = RunWriter(folder, precise=config.precise)
+                folder = new_run_folder(Path(runs_dir), preset_label(config.preset))
+                writer = RunWriter(folder, precise=config.precise,
+                                   meta={"config": config.to_dict()})
                 self.folder = folder
-            except ExportError as exc:
+            except OSError as exc:  # ExportError, or the runs folder cannot be made
                 self.history.on_event(RunEvent(0, 0.0, "setup", message=str(exc),
                                                explanation="The run is kept in memory only."))
         self.sink = session_sink(self.history, writer)

@@ -50,11 +50,26 @@ def add_parser(subparsers) -> None:
     p.add_argument("--synthetic", action="store_true", help=argparse.SUPPRESS)
 
 
+# The largest window a shot makes: an 8K screen. Far larger ones ask the raster engine for
+# an image it cannot allocate, and it crashes rather than fails.
+MAX_SIZE = (7680, 4320)
+MIN_SIZE = (400, 300)
+
+
 def _size(text: str) -> tuple[int, int]:
     w, sep, h = text.lower().partition("x")
-    if not sep or not w.isdigit() or not h.isdigit() or int(w) < 400 or int(h) < 300:
-        raise ValueError(f"--size {text!r}: expected WIDTHxHEIGHT, at least 400x300")
+    ok = sep and w.isdigit() and h.isdigit()
+    if not ok or not (MIN_SIZE[0] <= int(w) <= MAX_SIZE[0]
+                      and MIN_SIZE[1] <= int(h) <= MAX_SIZE[1]):
+        raise ValueError(f"--size {text!r}: expected WIDTHxHEIGHT from "
+                         f"{MIN_SIZE[0]}x{MIN_SIZE[1]} to {MAX_SIZE[0]}x{MAX_SIZE[1]}")
     return int(w), int(h)
+
+
+def _timeout(seconds: float) -> float:
+    if not (0 < seconds < float("inf")):
+        raise ValueError(f"--timeout {seconds:g}: give a number of seconds > 0")
+    return seconds
 
 
 def main(args) -> int:
@@ -70,6 +85,7 @@ def main(args) -> int:
         if args.baseline is not None:
             baseline = replace(config, schedule=()).with_sets(args.baseline)
         width, height = _size(args.size)
+        _timeout(args.timeout)
     except (ConfigError, ValueError) as exc:
         print(f"memlens shot: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

@@ -160,10 +160,12 @@ def read_frames(path: Path) -> list[str]:
         raise AllocationsFileError(f"{path}: cannot be read ({exc})") from None
     lines = text.split("\n")
     lines.pop()  # after the last newline: "" in a whole file, a torn line after a crash
-    try:
-        frames = [json.loads(line) for line in lines]
-    except json.JSONDecodeError as exc:
-        raise AllocationsFileError(f"{path}: line {exc.lineno} is not a JSON string") from None
+    frames = []
+    for i, line in enumerate(lines):
+        try:
+            frames.append(json.loads(line))
+        except (json.JSONDecodeError, RecursionError):
+            raise AllocationsFileError(f"{path}: line {i + 1} is not a JSON string") from None
     if not all(isinstance(f, str) for f in frames):
         raise AllocationsFileError(f"{path}: every line must be a JSON string")
     return frames
@@ -184,13 +186,18 @@ def read_allocations(folder: Path) -> tuple[np.ndarray, list[str]]:
             size = os.fstat(fh.fileno()).st_size
     except OSError as exc:
         raise AllocationsFileError(f"{path}: cannot be read ({exc})") from None
-    except (ValueError, SyntaxError, EOFError) as exc:
-        raise AllocationsFileError(f"{path}: not a .npy file ({exc})") from None
+    except (ValueError, SyntaxError, EOFError, RecursionError, MemoryError):
+        # numpy's own message quotes the header: never repeat a file's text
+        raise AllocationsFileError(f"{path}: not a .npy file memlens wrote (its header "
+                                   "cannot be read)") from None
     if dtype != ALLOC_DTYPE or len(shape) != 1 or fortran:
         raise AllocationsFileError(
             f"{path}: unexpected layout {dtype.names or dtype.str} {shape}; expected a "
             f"1-D table of {', '.join(ALLOC_COLUMNS)} as memlens writes it")
     whole = (size - offset) // dtype.itemsize
+    if shape[0] < 0:
+        raise AllocationsFileError(f"{path}: its header gives {shape[0]:,} events, fewer than "
+                                   "none: the file is damaged")
     if shape[0] > whole:
         raise AllocationsFileError(
             f"{path}: cut short: its header promises {shape[0]:,} events, the file holds "

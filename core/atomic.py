@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import os
-import tempfile
+import secrets
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -24,9 +24,7 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
     binary = "b" in mode
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-        # mkstemp makes the file 0600; give it the mode a plain open() would have.
-        os.chmod(tmp, 0o666 & ~_umask())
+        fd, tmp = _create_temporary(path)
     except OSError as exc:
         raise ExportError(
             f"cannot write {str(path)!r}: {exc.strerror or exc}. "
@@ -50,10 +48,18 @@ def atomic_open(path: str | Path, mode: str = "w", encoding: str | None = "utf-8
         raise
 
 
-def _umask() -> int:
-    mask = os.umask(0)
-    os.umask(mask)
-    return mask
+def _create_temporary(path: Path) -> tuple[int, str]:
+    """A new, unique file beside `path`, opened for writing, with the mode a plain open()
+    gives (0666 less the umask). The kernel applies the umask as it creates the file: reading
+    the umask meant setting it, process-wide, which raced with every other thread's files."""
+    flags = os.O_RDWR | os.O_CREAT | os.O_EXCL | getattr(os, "O_CLOEXEC", 0)
+    for _ in range(100):
+        tmp = str(path.parent / f".{path.name}.{secrets.token_hex(6)}.tmp")
+        try:
+            return os.open(tmp, flags, 0o666), tmp
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"no free temporary name beside {path}")
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:

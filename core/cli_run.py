@@ -7,6 +7,8 @@ import time
 from pathlib import Path
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_TRAINING_ERROR = 0, 2, 3
+EXIT_INTERRUPTED = 130  # Ctrl-C before the run started (128 + SIGINT)
+MODEL_FILE_ERROR = "ModelFileError"  # the error event's key (core.explain.error_title)
 
 
 def add_parser(subparsers) -> None:
@@ -20,7 +22,10 @@ def add_parser(subparsers) -> None:
     add_config_arguments(p)
     p.add_argument("--steps", type=int, help="number of steps")
     p.add_argument("--precise", action="store_true", help="track every storage (exact peak)")
-    p.add_argument("--out", metavar="DIR", help="run folder (default: a new folder in runs/)")
+    p.add_argument("--out", metavar="DIR", help="run folder (default: a new folder in runs/); "
+                   "refused if it holds another run")
+    p.add_argument("--force", action="store_true",
+                   help="with --out: delete the run files already in that folder first")
     p.add_argument("--export", metavar="FORMATS", default="",
                    help="also write snapshot,trace,timeline (comma-separated, or all); "
                    "allocations: allocations.csv, only when named")
@@ -33,7 +38,9 @@ def add_config_arguments(p, *, at: bool = True) -> None:
     """--preset, --config, --set and --at, the same for every command that runs a loop."""
     from core.options import PRESETS
 
-    p.add_argument("--preset", choices=PRESETS, help="model and data (default: mlp)")
+    p.add_argument("--preset", metavar="NAME|FILE.py",
+                   help=f"model and data: {', '.join(PRESETS)} (default: mlp), or a model file "
+                   "(docs/model-files.md)")
     p.add_argument("--config", metavar="F.toml", help="settings file ([techniques] table, at=[])")
     p.add_argument("--set", dest="sets", action="extend", nargs="+", default=[],
                    metavar="KEY=VALUE",
@@ -48,20 +55,24 @@ def add_config_arguments(p, *, at: bool = True) -> None:
 def build_config(args):
     """RunConfig from --config, --preset, --set, --steps, --precise, --at (in that order)."""
     from core.config import RunConfig, ScheduledChange
+    from core.model_file import with_model_file
 
-    cfg = RunConfig.from_toml(args.config) if args.config else RunConfig()
-    values: dict = {}
-    if args.preset:
-        values["preset"] = args.preset
-    if args.steps is not None:
-        values["steps"] = args.steps
-    if args.precise:
-        values["precise"] = True
-    cfg = cfg.with_values(values).with_sets(args.sets)
-    ats = getattr(args, "ats", [])
-    if ats:
-        cfg = cfg.with_schedule([ScheduledChange.parse(a) for a in ats])
-    return cfg
+    def build(base):
+        cfg = RunConfig.from_toml(args.config, base) if args.config else base
+        values: dict = {}
+        if args.preset:
+            values["preset"] = args.preset
+        if args.steps is not None:
+            values["steps"] = args.steps
+        if args.precise:
+            values["precise"] = True
+        cfg = cfg.with_values(values).with_sets(args.sets)
+        ats = getattr(args, "ats", [])
+        if ats:
+            cfg = cfg.with_schedule([ScheduledChange.parse(a) for a in ats])
+        return cfg
+
+    return with_model_file(build(RunConfig()), build)
 
 
 class _Progress:
@@ -99,16 +110,6 @@ class _Progress:
             sys.stderr.write("\r" + " " * 78 + "\r")
 
 
-def default_out(preset: str) -> Path:
-    stamp = time.strftime("%Y%m%d-%H%M%S")
-    base = Path("runs") / f"{stamp}-{preset}"
-    out, n = base, 1
-    while out.exists():
-        n += 1
-        out = base.with_name(f"{base.name}-{n}")
-    return out
-
-
 def main(args) -> int:
     from core.atomic import ExportError
     from core.options import ConfigError
@@ -118,29 +119,52 @@ def main(args) -> int:
         formats = [f.strip() for f in args.export.split(",") if f.strip()]
         if formats:
             _check_formats(formats)
-    except ConfigError as exc:
+        for warning in cfg.schedule_warnings():
+            print(f"memlens run: warning: {warning}", file=sys.stderr)
+        out, writer = _prepare(cfg, args)
+    except (ConfigError, ExportError) as exc:
         print(f"memlens run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    except KeyboardInterrupt:
+        print("memlens run: stopped before the first step", file=sys.stderr)
+        return EXIT_INTERRUPTED
 
+    from core.controls import RunControls
     from core.history import RunHistory
     from core.loop import run_training
-    from core.run_files import RunWriter
+    from core.model_file import preset_label
+    from core.run_guard import SignalStop, StoppedBy, WriteGuard
     from core.sinks import FanOut
 
-    out = Path(args.out) if args.out else default_out(cfg.preset)
-    try:
-        writer = RunWriter(out, precise=cfg.precise)
-    except ExportError as exc:
-        print(f"memlens run: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
     history = RunHistory()
-    print(f"memlens: {cfg.preset}, {cfg.steps} steps -> {out}", file=sys.stderr)
-    try:
-        summary = run_training(cfg, sink=FanOut(history, writer, _Progress(cfg.steps, args.quiet)),
-                               on_error=args.on_error)
-    except ConfigError as exc:  # e.g. device=cuda without a GPU
-        writer.close()
-        print(f"memlens run: {exc}", file=sys.stderr)
+    controls = RunControls(cfg.techniques, cfg.schedule)
+    guard = WriteGuard(writer, controls)
+    print(f"memlens: {preset_label(cfg.preset)}, {cfg.steps} steps -> {out}", file=sys.stderr)
+    with SignalStop(controls) as signals:
+        def reason() -> str | None:
+            if signals.received is not None:
+                return signals.received.name
+            return "write_error" if guard.failure is not None else None
+
+        sink = StoppedBy(FanOut(history, guard, _Progress(cfg.steps, args.quiet)), reason)
+        try:
+            summary = run_training(cfg, controls, sink, on_error=args.on_error)
+        except ConfigError as exc:  # e.g. out of memory while building the model
+            guard.close()
+            print(f"memlens run: {exc}", file=sys.stderr)
+            return EXIT_BAD_INPUT
+    if signals.received is not None:
+        steps = history.steps.column("step")
+        where = f"at step {int(steps[-1])}" if len(steps) else "before the first step"
+        print(f"memlens run: stopped {where} ({signals.received.name}); files complete up to "
+              f"it: {out}", file=sys.stderr)
+        return signals.exit_code
+    if guard.failure is not None:
+        exc = guard.failure
+        print(f"memlens run: cannot write the run folder {str(out)!r}: "
+              f"{exc.strerror or exc}; stopped at step {summary.steps_done}, files complete "
+              "up to the last step written. Free disk space or choose another --out.",
+              file=sys.stderr)
         return EXIT_BAD_INPUT
     _print_summary(summary, history)
     if formats:
@@ -159,8 +183,28 @@ def main(args) -> int:
         e = summary.error
         print(f"\nTraining error at step {e.step} ({e.phase}): {e.message}\n\n{e.explanation}\n"
               f"\nFiles are complete up to step {e.step - 1}: {out}", file=sys.stderr)
-        return EXIT_TRAINING_ERROR
+        # A model file breaking its contract mid-run is bad input, not a training error.
+        return EXIT_BAD_INPUT if e.key == MODEL_FILE_ERROR else EXIT_TRAINING_ERROR
     return EXIT_OK
+
+
+def _prepare(cfg, args):
+    """Everything that can refuse a run, before any file is made: the device, the memory
+    check, the folder. Then the folder with its headers and a preliminary run.json."""
+    from core.loop import resolve_device
+    from core.model_file import preset_label
+    from core.preflight import check_run_fits
+    from core.run_files import RunWriter
+    from core.run_folder import claim_out_folder, new_run_folder
+
+    device = resolve_device(cfg.device)
+    check_run_fits(cfg, device)
+    if args.out is not None:
+        out = claim_out_folder(args.out, force=args.force)
+    else:
+        out = new_run_folder(Path("runs"), preset_label(cfg.preset))
+    return out, RunWriter(out, precise=cfg.precise, meta={"config": cfg.to_dict(),
+                                                          "schedule": cfg.to_dict()["schedule"]})
 
 
 def _check_formats(formats: list[str]) -> None:

@@ -13,6 +13,7 @@ from core.options import (
     TECHNIQUE_KEYS,
     TECHNIQUE_OPTIONS,
     ConfigError,
+    is_model_file,
     option,
 )
 
@@ -93,6 +94,7 @@ class RunConfig:
     capture_every: int = _default("capture_every")
     cuda_snapshot_start: int = _default("cuda_snapshot_start")
     cuda_snapshot_steps: int = _default("cuda_snapshot_steps")
+    force: bool = _default("force")
     techniques: TechniqueToggles = field(default_factory=TechniqueToggles)
     schedule: tuple[ScheduledChange, ...] = ()
 
@@ -153,9 +155,26 @@ class RunConfig:
             else:
                 if key not in OPTIONS:
                     option(key)  # raises with the list of valid keys
+                if key == "preset" and isinstance(value, str) and is_model_file(value):
+                    value = str(path.parent / Path(value).expanduser())  # beside the file
                 flat[key] = value
         cfg = (base or cls()).with_values(flat)
         return cfg.with_schedule(schedule) if schedule else cfg
+
+    def schedule_warnings(self) -> list[str]:
+        """Scheduled changes that will not do what they seem to: past the last step, or the
+        same technique changed twice at one step (the last given applies)."""
+        out: list[str] = []
+        seen: dict[tuple[int, str], Any] = {}
+        for c in self.schedule:
+            text = f"--at {c.step}:{c.key}={_fmt(c.value)}"
+            if c.step >= self.steps:
+                out.append(f"{text} never applies: the run's last step is {self.steps - 1}")
+            elif (c.step, c.key) in seen:
+                out.append(f"{text}: {c.key} is set more than once at step {c.step}; "
+                           "the last one given applies")
+            seen[(c.step, c.key)] = c.value
+        return out
 
     # --- reading --------------------------------------------------------------------------
     def to_dict(self) -> dict[str, Any]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from core.config import TechniqueToggles
+from core.options import is_model_file
 
 
 def error_title(exc: BaseException) -> str:
@@ -41,6 +42,14 @@ def explain_error(exc: BaseException, preset: str, phase: str, toggles: Techniqu
                 "(retain_graph=True does not fix it: the old graph saved the weights that "
                 "optimizer.step() has since changed in place, so backward fails on that "
                 "instead, after keeping every earlier graph alive.)"
+            )
+        if is_model_file(preset) and not toggles.detach_state:
+            return (
+                "Your model file's state (from init_state) is carried across batches without "
+                "detach, so this step's loss still reaches back into the previous batch's "
+                "graph, whose saved tensors the previous backward already freed. Truncated "
+                "BPTT needs `state = state.detach()` at each batch: switch detach_state on "
+                "and resume."
             )
         if preset == "gan" and not toggles.detach_state:
             return (
@@ -84,10 +93,27 @@ def explain_error(exc: BaseException, preset: str, phase: str, toggles: Techniqu
             "state without detach, retain_graph) grows memory every step. Otherwise lower "
             "batch_size or width, use amp, or accumulate gradients over smaller micro-batches."
         )
+    if is_model_file(preset):
+        return _explain_model_file_error(exc, preset, phase)
     return (
         f"The {phase or 'step'} raised {type(exc).__name__}. The run is paused with every "
         "measurement up to here kept; change a setting and resume, or reset."
     )
+
+
+def _explain_model_file_error(exc: BaseException, preset: str, phase: str) -> str:
+    from core.model_file import CONTRACT, ModelFileError, frame_text, user_frame
+
+    if isinstance(exc, ModelFileError):
+        return (f"Your model file does not follow the contract: {CONTRACT}. Fix the file and "
+                "start a new run (the file is read when a run starts).")
+    frame = user_frame(exc, preset)
+    where = (f"at {frame_text(frame)}" if frame is not None
+             else "in code it called (no line of the file itself is in the traceback)")
+    return (f"Your model file raised {type(exc).__name__} during {phase or 'the step'}, "
+            f"{where}. Every measurement up to here is kept. Fix the file and start a new run "
+            "(the file is read when a run starts); or change a technique and resume, if the "
+            "error comes from a setting.")
 
 
 def explain_leak(toggles: TechniqueToggles, grew: str, per_step: float) -> str:

@@ -26,10 +26,14 @@ class Option:
             return "one of " + ", ".join(self.choices)
         if self.kind is bool:
             return "true or false"
-        lo = "" if self.minimum is None else f" >= {self.minimum:g}"
-        hi = "" if self.maximum is None else f" <= {self.maximum:g}"
+        lo = "" if self.minimum is None else f" >= {self._number(self.minimum)}"
+        hi = "" if self.maximum is None else f" <= {self._number(self.maximum)}"
         kind = {int: "a whole number", float: "a number"}.get(self.kind, "text")
         return f"{kind}{lo}{' and' if lo and hi else ''}{hi}"
+
+    def _number(self, bound: float) -> str:
+        # An int bound in full (a seed's 2**64 - 1 would read 1.84467e+19 in %g)
+        return f"{int(bound):,}".replace(",", "_") if self.kind is int else f"{bound:g}"
 
     def parse(self, value: Any) -> Any:
         """Turn a TOML value or a command-line string into a checked value of this option."""
@@ -72,14 +76,47 @@ class Option:
         return out
 
 
+class PresetOption(Option):
+    """The preset setting: a built-in preset's name, or the path of a model file.
+
+    Only the form is checked here (a saved run whose model file has moved still loads);
+    core.model_file.resolve_preset checks that the file is there before a run.
+    """
+
+    def valid_text(self) -> str:
+        return super().valid_text() + ", or the path of a .py model file"
+
+    def parse(self, value: Any) -> Any:
+        if isinstance(value, str) and is_model_file(value):
+            return value.strip()
+        try:
+            return super().parse(value)
+        except ConfigError:
+            raise ConfigError(f"{self.key}: {value!r} is not valid; use {self.valid_text()}"
+                              ) from None
+
+
+def is_model_file(preset: str) -> bool:
+    """A preset value that names a file (a path or a name with a suffix), not a built-in."""
+    text = preset.strip()
+    if text.lower() in PRESETS:
+        return False
+    return "/" in text or "\\" in text or "." in text.lstrip(".")
+
+
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
 PRESETS = ("mlp", "cnn", "lstm", "gan", "transformer")
+# The longest run a setting may ask for, and so the bound on every setting counted in steps:
+# an unbounded count overflows the C integers torch and the loop's buffers take.
+MAX_STEPS = 100_000_000
+MAX_SEED = 2**64 - 1  # torch.manual_seed's range
 
 RUN_OPTIONS: tuple[Option, ...] = (
-    Option("preset", str, "mlp", "which model and data to train", choices=PRESETS),
-    Option("steps", int, 200, "training steps (micro-batches) to run", minimum=1),
+    PresetOption("preset", str, "mlp", "which model and data to train", choices=PRESETS),
+    Option("steps", int, 200, "training steps (micro-batches) to run", minimum=1,
+           maximum=MAX_STEPS),
     Option("batch_size", int, 0, "samples per micro-batch; 0 = the preset's default",
            minimum=0, maximum=65536),
     Option("width", int, 0, "hidden width; 0 = the preset's default", minimum=0, maximum=65536),
@@ -88,18 +125,21 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("optimizer", str, "adam", "optimizer", choices=("sgd", "adam", "adamw")),
     Option("lr", float, 1e-3, "learning rate", minimum=0.0, maximum=100.0),
     Option("device", str, "auto", "where to train", choices=("auto", "cpu", "cuda")),
-    Option("seed", int, 0, "random seed for model and data", minimum=0),
-    Option("eval_every", int, 10, "run an eval phase every N steps; 0 = never", minimum=0),
+    Option("seed", int, 0, "random seed for model and data", minimum=0, maximum=MAX_SEED),
+    Option("eval_every", int, 10, "run an eval phase every N steps; 0 = never", minimum=0,
+           maximum=MAX_STEPS),
     Option("precise", bool, False, "track every storage (exact in-step peak; slower)"),
     Option("lstm_cell", bool, False, "lstm: unroll an LSTMCell in Python (a large graph)"),
     Option("capture_every", int, 0, "capture the autograd graph every N steps; 0 = on request",
-           minimum=0),
+           minimum=0, maximum=MAX_STEPS),
     Option("cuda_snapshot_start", int, 0,
            "CUDA: first step recorded by PyTorch's allocator history (cuda_snapshot.pickle)",
-           minimum=0),
+           minimum=0, maximum=MAX_STEPS),
     Option("cuda_snapshot_steps", int, 0,
            "CUDA: steps the allocator history records from its start; 0 = off", minimum=0,
            maximum=10_000),
+    Option("force", bool, False,
+           "start even when the memory check says model, optimizer and a batch will not fit"),
 )  # fmt: skip
 
 TECHNIQUE_OPTIONS: tuple[Option, ...] = (
@@ -108,7 +148,8 @@ TECHNIQUE_OPTIONS: tuple[Option, ...] = (
     Option("accumulate", int, 1, "micro-batches per optimizer step (loss / k)",
            minimum=1, maximum=1024, live=True),
     Option("detach_state", bool, True,
-           "detach carried state (lstm hidden state; gan generator output in the D step)",
+           "detach carried state (lstm hidden state; gan generator output in the D step; "
+           "a model file's init_state state)",
            live=True),
     Option("retain_graph", bool, False, "backward(retain_graph=True): keep the graph alive",
            live=True),

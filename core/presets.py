@@ -14,6 +14,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from core.config import RunConfig, TechniqueToggles
+from core.options import is_model_file
 
 DATA_BATCHES = 16  # distinct training batches, cycled; eval uses one more held-out batch
 
@@ -205,6 +206,9 @@ class _TokenStream:
     """A seeded Markov chain over a vocabulary: text-like data a small LM can learn."""
 
     def __init__(self, vocab: int, length: int, gen: torch.Generator) -> None:
+        if torch.get_default_device().type == "meta":  # core.preflight: shapes, no data
+            self.tokens = torch.empty(length, dtype=torch.long)
+            return
         nxt = torch.randint(0, vocab, (vocab, 4), generator=gen)  # each token: 4 likely successors
         choice = torch.randint(0, 4, (length,), generator=gen).tolist()
         noise = (torch.rand(length, generator=gen) < 0.1).tolist()
@@ -406,4 +410,8 @@ PRESET_CLASSES: dict[str, type[Preset]] = {
 
 def build_preset(config: RunConfig, device: torch.device) -> Preset:
     torch.manual_seed(config.seed)
+    if is_model_file(config.preset):
+        from core.model_file_preset import ModelFilePreset
+
+        return ModelFilePreset(config, device)
     return PRESET_CLASSES[config.preset](config, device)

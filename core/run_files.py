@@ -105,7 +105,11 @@ def graph_summary(snapshot) -> dict[str, int]:
 class RunWriter:
     """A run sink that writes the run folder as the run goes."""
 
-    def __init__(self, folder: str | Path, precise: bool = False) -> None:
+    def __init__(self, folder: str | Path, precise: bool = False,
+                 meta: dict | None = None) -> None:
+        """`meta` (e.g. `{"config": ...}`) goes into a preliminary run.json written at once,
+        with the CSV headers: a run killed while it allocates still leaves a run folder
+        that says what was asked for."""
         self.folder = Path(folder)
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
@@ -126,6 +130,17 @@ class RunWriter:
         if precise:
             self._doc["allocations"] = describe_allocations()
         self._last_json = 0.0
+        self._doc.update(meta or {})
+        try:
+            self._steps_fh.flush()
+            self._mem_fh.flush()
+            self._write_json()
+        except OSError as exc:
+            self.close()
+            raise ExportError(
+                f"cannot write the run folder {str(self.folder)!r}: {exc.strerror or exc}. "
+                "Pass --out with a folder you can write to."
+            ) from exc
 
     # --- sink -----------------------------------------------------------------------------
     def on_start(self, meta: dict) -> None:
@@ -341,6 +356,67 @@ class RunFolderError(ValueError):
     """A run folder that cannot be read; the message says what is wrong with it."""
 
 
+# run.json's keys that readers use, with the JSON type each must have when present.
+_DOC_TYPES: dict[str, tuple[type, ...]] = {
+    "config": (dict,), "environment": (dict,), "schedule": (list,), "events": (list,),
+    "graphs": (list,), "summary": (dict, type(None)), "allocations": (dict,),
+    "cuda_snapshot": (dict,),
+}  # fmt: skip
+_JSON_NAMES = {dict: "an object", list: "a list", str: "text", type(None): "null"}
+_EVENT_TEXT = ("kind", "key", "phase", "message", "explanation")
+_EVENT_FIELDS = frozenset(RunEvent.__dataclass_fields__)  # others (a newer writer's) dropped
+
+
+def check_run_doc(doc: dict, path: Path) -> list[RunEvent]:
+    """run.json's parts that readers use have the types they expect; its events as RunEvents.
+    RunFolderError names the part and what it should be, never the file's content."""
+    for key, types in _DOC_TYPES.items():
+        if key in doc and not isinstance(doc[key], types):
+            want = " or ".join(_JSON_NAMES[t] for t in types)
+            raise RunFolderError(f"{path}: {key!r} should be {want}, not "
+                                 f"{_json_kind(doc[key])}; the file is damaged")
+    events = []
+    for i, e in enumerate(doc.get("events") or ()):
+        bad = _event_problem(e)
+        if bad:
+            raise RunFolderError(f"{path}: event {i}: {bad}; the file is damaged")
+        events.append(RunEvent(**{k: v for k, v in e.items() if k in _EVENT_FIELDS}))
+    for i, g in enumerate(doc.get("graphs") or ()):
+        if not isinstance(g, dict):
+            raise RunFolderError(f"{path}: graph {i} should be an object, not "
+                                 f"{_json_kind(g)}; the file is damaged")
+    return events
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def _event_problem(e: Any) -> str:
+    if not isinstance(e, dict):
+        return f"should be an object, not {_json_kind(e)}"
+    for name in ("step", "time_s", "kind"):
+        if name not in e:
+            return f"no {name!r}"
+    step = e["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**53:
+        return "'step' should be a whole number >= 0"
+    t = e["time_s"]
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+        return "'time_s' should be a number of seconds"
+    for name in _EVENT_TEXT:
+        if name in e and not isinstance(e[name], str):
+            return f"{name!r} should be text, not {_json_kind(e[name])}"
+    for name in ("old", "new"):
+        if isinstance(e.get(name), dict | list):
+            return f"{name!r} should be a single value, not {_json_kind(e[name])}"
+    return ""
+
+
 def load_run(folder: str | Path) -> RunHistory:
     """Read a run folder written by RunWriter or write_history into a RunHistory.
 
@@ -358,19 +434,20 @@ def load_run(folder: str | Path) -> RunHistory:
             "A run folder holds steps.csv, memory.csv and run.json."
         )
     try:
-        doc = json.loads((folder / RUN_JSON).read_text(encoding="utf-8"))
+        doc = json.loads((folder / RUN_JSON).read_text(encoding="utf-8-sig"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise RunFolderError(f"{folder / RUN_JSON}: not readable JSON ({exc})") from None
+    except RecursionError:
+        raise RunFolderError(f"{folder / RUN_JSON}: nested too deeply to be a run.json; "
+                             "the file is damaged") from None
     if not isinstance(doc, dict) or doc.get("format") != RUN_FORMAT:
         raise RunFolderError(f"{folder / RUN_JSON}: not a memlens run.json (no format tag)")
+    events = check_run_doc(doc, folder / RUN_JSON)
     history = RunHistory()
     history.meta = {k: v for k, v in doc.items() if k not in ("events", "summary", "graphs")}
     history.summary = doc.get("summary")
-    for e in doc.get("events") or []:
-        try:
-            history.on_event(RunEvent(**e))
-        except TypeError:
-            continue
+    for e in events:
+        history.on_event(e)
     history.steps.extend(_read_steps(folder / STEPS_CSV))
     history.samples.extend(_read_memory(folder / MEMORY_CSV))
     if (folder / ALLOCATIONS_NPY).is_file():
@@ -385,20 +462,35 @@ def load_run(folder: str | Path) -> RunHistory:
 
 def _read_csv(path: Path, header: tuple[str, ...]) -> list[list[str]]:
     try:
-        with open(path, newline="", encoding="utf-8") as fh:
+        with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: a BOM is dropped
             rows = list(csv.reader(fh))
-    except (OSError, UnicodeDecodeError, csv.Error) as exc:
-        raise RunFolderError(f"{path}: cannot be read ({exc})") from None
+    except UnicodeDecodeError:
+        raise RunFolderError(f"{path}: not UTF-8 text; the file is damaged") from None
+    except csv.Error:
+        raise RunFolderError(f"{path}: not CSV text; the file is damaged") from None
+    except OSError as exc:
+        raise RunFolderError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if not rows:
         raise RunFolderError(f"{path}: empty file, no header")
     got = tuple(rows[0])
     if got[: len(header)] != header:
-        raise RunFolderError(f"{path}: unexpected columns {got[:4]}...; expected {header[:4]}...")
+        raise RunFolderError(header_problem(path, got, header))
     body = rows[1:]
     # A crash mid-write can leave a torn last line: keep only complete rows.
     while body and len(body[-1]) != len(got):
         body.pop()
     return body
+
+
+def header_problem(path: Path, got: tuple[str, ...], header: tuple[str, ...]) -> str:
+    """What is wrong with a CSV's header, in memlens's words: the expected columns are listed
+    once, and nothing of the file's own text is repeated (it may not be ours: a link)."""
+    expected = ", ".join(header)
+    if 0 < len(got) < len(header) and got[:-1] == header[: len(got) - 1] \
+            and header[len(got) - 1].startswith(got[-1]):
+        return (f"{path}: the header is cut short after {len(got)} of {len(header)} "
+                f"columns; expected: {expected}")
+    return f"{path}: the first line is not a {path.name} header; expected the columns: {expected}"
 
 
 def _read_numbers(path: Path, header: tuple[str, ...], phase_column: int | None = None
@@ -414,7 +506,7 @@ def _read_numbers(path: Path, header: tuple[str, ...], phase_column: int | None 
     first = data.find(b"\n")
     if first < 0:
         return None
-    got = data[:first].decode("utf-8", "replace").strip().split(",")
+    got = data[:first].decode("utf-8", "replace").removeprefix("\ufeff").strip().split(",")
     if tuple(got[: len(header)]) != header:
         return None
     body = data[first + 1 : data.rfind(b"\n") + 1]  # a torn last line is left out
@@ -442,7 +534,56 @@ def _float(text: str) -> float:
     return math.nan if text == "" else float(text)
 
 
+# Whole numbers (steps, bytes, counts) are exact in a float64 below 2**53; a larger, an
+# infinite or (where a value is required) a missing one is damage, not a measurement.
+_WHOLE_LIMIT = 2.0**53
+_TIME_LIMIT_S = 1e9  # seconds or milliseconds: a run's times are far below this
+
+
+def _check_values(path: Path, table: np.ndarray, columns: tuple[str, ...],
+                  whole: set[str], required: set[str], times: set[str]) -> np.ndarray:
+    """RunFolderError naming the first bad value's line in the file and its column; the
+    table itself when every value is one a run could have written."""
+    for j, name in enumerate(columns):
+        col = table[:, j]
+        missing = np.isnan(col)
+        if name in whole:
+            bad = ~missing & ((np.abs(col) >= _WHOLE_LIMIT) | (col != np.floor(col)))
+            what = "a whole number"
+        elif name in times:
+            bad = ~missing & ~(np.abs(col) < _TIME_LIMIT_S)
+            what = "a time"
+        else:
+            continue
+        if name in required:
+            bad |= missing
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise RunFolderError(f"{path}: line {i + 2}, column {name!r}: not {what} "
+                                 f"({_describe(col[i])}); the file is damaged")
+    return table
+
+
+def _describe(value: float) -> str:
+    if math.isnan(value):
+        return "empty"
+    if math.isinf(value):
+        return "infinite"
+    return "too large" if abs(value) >= _WHOLE_LIMIT else "has a fraction"
+
+
+_STEP_TIMES = {c for c in STEP_COLUMNS if c.endswith("_ms") or c == "time_s"}
+_SAMPLE_WHOLE = {"step", "phase", *MEMORY_CATEGORIES, "total", "allocated", "reserved", "heap"}
+_SAMPLE_REQUIRED = {"step", "phase", *MEMORY_CATEGORIES, "total", "time_s"}
+
+
 def _read_steps(path: Path) -> np.ndarray:
+    table = _read_steps_table(path)
+    return _check_values(path, table, STEP_COLUMNS, _INT_STEP_COLS, {"step", "time_s"},
+                         _STEP_TIMES)
+
+
+def _read_steps_table(path: Path) -> np.ndarray:
     fast = _read_numbers(path, STEPS_HEADER)
     if fast is not None:
         return fast
@@ -450,11 +591,22 @@ def _read_steps(path: Path) -> np.ndarray:
     try:
         return np.array([[_float(v) for v in r[: len(STEP_COLUMNS)]] for r in rows],
                         dtype=np.float64).reshape(-1, len(STEP_COLUMNS))
-    except ValueError as exc:
-        raise RunFolderError(f"{path}: a value is not a number ({exc})") from None
+    except ValueError:
+        raise RunFolderError(f"{path}: a value is not a number; the file is damaged") from None
 
 
 def _read_memory(path: Path) -> np.ndarray:
+    table = _check_values(path, _read_memory_table(path), SAMPLE_COLUMNS, _SAMPLE_WHOLE,
+                          _SAMPLE_REQUIRED, {"time_s"})
+    phase = table[:, SAMPLE_COLUMNS.index("phase")]
+    bad = np.flatnonzero((phase < 0) | (phase >= len(SAMPLE_PHASES)))
+    if len(bad):
+        raise RunFolderError(f"{path}: line {int(bad[0]) + 2}, column 'phase': not one of "
+                             f"{', '.join(SAMPLE_PHASES)}; the file is damaged")
+    return table
+
+
+def _read_memory_table(path: Path) -> np.ndarray:
     fast = _read_numbers(path, MEMORY_HEADER, phase_column=1)
     if fast is not None:
         out = np.empty((len(fast), len(SAMPLE_COLUMNS)), dtype=np.float64)
@@ -470,8 +622,9 @@ def _read_memory(path: Path) -> np.ndarray:
             step_i = int(step)
             out[i] = (step_i, PHASE_CODE[phase], sample_x(step_i, phase), float(time_s),
                       *(_float(v) for v in rest))
-    except (ValueError, KeyError) as exc:
-        raise RunFolderError(f"{path}: row {i + 2} is not valid ({exc})") from None
+    except (ValueError, KeyError, OverflowError):
+        raise RunFolderError(f"{path}: line {i + 2} is not valid (a value is not a number, or "
+                             "the phase is unknown); the file is damaged") from None
     return out
 
 

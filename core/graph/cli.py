@@ -31,13 +31,19 @@ def add_parser(subparsers) -> None:
 def build_config(args):
     """The run: settings as given, then only as many steps as needed to reach --step."""
     from core.config import RunConfig
-    from core.options import ConfigError
+    from core.options import MAX_STEPS, ConfigError
 
-    if args.step < 0:
-        raise ConfigError(f"--step {args.step}: the step must be >= 0")
-    cfg = RunConfig.from_toml(args.config) if args.config else RunConfig()
-    values: dict = {"preset": args.preset} if args.preset else {}
-    cfg = cfg.with_values(values).with_sets(args.sets)
+    if not 0 <= args.step < MAX_STEPS:
+        raise ConfigError(f"--step {args.step}: the step must be from 0 to {MAX_STEPS - 1:_} "
+                          "(the run goes through every step before it)")
+    from core.model_file import with_model_file
+
+    def build(base):
+        cfg = RunConfig.from_toml(args.config, base) if args.config else base
+        values: dict = {"preset": args.preset} if args.preset else {}
+        return cfg.with_values(values).with_sets(args.sets)
+
+    cfg = with_model_file(build(RunConfig()), build)
     # Captures come from --step alone; eval runs only when its graph is wanted.
     return cfg.with_values({"steps": args.step + 1, "capture_every": 0,
                             "eval_every": args.step + 1 if args.eval else 0})  # fmt: skip

@@ -41,3 +41,13 @@ def window(qtbot, tmp_path, settings_file):
     yield w
     if w.session is not None and w.running:
         w.session.shutdown(20_000)
+
+
+@pytest.fixture(autouse=True)
+def app_settings_in_tmp(tmp_path_factory):
+    """The app's QSettings (recent model files) in a temporary folder: no test reads or
+    writes the user's own settings."""
+    from PySide6.QtCore import QSettings
+
+    QSettings.setPath(QSettings.IniFormat, QSettings.UserScope,
+                      str(tmp_path_factory.mktemp("settings")))

@@ -243,5 +243,5 @@ def test_torn_last_lines_are_dropped_and_a_bad_value_is_named(streamed, tmp_path
     lines = (folder / MEMORY_CSV).read_bytes().split(b"\r\n")
     lines[3] = lines[3].replace(b",forward,", b",sideways,")  # file line 4
     (torn / MEMORY_CSV).write_bytes(b"\r\n".join(lines))
-    with pytest.raises(RunFolderError, match=r"memory\.csv: row 4 is not valid.*sideways"):
+    with pytest.raises(RunFolderError, match=r"memory\.csv: line 4 is not valid.*phase"):
         load_run(torn)

@@ -1,0 +1,200 @@
+"""A user's model file as a preset: finding it, reading its CONFIG, loading it, its errors.
+
+A model file is Python source with module-level functions (docs/model-files.md). Reading
+its CONFIG parses the source and runs nothing, so the app may do it on the GUI thread;
+load_model_file() runs the file, and is called only where the model is built (the worker
+thread, or the CLI's own thread). Every failure is a ModelFileError: a ConfigError, so the
+CLI exits 2 and the app shows the message, naming file:line where there is one.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import runpy
+import sys
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from core.options import OPTIONS, PRESETS, RUN_OPTIONS, ConfigError, is_model_file
+
+CONTRACT = ("a model file defines build_model() -> torch.nn.Module and "
+            "make_batch(step, split) -> (inputs, targets); optionally loss_fn(output, targets), "
+            "init_state(batch_size) and CONFIG = {...} (see docs/model-files.md)")
+REQUIRED = ("build_model", "make_batch")
+OPTIONAL = ("loss_fn", "init_state")
+
+
+class ModelFileError(ConfigError):
+    """A model file that is missing, unreadable or does not follow the contract."""
+
+
+def resolve_preset(preset: str, base_dir: str | Path | None = None) -> str:
+    """The preset as a run uses it: a built-in's name, or a model file's absolute path,
+    checked to exist and to be a .py file. Relative paths are taken from `base_dir` (a
+    config file's folder) or the current folder. Every command resolves presets here."""
+    if not is_model_file(preset):
+        return OPTIONS["preset"].parse(preset)
+    path = Path(preset).expanduser()
+    if not path.is_absolute():
+        path = Path(base_dir or ".") / path
+    path = path.resolve()
+    if not path.exists():
+        raise ModelFileError(f"model file {str(path)!r} does not exist; give the path of a .py "
+                             f"file, or one of the built-in presets: {', '.join(PRESETS)}")
+    if not path.is_file():
+        raise ModelFileError(f"model file {str(path)!r} is a folder, not a .py file")
+    if path.suffix != ".py":
+        raise ModelFileError(f"model file {str(path)!r} is not a Python file (.py); {CONTRACT}")
+    return str(path)
+
+
+def preset_label(preset: str) -> str:
+    """A short name for folder names and titles: the built-in's name or the file's stem."""
+    return Path(preset).stem if is_model_file(preset) else preset
+
+
+def _read_source(path: Path) -> str:
+    try:
+        return path.read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise ModelFileError(f"model file {str(path)!r} does not exist") from None
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ModelFileError(f"model file {str(path)!r} cannot be read: {exc}") from None
+
+
+def _syntax_error(path: Path, exc: SyntaxError) -> ModelFileError:
+    return ModelFileError(f"{path}:{exc.lineno}: syntax error: {exc.msg}; fix the file and "
+                          "start again")
+
+
+def read_file_config(preset: str) -> dict[str, Any]:
+    """The model file's CONFIG, checked against the option table, read from the source
+    without running it: CONFIG must be a literal dict of run settings (techniques are
+    chosen per run, live). {} when the file has none."""
+    path = Path(preset)
+    source = _read_source(path)
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        raise _syntax_error(path, exc) from None
+    node = None
+    for stmt in tree.body:
+        targets = (stmt.targets if isinstance(stmt, ast.Assign)
+                   else [stmt.target] if isinstance(stmt, ast.AnnAssign) and stmt.value
+                   else [])
+        if any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in targets):
+            node = stmt
+    if node is None:
+        return {}
+    where = f"{path}:{node.lineno}"
+    try:
+        data = ast.literal_eval(node.value)
+    except ValueError:
+        raise ModelFileError(f"{where}: CONFIG must be a literal dict (numbers, strings, "
+                             "true/false), e.g. CONFIG = {'batch_size': 32, 'lr': 1e-3}; "
+                             "memlens reads it without running the file") from None
+    if not isinstance(data, dict):
+        raise ModelFileError(f"{where}: CONFIG must be a dict, not {type(data).__name__}")
+    out: dict[str, Any] = {}
+    settings = {o.key for o in RUN_OPTIONS} - {"preset"}
+    for key, value in data.items():
+        if key not in settings:
+            valid = ", ".join(o.key for o in RUN_OPTIONS if o.key in settings)
+            raise ModelFileError(f"{where}: CONFIG key {key!r} is not a setting; "
+                                 f"settings: {valid}")
+        try:
+            out[key] = OPTIONS[key].parse(value)
+        except ConfigError as exc:
+            raise ModelFileError(f"{where}: CONFIG {exc}") from None
+    return out
+
+
+def with_model_file(cfg, rebuild: Callable[[Any], Any]):
+    """`cfg` with its preset resolved; for a model file, its CONFIG goes under the settings
+    given: `rebuild(base)` applies the same config file and overrides to `base` again.
+    The order is: memlens's defaults, the file's CONFIG, the config file, the command line."""
+    from core.config import RunConfig
+
+    if not is_model_file(cfg.preset):
+        return cfg
+    path = resolve_preset(cfg.preset)
+    base = RunConfig().with_values(read_file_config(path))
+    return rebuild(base).with_values({"preset": path})
+
+
+# --- loading (runs the user's code) --------------------------------------------------------
+def user_frame(exc: BaseException, preset: str) -> traceback.FrameSummary | None:
+    """The last frame of the exception's traceback that is in the model file, if any."""
+    target = str(Path(preset).resolve())
+    frames = [f for f in traceback.extract_tb(exc.__traceback__)
+              if f.filename and Path(f.filename).resolve().as_posix() == Path(target).as_posix()]
+    return frames[-1] if frames else None
+
+
+def frame_text(frame: traceback.FrameSummary) -> str:
+    line = f": {frame.line.strip()}" if frame.line else ""
+    return f"{Path(frame.filename).name}:{frame.lineno}, in {frame.name}{line}"
+
+
+def user_error(path: Path, exc: BaseException, doing: str) -> ModelFileError:
+    """A ModelFileError for an exception the user's code raised while memlens was `doing`
+    something, placed at the file's last frame in the traceback."""
+    frame = user_frame(exc, str(path))
+    where = f"{path}:{frame.lineno}" if frame else str(path)
+    code = f" ({frame.line.strip()})" if frame and frame.line else ""
+    return ModelFileError(f"{where}: {doing} raised {type(exc).__name__}: {exc}{code}")
+
+
+@dataclass(frozen=True)
+class ModelFile:
+    """A loaded model file's functions."""
+
+    path: Path
+    build_model: Callable
+    make_batch: Callable
+    loss_fn: Callable | None
+    init_state: Callable | None
+    batch_size_arg: bool  # make_batch takes batch_size: it follows the batch_size setting
+
+
+def load_model_file(preset: str) -> ModelFile:
+    """Run the file (its imports included) and take its functions. Runs user code: call it
+    where the model is built, never on the GUI thread."""
+    path = Path(resolve_preset(preset))
+    source = _read_source(path)
+    try:
+        compile(source, str(path), "exec")
+    except SyntaxError as exc:
+        raise _syntax_error(path, exc) from None
+    folder = str(path.parent)
+    added = folder not in sys.path
+    if added:  # the file may import modules beside it, as `python model.py` would
+        sys.path.insert(0, folder)
+    try:
+        namespace = runpy.run_path(str(path), run_name=f"memlens_model_{path.stem}")
+    except (Exception, SystemExit) as exc:
+        raise user_error(path, exc, "loading the file") from None
+    finally:
+        if added and folder in sys.path:
+            sys.path.remove(folder)
+    for name in REQUIRED:
+        if name not in namespace:
+            raise ModelFileError(f"{path}: no function {name}(); {CONTRACT}")
+    for name in REQUIRED + OPTIONAL:
+        if name in namespace and not callable(namespace[name]):
+            raise ModelFileError(f"{path}: {name} is a {type(namespace[name]).__name__}, not a "
+                                 f"function; {CONTRACT}")
+    return ModelFile(path, namespace["build_model"], namespace["make_batch"],
+                     namespace.get("loss_fn"), namespace.get("init_state"),
+                     _takes_batch_size(namespace["make_batch"]))
+
+
+def _takes_batch_size(fn: Callable) -> bool:
+    try:
+        return "batch_size" in inspect.signature(fn).parameters
+    except (TypeError, ValueError):
+        return False

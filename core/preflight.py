@@ -1,0 +1,136 @@
+"""Before a run allocates anything: will its model, optimizer, data and one batch fit?
+
+The model and data are built on the meta device (shapes, no memory), one training forward
+runs there with saved-tensor hooks counting what backward would keep, and the sum is set
+against the memory the device has free. A run that cannot fit is refused with the estimate
+instead of being killed by the OS halfway through allocating (with nothing written).
+`estimate_memory` takes any parameters, data and forward, for a user's model as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+import torch
+from torch import Tensor
+
+from core.graph.snapshot import human_bytes
+from core.options import ConfigError
+
+# Optimizer state per parameter byte: SGD keeps its momentum buffer; Adam and AdamW keep two
+# moments (their step counters are a few bytes a tensor, left out).
+OPTIMIZER_STATE_FACTOR = {"sgd": 1, "adam": 2, "adamw": 2}
+MEMINFO = "/proc/meminfo"
+
+
+@dataclass(frozen=True, slots=True)
+class MemoryEstimate:
+    """Bytes a run holds at its fullest: after backward, before the optimizer frees nothing."""
+
+    params: int
+    grads: int
+    optimizer: int
+    data: int
+    activations: int  # what one batch's forward saves for backward
+
+    @property
+    def total(self) -> int:
+        return self.params + self.grads + self.optimizer + self.data + self.activations
+
+    def text(self) -> str:
+        parts = ", ".join(f"{name} {human_bytes(getattr(self, name))}" for name in
+                          ("params", "grads", "optimizer", "data", "activations"))
+        return f"about {human_bytes(self.total)} ({parts})"
+
+
+def _nbytes(tensors: Iterable[Tensor]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
+
+
+def estimate_memory(parameters: list[Tensor], data: list[Tensor], forward: Callable[[], object],
+                    optimizer: str = "adam") -> MemoryEstimate:
+    """The estimate for a model whose `parameters` and `data` (real or meta tensors) are
+    built and whose `forward()` runs one training batch."""
+    saved = 0
+
+    def pack(t: Tensor) -> Tensor:
+        nonlocal saved
+        saved += t.numel() * t.element_size()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        forward()
+    params = _nbytes(parameters)
+    trained = _nbytes(p for p in parameters if p.requires_grad)
+    return MemoryEstimate(params=params, grads=trained,
+                          optimizer=trained * OPTIMIZER_STATE_FACTOR.get(optimizer, 2),
+                          data=_nbytes(data), activations=saved)
+
+
+def estimate_run_memory(config) -> MemoryEstimate | None:
+    """A preset run's estimate, from shapes alone (nothing is allocated); None where it
+    cannot be made (see core.model_file_preflight)."""
+    from core.options import is_model_file
+    from core.presets import build_preset
+
+    if is_model_file(config.preset):
+        from core.model_file_preflight import estimate_model_file_memory
+
+        return estimate_model_file_memory(config)
+    meta = torch.device("meta")
+    with meta:
+        preset = build_preset(config, meta)
+        return estimate_memory(preset.parameters(), preset.data_tensors(),
+                               lambda: preset.forward_train(config.techniques),
+                               config.optimizer)
+
+
+def available_memory(device: torch.device) -> tuple[int | None, str]:
+    """Bytes free for a run on `device` and where the figure comes from (None: unknown)."""
+    if device.type == "cuda":
+        free, _total = torch.cuda.mem_get_info(device)
+        return int(free), "torch.cuda.mem_get_info free"
+    try:
+        with open(MEMINFO, encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024, "MemAvailable in /proc/meminfo"
+    except (OSError, ValueError, IndexError):
+        pass
+    return None, "unknown on this system"
+
+
+def check_run_fits(config, device: torch.device) -> MemoryEstimate | None:
+    """Raise ConfigError (with the estimate) when the run cannot fit in free memory, unless
+    `config.force`. Returns the estimate."""
+    estimate = estimate_run_memory(config)
+    if estimate is None:  # a model file whose code cannot run on the meta device
+        return None
+    free, source = available_memory(device)
+    if free is not None and estimate.total > free and not config.force:
+        raise ConfigError(
+            f"the run needs {estimate.text()} on {device.type}, but {human_bytes(free)} is "
+            f"available ({source}). Lower width, batch_size or seq_len, or pass "
+            "--set force=true to start anyway."
+        )
+    return estimate
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """An allocation failure: Python's MemoryError, torch's OutOfMemoryError (CUDA) or the
+    CPU allocator's RuntimeError."""
+    if isinstance(exc, MemoryError | torch.OutOfMemoryError):
+        return True
+    text = str(exc)
+    return isinstance(exc, RuntimeError) and ("can't allocate memory" in text
+                                              or "out of memory" in text.lower())
+
+
+def setup_out_of_memory(exc: BaseException, config) -> ConfigError:
+    """The message for a run whose model or data did not fit while being built."""
+    first = (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+    return ConfigError(
+        f"out of memory while building the {config.preset} model and its data ({first}). "
+        "Lower width, batch_size or seq_len."
+    )

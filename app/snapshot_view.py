@@ -9,7 +9,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSplitter, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
 from app.bytes_axis import BytesAxis
-from app.plot_style import CATEGORY_COLORS, PEAK_COLOR, PIN_COLORS, RESERVED_COLOR, TOTAL_COLOR
+from app.pins import PIN_COLORS
+from app.plot_style import CATEGORY_COLORS, PEAK_COLOR, RESERVED_COLOR, TOTAL_COLOR
 from app.units import format_bytes
 from core.snapshot_file import SnapshotTimeline
 

@@ -157,8 +157,10 @@ def main(args) -> int:
             return EXIT_BAD_INPUT
     if summary.stopped_by == "error":
         e = summary.error
+        complete = (f"Files are complete up to step {e.step - 1}" if e.step > 0 else
+                    "No step completed; the files hold what step 0 measured before the error")
         print(f"\nTraining error at step {e.step} ({e.phase}): {e.message}\n\n{e.explanation}\n"
-              f"\nFiles are complete up to step {e.step - 1}: {out}", file=sys.stderr)
+              f"\n{complete}: {out}", file=sys.stderr)
         return EXIT_TRAINING_ERROR
     return EXIT_OK
 

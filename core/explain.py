@@ -28,8 +28,24 @@ def torch_oom() -> type:
     return getattr(torch, "OutOfMemoryError", MemoryError)
 
 
-def explain_error(exc: BaseException, preset: str, phase: str, toggles: TechniqueToggles) -> str:
-    """One paragraph: the likely cause here, and what to switch to fix it."""
+# What the caller of run_training does after a training error (its `on_error`), in words.
+AFTER_ERROR = {
+    "pause": "The run is paused with every measurement up to here kept; change a setting "
+             "and resume, or reset.",
+    "stop": "The run stopped here (the CLI exits with status 3) with every measurement up to "
+            "here kept; change the setting and run again.",
+    "continue": "The error is recorded and the run goes on with the next step.",
+}
+
+
+def explain_error(exc: BaseException, preset: str, phase: str, toggles: TechniqueToggles,
+                  on_error: str = "pause") -> str:
+    """One paragraph: the likely cause here, what to switch to fix it, and what the run does
+    next (`on_error`, core.loop.run_training's: the app pauses, the CLI stops)."""
+    return f"{_cause(exc, preset, phase, toggles)} {AFTER_ERROR[on_error]}"
+
+
+def _cause(exc: BaseException, preset: str, phase: str, toggles: TechniqueToggles) -> str:
     msg = str(exc)
     if "backward through the graph a second time" in msg:
         if preset == "lstm" and not toggles.detach_state:
@@ -84,10 +100,7 @@ def explain_error(exc: BaseException, preset: str, phase: str, toggles: Techniqu
             "state without detach, retain_graph) grows memory every step. Otherwise lower "
             "batch_size or width, use amp, or accumulate gradients over smaller micro-batches."
         )
-    return (
-        f"The {phase or 'step'} raised {type(exc).__name__}. The run is paused with every "
-        "measurement up to here kept; change a setting and resume, or reset."
-    )
+    return f"The {phase or 'step'} raised {type(exc).__name__}."
 
 
 def explain_leak(toggles: TechniqueToggles, grew: str, per_step: float) -> str:

@@ -216,6 +216,7 @@ class TrainingSession:
         self._edge = self._sample_now
         self._step = 0
         self._step_samples: list[MemorySample] = []
+        self.sample_peak = 0  # the largest total of any sample handed on (measured_peak)
         self.tick, self.timing_label = _timing(self.device)
         self.scaler = None
         self.micro = 0  # micro-batches since the last optimizer step
@@ -264,6 +265,7 @@ class TrainingSession:
     def sample(self, step: int, phase: str, carried: list | None = None):
         s = self.probe.sample(step, phase, self.now(), carried)
         self.sink.on_sample(s)
+        self.sample_peak = max(self.sample_peak, s.total)
         return s
 
     def _sample_now(self, code: int, carried: list) -> None:
@@ -281,7 +283,20 @@ class TrainingSession:
                 on_sample(s)
             self._step_samples.extend(kept)
         out, self._step_samples = self._step_samples, []
+        if out:
+            self.sample_peak = max(self.sample_peak, max(s.total for s in out))
         return out
+
+    def measured_peak(self) -> int:
+        """The largest memory any sample so far saw, with the in-step peaks where they are
+        known (CUDA, precise mode): a failed or stopped step's count too, so a summary's
+        peak is never below a total it printed."""
+        peak = self.sample_peak
+        if self.precise is not None:
+            peak = max(peak, self.precise.peak_bytes)
+        if self._cuda:
+            peak = max(peak, torch.cuda.max_memory_allocated(self.device))
+        return peak
 
     def _flush_allocations(self) -> None:
         if self.precise is not None and hasattr(self.sink, "on_allocations"):
@@ -593,7 +608,8 @@ def run_training(
                 phase = getattr(session, "phase", "")
                 error = RunEvent(step, session.now(), "error", key=error_title(exc),
                                  phase=phase, message=f"{type(exc).__name__}: {exc}",
-                                 explanation=explain_error(exc, config.preset, phase, toggles))
+                                 explanation=explain_error(exc, config.preset, phase, toggles,
+                                                           on_error))
                 sink.on_event(error)
                 session.preset.recover()
                 session.micro = 0
@@ -619,6 +635,7 @@ def run_training(
                 if sink_cuda is not None:
                     sink_cuda(session.cuda_recorder)
             session.cuda_recorder.close()
+    peak = max(peak, session.measured_peak())
     summary = RunSummary(
         steps_done=done, stopped_by=stopped_by, wall_s=session.now(),
         final_loss=losses[-1] if losses else math.nan, peak_bytes=peak,

@@ -53,6 +53,8 @@ class Preset:
     def _make_optimizer(self, params) -> torch.optim.Optimizer:
         kind, lr = self.config.optimizer, self.config.lr
         if kind == "sgd":
+            return torch.optim.SGD(params, lr=lr)
+        if kind == "momentum":
             return torch.optim.SGD(params, lr=lr, momentum=0.9)
         if kind == "adamw":
             return torch.optim.AdamW(params, lr=lr)
@@ -266,9 +268,19 @@ class LstmPreset(Preset):
                 h, c = model["rnn"](emb[:, t], (h, c))
                 outs.append(h)
             out, hidden = torch.stack(outs, dim=1), (h, c)
+        elif self._fp16_on_cpu():
+            # oneDNN has no fp16 LSTM on CPU ("could not create a primitive descriptor"):
+            # the LSTM runs in float32 outside autocast, as a user must write it there;
+            # the embedding and the head stay in fp16.
+            with torch.autocast("cpu", enabled=False):
+                out, hidden = model["rnn"](emb.float(), hidden)
         else:
             out, hidden = model["rnn"](emb, hidden)
         return model["head"](out), hidden
+
+    def _fp16_on_cpu(self) -> bool:
+        return (self.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+                and torch.get_autocast_dtype("cpu") == torch.float16)
 
     def forward_train(self, toggles: TechniqueToggles) -> ForwardResult:
         w = self.step_index % self.windows
@@ -276,6 +288,11 @@ class LstmPreset(Preset):
             self.hidden = self._zero_hidden()  # a new pass over the data starts fresh
         elif toggles.detach_state:
             self.hidden = tuple(h.detach() for h in self.hidden)
+        # The state autocast left in bf16/fp16 goes back into the LSTM in its weights' dtype,
+        # as a user switching AMP off writes it (autocast casts it down again where on).
+        dtype = self.models["model"]["head"].weight.dtype
+        if self.hidden[0].dtype != dtype:
+            self.hidden = tuple(h.to(dtype) for h in self.hidden)
         s = slice(w * self.seq_len, (w + 1) * self.seq_len)
         logits, self.hidden = self._run(self.streams[:, s].clone(), self.hidden)
         target = self.targets[:, s].clone()

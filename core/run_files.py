@@ -38,6 +38,7 @@ from core.allocations_file import describe as describe_allocations
 from core.atomic import ExportError, atomic_open, atomic_write_bytes, atomic_write_text
 from core.history import (
     ALLOC_COLUMNS,
+    LEGACY_STEP_COLUMNS,
     PHASES_PER_STEP,
     SAMPLE_COLUMNS,
     STEP_COLUMNS,
@@ -66,7 +67,7 @@ ALLOC_HEADER: tuple[str, ...] = (
     "t_us", "action", "storage", "addr", "bytes", "category", "step", "phase", "frames",
 )
 _INT_STEP_COLS = {"step", "allocated_bytes", "peak_bytes", "reserved_bytes", "graph_nodes",
-                  "saved_bytes", "retained_bytes"}
+                  "saved_bytes", "retained_bytes", "optimizer_stepped", "peak_is_exact"}
 _ACTIONS = ACTIONS
 
 
@@ -443,15 +444,30 @@ def _float(text: str) -> float:
 
 
 def _read_steps(path: Path) -> np.ndarray:
-    fast = _read_numbers(path, STEPS_HEADER)
-    if fast is not None:
+    header = STEPS_HEADER if _has_header(path, STEPS_HEADER) else LEGACY_STEP_COLUMNS
+    width = len(header)
+    fast = _read_numbers(path, header)
+    if fast is None:
+        rows = _read_csv(path, header)
+        try:
+            fast = np.array([[_float(v) for v in r[:width]] for r in rows],
+                            dtype=np.float64).reshape(-1, width)
+        except ValueError as exc:
+            raise RunFolderError(f"{path}: a value is not a number ({exc})") from None
+    if width == len(STEP_COLUMNS):
         return fast
-    rows = _read_csv(path, STEPS_HEADER)
+    out = np.full((len(fast), len(STEP_COLUMNS)), np.nan)  # an older run: no such columns
+    out[:, :width] = fast
+    return out
+
+
+def _has_header(path: Path, header: tuple[str, ...]) -> bool:
     try:
-        return np.array([[_float(v) for v in r[: len(STEP_COLUMNS)]] for r in rows],
-                        dtype=np.float64).reshape(-1, len(STEP_COLUMNS))
-    except ValueError as exc:
-        raise RunFolderError(f"{path}: a value is not a number ({exc})") from None
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            got = fh.readline().strip().split(",")
+    except OSError:
+        return False
+    return tuple(got[: len(header)]) == header
 
 
 def _read_memory(path: Path) -> np.ndarray:

@@ -128,12 +128,12 @@ def main(args) -> int:
     from core.sinks import FanOut
 
     out = Path(args.out) if args.out else default_out(cfg.preset)
+    history = RunHistory()
     try:
-        writer = RunWriter(out, precise=cfg.precise)
+        writer = RunWriter(out, precise=cfg.precise, history=history)
     except ExportError as exc:
         print(f"memlens run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    history = RunHistory()
     print(f"memlens: {cfg.preset}, {cfg.steps} steps -> {out}", file=sys.stderr)
     try:
         summary = run_training(cfg, sink=FanOut(history, writer, _Progress(cfg.steps, args.quiet)),
@@ -193,6 +193,10 @@ def _print_summary(summary, history) -> None:
     exact = "exact" if env.get("precise") or env.get("device", "").startswith("cuda") \
         else "lower bound"
     print(f"  {'peak':<12} {summary.peak_bytes / mib:10.2f} MiB ({exact})")
+    from core.effects import toggle_effect
+
     for e in history.events():
-        if e.kind in ("toggle", "leak"):
-            print(f"  [{e.kind} at step {e.step}] {e.label()}")
+        if e.kind == "toggle":  # the effect as the app's "What just happened" says it
+            print(f"  [toggle at step {e.step}] {toggle_effect(history, e).text()}")
+        elif e.kind == "leak":
+            print(f"  [leak at step {e.step}] {e.label()}")

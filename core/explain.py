@@ -103,21 +103,38 @@ def _cause(exc: BaseException, preset: str, phase: str, toggles: TechniqueToggle
     return f"The {phase or 'step'} raised {type(exc).__name__}."
 
 
-def explain_leak(toggles: TechniqueToggles, grew: str, per_step: float) -> str:
-    """Name the likely cause of steady memory growth from the toggles in force."""
-    size = f"{per_step / 2**20:.2f} MiB per step"
+def explain_leak(toggles: TechniqueToggles, grew: str, per_step: float,
+                 period: int = 1) -> str:
+    """Name the likely cause of steady memory growth from the toggles in force, and what it
+    holds: saved tensors (eval under grad, a cache) in tensor bytes, or autograd nodes in the
+    process heap (training, where backward has freed the saved tensors). `period`: steps
+    between evals (growth through eval comes once a period)."""
+    size = f"{_mib(per_step)} per step"
     causes = []
     if toggles.leak_loss_sum:
-        where = "" if toggles.no_grad_eval else " (and in eval, run under grad, each eval graph)"
-        causes.append("`total_loss += loss` keeps every step's graph alive through the sum"
-                      f"{where}; use `total_loss += loss.item()`")
+        if not toggles.no_grad_eval:
+            causes.append(
+                "`total_loss += loss` in eval, run under grad, keeps each eval forward's "
+                f"saved tensors alive through the sum ({_mib(per_step * period)} per eval); "
+                "use `loss.item()`, or run eval under torch.no_grad()")
+        causes.append(
+            "`total_loss += loss` in training keeps every step's autograd nodes alive through "
+            "the sum: backward has freed their saved tensors, so what grows is process heap "
+            "(memory.csv's heap column, a few KB a step), not tensor memory; use "
+            "`total_loss += loss.item()`")
     if toggles.retain_graph and not toggles.detach_state:
         causes.append("carried state without detach plus retain_graph=True chains every "
-                      "step's graph to the next; detach the carried state")
+                      "step's graph to the next, saved tensors and all; detach the carried "
+                      "state")
     if toggles.leak_cache:
-        causes.append("the loss keeps its intermediates in a list that is never cleared; "
-                      "store .detach() copies or .item() values, or clear the list")
+        causes.append("the loss keeps its intermediates in a list that is never cleared "
+                      f"({_mib(per_step)} of tensors a step); store .detach() copies or "
+                      ".item() values, or clear the list")
     if not causes:
         causes.append("something holds tensors across steps: a list of losses or outputs, "
                       "a graph kept by retain_graph, or a state tensor without detach")
     return f"Memory ({grew}) grows {size}. Likely cause: " + "; ".join(causes) + "."
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB"

@@ -164,7 +164,7 @@ class _LeakWatch:
         per_step = (h[-1][0] - h[0][0]) / steps
         act = h[-1][1] - h[0][1]
         grew = "activations saved for backward" if act > (h[-1][0] - h[0][0]) / 2 else "other"
-        return explain_leak(toggles, grew, per_step)
+        return explain_leak(toggles, grew, per_step, self.period)
 
 
 class TrainingSession:
@@ -217,6 +217,9 @@ class TrainingSession:
         self._step = 0
         self._step_samples: list[MemorySample] = []
         self.sample_peak = 0  # the largest total of any sample handed on (measured_peak)
+        # The last training forward's result (losses, outputs), held as a user's loop holds
+        # `loss = ...` and `logits = ...`: until the next forward rebinds them.
+        self.held = None
         self.tick, self.timing_label = _timing(self.device)
         self.scaler = None
         self.micro = 0  # micro-batches since the last optimizer step
@@ -408,6 +411,8 @@ class TrainingSession:
                 with autocast:
                     result = p.forward_train(toggles)
                 forward_ms = (tick() - t) * 1e3
+                # The new forward rebinds `loss` and `logits`: the last step's go only now.
+                self.held = result
             except BaseException:
                 if graph is not None:
                     graph.abort()
@@ -433,6 +438,8 @@ class TrainingSession:
                     scaled = self.scaler.scale(scaled)
                 scaled.backward(retain_graph=toggles.retain_graph, inputs=inputs)
             backward_ms = (tick() - t) * 1e3
+            # A plain loop keeps `loss` and its outputs bound until the next forward
+            # (self.held): with retain_graph its saved tensors stay alive that long.
             del result, loss, scaled
             edge(_BACKWARD, carried)
             grad_norm = self._grad_norm()
@@ -612,6 +619,7 @@ def run_training(
                                                            on_error))
                 sink.on_event(error)
                 session.preset.recover()
+                session.held = None  # a failed step's graph is not kept for the next one
                 session.micro = 0
                 if on_error in ("pause", "continue"):
                     if on_error == "pause":

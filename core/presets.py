@@ -25,7 +25,10 @@ class ForwardResult:
     report_loss: Tensor
     # (loss, inputs): backward(loss, inputs=inputs); inputs None means all leaves.
     backward: list[tuple[Tensor, list[Tensor] | None]]
-    intermediates: list[Tensor] = field(default_factory=list)  # what leak_cache would keep
+    intermediates: list[Tensor] = field(default_factory=list)  # what leak_cache keeps (when on)
+    # What a plain loop keeps bound besides its losses (`logits = model(x)`), until the next
+    # step's forward rebinds the names: the loop holds them as long.
+    outputs: list[Tensor] = field(default_factory=list)
 
 
 class Preset:
@@ -159,7 +162,8 @@ class _Classifier(Preset):
         # this batch, not the whole synthetic dataset it was sliced from.
         logits, features = self._logits(self.xs[i].clone())
         loss = F.cross_entropy(logits, self.ys[i].clone())
-        return ForwardResult(loss, [(loss, None)], [features, logits])
+        return ForwardResult(loss, [(loss, None)],
+                             [features, logits] if toggles.leak_cache else [], [logits])
 
     def forward_eval(self, toggles: TechniqueToggles) -> Tensor:
         logits, _ = self._logits(self.xs[DATA_BATCHES].clone())
@@ -297,7 +301,8 @@ class LstmPreset(Preset):
         logits, self.hidden = self._run(self.streams[:, s].clone(), self.hidden)
         target = self.targets[:, s].clone()
         loss = F.cross_entropy(logits.reshape(-1, self.vocab), target.reshape(-1))
-        return ForwardResult(loss, [(loss, None)], [logits])
+        return ForwardResult(loss, [(loss, None)], [logits] if toggles.leak_cache else [],
+                             [logits])
 
     def forward_eval(self, toggles: TechniqueToggles) -> Tensor:
         s = slice(self.windows * self.seq_len, (self.windows + 1) * self.seq_len)
@@ -360,7 +365,8 @@ class GanPreset(Preset):
         # Without detach, d_loss's backward runs through G as well, frees G's graph, and the
         # g_loss backward then needs it a second time.
         g_params = list(self.models["G"].parameters())
-        return ForwardResult(d_loss + g_loss, [(d_loss, None), (g_loss, g_params)], [fake])
+        return ForwardResult(d_loss + g_loss, [(d_loss, None), (g_loss, g_params)],
+                             [fake] if toggles.leak_cache else [], [fake])
 
     def forward_eval(self, toggles: TechniqueToggles) -> Tensor:
         d_loss, g_loss, _ = self._losses(DATA_BATCHES, True)
@@ -410,7 +416,8 @@ class TransformerPreset(Preset):
 
     def forward_train(self, toggles: TechniqueToggles) -> ForwardResult:
         loss, logits = self._loss(self.step_index % DATA_BATCHES)
-        return ForwardResult(loss, [(loss, None)], [logits])
+        return ForwardResult(loss, [(loss, None)], [logits] if toggles.leak_cache else [],
+                             [logits])
 
     def forward_eval(self, toggles: TechniqueToggles) -> Tensor:
         return self._loss(DATA_BATCHES)[0]

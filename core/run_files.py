@@ -36,6 +36,7 @@ from core.allocations_file import (
 )
 from core.allocations_file import describe as describe_allocations
 from core.atomic import ExportError, atomic_open, atomic_write_bytes, atomic_write_text
+from core.effects import events_with_effects
 from core.history import (
     ALLOC_COLUMNS,
     LEGACY_STEP_COLUMNS,
@@ -106,8 +107,13 @@ def graph_summary(snapshot) -> dict[str, int]:
 class RunWriter:
     """A run sink that writes the run folder as the run goes."""
 
-    def __init__(self, folder: str | Path, precise: bool = False) -> None:
+    def __init__(self, folder: str | Path, precise: bool = False,
+                 history: RunHistory | None = None) -> None:
+        """`history`: the run's history, fed before this writer (a FanOut's earlier sink):
+        run.json's toggle events then carry their effect (core.effects), as measured so
+        far."""
         self.folder = Path(folder)
+        self._history = history
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             self._steps_fh = open(self.folder / STEPS_CSV, "w", newline="", encoding="utf-8")  # noqa: SIM115
@@ -171,6 +177,11 @@ class RunWriter:
     # --- helpers --------------------------------------------------------------------------
     def _write_json(self) -> None:
         self._last_json = time.monotonic()
+        if self._history is not None and any(e.get("kind") == "toggle"
+                                             for e in self._doc["events"]):
+            effects = events_with_effects(self._history)
+            if len(effects) == len(self._doc["events"]):
+                self._doc["events"] = effects
         atomic_write_text(self.folder / RUN_JSON, json.dumps(self._doc, indent=1, default=str))
 
     def close(self) -> None:
@@ -203,7 +214,7 @@ def _write_csv(path: Path, header: tuple[str, ...], rows) -> Path:
 
 def _write_run_json(history: RunHistory, folder: Path) -> Path:
     doc = {"format": RUN_FORMAT, **history.meta, "version": RUN_FORMAT_VERSION,
-           "events": [e.to_dict() for e in history.events()],
+           "events": events_with_effects(history),
            "graphs": [graph_summary(g) for g in history.graphs],
            "summary": history.summary}
     doc.pop("allocations", None)
@@ -369,7 +380,7 @@ def load_run(folder: str | Path) -> RunHistory:
     history.summary = doc.get("summary")
     for e in doc.get("events") or []:
         try:
-            history.on_event(RunEvent(**e))
+            history.on_event(RunEvent(**{k: v for k, v in e.items() if k != "effect"}))
         except TypeError:
             continue
     history.steps.extend(_read_steps(folder / STEPS_CSV))

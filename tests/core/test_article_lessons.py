@@ -9,6 +9,7 @@ import torch
 import core.native
 from core.config import TechniqueToggles
 from core.presets import build_preset
+from core.units import format_bytes
 from tests.core.helpers import TINY as TINY_SETS
 from tests.core.helpers import run, samples_at, tiny_config
 
@@ -147,3 +148,139 @@ def test_an_error_explanation_says_what_the_caller_does():
     stop = explain_error(exc, "lstm", "forward", toggles, "stop")
     assert "paused" not in stop and "status 3" in stop
     assert "goes on" in explain_error(exc, "lstm", "forward", toggles, "continue")
+
+
+def plain_train_saved_bytes(preset: str) -> int:
+    """What one training forward saves, on a plain copy of the preset."""
+    p = build_preset(tiny_config(preset), torch.device("cpu"))
+    return saved_bytes_of(lambda: p.forward_train(TechniqueToggles()), p.parameters())
+
+
+@pytest.mark.parametrize("mode", ["light", "python", "precise"])
+def test_retain_graph_keeps_the_saved_tensors_while_the_loop_holds_loss(mode, monkeypatch):
+    if mode == "python":
+        _python_helpers(monkeypatch)
+    expected = plain_train_saved_bytes("mlp")
+    kept, _ = run("mlp", steps=3, retain_graph=True, precise=mode == "precise")
+    freed, _ = run("mlp", steps=3, retain_graph=False, precise=mode == "precise")
+    # A user's loop keeps `loss` bound through the optimizer step and into the next step's
+    # zero_grad; the next forward rebinds it.
+    assert list(samples_at(kept, "optimizer", "activations")) == [expected] * 3
+    assert list(samples_at(kept, "zero_grad", "activations")) == [0, expected, expected]
+    assert list(samples_at(kept, "forward", "activations")) == [expected] * 3
+    assert list(samples_at(freed, "optimizer", "activations")) == [0] * 3
+    assert list(samples_at(freed, "zero_grad", "activations")) == [0] * 3
+
+
+@pytest.mark.parametrize("preset", PRESETS)
+def test_intermediates_are_kept_only_for_leak_cache(preset):
+    p = build_preset(tiny_config(preset), torch.device("cpu"))
+    off = p.forward_train(TechniqueToggles())
+    on = p.forward_train(TechniqueToggles(leak_cache=True))
+    assert off.intermediates == [] and len(on.intermediates) > 0
+    assert len(off.outputs) == len(on.outputs) > 0
+
+
+def test_leak_texts_say_what_is_held_with_the_bytes():
+    from core.explain import explain_leak
+
+    train = explain_leak(TechniqueToggles(leak_loss_sum=True), "other", 10_000)
+    assert "autograd nodes" in train and "heap" in train and "graph alive" not in train
+    history, _ = run("mlp", steps=14, eval_every=1, leak_loss_sum=True, no_grad_eval=False)
+    (leak,) = [e for e in history.events() if e.kind == "leak"]
+    per_eval = plain_eval_saved_bytes("mlp")
+    assert "saved tensors" in leak.explanation
+    assert f"{per_eval / 2**20:.2f} MiB per eval" in leak.explanation
+    cache = explain_leak(TechniqueToggles(leak_cache=True), "other", 3 * 2**20)
+    assert "intermediates in a list that is never cleared (3.00 MiB of tensors a step)" in cache
+
+
+def _fake_clock(rng, slow_from: list):
+    """A phase clock whose every phase takes 1 ms times log-normal noise (sigma 0.3), and
+    1.5 times that from the step `slow_from[0]` names, if any (set by a sink)."""
+    t = [0.0]
+    state = {"step": -1}
+
+    def tick() -> float:
+        factor = 1.5 if slow_from and state["step"] >= slow_from[0] else 1.0
+        t[0] += 1e-3 * factor * float(rng.lognormal(0.0, 0.3))
+        return t[0]
+
+    return tick, state
+
+
+class _StepCounter:
+    """A sink that tells the fake clock which step runs (toggles come before the step)."""
+
+    def __init__(self, state: dict) -> None:
+        self.state = state
+
+    def on_event(self, e) -> None:
+        self.state["step"] = e.step
+
+    def on_step(self, r) -> None:
+        self.state["step"] = r.step + 1
+
+    def __getattr__(self, name):
+        return lambda *a: None
+
+
+def _effect_with_fake_clock(monkeypatch, seed: int, slowdown: bool):
+    import numpy as np
+
+    import core.loop
+    from core.effects import toggle_effect
+
+    rng = np.random.default_rng(seed)
+    slow_from = [10] if slowdown else []
+    tick, state = _fake_clock(rng, slow_from)
+    monkeypatch.setattr(core.loop, "_timing", lambda device: (tick, "fake clock (test)"))
+    history, summary = run("mlp", steps=20, at=("10:zero_grad=zeros",),
+                           sink=_StepCounter(state))
+    assert summary.stopped_by == "completed"
+    (event,) = [e for e in history.events() if e.kind == "toggle"]
+    return history, toggle_effect(history, event)
+
+
+def test_a_toggle_without_a_time_effect_is_within_noise_and_a_real_slowdown_is_not(
+        monkeypatch):
+    flat = [_effect_with_fake_clock(monkeypatch, seed, False)[1] for seed in range(10)]
+    insignificant = sum(not e.time.significant for e in flat)
+    assert insignificant >= 6, [e.time for e in flat]
+    quiet = next(e for e in flat if not e.time.significant)
+    assert "step time within noise (±" in quiet.text()
+    history, slow = _effect_with_fake_clock(monkeypatch, 99, True)
+    assert slow.time.significant and slow.time.low > 1.2
+    assert slow.as_dict()["significant"] is True
+    # zero_grad=zeros keeps the gradients allocated at zero_grad: exact bytes, the params'.
+    params = int(samples_at(history, "start", "params")[0])
+    assert slow.memory_change["zero_grad"] == params
+    assert slow.as_dict()["memory_bytes"]["zero_grad"]["change"] == params
+
+
+def test_an_effect_window_cut_by_a_later_toggle_or_an_error_says_so(tmp_path, capsys):
+    rc, printed, _, doc = _cli(tmp_path, capsys, "--preset", "mlp", "--steps", "16",
+                               "--set", "batch_size=32", "width=64", "eval_every=1",
+                               "--at", "4:no_grad_eval=false", "8:no_grad_eval=true")
+    assert rc == 0
+    toggles = [e for e in doc["events"] if e["kind"] == "toggle"]
+    first, second = (e["effect"] for e in toggles)
+    assert first["after_steps"] == 4 and first["cut"] == "superseded at step 8"
+    assert "measured over 4 steps; superseded at step 8" in first["text"]
+    # The eval forward's graph: exactly what the eval forward saves, at eval_forward.
+    per_eval = plain_eval_saved_bytes("mlp")
+    assert first["memory_bytes"]["eval_forward"]["change"] == per_eval
+    assert second["memory_bytes"]["eval_forward"]["change"] == -per_eval
+    assert first["text"].startswith(
+        f"no_grad_eval: True -> False: {format_bytes(per_eval, signed=True)} at eval_forward")
+    for e in (first, second):  # the CLI prints run.json's text
+        assert e["text"] in printed
+    # An error cuts the window: lstm without detach fails at the step after the toggle.
+    rc, printed, _, doc = _cli(tmp_path / "2", capsys, "--preset", "lstm", "--steps", "8",
+                               "--set", "batch_size=4", "width=32", "seq_len=8",
+                               "--on-error", "continue", "--at", "3:detach_state=false",
+                               "6:detach_state=true")
+    (off, on) = (e["effect"] for e in doc["events"] if e["kind"] == "toggle")
+    assert off["after_steps"] == 0 and off["cut"] == "cut by an error at step 3"
+    assert "no steps after it to compare with (cut by an error at step 3)" in off["text"]
+    assert on["after_steps"] == 2 and on["cut"] == "run ended at step 7"

@@ -58,7 +58,8 @@ def sample_values(s: MemorySample) -> tuple[float, ...]:
     """A sample as a row in SAMPLE_COLUMNS order."""
     return (
         s.step, PHASE_CODE[s.phase], sample_x(s.step, s.phase), s.time_s,
-        s.params, s.grads, s.optimizer, s.activations, s.other, s.total,
+        s.params, s.grads, s.optimizer, s.activations, s.other, s.buffers, s.amp_casts,
+        s.temporaries, s.total,
         _num(s.allocated), _num(s.reserved), _num(s.heap),
     )  # fmt: skip
 

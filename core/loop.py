@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from core.amp_casts import amp_cast_storages
 from core.config import RunConfig, TechniqueToggles
 from core.controls import RunControls, StopRequested
 from core.explain import error_title, explain_error, explain_leak
@@ -241,6 +242,8 @@ class TrainingSession:
                 self.precise.track(p, "params", at_start=True)
             for t in self.preset.carried_tensors():
                 self.precise.track(t, "other", at_start=True)
+            for b in self.preset.buffers():
+                self.precise.track(b, "buffers", at_start=True)
 
     # --- metadata -------------------------------------------------------------------------
     def meta(self) -> dict:
@@ -393,6 +396,10 @@ class TrainingSession:
         k = toggles.accumulate
         amp_dtype = _AMP_DTYPES.get(toggles.amp)
         autocast = self._autocast(amp_dtype)
+        if amp_dtype is not None:
+            # AMP's weight copies are told apart from activations at each sample (the
+            # native edge keeps figures without them): sample as each phase ends.
+            edge = self._sample_now
         eval_ms = 0.0
         with self._saved_hooks, (precise if precise is not None else _NO_CONTEXT):
             # zero_grad: at the start of each accumulation cycle, unless switched off.
@@ -422,7 +429,10 @@ class TrainingSession:
                 self.sink.on_graph(graph.finish(result.report_loss, step))
             if toggles.leak_cache:
                 p.cache.extend(result.intermediates)
-            nodes = self._count_nodes([loss for loss, _ in result.backward], GRAPH_NODE_LIMIT)
+            roots = [loss for loss, _ in result.backward]
+            nodes = self._count_nodes(roots, GRAPH_NODE_LIMIT)
+            self.probe.amp_casts = (amp_cast_storages(roots, self.probe.param_list)
+                                    if amp_dtype is not None else {})
             p.account_loss(result.report_loss, toggles, train=True, value=loss_value)
             carried = p.carried_tensors()  # forward replaces lstm's state, a leak adds some
             edge(_FORWARD, carried)
@@ -502,6 +512,10 @@ class TrainingSession:
               ) -> tuple[float, float]:
         """The eval phase: (its loss, its forward's time in ms)."""
         p = self.preset
+        if self.probe.amp_casts:
+            # Only the copies still saved: a freed one's address may hold an eval activation.
+            live = self.saved.live
+            self.probe.amp_casts = {k: n for k, n in self.probe.amp_casts.items() if k in live}
         if toggles.eval_mode:
             p.set_train(False)
         grad_ctx = torch.no_grad() if toggles.no_grad_eval else contextlib.nullcontext()
@@ -516,7 +530,13 @@ class TrainingSession:
                 p.account_loss(loss, toggles, train=False, value=value)
             ms = (self.tick() - t) * 1e3
             # Memory as a validation loop holds it: the loss bound, its graph alive under grad.
-            self._edge(_EVAL_FORWARD, p.carried_tensors())
+            if amp_dtype is not None:
+                if not toggles.no_grad_eval:
+                    self.probe.amp_casts.update(
+                        amp_cast_storages([loss], self.probe.param_list))
+                self._sample_now(_EVAL_FORWARD, p.carried_tensors())
+            else:
+                self._edge(_EVAL_FORWARD, p.carried_tensors())
             if graph is not None:
                 self.sink.on_graph(graph.finish(loss, step, kind="eval"))
                 graph = None

@@ -85,6 +85,9 @@ class Preset:
     def parameters(self) -> list[Tensor]:
         return [p for m in self.models.values() for p in m.parameters()]
 
+    def buffers(self) -> list[Tensor]:
+        return [b for m in self.models.values() for b in m.buffers()]
+
     def data_tensors(self) -> list[Tensor]:
         return []
 

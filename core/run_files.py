@@ -64,6 +64,12 @@ MEMORY_HEADER: tuple[str, ...] = (
     "step", "phase", "time_s", *(f"{c}_bytes" for c in MEMORY_CATEGORIES), "total_bytes",
     "allocated_bytes", "reserved_bytes", "heap_bytes",
 )  # fmt: skip
+# memory.csv as runs wrote it before the buffers, amp_casts and temporaries columns.
+_LEGACY_CATEGORIES = MEMORY_CATEGORIES[:5]
+LEGACY_MEMORY_HEADER: tuple[str, ...] = (
+    "step", "phase", "time_s", *(f"{c}_bytes" for c in _LEGACY_CATEGORIES), "total_bytes",
+    "allocated_bytes", "reserved_bytes", "heap_bytes",
+)  # fmt: skip
 ALLOC_HEADER: tuple[str, ...] = (
     "t_us", "action", "storage", "addr", "bytes", "category", "step", "phase", "frames",
 )
@@ -482,18 +488,34 @@ def _has_header(path: Path, header: tuple[str, ...]) -> bool:
 
 
 def _read_memory(path: Path) -> np.ndarray:
-    fast = _read_numbers(path, MEMORY_HEADER, phase_column=1)
+    if _has_header(path, MEMORY_HEADER) or not _has_header(path, LEGACY_MEMORY_HEADER):
+        return _read_memory_as(path, MEMORY_HEADER)
+    # An older run: its categories where they are now, the newer ones 0 (not separated then).
+    old = _read_memory_as(path, LEGACY_MEMORY_HEADER)
+    out = np.zeros((len(old), len(SAMPLE_COLUMNS)), dtype=np.float64)
+    first = SAMPLE_COLUMNS.index(MEMORY_CATEGORIES[0])
+    n_old = len(_LEGACY_CATEGORIES)
+    out[:, : first + n_old] = old[:, : first + n_old]
+    rest = first + len(MEMORY_CATEGORIES)
+    out[:, rest:] = old[:, first + n_old :]
+    return out
+
+
+def _read_memory_as(path: Path, header: tuple[str, ...]) -> np.ndarray:
+    """memory.csv's rows with `header`'s columns, as SAMPLE_COLUMNS lays them out for it."""
+    width = len(header)  # and x, after step and phase
+    fast = _read_numbers(path, header, phase_column=1)
     if fast is not None:
-        out = np.empty((len(fast), len(SAMPLE_COLUMNS)), dtype=np.float64)
+        out = np.empty((len(fast), width + 1), dtype=np.float64)
         out[:, :2] = fast[:, :2]
         out[:, 2] = fast[:, 0] + fast[:, 1] / PHASES_PER_STEP  # sample_x
         out[:, 3:] = fast[:, 2:]
         return out
-    rows = _read_csv(path, MEMORY_HEADER)
-    out = np.empty((len(rows), len(SAMPLE_COLUMNS)), dtype=np.float64)
+    rows = _read_csv(path, header)
+    out = np.empty((len(rows), width + 1), dtype=np.float64)
     try:
         for i, r in enumerate(rows):
-            step, phase, time_s, *rest = r[: len(MEMORY_HEADER)]
+            step, phase, time_s, *rest = r[: len(header)]
             step_i = int(step)
             out[i] = (step_i, PHASE_CODE[phase], sample_x(step_i, phase), float(time_s),
                       *(_float(v) for v in rest))

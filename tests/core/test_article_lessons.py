@@ -21,11 +21,11 @@ def _python_helpers(monkeypatch) -> None:
     monkeypatch.setattr(core.native, "unavailable_reason", lambda: "no compiler (test)")
 
 
-def saved_bytes_of(fn, params) -> int:
+def saved_bytes_of(fn, params, buffers=()) -> int:
     """Bytes autograd saves for backward while `fn()` runs, each storage once, parameters'
-    storages left out: a plain saved_tensors_hooks count that keeps every saved tensor alive
-    until the end (so no two live storages share an address)."""
-    param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+    and buffers' storages left out: a plain saved_tensors_hooks count that keeps every saved
+    tensor alive until the end (so no two live storages share an address)."""
+    param_ptrs = {p.untyped_storage().data_ptr() for p in (*params, *buffers)}
     held: dict[int, int] = {}
 
     def pack(t):
@@ -41,11 +41,16 @@ def saved_bytes_of(fn, params) -> int:
     return sum(held.values())
 
 
+def _buffers(p) -> list:
+    return [b for m in p.models.values() for b in m.buffers()]
+
+
 def plain_eval_saved_bytes(preset: str) -> int:
     """What one eval forward under grad saves, on a plain copy of the preset in eval mode."""
     p = build_preset(tiny_config(preset), torch.device("cpu"))
     p.set_train(False)
-    return saved_bytes_of(lambda: p.forward_eval(TechniqueToggles()), p.parameters())
+    return saved_bytes_of(lambda: p.forward_eval(TechniqueToggles()), p.parameters(),
+                          _buffers(p))
 
 
 @pytest.mark.parametrize("mode", ["light", "python", "precise"])
@@ -153,7 +158,8 @@ def test_an_error_explanation_says_what_the_caller_does():
 def plain_train_saved_bytes(preset: str) -> int:
     """What one training forward saves, on a plain copy of the preset."""
     p = build_preset(tiny_config(preset), torch.device("cpu"))
-    return saved_bytes_of(lambda: p.forward_train(TechniqueToggles()), p.parameters())
+    return saved_bytes_of(lambda: p.forward_train(TechniqueToggles()), p.parameters(),
+                          _buffers(p))
 
 
 @pytest.mark.parametrize("mode", ["light", "python", "precise"])
@@ -284,3 +290,64 @@ def test_an_effect_window_cut_by_a_later_toggle_or_an_error_says_so(tmp_path, ca
     assert off["after_steps"] == 0 and off["cut"] == "cut by an error at step 3"
     assert "no steps after it to compare with (cut by an error at step 3)" in off["text"]
     assert on["after_steps"] == 2 and on["cut"] == "run ended at step 7"
+
+
+@pytest.mark.parametrize("mode", ["light", "python", "precise"])
+def test_amp_weight_copies_are_their_own_category_not_activations(mode, monkeypatch):
+    if mode == "python":
+        _python_helpers(monkeypatch)
+    # Independently: one bf16 training forward of a plain copy under autocast, every saved
+    # storage once; the weight copies are the saved tensors equal to a bf16 cast of a weight.
+    p = build_preset(tiny_config("mlp"), torch.device("cpu"))
+    weights = [m.weight for m in p.models["model"] if isinstance(m, torch.nn.Linear)]
+    held: dict[int, torch.Tensor] = {}
+
+    def pack(t):
+        held.setdefault(t.untyped_storage().data_ptr(), t)
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
+            torch.autocast("cpu", dtype=torch.bfloat16):
+        out = p.forward_train(TechniqueToggles(amp="bf16"))
+    params = {q.untyped_storage().data_ptr() for q in p.parameters()}
+    saved = {ptr: t for ptr, t in held.items() if ptr not in params}
+    casts = sum(t.untyped_storage().nbytes() for t in saved.values()
+                if t.dtype == torch.bfloat16 and any(
+                    t.numel() == w.numel() and torch.equal(t.reshape(w.shape) if t.is_contiguous()
+                                                           else t.t(), w.to(torch.bfloat16))
+                    for w in weights))
+    total = sum(t.untyped_storage().nbytes() for t in saved.values())
+    del out
+    assert casts > 0
+    history, summary = run("mlp", steps=3, amp="bf16", precise=mode == "precise")
+    assert summary.stopped_by == "completed"
+    assert list(samples_at(history, "forward", "amp_casts")) == [casts] * 3
+    assert list(samples_at(history, "forward", "activations")) == [total - casts] * 3
+    # backward frees them with the rest of the graph
+    assert list(samples_at(history, "backward", "amp_casts")) == [0] * 3
+
+
+@pytest.mark.parametrize("mode", ["light", "python", "precise"])
+def test_buffers_are_counted_once_in_their_own_category(mode, monkeypatch):
+    if mode == "python":
+        _python_helpers(monkeypatch)
+    cnn = build_preset(tiny_config("cnn"), torch.device("cpu"))
+    norms = [m for m in cnn.models["model"] if isinstance(m, torch.nn.BatchNorm2d)]
+    bn_bytes = sum(t.nbytes for m in norms for t in (m.running_mean, m.running_var,
+                                                       m.num_batches_tracked))
+    history, _ = run("cnn", steps=2, precise=mode == "precise")
+    assert set(samples_at(history, "forward", "buffers")) == {bn_bytes}
+    lm = build_preset(tiny_config("transformer"), torch.device("cpu")).models["model"]
+    history, _ = run("transformer", steps=2, precise=mode == "precise")
+    assert set(samples_at(history, "start", "buffers")) == {lm.mask.nbytes}
+
+
+@pytest.mark.parametrize("preset", ["mlp", "lstm", "cnn"])
+def test_other_means_the_same_in_light_and_precise_mode(preset):
+    light, _ = run(preset, steps=3, leak_cache=True)
+    precise, _ = run(preset, steps=3, leak_cache=True, precise=True)
+    for column in ("other", "buffers", "activations"):
+        assert list(light.samples.column(column)) == list(precise.samples.column(column))
+    assert not light.samples.column("temporaries").any()
+    # precise mode sees the logits and loss the loop keeps bound after forward
+    assert samples_at(precise, "forward", "temporaries").min() > 0

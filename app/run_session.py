@@ -109,7 +109,7 @@ class RunSession(QObject):
             try:
                 folder = new_run_folder(Path(runs_dir), preset_label(config.preset))
                 writer = RunWriter(folder, precise=config.precise,
-                                   meta={"config": config.to_dict()})
+                                   meta={"config": config.to_dict()}, history=self.history)
                 self.folder = folder
             except OSError as exc:  # ExportError, or the runs folder cannot be made
                 self.history.on_event(RunEvent(0, 0.0, "setup", message=str(exc),

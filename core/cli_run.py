@@ -121,7 +121,10 @@ def main(args) -> int:
             _check_formats(formats)
         for warning in cfg.schedule_warnings():
             print(f"memlens run: warning: {warning}", file=sys.stderr)
-        out, writer = _prepare(cfg, args)
+        from core.history import RunHistory
+
+        history = RunHistory()
+        out, writer = _prepare(cfg, args, history)
     except (ConfigError, ExportError) as exc:
         print(f"memlens run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
@@ -130,13 +133,11 @@ def main(args) -> int:
         return EXIT_INTERRUPTED
 
     from core.controls import RunControls
-    from core.history import RunHistory
     from core.loop import run_training
     from core.model_file import preset_label
     from core.run_guard import SignalStop, StoppedBy, WriteGuard
     from core.sinks import FanOut
 
-    history = RunHistory()
     controls = RunControls(cfg.techniques, cfg.schedule)
     guard = WriteGuard(writer, controls)
     print(f"memlens: {preset_label(cfg.preset)}, {cfg.steps} steps -> {out}", file=sys.stderr)
@@ -181,16 +182,19 @@ def main(args) -> int:
             return EXIT_BAD_INPUT
     if summary.stopped_by == "error":
         e = summary.error
+        complete = (f"Files are complete up to step {e.step - 1}" if e.step > 0 else
+                    "No step completed; the files hold what step 0 measured before the error")
         print(f"\nTraining error at step {e.step} ({e.phase}): {e.message}\n\n{e.explanation}\n"
-              f"\nFiles are complete up to step {e.step - 1}: {out}", file=sys.stderr)
+              f"\n{complete}: {out}", file=sys.stderr)
         # A model file breaking its contract mid-run is bad input, not a training error.
         return EXIT_BAD_INPUT if e.key == MODEL_FILE_ERROR else EXIT_TRAINING_ERROR
     return EXIT_OK
 
 
-def _prepare(cfg, args):
+def _prepare(cfg, args, history):
     """Everything that can refuse a run, before any file is made: the device, the memory
-    check, the folder. Then the folder with its headers and a preliminary run.json."""
+    check, the folder. Then the folder with its headers and a preliminary run.json; the
+    writer reads `history` (fed before it) for the effects of toggles."""
     from core.loop import resolve_device
     from core.model_file import preset_label
     from core.preflight import check_run_fits
@@ -203,8 +207,8 @@ def _prepare(cfg, args):
         out = claim_out_folder(args.out, force=args.force)
     else:
         out = new_run_folder(Path("runs"), preset_label(cfg.preset))
-    return out, RunWriter(out, precise=cfg.precise, meta={"config": cfg.to_dict(),
-                                                          "schedule": cfg.to_dict()["schedule"]})
+    return out, RunWriter(out, precise=cfg.precise, history=history,
+                          meta={"config": cfg.to_dict(), "schedule": cfg.to_dict()["schedule"]})
 
 
 def _check_formats(formats: list[str]) -> None:
@@ -235,6 +239,10 @@ def _print_summary(summary, history) -> None:
     exact = "exact" if env.get("precise") or env.get("device", "").startswith("cuda") \
         else "lower bound"
     print(f"  {'peak':<12} {summary.peak_bytes / mib:10.2f} MiB ({exact})")
+    from core.effects import toggle_effect
+
     for e in history.events():
-        if e.kind in ("toggle", "leak"):
-            print(f"  [{e.kind} at step {e.step}] {e.label()}")
+        if e.kind == "toggle":  # the effect as the app's "What just happened" says it
+            print(f"  [toggle at step {e.step}] {toggle_effect(history, e).text()}")
+        elif e.kind == "leak":
+            print(f"  [leak at step {e.step}] {e.label()}")

@@ -14,6 +14,7 @@ from PySide6.QtCore import (
     QSignalBlocker,
     Qt,
     QThreadPool,
+    QTimer,
     Signal,
     Slot,
 )  # fmt: skip
@@ -54,6 +55,7 @@ ENGINES = {"auto": "auto", "Graphviz dot": "dot", "memlens layered": "layered"}
 TREND_KEEP = 200
 MAX_CAPTURES = 20  # kept for the capture list (a 2,000-node one is about 1 MB)
 DOT_ALWAYS_TRY = 60  # auto always lets dot try graphs this small
+NO_CAPTURE = "No graph captured yet. Press “Capture next step” while a run is going."
 
 
 def _capture_text(s: GraphSnapshot) -> str:
@@ -245,6 +247,8 @@ class GraphPanel(QWidget):
         self._pending = False  # a newer request waits for it
         self._dot_max_nodes = DOT_MAX_NODES  # lowered when dot loses the race (auto)
         self._requested_at = 0.0
+        self._fit_new = False  # the next graph built is a new capture: fit it whole
+        self._fit_on_show = False  # one was built while hidden: fit once there is a size
         self._cancel = threading.Event()
         self._hits: list[str] = []
         self._hit_index = -1
@@ -260,8 +264,7 @@ class GraphPanel(QWidget):
 
     # --- widgets --------------------------------------------------------------------------
     def _build(self) -> None:
-        self.header = QLabel("No graph captured yet. Press “Capture next step” while a run "
-                             "is going.")  # fmt: skip
+        self.header = QLabel(NO_CAPTURE)
         self.header.setObjectName("graph_header")
         self.header.setWordWrap(True)
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -335,6 +338,11 @@ class GraphPanel(QWidget):
         self.selection_title.setWordWrap(True)
         self.saved_list = QListWidget()
         self.saved_list.setObjectName("saved_list")
+        # Long rows ("addmm.mat1 [64, 784] float32: ...") wrap in a narrow side panel, and
+        # each keeps its whole text as a tooltip.
+        self.saved_list.setWordWrap(True)
+        self.saved_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.saved_list.setTextElideMode(Qt.TextElideMode.ElideNone)
         self.notes = QLabel("")
         self.notes.setObjectName("graph_notes")
         self.notes.setWordWrap(True)
@@ -418,9 +426,29 @@ class GraphPanel(QWidget):
         if 0 <= index < len(self.captures):
             self._display(self.captures[::-1][index])
 
+    def clear(self) -> None:
+        """Forget every capture (a new run, or Reset): a graph belongs to its run."""
+        self._cancel_layout()
+        self._generation += 1  # a layout still in flight is dropped when it lands
+        self._running = self._pending = False
+        self._wanted = self.snapshot = self.view = self.layout = None
+        self.expanded, self.selected = set(), None
+        self.captures.clear()
+        self.trend.clear()
+        with QSignalBlocker(self.capture_list):
+            self.capture_list.clear()
+        for b in self.export_buttons.values():
+            b.setEnabled(False)
+        self.notes.setText("")
+        self._clear_selection_list()
+        self._on_search_changed(self.search.text())
+        self.scene.show_message("No graph captured in this run yet.")
+        self.header.setText(NO_CAPTURE)
+
     def _display(self, snapshot: GraphSnapshot) -> None:
         """Make `snapshot` the one to show; its layout starts now, or once the running one
         ends (captures can come every step: the view keeps up without queueing them)."""
+        self._fit_new = True
         self._wanted = snapshot
         self.expanded = set()
         self.selected = None
@@ -488,11 +516,16 @@ class GraphPanel(QWidget):
         view, layout = self.view, self.layout
         if view is None or layout is None:
             return
-        focus = None
-        for v in view.nodes:
-            if v.kind == "output" and v.id in layout.positions:
-                focus = QPointF(*layout.positions[v.id])
-        self.graph_view.show_readable(focus)
+        if self._fit_new:  # a new capture opens whole; an expand keeps reading where it was
+            self._fit_new = False
+            self.graph_view.fit()
+            self._fit_on_show = not self.graph_view.isVisible()
+        else:
+            focus = None
+            for v in view.nodes:
+                if v.kind == "output" and v.id in layout.positions:
+                    focus = QPointF(*layout.positions[v.id])
+            self.graph_view.show_readable(focus)
         self.last_layout_s = time.perf_counter() - self._requested_at
         if self.selected in self.scene.boxes:
             self.select_node(self.selected)
@@ -638,6 +671,7 @@ class GraphPanel(QWidget):
 
     def _add_saved_row(self, text: str, t) -> None:
         item = QListWidgetItem(text)
+        item.setToolTip(text)
         item.setData(Qt.ItemDataRole.UserRole, t)
         if t.counted:
             item.setForeground(QColor("#b34700"))
@@ -741,6 +775,12 @@ class GraphPanel(QWidget):
     def _on_export_failed(self, message: str) -> None:
         self.notes.setText(f"Export failed: {message}")
         self.export_finished.emit(f"Export failed: {message}")
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self._fit_on_show:  # built while hidden, on a view without its real size yet
+            self._fit_on_show = False
+            QTimer.singleShot(0, self.graph_view.fit)
 
     def closeEvent(self, event) -> None:
         self._cancel_layout()

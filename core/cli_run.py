@@ -10,12 +10,14 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_TRAINING_ERROR = 0, 2, 3
 
 
 def add_parser(subparsers) -> None:
-    from core.options import OPTIONS
+    import argparse
+
+    from core.options import settings_help
 
     p = subparsers.add_parser(
         "run", help="run a training loop headless and write its timeline",
-        description="Run a preset training loop, measuring memory at every phase boundary. "
-        "Settings: " + ", ".join(OPTIONS) + ".",
+        description="Run a preset training loop, measuring memory at every phase boundary.",
+        epilog=settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_arguments(p)
     p.add_argument("--steps", type=int, help="number of steps")
@@ -64,41 +66,6 @@ def build_config(args):
     return cfg
 
 
-class _Progress:
-    """A progress line on stderr, redrawn at most 5 times a second."""
-
-    def __init__(self, total: int, quiet: bool) -> None:
-        self.total, self.quiet = total, quiet
-        self.last = 0.0
-        self.t0 = time.perf_counter()
-
-    def on_start(self, meta): pass
-    def on_sample(self, s): pass
-    def on_graph(self, g): pass
-    def on_finish(self, summary): self._clear()
-
-    def on_step(self, r) -> None:
-        now = time.perf_counter()
-        if self.quiet or (now - self.last < 0.2 and r.step + 1 < self.total):
-            return
-        self.last = now
-        rate = (r.step + 1) / max(now - self.t0, 1e-9)
-        sys.stderr.write(f"\r  step {r.step + 1}/{self.total}  loss {r.loss:.4f}  "
-                         f"{r.allocated_bytes / 2**20:.1f} MiB  {rate:.1f} steps/s ")
-        sys.stderr.flush()
-
-    def on_event(self, e) -> None:
-        if self.quiet:
-            return
-        self._clear()
-        where = f" at step {e.step}" if e.on_timeline else ""
-        sys.stderr.write(f"  [{e.kind}{where}] {e.label()}\n")
-
-    def _clear(self) -> None:
-        if not self.quiet:
-            sys.stderr.write("\r" + " " * 78 + "\r")
-
-
 def default_out(preset: str) -> Path:
     stamp = time.strftime("%Y%m%d-%H%M%S")
     base = Path("runs") / f"{stamp}-{preset}"
@@ -122,6 +89,7 @@ def main(args) -> int:
         print(f"memlens run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
+    from core.cli_progress import Progress
     from core.history import RunHistory
     from core.loop import run_training
     from core.run_files import RunWriter
@@ -136,7 +104,7 @@ def main(args) -> int:
     history = RunHistory()
     print(f"memlens: {cfg.preset}, {cfg.steps} steps -> {out}", file=sys.stderr)
     try:
-        summary = run_training(cfg, sink=FanOut(history, writer, _Progress(cfg.steps, args.quiet)),
+        summary = run_training(cfg, sink=FanOut(history, writer, Progress(cfg.steps, args.quiet)),
                                on_error=args.on_error)
     except ConfigError as exc:  # e.g. device=cuda without a GPU
         writer.close()
@@ -175,9 +143,9 @@ def _check_formats(formats: list[str]) -> None:
 
 def _print_summary(summary, history) -> None:
     from core.records import MEMORY_CATEGORIES
+    from core.units import format_bytes
 
     env = history.meta.get("environment", {})
-    mib = 2**20
     print(f"steps: {summary.steps_done} ({summary.stopped_by}), wall {summary.wall_s:.1f} s, "
           f"mean step {summary.mean_step_ms:.1f} ms")
     print(f"final loss: {summary.final_loss:.4f}")
@@ -186,11 +154,11 @@ def _print_summary(summary, history) -> None:
         last = history.samples.rows(len(history.samples) - 1)[0]
         idx = history.samples.index
         for c in MEMORY_CATEGORIES:
-            print(f"  {c:<12} {last[idx[c]] / mib:10.2f} MiB")
-        print(f"  {'total':<12} {last[idx['total']] / mib:10.2f} MiB")
+            print(f"  {c:<12} {format_bytes(last[idx[c]]):>10}")
+        print(f"  {'total':<12} {format_bytes(last[idx['total']]):>10}")
     exact = "exact" if env.get("precise") or env.get("device", "").startswith("cuda") \
         else "lower bound"
-    print(f"  {'peak':<12} {summary.peak_bytes / mib:10.2f} MiB ({exact})")
+    print(f"  {'peak':<12} {format_bytes(summary.peak_bytes):>10} ({exact})")
     for e in history.events():
         if e.kind in ("toggle", "leak"):
             print(f"  [{e.kind} at step {e.step}] {e.label()}")

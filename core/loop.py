@@ -540,6 +540,26 @@ def _announce_native_build(config: RunConfig, sink: Any) -> None:
         ))  # fmt: skip
 
 
+def _announce_cuda_only(config: RunConfig, sink: Any) -> None:
+    """CUDA-only settings set on a run that trains elsewhere do nothing: say so, once."""
+    from core.options import RUN_OPTIONS
+
+    device = resolve_device(config.device)
+    if device.type == "cuda":
+        return
+    values = config.to_dict()
+    unused = [f"{o.key}={o.format(values[o.key])}" for o in RUN_OPTIONS
+              if o.cuda_only and values[o.key] != o.default]
+    if unused:
+        sink.on_event(RunEvent(
+            0, 0.0, "setup", key="cuda-only setting",
+            message=f"{', '.join(unused)} has no effect: this run trains on {device.type}",
+            explanation="These settings drive PyTorch's CUDA allocator recording, which "
+                        "exists only on a CUDA device. Run with device=cuda on a machine "
+                        "with a GPU, or leave them at 0.",
+        ))  # fmt: skip
+
+
 def run_training(
     config: RunConfig,
     controls: RunControls | None = None,
@@ -555,6 +575,7 @@ def run_training(
     controls = controls or RunControls(config.techniques, config.schedule)
     sink = sink if sink is not None else FanOut()
     _announce_native_build(config, sink)
+    _announce_cuda_only(config, sink)
     session = TrainingSession(config, controls, sink)
     sink.on_start(session.meta())
     session.sample(0, "start")

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 from typing import Any
 
+from core.units import format_bytes
+
 NODE_KINDS: tuple[str, ...] = ("op", "param", "saved", "output")
 # torchviz's fill colours, by node kind ("output" also covers a view's base, darkolivegreen3).
 TORCHVIZ_COLOURS: dict[str, str] = {
@@ -257,14 +259,4 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in names}
 
 
-def human_bytes(n: float) -> str:
-    """1536 -> '1.50 KiB' (binary units, as the app shows them)."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            if unit == "B":
-                return f"{value:.0f} B"
-            digits = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
-            return f"{value:.{digits}f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"  # pragma: no cover - the loop always returns
+human_bytes = format_bytes  # the graph's name for the shared formatter

@@ -1,0 +1,200 @@
+"""Issue 20's defects, each driven as a user meets it: graphs of an old run, a clipped panel,
+dead labels, an unfitted graph, stale texts, silent no-ops, the export dialog's defaults."""
+
+from __future__ import annotations
+
+import pytest
+from PySide6.QtCore import QPoint, Qt
+from PySide6.QtWidgets import QCheckBox, QComboBox, QDockWidget, QPushButton, QScrollArea
+
+from app.events_panel import PLACEHOLDER
+from tests.app.drive import choose, click, wait_frames, wait_steps
+
+
+def button(window, name: str) -> QPushButton:
+    b = window.findChild(QPushButton, name)
+    assert b is not None, name
+    return b
+
+
+def run_to_end(qtbot, window, steps: int, preset: str = "mlp", **values) -> None:
+    choose(window, preset, steps=steps, **values)
+    click(qtbot, button(window, "run_button"))
+    qtbot.waitUntil(lambda: window.state == "finished", timeout=120_000)
+
+
+def stop(qtbot, window) -> None:
+    click(qtbot, button(window, "stop_button"))
+    qtbot.waitUntil(lambda: window.state == "finished", timeout=60_000)
+
+
+# --- 1: a graph belongs to its run ------------------------------------------------------------
+def test_a_new_run_and_reset_clear_the_previous_runs_graph(qtbot, window):
+    window.tabs.setCurrentWidget(window.graph_tab)
+    run_to_end(qtbot, window, steps=3, preset="cnn", capture_every=1)
+    panel = window.graph_panel
+    qtbot.waitUntil(lambda: panel.snapshot is not None, timeout=60_000)
+    assert panel.captures and panel.capture_list.count() > 0
+    click(qtbot, button(window, "reset_button"))
+    assert panel.captures == [] and panel.capture_list.count() == 0
+    assert panel.snapshot is None and "No graph captured" in panel.header.text()
+    assert not panel.export_buttons["png"].isEnabled()
+
+    run_to_end(qtbot, window, steps=3, preset="cnn", capture_every=1)
+    qtbot.waitUntil(lambda: panel.snapshot is not None, timeout=60_000)
+    choose(window, "mlp", steps=100_000, capture_every=0)
+    click(qtbot, button(window, "run_button"))  # the next run: no capture asked for
+    wait_steps(qtbot, window, 3)
+    assert panel.captures == [] and panel.snapshot is None
+    assert panel.trend.counts("train") == []
+    stop(qtbot, window)
+
+
+# --- 2: the left panel fits with its restart hints ------------------------------------------
+@pytest.mark.parametrize("size", [None, (1280, 800)])
+def test_restart_hints_fit_in_the_left_panel(qtbot, window, size):
+    if size is not None:
+        window.resize(*size)
+    choose(window, steps=100_000)
+    click(qtbot, button(window, "run_button"))
+    wait_steps(qtbot, window, 2)
+    window.run_panel.fields["preset"].widget.setCurrentText("cnn")
+    window.run_panel.fields["batch_size"].widget.setValue(32)
+    scroll = window.findChild(QDockWidget, "run_dock").widget()
+    assert isinstance(scroll, QScrollArea)
+    qtbot.waitUntil(lambda: window.run_panel.hints["batch_size"].isVisible())
+    wait_frames(qtbot, window, 2)
+    viewport = scroll.viewport()
+    shown = [h for h in window.run_panel.hints.values() if h.isVisible()]
+    assert len(shown) == 2
+    for hint in shown:
+        assert hint.width() >= hint.sizeHint().width()  # the whole "needs restart"
+        right = hint.mapTo(viewport, QPoint(hint.width(), 0)).x()
+        assert right <= viewport.width(), (right, viewport.width())
+    for field in window.run_panel.fields.values():
+        right = field.widget.mapTo(viewport, QPoint(field.widget.width(), 0)).x()
+        assert right <= viewport.width(), field.option.key
+    stop(qtbot, window)
+
+
+# --- 3: a technique's label and row toggle it -------------------------------------------------
+def test_clicking_a_techniques_label_or_row_toggles_it(qtbot, window):
+    panel = window.techniques_panel
+    field = panel.fields["retain_graph"]
+    box = field.widget
+    assert isinstance(box, QCheckBox) and field.label.buddy() is box
+    before = box.isChecked()
+    qtbot.mouseClick(field.label, Qt.LeftButton)
+    assert box.isChecked() is (not before)
+    qtbot.mouseClick(box, Qt.LeftButton, pos=QPoint(box.width() - 4, box.height() // 2))
+    assert box.isChecked() is before  # the far end of the row, not the small box
+    assert box.width() > 4 * box.height()  # the box takes the row
+    combo = panel.fields["amp"]
+    qtbot.mouseClick(combo.label, Qt.LeftButton)
+    assert combo.label.buddy() is combo.widget
+    tips = {key: f.label.toolTip() for key, f in panel.fields.items()}
+    assert all(len(tip) > 80 for tip in tips.values()), tips
+    assert len(set(tips.values())) == len(tips)
+    assert "hidden.detach()" in tips["detach_state"]
+
+
+def test_a_label_click_on_a_running_technique_reaches_the_run(qtbot, window):
+    choose(window, steps=100_000)
+    click(qtbot, button(window, "run_button"))
+    wait_steps(qtbot, window, 2)
+    qtbot.mouseClick(window.techniques_panel.fields["eval_mode"].label, Qt.LeftButton)
+    qtbot.waitUntil(lambda: any(e.kind == "toggle" and e.key == "eval_mode"
+                                for e in window.history.events()), timeout=30_000)
+    stop(qtbot, window)
+
+
+# --- 9: the title after File > Open run ---------------------------------------------------------
+def test_title_of_an_opened_run_is_balanced_and_says_read_only(qtbot, window):
+    run_to_end(qtbot, window, steps=4)
+    folder = window.session.folder
+    click(qtbot, button(window, "reset_button"))
+    assert window.open_run(folder)
+    title = window.windowTitle()
+    assert title.count("(") == title.count(")") == 1, title
+    assert "read-only" in title and folder.name in title
+
+
+# --- 10: stale texts ---------------------------------------------------------------------------
+def test_pin_tooltip_follows_the_run(qtbot, window):
+    pin = button(window, "pin_button")
+    assert "Nothing to pin" in pin.toolTip()
+    choose(window, steps=100_000)
+    click(qtbot, button(window, "run_button"))
+    wait_steps(qtbot, window, 3)
+    qtbot.waitUntil(lambda: "finished or stopped" in pin.toolTip(), timeout=10_000)
+    assert not pin.isEnabled()
+    stop(qtbot, window)
+    assert pin.isEnabled()
+
+
+def test_events_detail_shows_the_newest_event_and_values_read_true_false(qtbot, window):
+    detail = window.events_panel.detail
+    assert detail.text() == PLACEHOLDER
+    choose(window, steps=100_000)
+    click(qtbot, button(window, "run_button"))
+    wait_steps(qtbot, window, 2)
+    click(qtbot, window.techniques_panel.fields["eval_mode"].widget)
+    note = window.techniques_panel.note.text()
+    assert "eval_mode -> false" in note, note
+    qtbot.waitUntil(lambda: window.events_panel.list.count() > 0, timeout=30_000)
+    text = window.events_panel.list.item(0).text()
+    assert "true -> false" in text and "True" not in text, text
+    qtbot.waitUntil(lambda: detail.text() != PLACEHOLDER, timeout=10_000)
+    assert "eval_mode" in detail.text()
+    stop(qtbot, window)
+
+
+def test_pins_are_named_by_the_settings_that_differ(qtbot, window):
+    run_to_end(qtbot, window, steps=5, batch_size=8)
+    click(qtbot, button(window, "pin_button"))
+    window.findChild(QComboBox, "zero_grad_combo").setCurrentText("off")
+    run_to_end(qtbot, window, steps=5, batch_size=16)
+    click(qtbot, button(window, "pin_button"))
+    first, second = (p.name for p in window.pins)
+    assert "batch_size=8" in first and "zero_grad=set_to_none" in first, first
+    assert "batch_size=16" in second and "zero_grad=off" in second, second
+    assert "seed" not in first + second  # what is the same is left out
+
+
+# --- 11: no silent no-ops ---------------------------------------------------------------------
+def test_start_while_running_says_why_nothing_starts(qtbot, window):
+    choose(window, steps=100_000)
+    click(qtbot, button(window, "run_button"))
+    wait_steps(qtbot, window, 1)
+    session = window.session
+    window.start_action.trigger()
+    assert "already" in window.statusBar().currentMessage()
+    assert window.session is session
+    stop(qtbot, window)
+
+
+def test_a_cuda_only_setting_on_a_cpu_run_is_an_event(qtbot, window):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA: the setting applies")
+    choose(window, steps=3, cuda_snapshot_steps=5, device="cpu")
+    click(qtbot, button(window, "run_button"))
+    qtbot.waitUntil(lambda: window.state == "finished", timeout=60_000)
+    texts = [window.events_panel.list.item(i).text()
+             for i in range(window.events_panel.list.count())]
+    assert any("cuda_snapshot_steps=5" in t and "no effect" in t for t in texts), texts
+
+
+# --- 13: the export dialog ticks what the run can make -----------------------------------------
+def test_export_dialog_ticks_every_format_the_run_can_make(qtbot, window):
+    run_to_end(qtbot, window, steps=4)
+    dialog = window.export_dialog()
+    qtbot.addWidget(dialog)
+    for fmt in ("run files", "png", "svg", "trace", "timeline"):
+        check = dialog.checks[fmt]
+        assert check.isEnabled() and check.isChecked(), fmt
+    for check in dialog.checks.values():
+        if not check.isEnabled():
+            assert not check.isChecked()
+    dialog.reject()

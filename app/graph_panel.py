@@ -41,7 +41,7 @@ from PySide6.QtWidgets import (
 
 from app.graph_scene import GraphScene, GraphView, TextMetrics
 from app.units import format_bytes, format_ms
-from core.graph.groups import ViewGraph, default_grouped, group_title, view_graph
+from core.graph.groups import ViewGraph, default_grouped, group_title, module_of, view_graph
 from core.graph.layout import (
     DOT_MAX_NODES,
     Layout,
@@ -55,6 +55,9 @@ ENGINES = {"auto": "auto", "Graphviz dot": "dot", "memlens layered": "layered"}
 TREND_KEEP = 200
 MAX_CAPTURES = 20  # kept for the capture list (a 2,000-node one is about 1 MB)
 DOT_ALWAYS_TRY = 60  # auto always lets dot try graphs this small
+BYTES_LEGEND = ("Bytes saved for backward count each storage once, at the first op that "
+                "saved it. “shares N”: this op saved only storages already counted at "
+                "another op. Parameters are never counted: they exist anyway.")
 NO_CAPTURE = "No graph captured yet. Press “Capture next step” while a run is going."
 
 
@@ -343,6 +346,10 @@ class GraphPanel(QWidget):
         self.saved_list.setWordWrap(True)
         self.saved_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         self.saved_list.setTextElideMode(Qt.TextElideMode.ElideNone)
+        self.legend = QLabel(BYTES_LEGEND)
+        self.legend.setObjectName("graph_legend")
+        self.legend.setWordWrap(True)
+        self.legend.setStyleSheet("color: #555555;")
         self.notes = QLabel("")
         self.notes.setObjectName("graph_notes")
         self.notes.setWordWrap(True)
@@ -367,6 +374,7 @@ class GraphPanel(QWidget):
         side_box.addWidget(self.trend)
         side_box.addWidget(self.selection_title)
         side_box.addWidget(self.saved_list, 1)
+        side_box.addWidget(self.legend)
         side_box.addWidget(self.notes)
         split = QSplitter(Qt.Orientation.Horizontal)
         split.addWidget(self.graph_view)
@@ -624,7 +632,8 @@ class GraphPanel(QWidget):
         menu = QMenu(self)
         for key in v.node.scope:
             if key in self.expanded:
-                act = QAction(f"Collapse {group_title(key)}", menu)
+                title = group_title(key, self.snapshot.module_type(module_of(key)))
+                act = QAction(f"Collapse {title}", menu)
                 act.triggered.connect(lambda _c=False, k=key: self.collapse(k))
                 menu.addAction(act)
         if not menu.isEmpty():
@@ -656,10 +665,13 @@ class GraphPanel(QWidget):
         n = v.node
         where = f" in module {n.module}" if n.module else ""
         if n.kind == "op":
-            self.selection_title.setText(
-                f"<b>{n.op}</b>{where} saved {len(n.saved)} "
-                f"tensor{'' if len(n.saved) == 1 else 's'}, {format_bytes(n.saved_bytes)} "
-                "counted here")
+            count = f"{len(n.saved)} tensor{'' if len(n.saved) == 1 else 's'}"
+            if n.saved_bytes or not n.held_bytes:
+                what = f"{format_bytes(n.saved_bytes)} of them counted at this op"
+            else:  # every storage it saved was saved first by another op
+                what = (f"{format_bytes(n.held_bytes)}, all storages another op saved "
+                        "first: counted there, not again here")
+            self.selection_title.setText(f"<b>{n.op}</b>{where} saved {count}, {what}")
         elif n.kind == "saved":
             self.selection_title.setText(f"<b>saved tensor {n.title}</b>{where}")
         else:

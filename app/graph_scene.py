@@ -86,7 +86,11 @@ def tooltip(v: ViewNode) -> str:
     if n is not None and n.module:
         rows.append(f"module: {n.module}")
     if n is not None and n.kind == "op":
-        rows.append(f"saves {format_bytes(n.saved_bytes)} (shared storages counted once)")
+        if n.saved_bytes or not n.held_bytes:
+            rows.append(f"saves {format_bytes(n.saved_bytes)} (shared storages counted once)")
+        else:
+            rows.append(f"shares {format_bytes(n.held_bytes)}: every storage it saved was "
+                        "saved first by another op, and is counted there")
         rows += [t.describe() for t in n.saved[:12]]
         if len(n.saved) > 12:
             rows.append(f"... {len(n.saved) - 12} more")

@@ -182,6 +182,7 @@ class GraphSnapshot:
     notes: tuple[str, ...] = ()  # anything the user should know about this capture
     capture_ms: float = 0.0
     models: tuple[str, ...] = ("model",)
+    module_types: tuple[tuple[str, str], ...] = ()  # (module name, class name) of scopes
     _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -204,6 +205,10 @@ class GraphSnapshot:
     def node(self, node_id: str) -> GraphNode:
         return self.nodes[self._index[node_id]]
 
+    def module_type(self, name: str) -> str:
+        """The class of the module called `name` ("Conv2d"), "" when not known."""
+        return dict(self.module_types).get(name, "")
+
     def ops(self) -> list[str]:
         return [n.op for n in self.nodes if n.kind == "op"]
 
@@ -223,6 +228,7 @@ class GraphSnapshot:
             "dot": self.dot, "dot_by": self.dot_by, "message": self.message,
             "notes": list(self.notes), "capture_ms": self.capture_ms,
             "models": list(self.models),
+            "module_types": dict(self.module_types),
             "nodes": [asdict(n) for n in self.nodes],
             "edges": [list(e) for e in self.edges],
         }  # fmt: skip
@@ -247,6 +253,8 @@ class GraphSnapshot:
             dot_by=data.get("dot_by", "torchviz"), message=data.get("message", ""),
             notes=tuple(data.get("notes", ())), capture_ms=float(data.get("capture_ms", 0.0)),
             models=tuple(data.get("models", ("model",))),
+            module_types=tuple(sorted((str(k), str(v)) for k, v in
+                                      (data.get("module_types") or {}).items())),
         )  # fmt: skip
 
 

@@ -198,3 +198,89 @@ def test_export_dialog_ticks_every_format_the_run_can_make(qtbot, window):
         if not check.isEnabled():
             assert not check.isChecked()
     dialog.reject()
+
+
+# --- 4 and 5: the graph opens fitted; the side list and the legend explain themselves ---------
+def test_a_new_capture_opens_fitted_and_the_saved_list_wraps(qtbot, window):
+    window.tabs.setCurrentWidget(window.graph_tab)
+    panel = window.graph_tab.ensure_panel()
+    with qtbot.waitSignal(panel.layout_ready, timeout=120_000):
+        run_to_end(qtbot, window, steps=2, preset="cnn", capture_every=1)
+    qtbot.waitUntil(lambda: not panel.scene.building, timeout=30_000)
+    view = panel.graph_view
+    shown = view.mapToScene(view.viewport().rect()).boundingRect()
+    graph = panel.scene.itemsBoundingRect()
+    assert shown.adjusted(-2, -2, 2, 2).contains(graph), (shown, graph)
+    op = max((n for n in panel.snapshot.nodes if n.kind == "op"), key=lambda n: len(n.saved))
+    panel.select_node(panel.view.shown_as[op.id])
+    assert panel.saved_list.wordWrap() and panel.saved_list.count() == len(op.saved)
+    for i in range(panel.saved_list.count()):
+        item = panel.saved_list.item(i)
+        assert item.toolTip() == item.text() != ""
+    assert "each storage once" in panel.legend.text() and "shares" in panel.legend.text()
+    sharing = [n for n in panel.snapshot.nodes
+               if n.kind == "op" and n.held_bytes and not n.saved_bytes]
+    for n in sharing[:1]:
+        panel.select_node(panel.view.shown_as[n.id])
+        assert "counted there" in panel.selection_title.text()
+
+
+# --- 7: marker labels apart and inside the plot; the peak as a step line ----------------------
+def test_marker_labels_never_overlap_or_leave_the_plot(qtbot, window):
+    from core.config import RunConfig, ScheduledChange
+
+    cfg = RunConfig().with_values({"preset": "mlp", "steps": 30, "batch_size": 8, "width": 16})
+    cfg = cfg.with_schedule([ScheduledChange.parse(s) for s in (
+        "10:zero_grad=off", "11:retain_graph=true", "12:eval_mode=false", "13:amp=bf16",
+        "14:zero_grad=set_to_none")])
+    window.start_config(cfg)
+    qtbot.waitUntil(lambda: window.state == "finished", timeout=120_000)
+    wait_frames(qtbot, window, 3)
+    for plot in window.plots.plots:
+        assert len(plot.markers) == 5
+        view = plot.getPlotItem().vb.sceneBoundingRect()
+        labels = [m.label.sceneBoundingRect() for m in plot.markers if m.label.isVisible()]
+        assert len(labels) >= 3, plot.objectName()
+        for i, a in enumerate(labels):
+            assert a.top() >= view.top() - 0.5 and a.bottom() <= view.bottom() + 0.5
+            for b in labels[i + 1:]:
+                assert not a.intersects(b), (plot.objectName(), a, b)
+
+
+def test_the_peak_line_steps_at_step_boundaries(qtbot, window):
+    import numpy as np
+
+    from app.memory_plot import Y_UNIT
+
+    run_to_end(qtbot, window, steps=12)
+    wait_frames(qtbot, window, 2)
+    xs, ys = window.plots.memory_plot.curves["peak"].getData()
+    steps = window.history.steps.column("step")
+    peaks = window.history.steps.column("peak_bytes") / Y_UNIT
+    assert len(xs) == 2 * len(steps)
+    np.testing.assert_array_equal(xs[0::2], steps)  # flat from each step's start...
+    np.testing.assert_array_equal(xs[1::2], steps + 1)  # ...to its end
+    np.testing.assert_allclose(ys[0::2], peaks)
+    np.testing.assert_allclose(ys[1::2], peaks)
+
+
+# --- 8: one hovered step across every plot ------------------------------------------------------
+def test_hover_just_after_a_step_boundary_reads_that_step_everywhere(qtbot, window):
+    import pyqtgraph as pg
+    from PySide6.QtCore import QPointF
+
+    run_to_end(qtbot, window, steps=30)
+    memory = window.findChild(pg.PlotWidget, "memory_plot")
+    vb = memory.getPlotItem().vb
+    (x0, x1), _ = vb.viewRange()
+    x = 20 + 1.5 * (x1 - x0) / vb.width()  # a pixel or two into step 20...
+    assert x < 20 + 1 / 6  # ...before its first memory sample (after zero_grad)
+    target = memory.mapFromScene(vb.mapViewToScene(QPointF(x, 0)))
+    target.setY(memory.height() // 2)
+    qtbot.mouseMove(memory.viewport(), target)
+    qtbot.waitUntil(lambda: window.plots.hover_x is not None)
+    assert int(window.plots.hover_x) == 20, window.plots.hover_x
+    qtbot.waitUntil(lambda: "step 20" in memory.getPlotItem().titleLabel.text)
+    for plot in window.plots.plots:
+        title = plot.getPlotItem().titleLabel.text
+        assert "step 20" in title and "step 19" not in title, (plot.objectName(), title)

@@ -527,13 +527,14 @@ class TrainingSession:
 
 def _announce_native_build(config: RunConfig, sink: Any) -> None:
     """A precise CPU run on a machine where the set-up did not build the native recorder
-    compiles it first (about 40 s, once): say so, as the run's first event."""
+    compiles it first (under a minute, once): say so, as the run's first event."""
     from core.native import needs_build
 
     if config.precise and resolve_device(config.device).type == "cpu" and needs_build():
         sink.on_event(RunEvent(
             0, 0.0, "setup", key=NATIVE_BUILD_EVENT,
-            message="building precise mode's allocation recorder for this torch (once, ~40 s)",
+            message="building precise mode's allocation recorder for this torch "
+                    "(once, under a minute)",
             explanation="memlens compiles its C++ helpers the first time they are needed "
                         "(./dev does it at set-up). The run starts when the build is done; "
                         "without a compiler it runs on the slower Python tracker.",

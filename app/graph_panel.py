@@ -58,6 +58,7 @@ DOT_ALWAYS_TRY = 60  # auto always lets dot try graphs this small
 BYTES_LEGEND = ("Bytes saved for backward count each storage once, at the first op that "
                 "saved it. “shares N”: this op saved only storages already counted at "
                 "another op. Parameters are never counted: they exist anyway.")
+MIN_WIDTH = 560  # below its controls' width the panel scrolls sideways
 NO_CAPTURE = "No graph captured yet. Press “Capture next step” while a run is going."
 
 
@@ -293,7 +294,7 @@ class GraphPanel(QWidget):
         self.search.setObjectName("graph_search")
         self.search.setPlaceholderText("Find op, parameter or module…")
         self.search.setClearButtonEnabled(True)
-        self.search.setMinimumWidth(220)
+        self.search.setMinimumWidth(180)
         self.search_count = QLabel("")
         self.search_count.setObjectName("graph_search_count")
         self.search_count.setMinimumWidth(70)
@@ -310,7 +311,7 @@ class GraphPanel(QWidget):
         self.capture_list = QComboBox()
         self.capture_list.setObjectName("graph_capture")
         self.capture_list.setToolTip("Captured graphs, newest first")
-        self.capture_list.setMinimumContentsLength(22)
+        self.capture_list.setMinimumContentsLength(18)
         self.capture_list.currentIndexChanged.connect(self._on_capture_chosen)
         self.engine = QComboBox()
         self.engine.setObjectName("graph_engine")
@@ -355,17 +356,22 @@ class GraphPanel(QWidget):
         self.notes.setWordWrap(True)
         self.notes.setStyleSheet("color: #8a5a00;")
 
-        top = QHBoxLayout()  # capturing, and what to do with a capture
-        for w in (self.capture_button, self.every, QLabel("Showing:"), self.capture_list):
+        # Three short rows rather than two long ones: the panel fits beside both docks on a
+        # 1280-pixel screen.
+        top = QHBoxLayout()  # capturing, and which capture
+        for w in (self.capture_button, self.every, QLabel("Showing:")):
             top.addWidget(w)
-        top.addStretch(1)
-        top.addWidget(QLabel("Export:"))
+        top.addWidget(self.capture_list, 1)
+        find_row = QHBoxLayout()  # finding, and what to do with a capture
+        for w in (self.search, self.search_count):
+            find_row.addWidget(w)
+        find_row.addStretch(1)
+        find_row.addWidget(QLabel("Export:"))
         for b in self.export_buttons.values():
             b.setMaximumWidth(56)
-            top.addWidget(b)
+            find_row.addWidget(b)
         view_row = QHBoxLayout()  # how to look at it
-        for w in (self.search, self.search_count, self.grouped, self.show_saved,
-                  QLabel("Layout:"), self.engine, fit):  # fmt: skip
+        for w in (self.grouped, self.show_saved, QLabel("Layout:"), self.engine, fit):
             view_row.addWidget(w)
         view_row.addStretch(1)
         side = QWidget()
@@ -386,6 +392,7 @@ class GraphPanel(QWidget):
         box = QVBoxLayout(content)
         box.addWidget(self.header)
         box.addLayout(top)
+        box.addLayout(find_row)
         box.addLayout(view_row)
         box.addWidget(split, 1)
         # The panel's widgets sit in a scroll area that never scrolls: it stops their size
@@ -396,13 +403,16 @@ class GraphPanel(QWidget):
         frame = QScrollArea()
         frame.setFrameShape(QFrame.Shape.NoFrame)
         frame.setWidgetResizable(True)
-        frame.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # Narrower than its two rows of controls (a 1280-pixel screen with both docks), it
+        # scrolls sideways instead of widening the window past the screen.
+        frame.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         frame.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         frame.setWidget(content)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(frame)
-        self.setMinimumSize(content.minimumSizeHint())  # as it was without the frame
+        least = content.minimumSizeHint()
+        self.setMinimumSize(min(least.width(), MIN_WIDTH), least.height())
 
     # --- showing a snapshot ---------------------------------------------------------------
     @Slot(object)

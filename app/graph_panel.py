@@ -527,6 +527,8 @@ class GraphPanel(QWidget):
         self.notes.setText("\n".join([*snapshot.notes, *layout.notes]))
         if self._pending:  # a newer capture came meanwhile: lay it out while this one shows
             self._relayout(interrupt=False)
+        # No refit on the resizes a build may cause: _on_graph_built places the new graph.
+        self.graph_view.fitted = False
         self.scene.show_graph(view, layout)  # builds in slices, then graph_built
 
     @Slot()

@@ -205,8 +205,9 @@ def test_a_new_capture_opens_fitted_and_the_saved_list_wraps(qtbot, window):
     window.tabs.setCurrentWidget(window.graph_tab)
     panel = window.graph_tab.ensure_panel()
     with qtbot.waitSignal(panel.layout_ready, timeout=120_000):
-        run_to_end(qtbot, window, steps=2, preset="cnn", capture_every=1)
+        run_to_end(qtbot, window, steps=1, preset="cnn", capture_every=1)  # one capture
     qtbot.waitUntil(lambda: not panel.scene.building, timeout=30_000)
+    assert len(panel.captures) == 1
     view = panel.graph_view
     shown = view.mapToScene(view.viewport().rect()).boundingRect()
     graph = panel.scene.itemsBoundingRect()

@@ -211,7 +211,11 @@ def test_a_new_capture_opens_fitted_and_the_saved_list_wraps(qtbot, window):
     view = panel.graph_view
     shown = view.mapToScene(view.viewport().rect()).boundingRect()
     graph = panel.scene.itemsBoundingRect()
-    assert shown.adjusted(-2, -2, 2, 2).contains(graph), (shown, graph)
+    seen = shown.intersected(graph)
+    # the whole graph, give or take a few pixels while the tab settles (it opened at a
+    # readable zoom on one corner: a third of the cnn graph)
+    assert seen.width() >= 0.97 * graph.width() and seen.height() >= 0.97 * graph.height(), (
+        shown, graph)
     op = max((n for n in panel.snapshot.nodes if n.kind == "op"), key=lambda n: len(n.saved))
     panel.select_node(panel.view.shown_as[op.id])
     assert panel.saved_list.wordWrap() and panel.saved_list.count() == len(op.saved)

@@ -68,6 +68,8 @@ class EventsPanel(QWidget):
             self.list.setCurrentItem(item)  # an error explains itself without a click
         else:
             self.list.scrollToBottom()
+            if self.list.currentRow() < 0:  # nothing chosen: the pane shows the newest
+                self.detail.setText(item.toolTip())
         return item
 
     def set_effect(self, index: int, text: str, details: str) -> None:
@@ -79,7 +81,8 @@ class EventsPanel(QWidget):
         event = self.events[index]
         effect = text.removeprefix(event.label()).lstrip(": ")
         item.setText(f"step {event.step}   {event.label()}\n        {effect}")
-        if self.list.currentRow() == index:
+        current = self.list.currentRow()
+        if current == index or (current < 0 and index == self.list.count() - 1):
             self.detail.setText(details)
 
     @staticmethod

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )  # fmt: skip
 
-from app.exporting import PNG, RUN_FILES, SVG, extra_formats
+from app.exporting import PNG, RUN_FILES, SVG, extra_formats, on_request_formats
 
 DESCRIPTIONS = {
     RUN_FILES: "Run files: steps.csv, memory.csv, run.json, allocations.npy if precise",
@@ -50,8 +50,10 @@ class ExportDialog(QDialog):
         for fmt in (RUN_FILES, PNG, SVG, *extra_formats()):
             check = QCheckBox(DESCRIPTIONS.get(fmt, fmt))
             check.setObjectName(f"export_{fmt.replace(' ', '_')}")
-            check.setChecked(fmt in (RUN_FILES, PNG, SVG))
             reason = (unavailable or {}).get(fmt)
+            # Every format this run can make, as `--export all` means; a large text copy
+            # of what the run files already hold (allocations.csv) only when ticked.
+            check.setChecked(not reason and fmt not in on_request_formats())
             if reason:
                 check.setEnabled(False)
                 check.setToolTip(reason)

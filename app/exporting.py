@@ -24,6 +24,15 @@ def extra_formats() -> tuple[str, ...]:
     return tuple(f for f in (*exports.FORMATS, *exports.ON_REQUEST) if f != "all")
 
 
+def on_request_formats() -> tuple[str, ...]:
+    """Formats written only when named (core.exports.ON_REQUEST): never ticked by default."""
+    try:
+        from core.exports import ON_REQUEST
+    except ImportError:
+        return ()
+    return ON_REQUEST
+
+
 def _render_scene(widget, path: Path, kind: str) -> None:
     """Paint the plot's whole scene (legend, both axes, markers) into a PNG or an SVG."""
     from PySide6.QtCore import QRectF, QSize

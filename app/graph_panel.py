@@ -13,6 +13,7 @@ from PySide6.QtCore import (
     QRunnable,
     Qt,
     QThreadPool,
+    QTimer,
     Signal,
     Slot,
 )  # fmt: skip
@@ -40,7 +41,7 @@ from PySide6.QtWidgets import (
 from app.graph_scene import GraphScene, GraphView, TextMetrics
 from app.signals import signals_blocked
 from app.units import format_bytes, format_ms
-from core.graph.groups import ViewGraph, default_grouped, group_title, view_graph
+from core.graph.groups import ViewGraph, default_grouped, group_title, module_of, view_graph
 from core.graph.layout import (
     DOT_MAX_NODES,
     Layout,
@@ -54,6 +55,11 @@ ENGINES = {"auto": "auto", "Graphviz dot": "dot", "memlens layered": "layered"}
 TREND_KEEP = 200
 MAX_CAPTURES = 20  # kept for the capture list (a 2,000-node one is about 1 MB)
 DOT_ALWAYS_TRY = 60  # auto always lets dot try graphs this small
+BYTES_LEGEND = ("Bytes saved for backward count each storage once, at the first op that "
+                "saved it. “shares N”: this op saved only storages already counted at "
+                "another op. Parameters are never counted: they exist anyway.")
+MIN_WIDTH = 560  # below its controls' width the panel scrolls sideways
+NO_CAPTURE = "No graph captured yet. Press “Capture next step” while a run is going."
 
 
 def _capture_text(s: GraphSnapshot) -> str:
@@ -245,6 +251,8 @@ class GraphPanel(QWidget):
         self._pending = False  # a newer request waits for it
         self._dot_max_nodes = DOT_MAX_NODES  # lowered when dot loses the race (auto)
         self._requested_at = 0.0
+        self._fit_new = False  # the next graph built is a new capture: fit it whole
+        self._fit_on_show = False  # one was built while hidden: fit once there is a size
         self._cancel = threading.Event()
         self._hits: list[str] = []
         self._hit_index = -1
@@ -260,8 +268,7 @@ class GraphPanel(QWidget):
 
     # --- widgets --------------------------------------------------------------------------
     def _build(self) -> None:
-        self.header = QLabel("No graph captured yet. Press “Capture next step” while a run "
-                             "is going.")  # fmt: skip
+        self.header = QLabel(NO_CAPTURE)
         self.header.setObjectName("graph_header")
         self.header.setWordWrap(True)
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -287,7 +294,7 @@ class GraphPanel(QWidget):
         self.search.setObjectName("graph_search")
         self.search.setPlaceholderText("Find op, parameter or module…")
         self.search.setClearButtonEnabled(True)
-        self.search.setMinimumWidth(220)
+        self.search.setMinimumWidth(180)
         self.search_count = QLabel("")
         self.search_count.setObjectName("graph_search_count")
         self.search_count.setMinimumWidth(70)
@@ -304,7 +311,7 @@ class GraphPanel(QWidget):
         self.capture_list = QComboBox()
         self.capture_list.setObjectName("graph_capture")
         self.capture_list.setToolTip("Captured graphs, newest first")
-        self.capture_list.setMinimumContentsLength(22)
+        self.capture_list.setMinimumContentsLength(18)
         self.capture_list.currentIndexChanged.connect(self._on_capture_chosen)
         self.engine = QComboBox()
         self.engine.setObjectName("graph_engine")
@@ -335,21 +342,35 @@ class GraphPanel(QWidget):
         self.selection_title.setWordWrap(True)
         self.saved_list = QListWidget()
         self.saved_list.setObjectName("saved_list")
+        # Long rows ("addmm.mat1 [64, 784] float32: ...") wrap in a narrow side panel, and
+        # each keeps its whole text as a tooltip.
+        self.saved_list.setWordWrap(True)
+        self.saved_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        self.saved_list.setTextElideMode(Qt.TextElideMode.ElideNone)
+        self.legend = QLabel(BYTES_LEGEND)
+        self.legend.setObjectName("graph_legend")
+        self.legend.setWordWrap(True)
+        self.legend.setStyleSheet("color: #555555;")
         self.notes = QLabel("")
         self.notes.setObjectName("graph_notes")
         self.notes.setWordWrap(True)
 
-        top = QHBoxLayout()  # capturing, and what to do with a capture
-        for w in (self.capture_button, self.every, QLabel("Showing:"), self.capture_list):
+        # Three short rows rather than two long ones: the panel fits beside both docks on a
+        # 1280-pixel screen.
+        top = QHBoxLayout()  # capturing, and which capture
+        for w in (self.capture_button, self.every, QLabel("Showing:")):
             top.addWidget(w)
-        top.addStretch(1)
-        top.addWidget(QLabel("Export:"))
+        top.addWidget(self.capture_list, 1)
+        find_row = QHBoxLayout()  # finding, and what to do with a capture
+        for w in (self.search, self.search_count):
+            find_row.addWidget(w)
+        find_row.addStretch(1)
+        find_row.addWidget(QLabel("Export:"))
         for b in self.export_buttons.values():
             b.setMaximumWidth(56)
-            top.addWidget(b)
+            find_row.addWidget(b)
         view_row = QHBoxLayout()  # how to look at it
-        for w in (self.search, self.search_count, self.grouped, self.show_saved,
-                  QLabel("Layout:"), self.engine, fit):  # fmt: skip
+        for w in (self.grouped, self.show_saved, QLabel("Layout:"), self.engine, fit):
             view_row.addWidget(w)
         view_row.addStretch(1)
         side = QWidget()
@@ -358,6 +379,7 @@ class GraphPanel(QWidget):
         side_box.addWidget(self.trend)
         side_box.addWidget(self.selection_title)
         side_box.addWidget(self.saved_list, 1)
+        side_box.addWidget(self.legend)
         side_box.addWidget(self.notes)
         split = QSplitter(Qt.Orientation.Horizontal)
         split.setObjectName("graph_splitter")  # its sizes are remembered by name
@@ -370,6 +392,7 @@ class GraphPanel(QWidget):
         box = QVBoxLayout(content)
         box.addWidget(self.header)
         box.addLayout(top)
+        box.addLayout(find_row)
         box.addLayout(view_row)
         box.addWidget(split, 1)
         # The panel's widgets sit in a scroll area that never scrolls: it stops their size
@@ -380,13 +403,16 @@ class GraphPanel(QWidget):
         frame = QScrollArea()
         frame.setFrameShape(QFrame.Shape.NoFrame)
         frame.setWidgetResizable(True)
-        frame.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
+        # Narrower than its two rows of controls (a 1280-pixel screen with both docks), it
+        # scrolls sideways instead of widening the window past the screen.
+        frame.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
         frame.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
         frame.setWidget(content)
         outer = QVBoxLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addWidget(frame)
-        self.setMinimumSize(content.minimumSizeHint())  # as it was without the frame
+        least = content.minimumSizeHint()
+        self.setMinimumSize(min(least.width(), MIN_WIDTH), least.height())
 
     # --- showing a snapshot ---------------------------------------------------------------
     @Slot(object)
@@ -418,9 +444,29 @@ class GraphPanel(QWidget):
         if 0 <= index < len(self.captures):
             self._display(self.captures[::-1][index])
 
+    def clear(self) -> None:
+        """Forget every capture (a new run, or Reset): a graph belongs to its run."""
+        self._cancel_layout()
+        self._generation += 1  # a layout still in flight is dropped when it lands
+        self._running = self._pending = False
+        self._wanted = self.snapshot = self.view = self.layout = None
+        self.expanded, self.selected = set(), None
+        self.captures.clear()
+        self.trend.clear()
+        with QSignalBlocker(self.capture_list):
+            self.capture_list.clear()
+        for b in self.export_buttons.values():
+            b.setEnabled(False)
+        self.notes.setText("")
+        self._clear_selection_list()
+        self._on_search_changed(self.search.text())
+        self.scene.show_message("No graph captured in this run yet.")
+        self.header.setText(NO_CAPTURE)
+
     def _display(self, snapshot: GraphSnapshot) -> None:
         """Make `snapshot` the one to show; its layout starts now, or once the running one
         ends (captures can come every step: the view keeps up without queueing them)."""
+        self._fit_new = True
         self._wanted = snapshot
         self.expanded = set()
         self.selected = None
@@ -481,6 +527,8 @@ class GraphPanel(QWidget):
         self.notes.setText("\n".join([*snapshot.notes, *layout.notes]))
         if self._pending:  # a newer capture came meanwhile: lay it out while this one shows
             self._relayout(interrupt=False)
+        # No refit on the resizes a build may cause: _on_graph_built places the new graph.
+        self.graph_view.fitted = False
         self.scene.show_graph(view, layout)  # builds in slices, then graph_built
 
     @Slot()
@@ -488,11 +536,16 @@ class GraphPanel(QWidget):
         view, layout = self.view, self.graph_layout
         if view is None or layout is None:
             return
-        focus = None
-        for v in view.nodes:
-            if v.kind == "output" and v.id in layout.positions:
-                focus = QPointF(*layout.positions[v.id])
-        self.graph_view.show_readable(focus)
+        if self._fit_new:  # a new capture opens whole; an expand keeps reading where it was
+            self._fit_new = False
+            self.graph_view.fit()
+            self._fit_on_show = not self.graph_view.isVisible()
+        else:
+            focus = None
+            for v in view.nodes:
+                if v.kind == "output" and v.id in layout.positions:
+                    focus = QPointF(*layout.positions[v.id])
+            self.graph_view.show_readable(focus)
         self.last_layout_s = time.perf_counter() - self._requested_at
         if self.selected in self.scene.boxes:
             self.select_node(self.selected)
@@ -591,7 +644,8 @@ class GraphPanel(QWidget):
         menu = QMenu(self)
         for key in v.node.scope:
             if key in self.expanded:
-                act = QAction(f"Collapse {group_title(key)}", menu)
+                title = group_title(key, self.snapshot.module_type(module_of(key)))
+                act = QAction(f"Collapse {title}", menu)
                 act.triggered.connect(lambda _c=False, k=key: self.collapse(k))
                 menu.addAction(act)
         if not menu.isEmpty():
@@ -623,10 +677,13 @@ class GraphPanel(QWidget):
         n = v.node
         where = f" in module {n.module}" if n.module else ""
         if n.kind == "op":
-            self.selection_title.setText(
-                f"<b>{n.op}</b>{where} saved {len(n.saved)} "
-                f"tensor{'' if len(n.saved) == 1 else 's'}, {format_bytes(n.saved_bytes)} "
-                "counted here")
+            count = f"{len(n.saved)} tensor{'' if len(n.saved) == 1 else 's'}"
+            if n.saved_bytes or not n.held_bytes:
+                what = f"{format_bytes(n.saved_bytes)} of them counted at this op"
+            else:  # every storage it saved was saved first by another op
+                what = (f"{format_bytes(n.held_bytes)}, all storages another op saved "
+                        "first: counted there, not again here")
+            self.selection_title.setText(f"<b>{n.op}</b>{where} saved {count}, {what}")
         elif n.kind == "saved":
             self.selection_title.setText(f"<b>saved tensor {n.title}</b>{where}")
         else:
@@ -638,6 +695,7 @@ class GraphPanel(QWidget):
 
     def _add_saved_row(self, text: str, t) -> None:
         item = QListWidgetItem(text)
+        item.setToolTip(text)
         item.setData(Qt.ItemDataRole.UserRole, t)
         if t.counted:
             item.setForeground(QColor("#b34700"))
@@ -741,6 +799,12 @@ class GraphPanel(QWidget):
     def _on_export_failed(self, message: str) -> None:
         self.notes.setText(f"Export failed: {message}")
         self.export_finished.emit(f"Export failed: {message}")
+
+    def showEvent(self, event) -> None:
+        super().showEvent(event)
+        if self._fit_on_show:  # built while hidden, on a view without its real size yet
+            self._fit_on_show = False
+            QTimer.singleShot(0, self.graph_view.fit)
 
     def closeEvent(self, event) -> None:
         self._cancel_layout()

@@ -86,7 +86,11 @@ def tooltip(v: ViewNode) -> str:
     if n is not None and n.module:
         rows.append(f"module: {n.module}")
     if n is not None and n.kind == "op":
-        rows.append(f"saves {format_bytes(n.saved_bytes)} (shared storages counted once)")
+        if n.saved_bytes or not n.held_bytes:
+            rows.append(f"saves {format_bytes(n.saved_bytes)} (shared storages counted once)")
+        else:
+            rows.append(f"shares {format_bytes(n.held_bytes)}: every storage it saved was "
+                        "saved first by another op, and is counted there")
         rows += [t.describe() for t in n.saved[:12]]
         if len(n.saved) > 12:
             rows.append(f"... {len(n.saved) - 12} more")
@@ -575,17 +579,22 @@ class GraphView(QGraphicsView):
         self.verticalScrollBar().valueChanged.connect(self._label_shown_part)
         self.viewport().setMouseTracking(True)  # hover outlines the box under the mouse
         self._press: QPointF | None = None
+        # Fitted and not zoomed or panned since: a resize (the side panel widening for a
+        # long name, the window) fits again, so a fitted graph stays whole.
+        self.fitted = False
 
     @property
     def zoom(self) -> float:
         return self.transform().m11()
 
     def zoom_by(self, factor: float) -> None:
+        self.fitted = False
         factor = max(0.01, min(8.0, self.zoom * factor)) / self.zoom
         self.scale(factor, factor)
         self._zoom_changed()
 
     def zoom_to(self, zoom: float, centre: QPointF | None = None) -> None:
+        self.fitted = False
         self.resetTransform()
         self.scale(zoom, zoom)
         if centre is not None:
@@ -597,6 +606,7 @@ class GraphView(QGraphicsView):
 
     def fit(self) -> None:
         self._fit()
+        self.fitted = True
         self._zoom_changed()
 
     def _fit(self) -> None:
@@ -612,6 +622,7 @@ class GraphView(QGraphicsView):
     def show_readable(self, focus: QPointF | None) -> None:
         """Fit when the whole graph stays readable; otherwise zoom to read and show `focus`."""
         self._fit()
+        self.fitted = False
         if self.zoom < TEXT_MIN_SCALE * 1.6 and focus is not None:
             # the output sits at the bottom: show it low in the window, and what leads to it
             above = self.viewport().height() / (2 * 0.8) - 60
@@ -634,7 +645,11 @@ class GraphView(QGraphicsView):
 
     def resizeEvent(self, event) -> None:
         super().resizeEvent(event)
-        self._label_shown_part()
+        if self.fitted:
+            self._fit()
+            self._zoom_changed()
+        else:
+            self._label_shown_part()
 
     def mousePressEvent(self, event) -> None:
         self._press = event.position()
@@ -651,6 +666,7 @@ class GraphView(QGraphicsView):
         if press is None or event.button() != Qt.MouseButton.LeftButton:
             return
         if (event.position() - press).manhattanLength() > 4:
+            self.fitted = False
             return  # a pan, not a click
         box = self.node_at(event.position().toPoint())
         if box is not None:

@@ -65,6 +65,11 @@ class GraphTab(QStackedWidget):
         for snapshot in snapshots:  # each one: the panel keeps a trend of them
             self.panel.show_snapshot(snapshot)
 
+    def clear(self) -> None:
+        """A new run or Reset: the previous run's graphs go."""
+        if self.panel is not None:
+            self.panel.clear()
+
     def set_capture_every(self, value: int) -> None:
         if self.panel is not None:
             self.panel.set_capture_every(int(value))

@@ -18,6 +18,7 @@ from PySide6.QtGui import QColor
 from app.grid_lines import GridLines
 from app.live_axis import LiveAxis
 from app.live_line import LiveLine
+from app.marker_labels import label_rows, row_position
 from app.plot_style import HOVER_COLOR, TOTAL_COLOR, event_color, lighten
 from app.run_series import RunSeries
 from app.stacked_area import AreaLayer, StackedArea
@@ -83,6 +84,7 @@ class LivePlot(pg.PlotWidget):
         # data) at every paint; fit_y does the same sums once a draw.
         item.vb.disableAutoRange()
         item.vb.sigResized.connect(self._on_view_resized)
+        item.vb.sigXRangeChanged.connect(self.arrange_marker_labels)
         self._fitted: dict[pg.ViewBox, tuple[float, float]] = {}
         self._bounded: list[tuple[pg.GraphicsObject, pg.ViewBox]] = []
         item.vb.setLimits(xMin=-5)
@@ -161,7 +163,36 @@ class LivePlot(pg.PlotWidget):
         line.setZValue(30)
         self.getPlotItem().addItem(line, ignoreBounds=True)
         self.markers.append(line)
+        self.arrange_marker_labels()
         return line
+
+    def arrange_marker_labels(self, *_args) -> None:
+        """Labels of the markers in view in rows from the top, none over another and none
+        cut at the top edge (rows depend on the zoom: redone when the range changes)."""
+        vb = self.getPlotItem().vb
+        (x0, x1), _ = vb.viewRange()
+        width, height = vb.width(), vb.height()
+        if not self.markers or width <= 0 or height <= 0 or x1 <= x0:
+            return
+        scale = width / (x1 - x0)
+        shown = [m for m in self.markers if x0 <= m.value() <= x1]
+        spans, tallest = [], 0.0
+        for line in shown:
+            rect = line.label.boundingRect()
+            tallest = max(tallest, rect.height())
+            x = (line.value() - x0) * scale
+            # pyqtgraph draws the label on the side of the line facing the view's centre
+            spans.append((x, x + rect.width()) if x < width / 2 else (x - rect.width(), x))
+        for line, row in zip(shown, label_rows(spans), strict=True):
+            position = row_position(row, tallest, height)
+            if position is None:
+                if line.label.isVisible():
+                    line.label.setVisible(False)
+                continue
+            if not line.label.isVisible():
+                line.label.setVisible(True)
+            if abs(line.label.orthoPos - position) > 1e-6:
+                line.label.setPosition(position)
 
     def clear_markers(self) -> None:
         for line in self.markers:
@@ -342,6 +373,7 @@ class LivePlot(pg.PlotWidget):
         # The padding depends on the view's height, as auto-range's does.
         for view, (lo, hi) in self._fitted.items():
             view.setYRange(lo, hi)
+        self.arrange_marker_labels()
 
     def clear_data(self) -> None:
         """A new run: empty curves."""

@@ -39,7 +39,7 @@ from app.export_dialog import ExportDialog
 from app.exporting import export_run, unavailable_formats
 from app.frame_pacer import FramePacer
 from app.graph_tab import GraphTab
-from app.pins import PinnedRun, pin_color, run_name
+from app.pins import PinnedRun, compare_names, pin_color, run_name
 from app.pins_panel import PinsPanel
 from app.plot_stack import PlotStack
 from app.run_panel import RunPanel
@@ -52,7 +52,7 @@ from core.config import RunConfig
 from core.effects import toggle_effect
 from core.history import RunHistory
 from core.model_file import preset_label
-from core.options import ConfigError
+from core.options import ConfigError, format_value
 from core.records import RunEvent
 from core.run_files import RunFolderError, load_run
 
@@ -94,6 +94,7 @@ class MainWindow(QMainWindow):
         self._measuring: list[tuple[int, RunEvent]] = []
         self._error_event: RunEvent | None = None
         self._reset_pending = False
+        self._pin_state: tuple[bool, str] | None = None  # what the pin controls show
         self._close_pending = False
         self._frame = 0
         self.frame_ms: list[float] = []  # refresh cost of recent frames (benchmarks read it)
@@ -129,8 +130,7 @@ class MainWindow(QMainWindow):
         scroll = QScrollArea()
         scroll.setWidget(left)
         scroll.setWidgetResizable(True)
-        scroll.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
-        scroll.setMinimumWidth(left.sizeHint().width() + 18)
+        scroll.setMinimumWidth(left.sizeHint().width() + 18)  # as needed, if ever narrower
         self._dock("Run", scroll, Qt.LeftDockWidgetArea, "run_dock")
 
         self.error_banner = QLabel("")
@@ -231,6 +231,8 @@ class MainWindow(QMainWindow):
 
     def start_run(self) -> None:
         if self.running:
+            self.statusBar().showMessage(
+                "A run is already going: Stop it (or Reset) before starting another", 6000)
             return
         try:
             config = self.run_panel.config(self.techniques_panel.toggles())
@@ -294,7 +296,7 @@ class MainWindow(QMainWindow):
         except ConfigError as exc:
             self.techniques_panel.show_note(str(exc))
             return
-        self.techniques_panel.show_note(f"{key} -> {value}: applies at the next step")
+        self.techniques_panel.show_note(f"{key} -> {format_value(value)}: applies at the next step")
 
     def _on_session_finished(self, summary) -> None:
         self._on_frame(force_text=True)  # the last rows, before the state says finished
@@ -421,6 +423,7 @@ class MainWindow(QMainWindow):
             state = self._live_state()
             if state != self.state:
                 self._set_state(state)
+            self._update_pin_state()
 
     def refresh_texts(self) -> None:
         """Every text now (legends, status bar), e.g. after the bytes display changed."""
@@ -469,9 +472,23 @@ class MainWindow(QMainWindow):
         self.run_panel.set_state(state, config, text)
         name = (self.history.meta.get("config") or {}).get("preset") if self.history else None
         name = preset_label(name) if name else name
-        self.setWindowTitle(f"memlens: {name} ({text.split(';')[0].lower()})" if name
-                            else "memlens")
+        self.setWindowTitle(self._title(name, text))
+        self._update_pin_state()
+
+    def _title(self, name: str | None, text: str) -> str:
+        if not name:
+            return "memlens"
+        if self.loaded_from is not None:
+            return f"memlens: {name} (opened {self.loaded_from.name}, read-only)"
+        return f"memlens: {name} ({text.split(';')[0].split(' (')[0].lower()})"
+
+    def _update_pin_state(self) -> None:
+        """The pin button, its tooltip and the menu entry say whether this run can be pinned
+        now; rechecked on each text refresh, as a run's first steps make it pinnable."""
         can_pin, why = self._can_pin()
+        if (can_pin, why) == self._pin_state:
+            return
+        self._pin_state = (can_pin, why)
         self.pins_panel.set_can_pin(can_pin, why)
         self.pin_action.setEnabled(can_pin)
 
@@ -495,6 +512,7 @@ class MainWindow(QMainWindow):
         self.error_banner.hide()
         self.events_panel.clear()
         self.status.clear_run()
+        self.graph_tab.clear()  # a graph belongs to its run
         self.effect_label.setText("Flip a technique while a run goes: what it did shows here.")
         self.effect_label.setToolTip("")
         self.plots.set_run(self.series)
@@ -533,6 +551,11 @@ class MainWindow(QMainWindow):
         self._pins_changed()
 
     def _pins_changed(self) -> None:
+        # Compared runs are named by the settings in which they differ from each other.
+        names = compare_names([p.series.history.meta for p in self.pins],
+                              [p.series.step_count for p in self.pins])
+        for pin, name in zip(self.pins, names, strict=True):
+            pin.name = name
         self.pins_panel.set_pins(self.pins)
         self.plots.set_pins(self.pins)
         self._set_state(self.state)

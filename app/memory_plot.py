@@ -63,12 +63,20 @@ class MemoryPlot(LivePlot):
             self.curves["reserved"].setData(xa, rows[1] / Y_UNIT)
         if run.step_count:
             xp, lines = run.steps.decimate("lines", run.steps.visible(x0 - 1, x1), max_points)
-            self.curves["peak"].setData(xp + 0.5, lines[STEP_LINES.index("peak_bytes")] / Y_UNIT)
+            peak = lines[STEP_LINES.index("peak_bytes")] / Y_UNIT
+            if len(xp) > 1 and np.all(np.diff(xp) >= 1):
+                # whole steps: a step's peak holds across it and changes at the boundary
+                xs = np.repeat(xp, 2)
+                xs[1::2] += 1.0
+                self.curves["peak"].setData(xs, np.repeat(peak, 2))
+            else:  # binned (min, max pairs share an x): a step shape would mean nothing
+                self.curves["peak"].setData(xp + 0.5, peak)
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
         row = None
         if run is not None and run.sample_count:
-            i = run.sample_row_at(run.samples.last_x if x is None else x)
+            i = (run.sample_row_at(run.samples.last_x) if x is None
+                 else run.sample_row_in_step(x))
             if i is not None:
                 row = run.history.samples.rows(i, i + 1)[0]
         head = ""
@@ -103,5 +111,5 @@ def category_tooltip() -> str:
 
 
 def _ghost_total(series: RunSeries, x: float) -> str | None:
-    i = series.sample_row_at(x)
+    i = series.sample_row_in_step(x)
     return None if i is None else format_bytes(series.total_at(i))

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QLineEdit, QSpinBox, QWidget
 
 from app.signals import signals_blocked
@@ -34,6 +34,29 @@ def label_text(opt: Option) -> str:
     return opt.key.replace("_", " ")
 
 
+class FieldLabel(QLabel):
+    """A form label that acts for its buddy: a click toggles a check box, else focuses the
+    editor (a plain QLabel only does that for a mnemonic)."""
+
+    def mouseReleaseEvent(self, event) -> None:
+        buddy = self.buddy()
+        if (event.button() == Qt.MouseButton.LeftButton and buddy is not None
+                and buddy.isEnabled() and self.rect().contains(event.position().toPoint())):
+            if isinstance(buddy, QCheckBox):
+                buddy.click()
+            else:
+                buddy.setFocus(Qt.FocusReason.MouseFocusReason)
+        super().mouseReleaseEvent(event)
+
+
+class RowCheckBox(QCheckBox):
+    """A check box that takes the rest of its form row and toggles wherever it is clicked,
+    not only on the small box."""
+
+    def hitButton(self, pos) -> bool:
+        return self.rect().contains(pos)
+
+
 class OptionField(QObject):
     """One option's editor widget, with its label; emits `value_changed(key, value)`."""
 
@@ -42,9 +65,10 @@ class OptionField(QObject):
     def __init__(self, opt: Option, parent: QWidget | None = None) -> None:
         super().__init__(parent)
         self.option = opt
-        self.label = QLabel(label_text(opt))
+        self.label = FieldLabel(label_text(opt))
         self.label.setToolTip(opt.help)
         self.widget = self._make_editor(opt)
+        self.label.setBuddy(self.widget)
         self.widget.setObjectName(object_name(opt))
         self.widget.setToolTip(f"{opt.help} ({opt.valid_text()})")
         self.set_value(opt.default)
@@ -56,7 +80,7 @@ class OptionField(QObject):
             w.currentTextChanged.connect(self._on_editor_changed)
             return w
         if opt.kind is bool:
-            w = QCheckBox()
+            w = RowCheckBox()
             w.toggled.connect(self._on_editor_changed)
             return w
         if opt.kind is int:

@@ -41,7 +41,44 @@ def run_name(meta: dict, steps: int) -> str:
 
 
 def _text(value) -> str:
-    return str(value).lower() if isinstance(value, bool) else str(value)
+    from core.options import format_value
+
+    return format_value(value)
+
+
+def _settings(meta: dict) -> dict:
+    """A run's settings as one flat dict (techniques beside the run options)."""
+    config = dict(meta.get("config") or {})
+    techniques = config.pop("techniques", None) or {}
+    schedule = config.pop("schedule", None) or []
+    flat = {**config, **techniques}
+    flat["schedule"] = tuple(str(c) for c in schedule)  # "50:zero_grad=off" strings
+    return flat
+
+
+def compare_names(metas: list[dict], steps: list[int]) -> list[str]:
+    """Names for runs shown together: each says the settings in which the runs differ
+    (`mlp zero_grad=off batch_size=16`), so two pins never read the same. With one run, or
+    runs that differ in nothing but their length, each run is named by run_name."""
+    flats = [_settings(m) for m in metas]
+    keys: list[str] = []
+    for flat in flats:
+        keys += [k for k in flat if k not in keys]
+    differ = [k for k in keys if k not in ("preset", "steps")
+              and len({repr(f.get(k)) for f in flats}) > 1]
+    if len(metas) < 2 or (not differ and len({f.get("preset") for f in flats}) == 1):
+        return [run_name(m, n) for m, n in zip(metas, steps, strict=True)]
+    names = []
+    for flat, n in zip(flats, steps, strict=True):
+        parts = [str(flat.get("preset", "run"))]
+        for k in differ:
+            v = flat.get(k)
+            if k == "schedule":
+                parts.append("at " + ", ".join(v) if v else "no schedule")
+            else:
+                parts.append(f"{k}={_text(v)}")
+        names.append(f"{' '.join(parts)} ({n} steps)")
+    return names
 
 
 def pin_color(pin_id: int) -> str:

@@ -47,6 +47,11 @@ class RunPanel(QGroupBox):
             hint = QLabel(RESTART_HINT)
             hint.setProperty("role", "restart_hint")  # styled in resources/*.qss
             hint.setToolTip("This setting takes effect when you start the next run")
+            # Its room is kept while hidden: the panel's width (and the dock's) counts it
+            # from the start, so showing it never pushes the fields past the edge.
+            policy = hint.sizePolicy()
+            policy.setRetainSizeWhenHidden(True)
+            hint.setSizePolicy(policy)
             hint.hide()
             row = QHBoxLayout()
             row.setSpacing(4)

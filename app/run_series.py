@@ -302,6 +302,22 @@ class RunSeries:
         i = self.samples.index(x, "right") - 1
         return i if i >= 0 else None
 
+    def sample_row_in_step(self, x: float) -> int | None:
+        """The sample the hover read-out shows at x: the last one at or before x within
+        the step under x (floor(x)), else that step's first, so every plot reads the same
+        step; None when that step has no sample yet."""
+        step = int(np.floor(x))
+        i = self.sample_row_at(x)
+        if i is not None and self._sample_step(i) == step:
+            return i
+        first = self.samples.index(float(step), "left")
+        if first < self.sample_count and self._sample_step(first) == step:
+            return first
+        return None
+
+    def _sample_step(self, i: int) -> int:
+        return int(self.history.samples.column("step", i, i + 1)[0])
+
     def total_at(self, i: int) -> float:
         """Total bytes of sample row i."""
         return float(self.samples.rows("total", i, i + 1)[1][0, 0])

@@ -10,6 +10,7 @@ from PySide6.QtWidgets import QFormLayout, QGroupBox, QLabel
 from app.option_fields import OptionField
 from core.config import TechniqueToggles
 from core.options import TECHNIQUE_OPTIONS
+from core.technique_notes import TECHNIQUE_NOTES
 
 
 class TechniquesPanel(QGroupBox):
@@ -27,6 +28,11 @@ class TechniquesPanel(QGroupBox):
         for opt in TECHNIQUE_OPTIONS:
             field = OptionField(opt, self)
             field.value_changed.connect(self.technique_changed)
+            note = TECHNIQUE_NOTES.get(opt.key)
+            if note:  # what it does and what to expect, on the label and the editor
+                tip = f"<p>{note}</p><p><i>{opt.key}: {opt.valid_text()}</i></p>"
+                field.label.setToolTip(tip)
+                field.widget.setToolTip(tip)
             form.addRow(field.label, field.widget)
             self.fields[opt.key] = field
         self.note = QLabel("")

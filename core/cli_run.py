@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import sys
-import time
 from pathlib import Path
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_TRAINING_ERROR = 0, 2, 3
@@ -12,12 +11,14 @@ MODEL_FILE_ERROR = "ModelFileError"  # the error event's key (core.explain.error
 
 
 def add_parser(subparsers) -> None:
-    from core.options import OPTIONS
+    import argparse
+
+    from core.options import settings_help
 
     p = subparsers.add_parser(
         "run", help="run a training loop headless and write its timeline",
-        description="Run a preset training loop, measuring memory at every phase boundary. "
-        "Settings: " + ", ".join(OPTIONS) + ".",
+        description="Run a preset training loop, measuring memory at every phase boundary.",
+        epilog=settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_arguments(p)
     p.add_argument("--steps", type=int, help="number of steps")
@@ -75,39 +76,6 @@ def build_config(args):
     return with_model_file(build(RunConfig()), build)
 
 
-class _Progress:
-    """A progress line on stderr, redrawn at most 5 times a second."""
-
-    def __init__(self, total: int, quiet: bool) -> None:
-        self.total, self.quiet = total, quiet
-        self.last = 0.0
-        self.t0 = time.perf_counter()
-
-    def on_start(self, meta): pass
-    def on_sample(self, s): pass
-    def on_graph(self, g): pass
-    def on_finish(self, summary): self._clear()
-
-    def on_step(self, r) -> None:
-        now = time.perf_counter()
-        if self.quiet or (now - self.last < 0.2 and r.step + 1 < self.total):
-            return
-        self.last = now
-        rate = (r.step + 1) / max(now - self.t0, 1e-9)
-        sys.stderr.write(f"\r  step {r.step + 1}/{self.total}  loss {r.loss:.4f}  "
-                         f"{r.allocated_bytes / 2**20:.1f} MiB  {rate:.1f} steps/s ")
-        sys.stderr.flush()
-
-    def on_event(self, e) -> None:
-        if self.quiet:
-            return
-        self._clear()
-        where = f" at step {e.step}" if e.on_timeline else ""
-        sys.stderr.write(f"  [{e.kind}{where}] {e.label()}\n")
-
-    def _clear(self) -> None:
-        if not self.quiet:
-            sys.stderr.write("\r" + " " * 78 + "\r")
 
 
 def main(args) -> int:
@@ -132,6 +100,7 @@ def main(args) -> int:
         print("memlens run: stopped before the first step", file=sys.stderr)
         return EXIT_INTERRUPTED
 
+    from core.cli_progress import Progress
     from core.controls import RunControls
     from core.loop import run_training
     from core.model_file import preset_label
@@ -147,7 +116,7 @@ def main(args) -> int:
                 return signals.received.name
             return "write_error" if guard.failure is not None else None
 
-        sink = StoppedBy(FanOut(history, guard, _Progress(cfg.steps, args.quiet)), reason)
+        sink = StoppedBy(FanOut(history, guard, Progress(cfg.steps, args.quiet)), reason)
         try:
             summary = run_training(cfg, controls, sink, on_error=args.on_error)
         except ConfigError as exc:  # e.g. out of memory while building the model
@@ -222,10 +191,11 @@ def _check_formats(formats: list[str]) -> None:
 
 
 def _print_summary(summary, history) -> None:
+    from core.effects import toggle_effect
     from core.records import MEMORY_CATEGORIES
+    from core.units import format_bytes
 
     env = history.meta.get("environment", {})
-    mib = 2**20
     print(f"steps: {summary.steps_done} ({summary.stopped_by}), wall {summary.wall_s:.1f} s, "
           f"mean step {summary.mean_step_ms:.1f} ms")
     print(f"final loss: {summary.final_loss:.4f}")
@@ -234,13 +204,11 @@ def _print_summary(summary, history) -> None:
         last = history.samples.rows(len(history.samples) - 1)[0]
         idx = history.samples.index
         for c in MEMORY_CATEGORIES:
-            print(f"  {c:<12} {last[idx[c]] / mib:10.2f} MiB")
-        print(f"  {'total':<12} {last[idx['total']] / mib:10.2f} MiB")
+            print(f"  {c:<12} {format_bytes(last[idx[c]]):>10}")
+        print(f"  {'total':<12} {format_bytes(last[idx['total']]):>10}")
     exact = "exact" if env.get("precise") or env.get("device", "").startswith("cuda") \
         else "lower bound"
-    print(f"  {'peak':<12} {summary.peak_bytes / mib:10.2f} MiB ({exact})")
-    from core.effects import toggle_effect
-
+    print(f"  {'peak':<12} {format_bytes(summary.peak_bytes):>10} ({exact})")
     for e in history.events():
         if e.kind == "toggle":  # the effect as the app's "What just happened" says it
             print(f"  [toggle at step {e.step}] {toggle_effect(history, e).text()}")

@@ -591,16 +591,37 @@ class TrainingSession:
 
 def _announce_native_build(config: RunConfig, sink: Any) -> None:
     """A precise CPU run on a machine where the set-up did not build the native recorder
-    compiles it first (about 40 s, once): say so, as the run's first event."""
+    compiles it first (under a minute, once): say so, as the run's first event."""
     from core.native import needs_build
 
     if config.precise and resolve_device(config.device).type == "cpu" and needs_build():
         sink.on_event(RunEvent(
             0, 0.0, "setup", key=NATIVE_BUILD_EVENT,
-            message="building precise mode's allocation recorder for this torch (once, ~40 s)",
+            message="building precise mode's allocation recorder for this torch "
+                    "(once, under a minute)",
             explanation="memlens compiles its C++ helpers the first time they are needed "
                         "(./dev does it at set-up). The run starts when the build is done; "
                         "without a compiler it runs on the slower Python tracker.",
+        ))  # fmt: skip
+
+
+def _announce_cuda_only(config: RunConfig, sink: Any) -> None:
+    """CUDA-only settings set on a run that trains elsewhere do nothing: say so, once."""
+    from core.options import RUN_OPTIONS
+
+    device = resolve_device(config.device)
+    if device.type == "cuda":
+        return
+    values = config.to_dict()
+    unused = [f"{o.key}={o.format(values[o.key])}" for o in RUN_OPTIONS
+              if o.cuda_only and values[o.key] != o.default]
+    if unused:
+        sink.on_event(RunEvent(
+            0, 0.0, "setup", key="cuda-only setting",
+            message=f"{', '.join(unused)} has no effect: this run trains on {device.type}",
+            explanation="These settings drive PyTorch's CUDA allocator recording, which "
+                        "exists only on a CUDA device. Run with device=cuda on a machine "
+                        "with a GPU, or leave them at 0.",
         ))  # fmt: skip
 
 
@@ -619,6 +640,7 @@ def run_training(
     controls = controls or RunControls(config.techniques, config.schedule)
     sink = sink if sink is not None else FanOut()
     _announce_native_build(config, sink)
+    _announce_cuda_only(config, sink)
     try:
         session = TrainingSession(config, controls, sink)
     except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError

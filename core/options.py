@@ -20,6 +20,18 @@ class Option:
     minimum: float | None = None
     maximum: float | None = None
     live: bool = False  # a technique: may change while the loop runs
+    cuda_only: bool = False  # has an effect only when the run trains on CUDA
+
+    def format(self, value: Any) -> str:
+        """A value as the command line and TOML files spell it (true, not True)."""
+        return format_value(value)
+
+    def default_text(self) -> str:
+        """The default in the user's words: a 0 that means "default" or "never" says so."""
+        _, sep, meaning = self.help.partition("0 = ")
+        if sep and self.default == 0:
+            return f"0 ({meaning.split(';')[0]})"
+        return self.format(self.default)
 
     def valid_text(self) -> str:
         if self.choices:
@@ -104,6 +116,15 @@ def is_model_file(preset: str) -> bool:
     return "/" in text or "\\" in text or "." in text.lstrip(".")
 
 
+def format_value(value: Any) -> str:
+    """One spelling for a setting's value wherever it is shown: true/false, 0.001, set_to_none."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return f"{value:g}"
+    return str(value)
+
+
 _TRUE = {"true", "1", "yes", "on"}
 _FALSE = {"false", "0", "no", "off"}
 
@@ -136,10 +157,10 @@ RUN_OPTIONS: tuple[Option, ...] = (
            minimum=0, maximum=MAX_STEPS),
     Option("cuda_snapshot_start", int, 0,
            "CUDA: first step recorded by PyTorch's allocator history (cuda_snapshot.pickle)",
-           minimum=0, maximum=MAX_STEPS),
+           minimum=0, maximum=MAX_STEPS, cuda_only=True),
     Option("cuda_snapshot_steps", int, 0,
            "CUDA: steps the allocator history records from its start; 0 = off", minimum=0,
-           maximum=10_000),
+           maximum=10_000, cuda_only=True),
     Option("force", bool, False,
            "start even when the memory check says model, optimizer and a batch will not fit"),
 )  # fmt: skip
@@ -176,3 +197,16 @@ def option(key: str) -> Option:
         raise ConfigError(
             f"unknown setting {key!r}; valid settings: {', '.join(OPTIONS)}"
         ) from None
+
+
+def settings_help() -> str:
+    """Every setting with its valid values and default, for `--help` (from this table)."""
+    def rows(options: tuple[Option, ...]) -> list[str]:
+        width = max(len(o.key) for o in RUN_OPTIONS + TECHNIQUE_OPTIONS)
+        return [f"  {o.key:<{width}}  {o.valid_text()}; default {o.default_text()}"
+                + ("; CUDA only" if o.cuda_only else "") for o in options]
+
+    return "\n".join(["settings (--set KEY=VALUE, or a --config TOML file):",
+                      *rows(RUN_OPTIONS), "",
+                      "techniques (also live: --at STEP:KEY=VALUE):",
+                      *rows(TECHNIQUE_OPTIONS)])

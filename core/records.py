@@ -129,7 +129,9 @@ class RunEvent:
 
     def label(self) -> str:
         if self.kind == "toggle":
-            return f"{self.key}: {self.old} -> {self.new}"
+            from core.options import format_value
+
+            return f"{self.key}: {format_value(self.old)} -> {format_value(self.new)}"
         if self.kind == "error":
             return f"error in {self.phase or 'step'}: {self.key or self.message[:60]}"
         return self.message[:80]

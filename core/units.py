@@ -27,6 +27,7 @@ def byte_unit(magnitude: float) -> tuple[float, str]:
 
 
 def format_bytes(value: float | None, signed: bool = False) -> str:
+    """1536 -> '1.50 KiB'; three significant digits, the unit chosen per value."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
     sign = "+" if signed and value > 0 else ""

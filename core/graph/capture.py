@@ -31,6 +31,7 @@ class GraphCapture:
         self._handles: list[Any] = []
         self._stack: list[str] = []  # module calls now running, outermost first
         self._calls: dict[str, int] = {}
+        self._types: dict[str, str] = {}  # module name -> its class ("features.0": "Conv2d")
         self._fn_scope: dict[int, tuple[str, tuple[str, ...]]] = {}
         self._fn_keep: list[Any] = []  # keeps the fns named in _fn_scope alive (stable ids)
         self._start_seq: list[int] = []
@@ -62,6 +63,7 @@ class GraphCapture:
                 full = self._prefix(key, name)
                 if not full:  # a single model's root: its scope would hold everything
                     continue
+                self._types[full] = type(module).__name__
                 self._handles.append(module.register_forward_pre_hook(self._pre(full)))
                 self._handles.append(module.register_forward_hook(self._post(full)))
 
@@ -73,6 +75,7 @@ class GraphCapture:
         self._stack.clear()
         self._start_seq.clear()
         self._calls.clear()
+        self._types.clear()
         self._fn_scope.clear()
         self._fn_keep.clear()
 
@@ -169,8 +172,10 @@ class GraphCapture:
             dot, dot_by = memlens_dot(nodes, edges), "memlens"
         saved_bytes = walk.saved_bytes
         del walk  # drop our references to the graph's tensors now
+        called = {k.rpartition("#")[0] or k for n in nodes for k in n.scope}
         return GraphSnapshot(
             step=step, kind=kind, nodes=tuple(nodes), edges=tuple(edges),
+            module_types=tuple(sorted((k, v) for k, v in self._types.items() if k in called)),
             saved_bytes=saved_bytes, dot=dot, dot_by=dot_by, notes=tuple(notes),
             capture_ms=(time.perf_counter() - started) * 1e3, models=models,
         )  # fmt: skip

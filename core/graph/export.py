@@ -1,7 +1,9 @@
 """Writing a GraphSnapshot as DOT, SVG or PNG, with the fastest route that draws it well.
 
 - DOT: torchviz's make_dot source, as captured.
-- SVG/PNG, small graphs: Graphviz dot lays out and draws the DOT (bounded in time).
+- SVG/PNG, small graphs: Graphviz dot lays out and draws make_dot's graph (bounded in time),
+  each box sized for its label and saved tensors labelled with their bytes, as the app shows
+  them (Graphviz's own text widths run short of the drawn monospace glyphs).
 - SVG/PNG, large graphs or when dot runs out of time: our layered layout, drawn by the dot
   binary with the positions pinned (`neato -n2`, which only draws: fast).
 - No dot binary at all: SVG from our own writer; PNG needs dot (or the app's Qt renderer).
@@ -17,7 +19,8 @@ from pathlib import Path
 from core.atomic import ExportError, atomic_write_bytes, atomic_write_text
 from core.graph import graphviz
 from core.graph.layout import DOT_MAX_NODES, Layout, LayoutRequest, layered_layout
-from core.graph.snapshot import TORCHVIZ_COLOURS, GraphSnapshot
+from core.graph.snapshot import TORCHVIZ_COLOURS, GraphNode, GraphSnapshot
+from core.units import format_bytes
 
 FORMATS = ("dot", "svg", "png")
 DOT_EXPORT_TIME_S = 10.0  # how long an export lets Graphviz dot try before our layout
@@ -79,7 +82,8 @@ def render(snapshot: GraphSnapshot, fmt: str, *, dot_time_limit: float) -> tuple
     why = ""
     if dot is not None and snapshot.node_count <= DOT_MAX_NODES:
         try:
-            data = graphviz.run_dot(dot, snapshot.dot, [f"-T{fmt}"], timeout=dot_time_limit)
+            data = graphviz.run_dot(dot, drawing_dot(snapshot), [f"-T{fmt}"],
+                                    timeout=dot_time_limit)
             return data, f"{graphviz.engine_name(dot)} layout and drawing"
         except graphviz.DotError as exc:
             why = f" ({exc})"
@@ -104,6 +108,40 @@ def empty_dot(snapshot: GraphSnapshot) -> str:
     return f'digraph {{\n\tgraph [label="{text}" fontname=monospace fontsize=10]\n}}\n'
 
 
+# --- what a picture draws ----------------------------------------------------------------------
+def drawn_label(n: GraphNode) -> str:
+    """make_dot's label, and for a saved tensor its bytes (or that it is a parameter's)."""
+    if n.kind != "saved" or not n.saved:
+        return n.label
+    t = n.saved[0]
+    if t.problem:
+        return f"{n.label}\n{t.problem}"
+    return f"{n.label}\n{'parameter' if t.is_param else format_bytes(t.bytes)}"
+
+
+def _quoted(text: str) -> str:
+    return '"' + text.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") + '"'
+
+
+def drawing_dot(snapshot: GraphSnapshot) -> str:
+    """make_dot's graph and style for Graphviz to lay out and draw, every box at least as
+    wide as its label in 10 pt monospace (label_size)."""
+    lines = ["digraph {", '\tgraph [size="12,12"]',
+             "\tnode [align=left fontname=monospace fontsize=10 height=0.2 ranksep=0.1 "
+             "shape=box style=filled]"]
+    for n in snapshot.nodes:
+        label = drawn_label(n)
+        w, h = label_size(label)
+        fill = "" if n.kind == "op" else f" fillcolor={_fill(n.kind)}"
+        lines.append(f"\t{_quoted(n.id)} [label={_quoted(label)}{fill} "
+                     f"width={w / 72:.3f} height={h / 72:.3f}]")
+    for s, d, style in snapshot.edges:
+        attr = {"none": " [dir=none]", "dotted": " [style=dotted]"}.get(style, "")
+        lines.append(f"\t{_quoted(s)} -> {_quoted(d)}{attr}")
+    lines.append("}")
+    return "\n".join(lines) + "\n"
+
+
 # --- our layout of a snapshot ---------------------------------------------------------------
 def label_size(label: str) -> tuple[float, float]:
     """The box make_dot's monospace 10 pt label needs (pixels = points)."""
@@ -115,7 +153,7 @@ def label_size(label: str) -> tuple[float, float]:
 def request_for(snapshot: GraphSnapshot) -> LayoutRequest:
     return LayoutRequest(
         ids=tuple(n.id for n in snapshot.nodes),
-        sizes=tuple(label_size(n.label) for n in snapshot.nodes),
+        sizes=tuple(label_size(drawn_label(n)) for n in snapshot.nodes),
         edges=snapshot.edges,
         attached=frozenset(n.id for n in snapshot.nodes if n.kind == "saved"),
     )
@@ -140,7 +178,7 @@ def positioned_dot(snapshot: GraphSnapshot, layout: Layout) -> str:
     ]
     for n in snapshot.nodes:
         w, h = layout.sizes[n.id]
-        label = n.label.replace("\\", "\\\\").replace('"', '\\"')
+        label = drawn_label(n).replace("\\", "\\\\").replace('"', '\\"')
         fill = _fill(n.kind)
         lines.append(f'\t"{n.id}" [label="{label}" fillcolor={fill} '
                      f'pos="{pt(layout.positions[n.id])}!" width={w / 72:.3f} '
@@ -187,7 +225,7 @@ def svg_text(snapshot: GraphSnapshot, layout: Layout) -> str:
     for n in snapshot.nodes:
         x, y = layout.positions[n.id]
         w, h = layout.sizes[n.id]
-        lines = n.label.split("\n")
+        lines = drawn_label(n).split("\n")
         out.append(f'<g class="node"><title>{escape(n.id)}</title>')
         out.append(f'<rect x="{x - w / 2:.1f}" y="{y - h / 2:.1f}" width="{w:.1f}" '
                    f'height="{h:.1f}" fill="{HEX[_fill(n.kind)]}" stroke="black"/>')  # fmt: skip

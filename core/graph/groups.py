@@ -65,9 +65,18 @@ def _matches(n: GraphNode, text: str) -> bool:
             or (n.kind != "op" and text in n.title.lower()))  # fmt: skip
 
 
-def group_title(key: str) -> str:
+def group_title(key: str, module_type: str = "") -> str:
+    """A module call as users name modules: its path and class, "features.0: Conv2d", and
+    which call for a module called several times ("cell #3: LSTMCell")."""
     name, sep, call = key.rpartition("#")
-    return f"{name} #{call}" if sep else key
+    title = f"{name} #{call}" if sep else key
+    return f"{title}: {module_type}" if module_type else title
+
+
+def module_of(key: str) -> str:
+    """The module name of a scope key ("cell#3" -> "cell")."""
+    name, sep, _call = key.rpartition("#")
+    return name if sep else key
 
 
 def view_graph(
@@ -111,7 +120,8 @@ def view_graph(
         detail = ("parameters" if params_only
                   else f"{ops} ops" + (f" · saved {human_bytes(saved)}" if saved else ""))
         nodes.append(ViewNode(
-            id="group:" + key, kind="group", title=group_title(key), detail=detail,
+            id="group:" + key, kind="group",
+            title=group_title(key, snapshot.module_type(module_of(key))), detail=detail,
             group=key, members=tuple(m.id for m in inside), saved_bytes=saved, held_bytes=held,
         ))  # fmt: skip
     edges: dict[tuple[str, str], str] = {}

@@ -7,6 +7,8 @@ from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 from typing import Any
 
+from core.units import format_bytes
+
 NODE_KINDS: tuple[str, ...] = ("op", "param", "saved", "output")
 # torchviz's fill colours, by node kind ("output" also covers a view's base, darkolivegreen3).
 TORCHVIZ_COLOURS: dict[str, str] = {
@@ -180,6 +182,7 @@ class GraphSnapshot:
     notes: tuple[str, ...] = ()  # anything the user should know about this capture
     capture_ms: float = 0.0
     models: tuple[str, ...] = ("model",)
+    module_types: tuple[tuple[str, str], ...] = ()  # (module name, class name) of scopes
     _index: dict[str, int] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -202,6 +205,10 @@ class GraphSnapshot:
     def node(self, node_id: str) -> GraphNode:
         return self.nodes[self._index[node_id]]
 
+    def module_type(self, name: str) -> str:
+        """The class of the module called `name` ("Conv2d"), "" when not known."""
+        return dict(self.module_types).get(name, "")
+
     def ops(self) -> list[str]:
         return [n.op for n in self.nodes if n.kind == "op"]
 
@@ -221,6 +228,7 @@ class GraphSnapshot:
             "dot": self.dot, "dot_by": self.dot_by, "message": self.message,
             "notes": list(self.notes), "capture_ms": self.capture_ms,
             "models": list(self.models),
+            "module_types": dict(self.module_types),
             "nodes": [asdict(n) for n in self.nodes],
             "edges": [list(e) for e in self.edges],
         }  # fmt: skip
@@ -245,6 +253,8 @@ class GraphSnapshot:
             dot_by=data.get("dot_by", "torchviz"), message=data.get("message", ""),
             notes=tuple(data.get("notes", ())), capture_ms=float(data.get("capture_ms", 0.0)),
             models=tuple(data.get("models", ("model",))),
+            module_types=tuple(sorted((str(k), str(v)) for k, v in
+                                      (data.get("module_types") or {}).items())),
         )  # fmt: skip
 
 
@@ -257,14 +267,4 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in names}
 
 
-def human_bytes(n: float) -> str:
-    """1536 -> '1.50 KiB' (binary units, as the app shows them)."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(value) < 1024 or unit == "GiB":
-            if unit == "B":
-                return f"{value:.0f} B"
-            digits = 2 if abs(value) < 10 else 1 if abs(value) < 100 else 0
-            return f"{value:.{digits}f} {unit}"
-        value /= 1024
-    return f"{value:.1f} GiB"  # pragma: no cover - the loop always returns
+human_bytes = format_bytes  # the graph's name for the shared formatter

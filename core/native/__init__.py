@@ -92,7 +92,8 @@ def load(build: bool = True):
                 return None
             _tried = True
             if not target.exists():
-                print("memlens: building the native helpers for this torch (once, ~40 s)...",
+                print("memlens: building the native helpers for this torch "
+                      "(once, under a minute)...",
                       file=sys.stderr, flush=True)
                 target.parent.mkdir(parents=True, exist_ok=True)
                 with tempfile.TemporaryDirectory(dir=target.parent) as tmp:

@@ -197,7 +197,8 @@ def test_pin_two_runs_compare_hide_and_remove(qtbot, window):
     window.findChild(QComboBox, "zero_grad_combo").setCurrentText("off")
     run_to_end(qtbot, window, steps=14)
     click(qtbot, button(window, "pin_button"))
-    assert [p.name for p in window.pins] == ["mlp (10 steps)", "mlp zero_grad=off (14 steps)"]
+    assert [p.name for p in window.pins] == ["mlp zero_grad=set_to_none (10 steps)",
+                                             "mlp zero_grad=off (14 steps)"]
     pins_list = window.findChild(QListWidget, "pins_list")
     assert pins_list.item(1).text() == "pin 2: mlp zero_grad=off (14 steps)"
     wait_frames(qtbot, window, 2)

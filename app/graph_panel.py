@@ -453,7 +453,7 @@ class GraphPanel(QWidget):
         self.expanded, self.selected = set(), None
         self.captures.clear()
         self.trend.clear()
-        with QSignalBlocker(self.capture_list):
+        with signals_blocked(self.capture_list):
             self.capture_list.clear()
         for b in self.export_buttons.values():
             b.setEnabled(False)

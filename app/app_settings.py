@@ -21,6 +21,12 @@ LAST_FOLDER, RECENT, RUN_CONFIG = "files/last_folder", "files/recent", "run/conf
 EXACT_BYTES = "view/exact_bytes"
 
 
+def user_store() -> QSettings:
+    """The user's own settings file: memlens/memlens.ini in the user's config folder (tests
+    point QSettings.setPath, or XDG_CONFIG_HOME, at a temporary folder)."""
+    return QSettings(QSettings.IniFormat, QSettings.UserScope, "memlens", "memlens")
+
+
 class AppSettings:
     def __init__(self, store: QSettings | None = None) -> None:
         self._store = store
@@ -28,7 +34,7 @@ class AppSettings:
 
     @classmethod
     def user(cls) -> AppSettings:
-        return cls(QSettings(QSettings.IniFormat, QSettings.UserScope, "memlens", "memlens"))
+        return cls(user_store())
 
     @classmethod
     def at(cls, path: str | Path) -> AppSettings:

@@ -6,21 +6,17 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
+from app.app_settings import user_store
+
 SETTINGS_KEY = "model_files/recent"
 MAX_RECENT = 8
-
-
-def app_settings() -> QSettings:
-    """The app's settings file (an INI file in the user's config folder; tests point
-    QSettings.setPath at a temporary folder)."""
-    return QSettings(QSettings.IniFormat, QSettings.UserScope, "memlens", "memlens")
 
 
 class RecentModelFiles:
     """Newest first, each path once, at most MAX_RECENT; files that are gone are dropped."""
 
     def __init__(self, settings: QSettings | None = None) -> None:
-        self.settings = settings if settings is not None else app_settings()
+        self.settings = settings if settings is not None else user_store()
 
     def paths(self) -> list[str]:
         value = self.settings.value(SETTINGS_KEY, [])

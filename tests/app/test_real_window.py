@@ -112,7 +112,10 @@ def xdotool(display: str, *args: str) -> None:
 def test_the_window_opens_runs_on_a_real_click_marks_a_toggle_and_closes(xvfb, tmp_path):
     env = {k: v for k, v in os.environ.items()
            if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}  # no forced platform: xcb
-    env.update(DISPLAY=xvfb, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1")
+    # A settings store of its own: the app remembers settings between launches, and the
+    # toggle this test clicks must not carry into its next run (or into the user's app).
+    env.update(DISPLAY=xvfb, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
+               XDG_CONFIG_HOME=str(tmp_path / "config"))
     log = tmp_path / "child-stderr.txt"
     with log.open("wb") as err:  # a file, not a pipe: Qt's warnings can never block the child
         child = subprocess.Popen([sys.executable, "-m", "tests.app.real_window_child"],

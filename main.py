@@ -12,6 +12,7 @@ COMMANDS = {
     "graph": "core.graph.cli",
     "export": "core.exports.cli",
     "shot": "app.shot",
+    "watch": "core.watch.cli",
 }
 
 
@@ -34,7 +35,15 @@ def main(argv: list[str] | None = None) -> int:
                 continue  # that subcommand is not built yet
             raise
         modules[name].add_parser(sub)
+    # Everything after "--" belongs to the program a command runs (`watch SCRIPT -- ARGS`).
+    passthrough: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    args.passthrough = passthrough
+    if passthrough and args.command != "watch":
+        parser.error(f"arguments after -- are for `watch` only: {' '.join(passthrough)}")
     if args.command in (None, "app"):
         from app.main_window import launch
 

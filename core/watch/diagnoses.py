@@ -81,7 +81,7 @@ def find_holder(is_old) -> tuple[str, str] | None:
     seen_globals: set[int] = set()
     for f in user_frames(2):
         func = f.f_code.co_name
-        scopes = [(f"local `{{}}` in {func}()", f.f_locals)]
+        scopes = [] if func == "<module>" else [(f"local `{{}}` in {func}()", f.f_locals)]
         if id(f.f_globals) not in seen_globals:
             seen_globals.add(id(f.f_globals))
             scopes.append(("global `{}`", f.f_globals))

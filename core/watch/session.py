@@ -122,12 +122,13 @@ class Watch:
         self._explicit_models = models is not None
         self._model_names: dict[int, str] = {}
         self._has_params: dict[int, bool] = {}
+        self._candidates: list[weakref.ref] = []  # every optimizer known to exist
         self._models_seen: dict[str, dict] = {}  # kept after the models are gone
         self._optimizers_seen: dict[int, str] = {}
         for m in _as_list(models):
             self._add_model(m)
         for o in _as_list(optimizers):
-            self._add_optimizer(o)
+            self._add_optimizer(o, active=True)
         self._find_live_optimizers()
         self.saved = SavedTensorTracker()
         self.probe: MemoryProbe | None = None
@@ -154,6 +155,9 @@ class Watch:
         self._backward_marks: list[weakref.ref] = []
         self._fired_now: list[_Call] = []
         self._stepped: set[int] = set()
+        self._ever_stepped: set[int] = set()
+        self._called_params: set[int] = set()  # ids of the parameters of models called
+        self._param_ids: dict[int, frozenset] = {}
         self._after_backward = False
         self._cleared = True
         self._grad_norms: list[float] = []
@@ -208,7 +212,7 @@ class Watch:
         if _ACTIVE and _ACTIVE[-1] is self:
             _ACTIVE.pop()
         if self._step_has_work():
-            self._end_step()
+            self._end_step(closing=True)
         self._settle(final=True)
         if self.nothing_found:
             self._event("info", "nothing found",
@@ -251,8 +255,12 @@ class Watch:
                                        "parameters": sum(p.numel() for p in m.parameters())}
         return name
 
-    def _add_optimizer(self, o: torch.optim.Optimizer) -> None:
-        if all(r() is not o for r in self.found.optimizers_refs):
+    def _add_optimizer(self, o: torch.optim.Optimizer, active: bool) -> None:
+        """A candidate may end steps (see _required_optimizers); an active optimizer (passed
+        in, or one that stepped) is also measured."""
+        if all(r() is not o for r in self._candidates):
+            self._candidates.append(weakref.ref(o))
+        if active and all(r() is not o for r in self.found.optimizers_refs):
             self.found.optimizers_refs.append(weakref.ref(o))
             self._optimizers_seen[id(o)] = type(o).__name__
 
@@ -263,7 +271,7 @@ class Watch:
         base = torch.optim.Optimizer
         for obj in gc.get_objects():
             if issubclass(type(obj), base):  # type(): never a lazy object's __class__
-                self._add_optimizer(obj)
+                self._add_optimizer(obj, active=False)
 
     def _is_model(self, module: nn.Module) -> bool:
         known = self._has_params.get(id(module))
@@ -330,11 +338,16 @@ class Watch:
         if not self._is_model(module):  # a loss module or another parameter-free callable
             return
         grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
-        if grad and (self._after_backward and not self.found.optimizers
+        if grad and (self._after_backward and not self._has_optimizers()
                      and not self._manual_steps):
             self._end_step()
         name = self._add_model(module)
         self._ensure_probe()
+        ids = self._param_ids.get(id(module))
+        if ids is None:
+            ids = self._param_ids[id(module)] = frozenset(map(id, module.parameters()))
+        if grad:
+            self._called_params |= ids
         call = _Call(self, self.step_index, name, dx.call_site(3), grad,
                      module.training and _has_eval_layers(module))
         self._root = (module, call, self.saved.checkpoint(), self._clock())
@@ -367,10 +380,10 @@ class Watch:
             self._report_eval_in_train(call)
 
     def zero_grad(self, call, owner) -> Any:
-        if self._after_backward and not self.found.optimizers and not self._manual_steps:
+        if self._after_backward and not self._has_optimizers() and not self._manual_steps:
             self._end_step()
         if isinstance(owner, torch.optim.Optimizer):
-            self._add_optimizer(owner)
+            self._add_optimizer(owner, active=False)
         self._cleared = True
         self._enter("zero_grad")
         try:
@@ -402,7 +415,7 @@ class Watch:
             self._after_backward = True
 
     def optimizer_pre(self, opt, args, kwargs) -> None:
-        self._add_optimizer(opt)
+        self._add_optimizer(opt, active=True)
         self._ensure_probe()
         if not self._manual_steps and id(opt) in self._stepped:
             self._end_step()  # it steps again: the step before ended without the others
@@ -417,16 +430,28 @@ class Watch:
         self._leave()
         self._stepped.add(id(opt))
         self._cleared = False
-        live = {id(o) for o in self.found.optimizers}
-        if not self._manual_steps and live <= self._stepped:
+        self._ever_stepped.add(id(opt))
+        if not self._manual_steps and self._required_optimizers() <= self._stepped:
             self._end_step()
+
+    def _has_optimizers(self) -> bool:
+        return any(r() is not None for r in self._candidates)
+
+    def _required_optimizers(self) -> set[int]:
+        """The optimizers a step waits for: those that have stepped in this run, and those
+        that own a parameter of a model this step called (a GAN's second optimizer before
+        its first step); an optimizer left over from earlier work is neither."""
+        called = self._called_params
+        return {id(o) for r in self._candidates if (o := r()) is not None
+                if id(o) in self._ever_stepped
+                or any(id(p) in called for g in o.param_groups for p in g["params"][:1])}
 
     # --- steps -------------------------------------------------------------------------------
     def _step_has_work(self) -> bool:
         return bool(self._calls or self._after_backward or self._stepped
                     or any(self._phase_ms.values()))
 
-    def _end_step(self) -> None:
+    def _end_step(self, closing: bool = False) -> None:
         now = self._clock()
         self._charge(now)
         self._since = now
@@ -462,10 +487,12 @@ class Watch:
         self._pending_calls += self._calls
         self._calls = []
         self._settle(final=False)
-        self._check_graph_kept()
+        if not closing:  # at the program's end its last loss may well be alive: no step ends
+            self._check_graph_kept()
         self.step_index += 1
         self._phase_ms = dict.fromkeys(PHASES, 0.0)
         self._stepped = set()
+        self._called_params = set()
         self._after_backward = False
         self._norm_sq = math.nan
         self._loss = math.nan
@@ -558,19 +585,18 @@ class Watch:
 
     def _check_graph_kept(self) -> None:
         """Diagnosis 2: a loss's graph from an earlier step still alive at this step's end."""
-        step = self.step_index
-        old = []
-        alive = []
-        for r in self._backward_marks:
-            m = r()
-            if m is None:
-                continue
-            alive.append(r)
-            if m.step < step:
-                old.append(m)
-        self._backward_marks = alive
-        if not old or (dx.GRAPH_KEPT, "") in self._reported:
+        if (dx.GRAPH_KEPT, "") in self._reported:
+            self._backward_marks = []
             return
+        old = self._old_marks()
+        if old:  # a graph in a reference cycle waits for the collector: not a holder
+            import gc
+
+            gc.collect()
+            old = self._old_marks()
+        if not old:
+            return
+        step = self.step_index
         marks = {id(m) for m in old}
 
         def is_old(node) -> bool:
@@ -589,6 +615,19 @@ class Watch:
             "each step.",
             "use `loss.item()` (or `.detach()`) for what you keep across steps",
             self.saved.retained_bytes or None)
+
+    def _old_marks(self) -> list[_Mark]:
+        """Marks of losses from earlier steps whose graph is still alive."""
+        old, alive = [], []
+        for r in self._backward_marks:
+            m = r()
+            if m is None:
+                continue
+            alive.append(r)
+            if m.step < self.step_index:
+                old.append(m)
+        self._backward_marks = alive
+        return old
 
     def _explain_backward_error(self, exc: RuntimeError) -> None:
         text = str(exc)

@@ -25,7 +25,9 @@ def main(argv: list[str] | None = None) -> int:
         description="See what a PyTorch training loop does to memory and the autograd graph.",
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    sub.add_parser("app", help="open the desktop app (the default)")
+    app_parser = sub.add_parser("app", help="open the desktop app (the default)")
+    app_parser.add_argument("--follow", metavar="DIR",
+                            help="follow a run folder another process is writing")
     modules = {}
     for name, module_name in COMMANDS.items():
         try:
@@ -47,7 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in (None, "app"):
         from app.main_window import launch
 
-        return launch()
+        return launch(follow=getattr(args, "follow", None))
     return modules[args.command].main(args)
 
 

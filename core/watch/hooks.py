@@ -21,8 +21,8 @@ class TorchHooks:
     """Installs the listener's callbacks; `remove()` puts torch back as it was.
 
     The listener has: forward_pre(module), forward_post(module, output),
-    optimizer_pre(opt, args, kwargs), optimizer_post(opt), backward(call, tensors), and
-    zero_grad(call, owner) where `call` runs the original.
+    optimizer_pre(opt, args, kwargs), optimizer_post(opt), optimizer_created(opt),
+    backward(call, tensors), and zero_grad(call, owner) where `call` runs the original.
     """
 
     def __init__(self, listener: Any) -> None:
@@ -46,6 +46,8 @@ class TorchHooks:
         self._patch(torch.optim.Optimizer, "zero_grad",
                     self._wrap_zero_grad(torch.optim.Optimizer.zero_grad))
         self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad(torch.nn.Module.zero_grad))
+        self._patch(torch.optim.Optimizer, "__init__",
+                    self._wrap_init(torch.optim.Optimizer.__init__))
 
     def _patch(self, owner: Any, name: str, new: Any) -> None:
         self._patched.append((owner, name, owner.__dict__[name]))
@@ -69,6 +71,16 @@ class TorchHooks:
             return lst.zero_grad(lambda: original(self_, *args, **kwargs), self_)
 
         return zero_grad
+
+    def _wrap_init(self, original):
+        lst = self.listener
+
+        @functools.wraps(original)
+        def __init__(self_, *args, **kwargs):
+            original(self_, *args, **kwargs)
+            lst.optimizer_created(self_)
+
+        return __init__
 
     def remove(self) -> None:
         for h in self._handles:

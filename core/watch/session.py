@@ -211,8 +211,10 @@ class Watch:
             self._saved_ctx.__exit__(None, None, None)
         if _ACTIVE and _ACTIVE[-1] is self:
             _ACTIVE.pop()
-        if self._step_has_work():
-            self._end_step(closing=True)
+        if self._stepped or self._after_backward:  # a last step cut short; forwards alone
+            self._end_step(closing=True)  # after the last update (a final sample) make none
+        self._pending_calls += self._calls
+        self._calls = []
         self._settle(final=True)
         if self.nothing_found:
             self._event("info", "nothing found",
@@ -414,6 +416,9 @@ class Watch:
             self._leave()
             self._after_backward = True
 
+    def optimizer_created(self, opt) -> None:
+        self._add_optimizer(opt, active=False)
+
     def optimizer_pre(self, opt, args, kwargs) -> None:
         self._add_optimizer(opt, active=True)
         self._ensure_probe()
@@ -447,10 +452,6 @@ class Watch:
                 or any(id(p) in called for g in o.param_groups for p in g["params"][:1])}
 
     # --- steps -------------------------------------------------------------------------------
-    def _step_has_work(self) -> bool:
-        return bool(self._calls or self._after_backward or self._stepped
-                    or any(self._phase_ms.values()))
-
     def _end_step(self, closing: bool = False) -> None:
         now = self._clock()
         self._charge(now)

@@ -291,6 +291,8 @@ class Watch:
         if params:
             self.device = params[0].device
         self.probe = MemoryProbe(self.found, self.device, self.saved, None)
+        # A new probe knows no gradients or optimizer state yet: "start" scans them all.
+        self.probe.sample(self.step_index, "start", 0.0, [])
         self.writer.on_start(self._meta())
 
     # --- phases ------------------------------------------------------------------------------
@@ -332,6 +334,8 @@ class Watch:
 
     # --- listener callbacks (TorchHooks) -------------------------------------------------------
     def forward_pre(self, module: nn.Module) -> None:
+        if _compiling():  # traced by torch.compile: add nothing to the user's graph
+            return
         self._depth += 1
         if self._depth != 1 or self._root is not None:
             return
@@ -356,6 +360,8 @@ class Watch:
         self._enter("forward" if grad else "eval")
 
     def forward_post(self, module: nn.Module, output: Any) -> None:
+        if _compiling():
+            return
         self._depth = max(0, self._depth - 1)
         root = self._root
         if root is None or root[0] is not module or self._depth:
@@ -720,6 +726,9 @@ def _as_list(x) -> list:
 def _default_folder(script: str | None) -> Path:
     stem = Path(script).stem if script else "watch"
     return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-watch-{stem}"
+
+
+_compiling = torch.compiler.is_compiling  # a constant True while torch.compile traces
 
 
 def _has_eval_layers(module: nn.Module) -> bool:

@@ -91,6 +91,8 @@ def test_watch_writes_a_run_folder_with_steps_phases_and_categories(tmp_path, ca
     assert opt_row[cols.index("grads")] == param_bytes  # every parameter has a gradient
     # Adam: exp_avg and exp_avg_sq per parameter, plus a 4-byte step counter each
     assert opt_row[cols.index("optimizer")] == 2 * param_bytes + 4 * len(list(model.parameters()))
+    # the first step too, where the optimizer is found only at its step
+    assert rows[(0, PHASE_CODE["optimizer"])][cols.index("grads")] == param_bytes
     zero_row = rows[(2, PHASE_CODE["zero_grad"])]
     assert zero_row[cols.index("grads")] == 0  # set_to_none
     fwd = rows[(2, PHASE_CODE["forward"])]
@@ -260,3 +262,56 @@ def test_nothing_found_says_how_to_pass_models(tmp_path, capsys):
     assert code == 0
     err = capsys.readouterr().err
     assert "found no model and no optimizer" in err and "memlens.watch(models=" in err
+
+
+def test_torch_compiled_model_works_with_the_same_losses(tmp_path, capsys):
+    source = HEAD + """
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+compiled = torch.compile(model, backend="aot_eager")  # AOTAutograd, no C++ compiler needed
+opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+for step in range(3):
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(compiled(x), y)
+    loss.backward()
+    opt.step()
+    print(loss.item().hex())
+"""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's note on global module hooks
+        plain(tmp_path, source)
+        expected = capsys.readouterr().out
+        code, _, folder = watch_script(tmp_path, source)
+    assert code == 0 and capsys.readouterr().out == expected
+    history = load_run(folder)
+    assert len(history.steps) == 3
+    from core.records import PHASE_CODE
+
+    cols = history.samples.columns
+    fwd = [r for r in history.samples.rows() if r[1] == PHASE_CODE["forward"]]
+    assert all(r[cols.index("activations")] > 0 for r in fwd)
+
+
+def test_optimizer_step_with_closure(tmp_path, capsys):
+    source = HEAD + """
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3)
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+def closure():
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    return loss
+for step in range(3):
+    print(opt.step(closure).item().hex())
+"""
+    plain(tmp_path, source)
+    expected = capsys.readouterr().out
+    code, doc, folder = watch_script(tmp_path, source)
+    assert code == 0 and capsys.readouterr().out == expected
+    history = load_run(folder)
+    assert len(history.steps) == 3  # one optimizer step each, its closure's calls inside
+    assert any(e["key"] == "optimizer.step(closure)" for e in doc["events"])
+    assert (history.steps.column("forward_ms") > 0).all()

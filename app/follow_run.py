@@ -16,7 +16,7 @@ class FollowedRun(QObject):
     """Polls the folder on the GUI thread (a poll reads only the bytes appended since the
     last one); stops polling once the writer finished or is gone."""
 
-    state_changed = Signal(str)
+    state_changed = Signal(str)  # live / finished / writer gone, or run.json changed
     failed = Signal(str)
 
     def __init__(self, folder: str | Path, parent: QObject | None = None) -> None:
@@ -49,7 +49,7 @@ class FollowedRun(QObject):
         self._timer.stop()
 
     def _on_timeout(self) -> None:
-        before = self.follower.state
+        before = self.follower.state, self.follower.meta_reads
         try:
             self.follower.poll()
         except RunFolderError as exc:
@@ -59,8 +59,8 @@ class FollowedRun(QObject):
         self.polls += 1
         if self.state in (FINISHED, GONE):
             self._timer.stop()
-        if self.state != before or self.polls == 1:
-            self.state_changed.emit(self.state)
+        if (self.state, self.follower.meta_reads) != before or self.polls == 1:
+            self.state_changed.emit(self.state)  # also for new meta: the status bar shows it
 
 
 def state_text(state: str, folder: Path) -> str:

@@ -80,6 +80,7 @@ class RunFollower:
         self._events_seen = 0
         self.state = WAITING
         self.pid: int | None = None
+        self.meta_reads = 0  # run.json reads that found it changed
 
     def poll(self) -> tuple[int, int]:
         """Take in what was written since the last poll: (new steps, new samples)."""
@@ -127,6 +128,7 @@ class RunFollower:
         if not isinstance(doc, dict) or doc.get("format") != RUN_FORMAT:
             raise RunFolderError(f"{path}: not a memlens run.json (no format tag)")
         self._json_stamp = stamp
+        self.meta_reads += 1
         h = self.history
         h.meta = {k: v for k, v in doc.items() if k not in ("events", "summary", "graphs")}
         h.summary = doc.get("summary")

@@ -41,6 +41,27 @@ def call_site(depth: int = 2) -> str:
     return ""
 
 
+def variable_name(obj: Any) -> str:
+    """The name the user's code gives `obj` (a local or global of the innermost user frame
+    that has one, `self.x` for an attribute of self), or ""."""
+    for f in user_frames(2):
+        for scope in (f.f_locals, f.f_globals):
+            for name, value in list(scope.items()):
+                if value is obj and not name.startswith("_"):
+                    return name
+        me = f.f_locals.get("self")
+        if me is not None and hasattr(me, "__dict__"):
+            for name, value in list(vars(me).items()):
+                if value is obj:
+                    return f"self.{name}"
+            modules = vars(me).get("_modules")
+            if isinstance(modules, dict):
+                for name, value in modules.items():
+                    if value is obj:
+                        return f"self.{name}"
+    return ""
+
+
 # --- naming what keeps an old graph alive ----------------------------------------------------
 
 

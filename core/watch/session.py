@@ -246,7 +246,7 @@ class Watch:
     def _add_model(self, m: nn.Module) -> str:
         name = self._model_names.get(id(m))
         if name is None:
-            base = type(m).__name__
+            base = dx.variable_name(m) or type(m).__name__
             taken = set(self._model_names.values())
             name, k = base, 2
             while name in taken:
@@ -446,7 +446,8 @@ class Watch:
             self._end_step()
 
     def _has_optimizers(self) -> bool:
-        return any(r() is not None for r in self._candidates)
+        """Whether an optimizer trains what this step ran (else a backward ends a step)."""
+        return bool(self._required_optimizers())
 
     def _required_optimizers(self) -> set[int]:
         """The optimizers a step waits for: those that have stepped in this run, and those

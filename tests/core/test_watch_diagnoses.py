@@ -136,7 +136,8 @@ def test_4_carried_state_without_detach(tmp_path, capsys):
     found = diagnoses(doc, dx.STATE_NOT_DETACHED)
     assert len(found) == 1
     assert found[0]["where"].endswith(f"train.py:{line_of(source, '# RNN')}")
-    assert "RNN forward" in found[0]["message"] and "detach()" in found[0]["fix"]
+    assert "rnn forward" in found[0]["message"]  # named as the script names it
+    assert "detach()" in found[0]["fix"]
 
 
 def test_4_clean_with_detach(tmp_path):

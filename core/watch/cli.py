@@ -21,7 +21,8 @@ def add_parser(subparsers) -> None:
     p.add_argument("--precise", action="store_true",
                    help="(not yet for watched scripts: recorded as asked, figures as usual)")
     p.add_argument("--capture-every", type=int, default=0, metavar="N",
-                   help="(reserved) capture the loss's graph every N steps")
+                   help="capture the autograd graph from the loss passed to backward every N "
+                   "steps (run.json `graphs`: nodes, bytes saved for backward)")
 
 
 def check_script(path: str) -> str | None:

@@ -139,6 +139,8 @@ class Watch:
         self.exit_code: int | None = None
         self.events: list = []
         self._manual_steps = False
+        self._capture = None  # a GraphCapture between a step's first forward and backward
+        self._captured: set[int] = set()
         self._idle = True
         self._t0 = time.perf_counter()
         self._clock = time.perf_counter
@@ -356,6 +358,10 @@ class Watch:
             self._called_params |= ids
         call = _Call(self, self.step_index, name, dx.call_site(3), grad,
                      module.training and _has_eval_layers(module))
+        if grad and self._capture is None and self.capture_every and (
+                self.step_index % self.capture_every == 0
+                and self.step_index not in self._captured):
+            self._begin_capture()
         self._root = (module, call, self.saved.checkpoint(), self._clock())
         self._enter("forward" if grad else "eval")
 
@@ -411,6 +417,8 @@ class Watch:
                  if isinstance(t, Tensor)]
         self._note_roots(roots)
         self._check_cleared()
+        if self._capture is not None and roots:
+            self._finish_capture(roots[0])
         self._enter("backward")
         try:
             return call()
@@ -421,6 +429,24 @@ class Watch:
             self._backward_depth -= 1
             self._leave()
             self._after_backward = True
+
+    # --- graph capture every N steps (core.graph), from the loss passed to backward ----------
+    def _begin_capture(self) -> None:
+        from core.graph.capture import GraphCapture
+
+        models = {self._model_names[id(m)]: m for m in self.found.model_list()}
+        self._capture = GraphCapture(models)
+        self._capture.begin()
+
+    def _finish_capture(self, loss: Tensor) -> None:
+        capture, self._capture = self._capture, None
+        self._captured.add(self.step_index)
+        try:
+            snapshot = capture.finish(loss, self.step_index)
+        except Exception as exc:  # a capture that fails costs the picture, never the run
+            self._event("info", "graph capture", f"graph capture failed: {exc}", once=True)
+            return
+        self.writer.on_graph(snapshot)
 
     def optimizer_created(self, opt) -> None:
         self._add_optimizer(opt, active=False)
@@ -494,6 +520,9 @@ class Watch:
         self._step_ms.append(step_ms)
         self._pending_calls += self._calls
         self._calls = []
+        if self._capture is not None:  # no backward came: nothing to capture this step
+            self._capture.abort()
+            self._capture = None
         self._settle(final=False)
         if not closing:  # at the program's end its last loss may well be alive: no step ends
             self._check_graph_kept()

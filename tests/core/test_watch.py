@@ -315,3 +315,25 @@ for step in range(3):
     assert len(history.steps) == 3  # one optimizer step each, its closure's calls inside
     assert any(e["key"] == "optimizer.step(closure)" for e in doc["events"])
     assert (history.steps.column("forward_ms") > 0).all()
+
+
+def test_capture_every_n_steps_from_the_loss(tmp_path, capsys):
+    path = write(tmp_path, ADAM_LOOP)
+    plain(tmp_path, ADAM_LOOP, ["4"])
+    expected = capsys.readouterr().out
+    code = run_script(str(path), ["4"], out=tmp_path / "cap", capture_every=2, quiet=True)
+    assert code == 0 and capsys.readouterr().out == expected
+    doc = json.loads((tmp_path / "cap" / "run.json").read_text())
+    assert [g["step"] for g in doc["graphs"]] == [0, 2]
+    # independent: the nodes reachable from this loop's loss on plain torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    loss = torch.nn.functional.mse_loss(model(torch.randn(32, 8)), torch.randn(32, 1))
+    seen, stack = {loss.grad_fn}, [loss.grad_fn]
+    while stack:
+        for nxt, _ in stack.pop().next_functions:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    assert all(g["nodes"] >= len(seen) for g in doc["graphs"])
+    assert all(g["saved_bytes"] > 0 for g in doc["graphs"])

@@ -19,7 +19,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("script", metavar="SCRIPT.py", help="the training script")
     p.add_argument("--out", metavar="DIR", help="run folder (default: a new folder in runs/)")
     p.add_argument("--precise", action="store_true",
-                   help="(not yet for watched scripts: recorded as asked, figures as usual)")
+                   help="track every storage (exact in-step peak, allocations.npy); slower")
     p.add_argument("--capture-every", type=int, default=0, metavar="N",
                    help="capture the autograd graph from the loss passed to backward every N "
                    "steps (run.json `graphs`: nodes, bytes saved for backward)")

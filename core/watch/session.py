@@ -28,7 +28,8 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from core.memory import MemoryProbe, SavedTensorTracker
+from core.loop import _PHASE_CATEGORY
+from core.memory import MemoryProbe, SavedTensorTracker, StorageTracker
 from core.records import PHASES, MemorySample, RunSummary, StepRecord
 from core.watch import diagnoses as dx
 from core.watch.hooks import TorchHooks
@@ -114,8 +115,10 @@ class Watch:
         if capture_every < 0:
             raise ValueError(f"capture_every must be >= 0, got {capture_every}")
         self.folder = Path(out) if out else _default_folder(script)
-        self.writer = RunWriter(self.folder, precise=False)
+        self.writer = RunWriter(self.folder, precise=precise)
         self.precise_requested = precise
+        # Precise mode: every storage, through the Python dispatch mode, for the whole run.
+        self.precise = StorageTracker(time.perf_counter()) if precise else None
         self.capture_every = capture_every
         self.script, self.argv = script, list(argv if argv is not None else sys.argv)
         self.found = _Found()
@@ -178,6 +181,8 @@ class Watch:
         self._precise_ctx = None
         self.writer.on_start(self._meta())
         self._saved_ctx.__enter__()
+        if self.precise is not None:
+            self.precise.__enter__()
         self.hooks = TorchHooks(self)
         self.hooks.install()
         _ACTIVE.append(self)
@@ -211,6 +216,9 @@ class Watch:
         self.hooks.remove()
         with contextlib.suppress(Exception):
             self._saved_ctx.__exit__(None, None, None)
+        if self.precise is not None:
+            with contextlib.suppress(Exception):
+                self.precise.__exit__(None, None, None)
         if _ACTIVE and _ACTIVE[-1] is self:
             _ACTIVE.pop()
         if self._stepped or self._after_backward:  # a last step cut short; forwards alone
@@ -237,7 +245,9 @@ class Watch:
                    "models": list(self._models_seen.values()),
                    "optimizers": list(self._optimizers_seen.values())},
         )
-        self.writer._doc["finished"] = True
+        if self.precise is not None and self.precise.pending:
+            self.writer.on_allocations(self.precise.drain())
+        self.writer.on_start({"finished": True})  # meta: a follower sees the end
         self.writer.on_finish(summary.to_dict())
 
     @property
@@ -292,7 +302,10 @@ class Watch:
         params = self.found.parameters()
         if params:
             self.device = params[0].device
-        self.probe = MemoryProbe(self.found, self.device, self.saved, None)
+        self.probe = MemoryProbe(self.found, self.device, self.saved, self.precise)
+        if self.precise is not None:
+            for p in params:
+                self.precise.track(p, "params", at_start=True)
         # A new probe knows no gradients or optimizer state yet: "start" scans them all.
         self.probe.sample(self.step_index, "start", 0.0, [])
         self.writer.on_start(self._meta())
@@ -314,6 +327,8 @@ class Watch:
         self._charge(now)
         self._stack.append(name)
         self._since = now
+        if self.precise is not None and name in _PHASE_CATEGORY:
+            self.precise.begin_phase(self.step_index, name, _PHASE_CATEGORY[name])
 
     def _leave(self) -> str:
         now = self._clock()
@@ -498,6 +513,11 @@ class Watch:
         cuda = self.device.type == "cuda"
         reserved = torch.cuda.memory_reserved(self.device) if cuda else None
         peak = self._step_peak
+        if self.precise is not None:
+            peak = max(peak, self.precise.peak_bytes)
+            self.precise.reset_peak()
+            if self.precise.pending:
+                self.writer.on_allocations(self.precise.drain())
         if cuda:
             peak = max(peak, torch.cuda.max_memory_allocated(self.device))
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -510,7 +530,7 @@ class Watch:
             allocated_bytes=self._last_total, peak_bytes=peak, reserved_bytes=reserved,
             graph_nodes=self._graph_nodes, saved_bytes=self.saved.step_saved_bytes,
             retained_bytes=self.saved.retained_bytes,
-            optimizer_stepped=bool(self._stepped),
+            optimizer_stepped=bool(self._stepped), peak_is_exact=self.precise is not None,
         )
         self.saved.new_step()
         self.writer.on_step(record)
@@ -716,7 +736,8 @@ class Watch:
                "memory_label": (probe.label if probe else "")
                + ("" if self.device.type == "cuda" else
                   "; other = not counted on CPU (only what memlens can attribute)"),
-               "precise": False,
+               "precise": self.precise is not None,
+               "precise_backend": self.precise.backend if self.precise is not None else "",
                "parameters": sum(p.numel() for p in self.found.parameters())}
         return {"source": "watch", "script": self.script, "argv": self.argv,
                 "pid": os.getpid(), "capture_every": self.capture_every,

@@ -337,3 +337,20 @@ def test_capture_every_n_steps_from_the_loss(tmp_path, capsys):
                 stack.append(nxt)
     assert all(g["nodes"] >= len(seen) for g in doc["graphs"])
     assert all(g["saved_bytes"] > 0 for g in doc["graphs"])
+
+
+def test_precise_mode_tracks_every_storage_with_the_same_losses(tmp_path, capsys):
+    path = write(tmp_path, ADAM_LOOP)
+    plain(tmp_path, ADAM_LOOP, ["3"])
+    expected = capsys.readouterr().out
+    code = run_script(str(path), ["3"], out=tmp_path / "precise", precise=True, quiet=True)
+    assert code == 0 and capsys.readouterr().out == expected
+    history = load_run(tmp_path / "precise")
+    assert len(history.steps) == 3 and len(history.allocs) > 0
+    doc = json.loads((tmp_path / "precise" / "run.json").read_text())
+    assert doc["environment"]["precise"] is True
+    # the exact in-step peak is at least every phase-end total of its step
+    cols = history.samples.columns
+    for row in history.steps.rows():
+        totals = [r[cols.index("total")] for r in history.samples.rows() if r[0] == row[0]]
+        assert row[history.steps.columns.index("peak_bytes")] >= max(totals)

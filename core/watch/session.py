@@ -114,7 +114,10 @@ class Watch:
                                "close it first (one watch at a time)")
         if capture_every < 0:
             raise ValueError(f"capture_every must be >= 0, got {capture_every}")
+        self.rank, self.world_size = _launcher_rank()
         self.folder = Path(out) if out else _default_folder(script)
+        if self.world_size > 1:  # torchrun: one folder per rank under the run's folder
+            self.folder = self.folder / f"rank{self.rank}"
         self.writer = RunWriter(self.folder, precise=precise)
         self.precise_requested = precise
         # Precise mode: every storage, through the Python dispatch mode, for the whole run.
@@ -142,6 +145,7 @@ class Watch:
         self.exit_code: int | None = None
         self.events: list = []
         self._manual_steps = False
+        self.broken = False  # an error of memlens's own: recording stops, the script goes on
         self._capture = None  # a GraphCapture between a step's first forward and backward
         self._captured: set[int] = set()
         self._idle = True
@@ -169,16 +173,13 @@ class Watch:
         self._norm_sq = math.nan
         self._loss = math.nan
         self._graph_nodes = 0
-        self._peak = 0
         self._step_peak = 0
         self._last_total = 0
         self._reported: set[tuple[str, str]] = set()
         self._summary_peak = 0
         self._losses: list[float] = []
         self._step_ms: list[float] = []
-        self._error: BaseException | None = None
         self._saved_ctx = self.saved.hooks()
-        self._precise_ctx = None
         self.writer.on_start(self._meta())
         self._saved_ctx.__enter__()
         if self.precise is not None:
@@ -221,11 +222,7 @@ class Watch:
                 self.precise.__exit__(None, None, None)
         if _ACTIVE and _ACTIVE[-1] is self:
             _ACTIVE.pop()
-        if self._stepped or self._after_backward:  # a last step cut short; forwards alone
-            self._end_step(closing=True)  # after the last update (a final sample) make none
-        self._pending_calls += self._calls
-        self._calls = []
-        self._settle(final=True)
+        self._guard(self._last_step)
         if self.nothing_found:
             self._event("info", "nothing found",
                         "memlens found no model (nn.Module call) and no optimizer in this run",
@@ -249,6 +246,13 @@ class Watch:
             self.writer.on_allocations(self.precise.drain())
         self.writer.on_start({"finished": True})  # meta: a follower sees the end
         self.writer.on_finish(summary.to_dict())
+
+    def _last_step(self) -> None:
+        if self._stepped or self._after_backward:  # a last step cut short; forwards alone
+            self._end_step(closing=True)  # after the last update (a final sample) make none
+        self._pending_calls += self._calls
+        self._calls = []
+        self._settle(final=True)
 
     @property
     def nothing_found(self) -> bool:
@@ -353,6 +357,10 @@ class Watch:
     def forward_pre(self, module: nn.Module) -> None:
         if _compiling():  # traced by torch.compile: add nothing to the user's graph
             return
+        if not self.broken:
+            self._guard(self._forward_pre, module)
+
+    def _forward_pre(self, module: nn.Module) -> None:
         self._depth += 1
         if self._depth != 1 or self._root is not None:
             return
@@ -383,6 +391,10 @@ class Watch:
     def forward_post(self, module: nn.Module, output: Any) -> None:
         if _compiling():
             return
+        if not self.broken:
+            self._guard(self._forward_post, module, output)
+
+    def _forward_post(self, module: nn.Module, output: Any) -> None:
         self._depth = max(0, self._depth - 1)
         root = self._root
         if root is None or root[0] is not module or self._depth:
@@ -409,24 +421,44 @@ class Watch:
             self._report_eval_in_train(call)
 
     def zero_grad(self, call, owner) -> Any:
+        if self.broken:
+            return call()
+        started = self._guard(self._before_zero_grad, owner)
+        try:
+            return call()
+        finally:
+            if started:
+                self._guard(self._leave)
+
+    def _before_zero_grad(self, owner) -> None:
         if self._after_backward and not self._has_optimizers() and not self._manual_steps:
             self._end_step()
         if isinstance(owner, torch.optim.Optimizer):
             self._add_optimizer(owner, active=False)
         self._cleared = True
         self._enter("zero_grad")
-        try:
-            return call()
-        finally:
-            self._leave()
 
     def backward(self, call, tensors) -> Any:
+        if self.broken:
+            return call()
         self._backward_depth += 1
         if self._backward_depth > 1:
             try:
                 return call()
             finally:
                 self._backward_depth -= 1
+        started = self._guard(self._before_backward, tensors)
+        try:
+            return call()
+        except RuntimeError as exc:
+            self._guard(self._explain_backward_error, exc)
+            raise
+        finally:
+            self._backward_depth -= 1
+            if started:
+                self._guard(self._after_backward_call)
+
+    def _before_backward(self, tensors) -> None:
         self._fired_now = []
         roots = [t for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])
                  if isinstance(t, Tensor)]
@@ -435,15 +467,28 @@ class Watch:
         if self._capture is not None and roots:
             self._finish_capture(roots[0])
         self._enter("backward")
+
+    def _after_backward_call(self) -> None:
+        self._leave()
+        self._after_backward = True
+
+    # --- a fault of memlens's own stops the recording, never the user's program -------------
+    def _guard(self, fn, *args) -> bool:
+        if self.broken:
+            return False
         try:
-            return call()
-        except RuntimeError as exc:
-            self._explain_backward_error(exc)
-            raise
-        finally:
-            self._backward_depth -= 1
-            self._leave()
-            self._after_backward = True
+            fn(*args)
+        except Exception as exc:
+            self._fail(exc)
+            return False
+        return True
+
+    def _fail(self, exc: Exception) -> None:
+        self.broken = True
+        with contextlib.suppress(Exception):
+            self._event("info", "memlens stopped recording",
+                        f"memlens stopped recording after an error of its own: "
+                        f"{type(exc).__name__}: {exc}. The script runs on unchanged.")
 
     # --- graph capture every N steps (core.graph), from the loss passed to backward ----------
     def _begin_capture(self) -> None:
@@ -464,9 +509,15 @@ class Watch:
         self.writer.on_graph(snapshot)
 
     def optimizer_created(self, opt) -> None:
-        self._add_optimizer(opt, active=False)
+        self._guard(self._add_optimizer, opt, False)
 
     def optimizer_pre(self, opt, args, kwargs) -> None:
+        self._guard(self._optimizer_pre, opt, args, kwargs)
+
+    def optimizer_post(self, opt) -> None:
+        self._guard(self._optimizer_post, opt)
+
+    def _optimizer_pre(self, opt, args, kwargs) -> None:
         self._add_optimizer(opt, active=True)
         self._ensure_probe()
         if not self._manual_steps and id(opt) in self._stepped:
@@ -478,7 +529,7 @@ class Watch:
                         "recorded inside the optimizer phase", once=True)
         self._enter("optimizer")
 
-    def optimizer_post(self, opt) -> None:
+    def _optimizer_post(self, opt) -> None:
         self._leave()
         self._stepped.add(id(opt))
         self._cleared = False
@@ -742,7 +793,8 @@ class Watch:
         return {"source": "watch", "script": self.script, "argv": self.argv,
                 "pid": os.getpid(), "capture_every": self.capture_every,
                 "precise_requested": self.precise_requested, "environment": env,
-                "models": list(self._models_seen.values()), "finished": False}
+                "models": list(self._models_seen.values()), "finished": False,
+                "rank": self.rank, "world_size": self.world_size}
 
 
 NOTHING_FOUND_HELP = (
@@ -776,7 +828,17 @@ def _as_list(x) -> list:
 
 def _default_folder(script: str | None) -> Path:
     stem = Path(script).stem if script else "watch"
-    return Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-watch-{stem}"
+    # Ranks of one torchrun job share its run id: one parent folder, whatever their clocks say.
+    when = os.environ.get("TORCHELASTIC_RUN_ID") or time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{when}-watch-{stem}"
+
+
+def _launcher_rank() -> tuple[int, int]:
+    """(rank, world size) as torchrun's environment gives them; (0, 1) outside it."""
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1
 
 
 _compiling = torch.compiler.is_compiling  # a constant True while torch.compile traces

@@ -354,3 +354,19 @@ def test_precise_mode_tracks_every_storage_with_the_same_losses(tmp_path, capsys
     for row in history.steps.rows():
         totals = [r[cols.index("total")] for r in history.samples.rows() if r[0] == row[0]]
         assert row[history.steps.columns.index("peak_bytes")] >= max(totals)
+
+
+def test_an_error_of_memlens_own_stops_recording_not_the_script(tmp_path, capsys, monkeypatch):
+    from core.watch.session import Watch
+
+    def broken(self, closing=False):
+        raise ZeroDivisionError("a bug in memlens")
+
+    plain(tmp_path, ADAM_LOOP, ["3"])
+    expected = capsys.readouterr().out
+    monkeypatch.setattr(Watch, "_end_step", broken)
+    code, doc, _ = watch_script(tmp_path, ADAM_LOOP, ["3"])
+    assert code == 0 and capsys.readouterr().out == expected
+    assert [e["key"] for e in doc["events"]] == ["memlens stopped recording"]
+    assert "ZeroDivisionError" in doc["events"][0]["message"]
+    assert doc["summary"] is not None

@@ -809,10 +809,37 @@ def watch(models=None, optimizers=None, *, out=None, precise: bool = False,
     """Record this process's training into a run folder (`out`, default runs/<time>-watch).
 
     `models`, `optimizers`: what to record (default: every root module called, every
-    optimizer). Use as `with memlens.watch(): ...` or call `.close()` at the end."""
+    optimizer). Use as `with memlens.watch(): ...` or call `.close()` at the end.
+    Inside a script run by `main.py watch`, it returns the recording already going: its
+    phase() and step() work, and closing it leaves that recording to its owner."""
+    if _ACTIVE:
+        return _Joined(_ACTIVE[-1])
     return Watch(_as_list(models) or None, _as_list(optimizers) or None, out=out,
                  precise=precise, capture_every=capture_every,
                  script=sys.argv[0] if sys.argv else None)
+
+
+class _Joined:
+    """The watch already recording, as a script's own memlens.watch() call sees it."""
+
+    def __init__(self, owner: Watch) -> None:
+        self.owner = owner
+        self.folder = owner.folder
+
+    def __enter__(self) -> _Joined:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def close(self, *args, **kwargs) -> None:
+        """The recording belongs to whoever started it: nothing to close here."""
+
+    def phase(self, name: str):
+        return self.owner.phase(name)
+
+    def step(self) -> None:
+        self.owner.step()
 
 
 # --- helpers ----------------------------------------------------------------------------------

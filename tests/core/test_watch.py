@@ -370,3 +370,21 @@ def test_an_error_of_memlens_own_stops_recording_not_the_script(tmp_path, capsys
     assert [e["key"] for e in doc["events"]] == ["memlens stopped recording"]
     assert "ZeroDivisionError" in doc["events"][0]["message"]
     assert doc["summary"] is not None
+
+
+def test_a_script_calling_memlens_watch_under_the_watch_command_joins_it(tmp_path):
+    source = HEAD + """
+import memlens
+w_ = torch.zeros(4, requires_grad=True)
+x = torch.randn(16, 4)
+with memlens.watch() as w:
+    for _ in range(3):
+        (x @ w_ - 1).pow(2).mean().backward()
+        with w.phase("optimizer"), torch.no_grad():
+            w_ -= 0.1 * w_.grad
+            w_.grad = None
+        w.step()
+"""
+    code, doc, folder = watch_script(tmp_path, source)
+    assert code == 0 and doc["summary"]["steps_done"] == 3
+    assert (load_run(folder).steps.column("optimizer_ms") > 0).all()

@@ -167,6 +167,7 @@ class Watch:
         self._ever_stepped: set[int] = set()
         self._called_params: set[int] = set()  # ids of the parameters of models called
         self._param_ids: dict[int, frozenset] = {}
+        self._eval_layers: dict[int, bool] = {}  # module id -> has Dropout/BatchNorm
         self._after_backward = False
         self._cleared = True
         self._grad_norms: list[float] = []
@@ -298,8 +299,7 @@ class Watch:
         return known
 
     def _ensure_probe(self) -> None:
-        key = (tuple(id(p) for p in self.found.parameters()),
-               tuple(id(o) for o in self.found.optimizers))
+        key = (len(self.found.models), len(self.found.optimizers_refs))  # grow only
         if key == self._probe_key and self.probe is not None:
             return
         self._probe_key = key
@@ -379,8 +379,11 @@ class Watch:
             ids = self._param_ids[id(module)] = frozenset(map(id, module.parameters()))
         if grad:
             self._called_params |= ids
+        layers = self._eval_layers.get(id(module))
+        if layers is None:
+            layers = self._eval_layers[id(module)] = _has_eval_layers(module)
         call = _Call(self, self.step_index, name, dx.call_site(3), grad,
-                     module.training and _has_eval_layers(module))
+                     module.training and layers)
         if grad and self._capture is None and self.capture_every and (
                 self.step_index % self.capture_every == 0
                 and self.step_index not in self._captured):

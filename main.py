@@ -12,6 +12,7 @@ COMMANDS = {
     "graph": "core.graph.cli",
     "export": "core.exports.cli",
     "shot": "app.shot",
+    "watch": "core.watch.cli",
 }
 
 
@@ -27,10 +28,20 @@ def main(argv: list[str] | None = None) -> int:
     app_parser = sub.add_parser("app", help="open the desktop app (the default)")
     app_parser.add_argument("--open", metavar="PATH", dest="open_path",
                             help="open a run folder or a snapshot.pickle, as File > Open does")
+    app_parser.add_argument("--follow", metavar="DIR",
+                            help="follow a run folder another process is writing")
     modules = {name: importlib.import_module(m) for name, m in COMMANDS.items()}
     for module in modules.values():
         module.add_parser(sub)
+    # Everything after "--" belongs to the program a command runs (`watch SCRIPT -- ARGS`).
+    passthrough: list[str] = []
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, passthrough = argv[:cut], argv[cut + 1 :]
     args = parser.parse_args(argv)
+    args.passthrough = passthrough
+    if passthrough and args.command != "watch":
+        parser.error(f"arguments after -- are for `watch` only: {' '.join(passthrough)}")
     if args.command in (None, "app"):
         open_path = getattr(args, "open_path", None)
         if open_path is not None:
@@ -50,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         from app.main_window import launch
 
-        return launch(open_path=open_path)
+        return launch(open_path=open_path, follow=getattr(args, "follow", None))
     return modules[args.command].main(args)
 
 

@@ -92,6 +92,10 @@ class EventsPanel(QWidget):
             lines.append(event.message)
         if event.explanation:
             lines.append(event.explanation)
+        if event.where:  # a diagnosis of a watched script
+            lines.append(f"At {event.where}")
+        if event.fix:
+            lines.append(f"Fix: {event.fix}")
         return "\n\n".join(lines)
 
     def _on_item_clicked(self, item: QListWidgetItem) -> None:

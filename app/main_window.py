@@ -83,6 +83,7 @@ class MainWindow(QMainWindow):
         self.train_fn = train_fn
         config = config or RunConfig()
         self.session: RunSession | None = None
+        self.followed = None  # app.follow_run.FollowedRun while following a folder
         self.history: RunHistory | None = None  # what the plots show: live or loaded
         self.series: RunSeries | None = None
         self.loaded_from: Path | None = None
@@ -179,6 +180,8 @@ class MainWindow(QMainWindow):
                                         self.conventions.opener.open_dialog, "open_action")
         self._action(file_menu, "Open run &folder…", None, self.open_run_dialog,
                      "open_folder_action")
+        self._action(file_menu, "&Follow run…", None, self.follow_run_dialog,
+                     "follow_run_action")
         self.export_action = self._action(file_menu, "&Export…", "Ctrl+E",
                                           self.export_dialog, "export_action")
         file_menu.addSeparator()
@@ -247,6 +250,7 @@ class MainWindow(QMainWindow):
             raise RuntimeError("a run is already going; stop it first")
         self.run_panel.set_config(config)
         self.techniques_panel.set_toggles(config.techniques)
+        self._stop_following()
         session = RunSession(config, self.runs_dir, self.train_fn, parent=self)
         session.finished.connect(self._on_session_finished)
         session.failed.connect(self._on_session_failed)
@@ -354,7 +358,7 @@ class MainWindow(QMainWindow):
             new_data = bool(new_samples or new_steps)
             self._pull_events()
             self._pull_graphs()
-        self.plots.set_live(self.running)
+        self.plots.set_live(self.running or self.following)
         legend = not (now or periodic) and self.plots.legend_waiting
         self.plots.refresh(new_data, busy=now or periodic or legend)
         if now:
@@ -416,7 +420,7 @@ class MainWindow(QMainWindow):
             total = series.last_total if series.sample_count else None
             self.status.set_progress(series.last_step, series.step_count, total,
                                      series.peak if series.step_count else None,
-                                     live=self.running)
+                                     live=self.running or self.following)
         if self.running:
             # Only a change: setting the same state again re-lays out the run panel, the
             # title and the pin controls, a cost paid every text frame.
@@ -587,6 +591,7 @@ class MainWindow(QMainWindow):
             self._add_pin(series)
             self.statusBar().showMessage(f"Opened {folder} as a pinned run", 6000)
             return True
+        self._stop_following()
         self.session = None
         self.loaded_from = Path(folder)
         self._show_history(history)
@@ -599,6 +604,47 @@ class MainWindow(QMainWindow):
             except (ConfigError, TypeError, ValueError):
                 pass  # an odd config does not stop the run from being shown
         self._set_state("finished", f"Opened {folder} (read-only; pin it to compare)")
+        return True
+
+    # --- following a run another process writes (app.follow_run) --------------------------------
+    @property
+    def following(self) -> bool:
+        return self.followed is not None and self.followed.active
+
+    def _stop_following(self) -> None:
+        if self.followed is not None:
+            self.followed.stop()
+            self.followed = None
+
+    def follow_run_dialog(self) -> None:
+        from PySide6.QtWidgets import QFileDialog
+
+        start = str(self.runs_dir or Path.cwd())
+        folder = QFileDialog.getExistingDirectory(self, "Follow a run folder", start)
+        if folder:
+            self.follow_run(Path(folder))
+
+    def follow_run(self, folder: Path) -> bool:
+        """Show a run folder that another process is writing, growing as it grows."""
+        from app.follow_run import FollowedRun, state_text
+
+        if self.running:
+            self.statusBar().showMessage("Stop the run first to follow another", 6000)
+            return False
+        try:
+            followed = FollowedRun(folder, self)
+        except RunFolderError as exc:
+            self._message("Cannot follow this folder", str(exc), QMessageBox.Warning,
+                          "follow_error")
+            return False
+        self._stop_following()
+        self.followed, self.session, self.loaded_from = followed, None, Path(folder)
+        self._show_history(followed.history)
+        followed.state_changed.connect(
+            lambda state: self._set_state("finished", state_text(state, Path(folder))))
+        followed.failed.connect(lambda text: self._message(
+            "Cannot follow this folder", text, QMessageBox.Warning, "follow_error"))
+        followed.start()
         return True
 
     def export_dialog(self) -> ExportDialog | None:
@@ -706,15 +752,19 @@ def finish_start_up(window: MainWindow) -> None:
     sys.setswitchinterval(SWITCH_INTERVAL_S)
 
 
-def launch(argv: list[str] | None = None, open_path: Path | None = None) -> int:
+def launch(argv: list[str] | None = None, open_path: Path | None = None,
+           follow: str | None = None) -> int:
     """`python main.py`: open the window (and `open_path`, a run folder or a snapshot, as
-    File > Open does). Returns the exit status."""
+    File > Open does; or follow a run folder another process writes). Returns the exit
+    status."""
     app = QApplication.instance() or QApplication(argv if argv is not None else sys.argv)
     app.setApplicationName("memlens")
     window = MainWindow(settings=AppSettings.user())
     finish_start_up(window)
     if open_path is not None:
         window.conventions.opener.open_path(open_path)
+    if follow:
+        window.follow_run(Path(follow))
     return app.exec()
 
 

@@ -18,7 +18,8 @@ from pathlib import Path
 
 from benchmarks._common import Figure, Settings, fmt, machine, run_child
 
-GROUPS: tuple[str, ...] = ("overhead", "gui_load", "history_memory", "graph", "startup", "export")
+GROUPS: tuple[str, ...] = ("overhead", "gui_load", "history_memory", "graph", "startup", "export",
+                          "watch")
 
 
 def settings(args: argparse.Namespace) -> Settings:
@@ -34,7 +35,7 @@ def run_group(group: str, s: Settings) -> list[Figure]:
         import torch
 
         torch.set_num_threads(s.threads)
-    if group in ("gui_load", "graph", "export"):
+    if group in ("gui_load", "graph", "export", "watch"):
         _quiet_offscreen_warning()
     module = __import__(f"benchmarks.{group}", fromlist=["run"])
     return module.run(s)

@@ -112,8 +112,9 @@ class RunEvent:
 
     step: int
     time_s: float
-    # "toggle" | "error" | "leak" | "info" | "setup" (about the machine or the set-up, such
-    # as a first build of the native helpers: listed, but it marks no step on the timeline)
+    # "toggle" | "error" | "leak" | "info" | "diagnosis" | "setup" (about the machine or the
+    # set-up, such as a first build of the native helpers: listed, but it marks no step on
+    # the timeline)
     kind: str
     key: str = ""
     old: Any = None
@@ -121,6 +122,10 @@ class RunEvent:
     phase: str = ""
     message: str = ""
     explanation: str = ""
+    # kind "diagnosis" only (a watched script, core.watch): bytes involved, file:line, the fix
+    bytes: int | None = None
+    where: str = ""
+    fix: str = ""
 
     @property
     def on_timeline(self) -> bool:
@@ -137,7 +142,14 @@ class RunEvent:
         return self.message[:80]
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        d = asdict(self)
+        if self.kind != "diagnosis":  # other events' run.json stays as it was
+            for name in _DIAGNOSIS_FIELDS:
+                del d[name]
+        return d
+
+
+_DIAGNOSIS_FIELDS = ("bytes", "where", "fix")
 
 
 @dataclass(slots=True)

@@ -1,0 +1,119 @@
+"""`python main.py watch SCRIPT.py [-- ARGS]`: run a script as Python would, recording it."""
+
+from __future__ import annotations
+
+import sys
+import traceback
+from pathlib import Path
+
+EXIT_BAD_INPUT = 2
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "watch", help="run your own training script unchanged and record it",
+        description="Run SCRIPT.py as `python SCRIPT.py ARGS` would (same sys.argv, "
+        "__name__ == '__main__', its folder on sys.path, its exit code), finding its models "
+        "and optimizers, and write a run folder as it goes. Script arguments go after --.",
+    )
+    p.add_argument("script", metavar="SCRIPT.py", help="the training script")
+    p.add_argument("--out", metavar="DIR", help="run folder (default: a new folder in runs/)")
+    p.add_argument("--precise", action="store_true",
+                   help="track every storage (exact in-step peak, allocations.npy); slower")
+    p.add_argument("--capture-every", type=int, default=0, metavar="N",
+                   help="capture the autograd graph from the loss passed to backward every N "
+                   "steps (run.json `graphs`: nodes, bytes saved for backward)")
+
+
+def check_script(path: str) -> str | None:
+    """Why this is not a script we can run, or None."""
+    p = Path(path)
+    if not p.exists():
+        return f"{path}: no such file. Give the path of your training script (a .py file)."
+    if not p.is_file():
+        return f"{path}: not a file. Give the path of your training script (a .py file)."
+    try:
+        source = p.read_bytes()
+    except OSError as exc:
+        return f"{path}: cannot be read ({exc.strerror or exc})."
+    try:
+        compile(source, str(p), "exec", dont_inherit=True)
+    except (SyntaxError, ValueError) as exc:
+        return (f"{path}: not a Python script ({type(exc).__name__}: {exc}). memlens watch "
+                "runs a Python training script.")
+    return None
+
+
+def main(args) -> int:
+    why = check_script(args.script)
+    if why:
+        print(f"memlens watch: {why}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    if args.capture_every < 0:
+        print(f"memlens watch: --capture-every must be 0 or more, got {args.capture_every}",
+              file=sys.stderr)
+        return EXIT_BAD_INPUT
+    return run_script(args.script, getattr(args, "passthrough", []), out=args.out,
+                      precise=args.precise, capture_every=args.capture_every)
+
+
+def run_script(script: str, script_args: list[str], *, out=None, precise: bool = False,
+               capture_every: int = 0, quiet: bool = False) -> int:
+    """Run `script` under a watch; returns the exit code `python script ARGS` would have."""
+    import runpy
+
+    from core.atomic import ExportError
+    from core.watch.session import NOTHING_FOUND_HELP, Watch
+
+    path = str(Path(script))
+    argv = [path, *script_args]
+    old_argv, old_path = sys.argv, list(sys.path)
+    sys.argv = argv
+    sys.path.insert(0, str(Path(path).resolve().parent))
+    try:
+        w = Watch(out=out, precise=precise, capture_every=capture_every, script=path,
+                  argv=argv)
+    except (ExportError, OSError, ValueError) as exc:
+        sys.argv, sys.path[:] = old_argv, old_path
+        print(f"memlens watch: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    code, error = 0, None
+    try:
+        runpy.run_path(path, run_name="__main__")
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except BaseException as exc:  # the script's own error: printed as Python prints it
+        error = exc
+        code = 130 if isinstance(exc, KeyboardInterrupt) else 1
+        _print_user_traceback(exc, path)
+    finally:
+        sys.argv, sys.path[:] = old_argv, old_path
+        w.close(error=error, exit_code=code)
+    if not quiet:
+        print(f"memlens watch: {w.step_index} steps recorded in {w.folder}", file=sys.stderr)
+        for e in w.events:
+            if e.kind == "diagnosis":
+                print(f"  diagnosis: {e.message}\n    at {e.where}\n    fix: {e.fix}",
+                      file=sys.stderr)
+        if w.nothing_found:
+            print(f"memlens watch: found no model and no optimizer. {NOTHING_FOUND_HELP}",
+                  file=sys.stderr)
+    return code
+
+
+def _exit_code(code) -> int:
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code
+    print(code, file=sys.stderr)  # what Python does with sys.exit("message")
+    return 1
+
+
+def _print_user_traceback(exc: BaseException, path: str) -> None:
+    """The traceback from the script's first frame on, as `python script.py` shows it."""
+    tb = exc.__traceback__
+    target = str(Path(path).resolve())
+    while tb is not None and str(Path(tb.tb_frame.f_code.co_filename).resolve()) != target:
+        tb = tb.tb_next
+    traceback.print_exception(type(exc), exc, tb or exc.__traceback__)

@@ -1,0 +1,180 @@
+"""What a watch can tell about a user's loop: call sites, holders of old graphs, and the
+five diagnoses' texts (kind `diagnosis` events with bytes, where and fix)."""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from core.records import RunEvent
+
+_TORCH_DIR = str(Path(torch.__file__).parent)
+_CORE_DIR = str(Path(__file__).resolve().parents[1])
+GRAPH_WALK_LIMIT = 5000  # nodes looked at per candidate tensor when naming a holder
+
+
+def is_user_file(filename: str) -> bool:
+    """A frame of the user's program: not torch's, not memlens's, not Python's own."""
+    return not (filename.startswith((_TORCH_DIR, _CORE_DIR, "<frozen"))
+                or filename.endswith(("runpy.py", "functools.py", "contextlib.py")))
+
+
+def user_frames(depth: int = 1) -> Iterator[Any]:
+    """The user's frames on the stack now, innermost first."""
+    f = sys._getframe(depth)
+    while f is not None:
+        if is_user_file(f.f_code.co_filename):
+            yield f
+        f = f.f_back
+
+
+def call_site(depth: int = 2) -> str:
+    """file:line of the innermost user frame (the line that called into torch)."""
+    for f in user_frames(depth):
+        return f"{f.f_code.co_filename}:{f.f_lineno}"
+    return ""
+
+
+def variable_name(obj: Any) -> str:
+    """The name the user's code gives `obj` (a local or global of the innermost user frame
+    that has one, `self.x` for an attribute of self), or ""."""
+    for f in user_frames(2):
+        for scope in (f.f_locals, f.f_globals):
+            for name, value in list(scope.items()):
+                if value is obj and not name.startswith("_"):
+                    return name
+        me = f.f_locals.get("self")
+        if me is not None and hasattr(me, "__dict__"):
+            for name, value in list(vars(me).items()):
+                if value is obj:
+                    return f"self.{name}"
+            modules = vars(me).get("_modules")
+            if isinstance(modules, dict):
+                for name, value in modules.items():
+                    if value is obj:
+                        return f"self.{name}"
+    return ""
+
+
+# --- naming what keeps an old graph alive ----------------------------------------------------
+
+
+def _reaches(t: torch.Tensor, is_old) -> bool:
+    fn = t.grad_fn
+    if fn is None:
+        return False
+    stack, seen = [fn], {fn}
+    while stack and len(seen) < GRAPH_WALK_LIMIT:
+        node = stack.pop()
+        if is_old(node):
+            return True
+        for nxt, _ in node.next_functions:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return False
+
+
+def _tensors_in(value: Any) -> Iterator[tuple[str, torch.Tensor]]:
+    """(suffix, tensor) for a value: a tensor, a container of them, or an object's fields."""
+    if isinstance(value, torch.Tensor):
+        yield "", value
+    elif isinstance(value, (list, tuple)) and len(value) <= 100_000:
+        for i, v in enumerate(value):
+            if isinstance(v, torch.Tensor):
+                yield f"[{i}]", v
+    elif isinstance(value, dict) and len(value) <= 100_000:
+        for k, v in value.items():
+            if isinstance(v, torch.Tensor):
+                yield f"[{k!r}]", v
+
+
+def find_holder(is_old) -> tuple[str, str] | None:
+    """The user variable whose tensor reaches an old graph node: (description, file:line of
+    its assignment, or the frame's line). Looks at the locals of the user's frames, their
+    modules' globals, and the attributes of `self` in those frames."""
+    seen_globals: set[int] = set()
+    for f in user_frames(2):
+        func = f.f_code.co_name
+        scopes = [] if func == "<module>" else [(f"local `{{}}` in {func}()", f.f_locals)]
+        if id(f.f_globals) not in seen_globals:
+            seen_globals.add(id(f.f_globals))
+            scopes.append(("global `{}`", f.f_globals))
+        obj = f.f_locals.get("self")
+        if obj is not None and hasattr(obj, "__dict__"):
+            scopes.append(("attribute `self.{}`", vars(obj)))
+        for pattern, names in scopes:
+            for name, value in list(names.items()):
+                if name.startswith("__"):
+                    continue
+                for suffix, t in _tensors_in(value):
+                    if t.requires_grad and _reaches(t, is_old):
+                        where = (assignment_site(f, name)
+                                 or f"{f.f_code.co_filename}:{f.f_lineno}")
+                        what = pattern.format(name) + (f" ({suffix} of it)" if suffix else "")
+                        return what, where
+    return None
+
+
+def assignment_site(frame, name: str) -> str:
+    """file:line where `name` is accumulated or appended to in the frame's function (or
+    module), preferring `name += ...` and `name.append(...)` over a plain assignment."""
+    filename = frame.f_code.co_filename
+    try:
+        if frame.f_code.co_name == "<module>":
+            source, start = Path(filename).read_text(encoding="utf-8"), 1
+        else:
+            lines, start = inspect.getsourcelines(frame.f_code)
+            source = "".join(lines)
+        import textwrap
+
+        tree = ast.parse(textwrap.dedent(source))
+    except (OSError, TypeError, SyntaxError, UnicodeDecodeError):
+        return ""
+    best: tuple[int, int] | None = None  # (rank, line)
+    for node in ast.walk(tree):
+        rank = None
+        grows = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                 and node.func.attr in ("append", "extend", "insert")
+                 and _named(node.func.value, name))
+        if grows or (isinstance(node, ast.AugAssign) and _named(node.target, name)):
+            rank = 0
+        elif isinstance(node, ast.Assign) and any(_named(t, name) for t in node.targets):
+            rank = 1
+        if rank is not None and (best is None or (rank, node.lineno) < best):
+            best = (rank, node.lineno)
+    if best is None:
+        return ""
+    line = best[1] + (start - 1 if frame.f_code.co_name != "<module>" else 0)
+    return f"{filename}:{line}"
+
+
+def _named(node: ast.AST, name: str) -> bool:
+    return (isinstance(node, ast.Name) and node.id == name) or (
+        isinstance(node, ast.Attribute) and node.attr == name)
+
+
+# --- the diagnoses ---------------------------------------------------------------------------
+
+GRAD_NOT_BACKWARDED = "forward under grad never backwarded"
+GRAPH_KEPT = "graph kept across steps"
+GRADS_NOT_CLEARED = "gradients never cleared"
+STATE_NOT_DETACHED = "carried state without detach"
+EVAL_IN_TRAIN_MODE = "validation in train mode"
+
+
+def diagnosis(step: int, time_s: float, key: str, message: str, explanation: str, *,
+              nbytes: int | None, where: str, fix: str, phase: str = "") -> RunEvent:
+    return RunEvent(step=step, time_s=time_s, kind="diagnosis", key=key, phase=phase,
+                    message=message, explanation=explanation, bytes=nbytes, where=where,
+                    fix=fix)
+
+
+def mib(n: int | None) -> str:
+    return "?" if n is None else f"{n / 2**20:.2f} MiB"

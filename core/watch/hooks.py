@@ -1,0 +1,91 @@
+"""The process-wide hooks a watch installs on torch, and their exact removal.
+
+Global module forward hooks find the models (any root module call), optimizer step hooks
+find the optimizers, and thin wrappers on `Tensor.backward`, `torch.autograd.backward` and
+the two `zero_grad`s mark where those phases start and end. Every wrapper calls the original
+with the same arguments and returns (or raises) what it returned: the user's results are
+never touched.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import torch
+from torch.nn.modules import module as _module
+from torch.optim import optimizer as _optimizer
+
+
+class TorchHooks:
+    """Installs the listener's callbacks; `remove()` puts torch back as it was.
+
+    The listener has: forward_pre(module), forward_post(module, output),
+    optimizer_pre(opt, args, kwargs), optimizer_post(opt), optimizer_created(opt),
+    backward(call, tensors), and zero_grad(call, owner) where `call` runs the original.
+    """
+
+    def __init__(self, listener: Any) -> None:
+        self.listener = listener
+        self._handles: list[Any] = []
+        self._patched: list[tuple[Any, str, Any]] = []
+
+    def install(self) -> None:
+        lst = self.listener
+        self._handles = [
+            _module.register_module_forward_pre_hook(lambda m, _a: lst.forward_pre(m)),
+            _module.register_module_forward_hook(
+                lambda m, _a, out: lst.forward_post(m, out), always_call=True),
+            _optimizer.register_optimizer_step_pre_hook(lst.optimizer_pre),
+            _optimizer.register_optimizer_step_post_hook(
+                lambda opt, _a, _k: lst.optimizer_post(opt)),
+        ]
+        self._patch(torch.Tensor, "backward", self._wrap_backward(torch.Tensor.backward, True))
+        self._patch(torch.autograd, "backward",
+                    self._wrap_backward(torch.autograd.backward, False))
+        self._patch(torch.optim.Optimizer, "zero_grad",
+                    self._wrap_zero_grad(torch.optim.Optimizer.zero_grad))
+        self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad(torch.nn.Module.zero_grad))
+        self._patch(torch.optim.Optimizer, "__init__",
+                    self._wrap_init(torch.optim.Optimizer.__init__))
+
+    def _patch(self, owner: Any, name: str, new: Any) -> None:
+        self._patched.append((owner, name, owner.__dict__[name]))
+        setattr(owner, name, new)
+
+    def _wrap_backward(self, original, is_method: bool):
+        lst = self.listener
+
+        @functools.wraps(original)
+        def backward(*args, **kwargs):
+            tensors = args[0] if args else kwargs.get("tensors", kwargs.get("self"))
+            return lst.backward(lambda: original(*args, **kwargs), tensors)
+
+        return backward
+
+    def _wrap_zero_grad(self, original):
+        lst = self.listener
+
+        @functools.wraps(original)
+        def zero_grad(self_, *args, **kwargs):
+            return lst.zero_grad(lambda: original(self_, *args, **kwargs), self_)
+
+        return zero_grad
+
+    def _wrap_init(self, original):
+        lst = self.listener
+
+        @functools.wraps(original)
+        def __init__(self_, *args, **kwargs):
+            original(self_, *args, **kwargs)
+            lst.optimizer_created(self_)
+
+        return __init__
+
+    def remove(self) -> None:
+        for h in self._handles:
+            h.remove()
+        self._handles = []
+        for owner, name, original in reversed(self._patched):
+            setattr(owner, name, original)
+        self._patched = []

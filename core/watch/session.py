@@ -1,0 +1,919 @@
+"""`watch()`: record a user's own training loop into a run folder, live, from its calls.
+
+Phases come from the program: `zero_grad` (Optimizer/Module.zero_grad), `forward` (a root
+module's call), `backward` (from the call of Tensor.backward / torch.autograd.backward),
+`optimizer` (step hooks), user-labelled phases (`Watch.phase`), and the rest as `other`.
+A step ends at an optimizer step once every live optimizer has stepped (so a GAN's D and G
+make one step), at the first forward or zero_grad after a backward when no optimizer
+exists, or at `Watch.step()` once the user calls it.
+
+Nothing here holds a user's tensor or graph: forward calls and backward roots are followed
+through markers kept in the autograd nodes' own metadata (they die with the node) and weak
+references to the saved-tensor holders.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import math
+import os
+import platform
+import sys
+import time
+import weakref
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch import Tensor, nn
+
+from core.loop import _PHASE_CATEGORY
+from core.memory import MemoryProbe, SavedTensorTracker, StorageTracker
+from core.records import PHASES, MemorySample, RunSummary, StepRecord
+from core.watch import diagnoses as dx
+from core.watch.hooks import TorchHooks
+
+GRAPH_NODE_LIMIT = 20_000
+GROWING_STEPS = 3  # optimizer steps without clearing, each with a larger grad norm: diagnosis 3
+_EVAL_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+_ACTIVE: list[Watch] = []  # at most one watch at a time: the hooks are process-wide
+
+
+class _Found:
+    """The models and optimizers found so far, shaped as MemoryProbe reads a preset."""
+
+    def __init__(self) -> None:
+        self.models: list[weakref.ref] = []
+        self.optimizers_refs: list[weakref.ref] = []
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [o for r in self.optimizers_refs if (o := r()) is not None]
+
+    def model_list(self) -> list[nn.Module]:
+        return [m for r in self.models if (m := r()) is not None]
+
+    def parameters(self) -> list[Tensor]:
+        seen: set[int] = set()
+        out = []
+        groups = [list(m.parameters()) for m in self.model_list()]
+        groups += [[p for g in o.param_groups for p in g["params"]] for o in self.optimizers]
+        for params in groups:
+            for p in params:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    out.append(p)
+        return out
+
+    @staticmethod
+    def carried_tensors() -> list[Tensor]:
+        return []
+
+
+class _Mark:
+    """Kept in an autograd node's metadata: alive exactly as long as the node is."""
+
+    __slots__ = ("__weakref__", "kind", "step", "where")
+
+    def __init__(self, step: int, kind: str, where: str) -> None:
+        self.step, self.kind, self.where = step, kind, where
+
+
+class _Call:
+    """One root forward call: who, where, how long, and whether backward reached it."""
+
+    __slots__ = ("bytes", "fired", "grad", "holders", "mark", "model", "ms", "site", "step",
+                 "train_layers", "watch")
+
+    def __init__(self, watch: Watch, step: int, model: str, site: str, grad: bool,
+                 train_layers: bool) -> None:
+        self.watch, self.step, self.model, self.site = watch, step, model, site
+        self.grad, self.train_layers = grad, train_layers
+        self.fired = 0
+        self.ms = 0.0
+        self.bytes = 0
+        self.holders: list = []
+        self.mark: weakref.ref | None = None
+
+    def __call__(self, _grad_outputs) -> None:  # a pre-hook on the output's node
+        self.fired += 1
+        self.watch._fired_now.append(self)
+
+
+class Watch:
+    """A recording of the program's training, into `out` (see module doc)."""
+
+    def __init__(self, models=None, optimizers=None, *, out=None, precise: bool = False,
+                 capture_every: int = 0, script: str | None = None,
+                 argv: list[str] | None = None) -> None:
+        from core.run_files import RunWriter
+
+        if _ACTIVE:
+            raise RuntimeError("memlens.watch: a watch is already recording in this process; "
+                               "close it first (one watch at a time)")
+        if capture_every < 0:
+            raise ValueError(f"capture_every must be >= 0, got {capture_every}")
+        self.rank, self.world_size = _launcher_rank()
+        self.folder = Path(out) if out else _default_folder(script)
+        if self.world_size > 1:  # torchrun: one folder per rank under the run's folder
+            self.folder = self.folder / f"rank{self.rank}"
+        self.writer = RunWriter(self.folder, precise=precise)
+        self.precise_requested = precise
+        # Precise mode: every storage, through the Python dispatch mode, for the whole run.
+        self.precise = StorageTracker(time.perf_counter()) if precise else None
+        self.capture_every = capture_every
+        self.script, self.argv = script, list(argv if argv is not None else sys.argv)
+        self.found = _Found()
+        self._explicit_models = models is not None
+        self._model_names: dict[int, str] = {}
+        self._has_params: dict[int, bool] = {}
+        self._candidates: list[weakref.ref] = []  # every optimizer known to exist
+        self._models_seen: dict[str, dict] = {}  # kept after the models are gone
+        self._optimizers_seen: dict[int, str] = {}
+        for m in _as_list(models):
+            self._add_model(m)
+        for o in _as_list(optimizers):
+            self._add_optimizer(o, active=True)
+        self._find_live_optimizers()
+        self.saved = SavedTensorTracker()
+        self.probe: MemoryProbe | None = None
+        self._probe_key: tuple = ()
+        self.device = torch.device("cpu")
+        self.step_index = 0
+        self.closed = False
+        self.exit_code: int | None = None
+        self.events: list = []
+        self._manual_steps = False
+        self.broken = False  # an error of memlens's own: recording stops, the script goes on
+        self._capture = None  # a GraphCapture between a step's first forward and backward
+        self._captured: set[int] = set()
+        self._idle = True
+        self._t0 = time.perf_counter()
+        self._clock = time.perf_counter
+        self._stack: list[str] = ["other"]
+        self._since = self._t0
+        self._step_t0 = self._t0
+        self._phase_ms = dict.fromkeys(PHASES, 0.0)
+        self._custom_ms: dict[str, float] = {}
+        self._depth = 0
+        self._root: tuple[nn.Module, _Call, tuple, float] | None = None
+        self._calls: list[_Call] = []
+        self._pending_calls: list[_Call] = []
+        self._backward_depth = 0
+        self._backward_marks: list[weakref.ref] = []
+        self._fired_now: list[_Call] = []
+        self._stepped: set[int] = set()
+        self._ever_stepped: set[int] = set()
+        self._called_params: set[int] = set()  # ids of the parameters of models called
+        self._param_ids: dict[int, frozenset] = {}
+        self._eval_layers: dict[int, bool] = {}  # module id -> has Dropout/BatchNorm
+        self._after_backward = False
+        self._cleared = True
+        self._grad_norms: list[float] = []
+        self._norm_sq = math.nan
+        self._loss = math.nan
+        self._graph_nodes = 0
+        self._step_peak = 0
+        self._last_total = 0
+        self._reported: set[tuple[str, str]] = set()
+        self._summary_peak = 0
+        self._losses: list[float] = []
+        self._step_ms: list[float] = []
+        self._saved_ctx = self.saved.hooks()
+        self.writer.on_start(self._meta())
+        self._saved_ctx.__enter__()
+        if self.precise is not None:
+            self.precise.__enter__()
+        self.hooks = TorchHooks(self)
+        self.hooks.install()
+        _ACTIVE.append(self)
+
+    # --- the public interface ----------------------------------------------------------------
+    def __enter__(self) -> Watch:
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> None:
+        self.close(error=exc)
+
+    @contextlib.contextmanager
+    def phase(self, name: str):
+        """Label the code inside as phase `name` (a hand-written update: "optimizer")."""
+        self._enter(name)
+        try:
+            yield
+        finally:
+            self._leave()
+
+    def step(self) -> None:
+        """Mark a step boundary here; from now on only these calls end steps."""
+        self._manual_steps = True
+        self._end_step()
+
+    def close(self, error: BaseException | None = None, exit_code: int | None = None) -> None:
+        """Stop recording: remove every hook, write the last step and the summary."""
+        if self.closed:
+            return
+        self.closed = True
+        self.hooks.remove()
+        with contextlib.suppress(Exception):
+            self._saved_ctx.__exit__(None, None, None)
+        if self.precise is not None:
+            with contextlib.suppress(Exception):
+                self.precise.__exit__(None, None, None)
+        if _ACTIVE and _ACTIVE[-1] is self:
+            _ACTIVE.pop()
+        self._guard(self._last_step)
+        if self.nothing_found:
+            self._event("info", "nothing found",
+                        "memlens found no model (nn.Module call) and no optimizer in this run",
+                        NOTHING_FOUND_HELP)
+        if exit_code is not None:
+            self.exit_code = exit_code
+        stopped_by = "error" if error is not None or (exit_code or 0) != 0 else "completed"
+        summary = RunSummary(
+            steps_done=self.step_index, stopped_by=stopped_by,
+            wall_s=self._clock() - self._t0,
+            final_loss=self._losses[-1] if self._losses else math.nan,
+            peak_bytes=self._summary_peak,
+            mean_step_ms=sum(self._step_ms) / len(self._step_ms) if self._step_ms else math.nan,
+            extra={"exit_code": self.exit_code,
+                   "error": f"{type(error).__name__}: {error}" if error is not None else None,
+                   "custom_phases_ms": {k: round(v, 3) for k, v in self._custom_ms.items()},
+                   "models": list(self._models_seen.values()),
+                   "optimizers": list(self._optimizers_seen.values())},
+        )
+        if self.precise is not None and self.precise.pending:
+            self.writer.on_allocations(self.precise.drain())
+        self.writer.on_start({"finished": True})  # meta: a follower sees the end
+        self.writer.on_finish(summary.to_dict())
+
+    def _last_step(self) -> None:
+        if self._stepped or self._after_backward:  # a last step cut short; forwards alone
+            self._end_step(closing=True)  # after the last update (a final sample) make none
+        self._pending_calls += self._calls
+        self._calls = []
+        self._settle(final=True)
+
+    @property
+    def nothing_found(self) -> bool:
+        return not self._models_seen and not self._optimizers_seen
+
+    # --- discovery ----------------------------------------------------------------------------
+    def _add_model(self, m: nn.Module) -> str:
+        name = self._model_names.get(id(m))
+        if name is None:
+            base = dx.variable_name(m) or type(m).__name__
+            taken = set(self._model_names.values())
+            name, k = base, 2
+            while name in taken:
+                name, k = f"{base}{k}", k + 1
+            self._model_names[id(m)] = name
+            self.found.models.append(weakref.ref(m))
+            self._models_seen[name] = {"name": name, "class": type(m).__name__,
+                                       "parameters": sum(p.numel() for p in m.parameters())}
+        return name
+
+    def _add_optimizer(self, o: torch.optim.Optimizer, active: bool) -> None:
+        """A candidate may end steps (see _required_optimizers); an active optimizer (passed
+        in, or one that stepped) is also measured."""
+        if all(r() is not o for r in self._candidates):
+            self._candidates.append(weakref.ref(o))
+        if active and all(r() is not o for r in self.found.optimizers_refs):
+            self.found.optimizers_refs.append(weakref.ref(o))
+            self._optimizers_seen[id(o)] = type(o).__name__
+
+    def _find_live_optimizers(self) -> None:
+        """Optimizers made before the watch began: all of them must step to end a step."""
+        import gc
+
+        base = torch.optim.Optimizer
+        for obj in gc.get_objects():
+            if issubclass(type(obj), base):  # type(): never a lazy object's __class__
+                self._add_optimizer(obj, active=False)
+
+    def _is_model(self, module: nn.Module) -> bool:
+        known = self._has_params.get(id(module))
+        if known is None:
+            known = self._has_params[id(module)] = next(module.parameters(), None) is not None
+        return known
+
+    def _ensure_probe(self) -> None:
+        key = (len(self.found.models), len(self.found.optimizers_refs))  # grow only
+        if key == self._probe_key and self.probe is not None:
+            return
+        self._probe_key = key
+        params = self.found.parameters()
+        if params:
+            self.device = params[0].device
+        self.probe = MemoryProbe(self.found, self.device, self.saved, self.precise)
+        if self.precise is not None:
+            for p in params:
+                self.precise.track(p, "params", at_start=True)
+        # A new probe knows no gradients or optimizer state yet: "start" scans them all.
+        self.probe.sample(self.step_index, "start", 0.0, [])
+        self.writer.on_start(self._meta())
+
+    # --- phases ------------------------------------------------------------------------------
+    def _charge(self, now: float) -> None:
+        name = self._stack[-1]
+        ms = (now - self._since) * 1e3
+        if name in self._phase_ms:
+            self._phase_ms[name] += ms
+        elif name != "other":
+            self._custom_ms[name] = self._custom_ms.get(name, 0.0) + ms
+
+    def _enter(self, name: str) -> None:
+        now = self._clock()
+        if self._idle:  # the first step starts at the program's first phase, not at import
+            self._idle = False
+            self._step_t0 = self._since = now
+        self._charge(now)
+        self._stack.append(name)
+        self._since = now
+        if self.precise is not None and name in _PHASE_CATEGORY:
+            self.precise.begin_phase(self.step_index, name, _PHASE_CATEGORY[name])
+
+    def _leave(self) -> str:
+        now = self._clock()
+        self._charge(now)
+        name = self._stack.pop() if len(self._stack) > 1 else "other"
+        if name in PHASES:
+            self._sample(name)
+        self._since = self._clock()  # a sample's own cost is no phase's time
+        return name
+
+    def _sample(self, phase: str) -> MemorySample | None:
+        if self.probe is None:
+            return None
+        s = self.probe.sample(self.step_index, phase, self._clock() - self._t0, [])
+        self.writer.on_sample(s)
+        total = s.allocated if s.allocated is not None else s.total
+        self._last_total = total
+        self._step_peak = max(self._step_peak, total)
+        return s
+
+    # --- listener callbacks (TorchHooks) -------------------------------------------------------
+    def forward_pre(self, module: nn.Module) -> None:
+        if _compiling():  # traced by torch.compile: add nothing to the user's graph
+            return
+        if not self.broken:
+            self._guard(self._forward_pre, module)
+
+    def _forward_pre(self, module: nn.Module) -> None:
+        self._depth += 1
+        if self._depth != 1 or self._root is not None:
+            return
+        if self._explicit_models and id(module) not in self._model_names:
+            return
+        if not self._is_model(module):  # a loss module or another parameter-free callable
+            return
+        grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
+        if grad and (self._after_backward and not self._has_optimizers()
+                     and not self._manual_steps):
+            self._end_step()
+        name = self._add_model(module)
+        self._ensure_probe()
+        ids = self._param_ids.get(id(module))
+        if ids is None:
+            ids = self._param_ids[id(module)] = frozenset(map(id, module.parameters()))
+        if grad:
+            self._called_params |= ids
+        layers = self._eval_layers.get(id(module))
+        if layers is None:
+            layers = self._eval_layers[id(module)] = _has_eval_layers(module)
+        call = _Call(self, self.step_index, name, dx.call_site(3), grad,
+                     module.training and layers)
+        if grad and self._capture is None and self.capture_every and (
+                self.step_index % self.capture_every == 0
+                and self.step_index not in self._captured):
+            self._begin_capture()
+        self._root = (module, call, self.saved.checkpoint(), self._clock())
+        self._enter("forward" if grad else "eval")
+
+    def forward_post(self, module: nn.Module, output: Any) -> None:
+        if _compiling():
+            return
+        if not self.broken:
+            self._guard(self._forward_post, module, output)
+
+    def _forward_post(self, module: nn.Module, output: Any) -> None:
+        self._depth = max(0, self._depth - 1)
+        root = self._root
+        if root is None or root[0] is not module or self._depth:
+            return
+        self._root = None
+        _, call, mark, t_start = root
+        call.ms = (self._clock() - t_start) * 1e3
+        if call.grad:
+            call.holders = self.saved.saved_since(mark)
+            nodes = _output_nodes(output)
+            if nodes:
+                m = _Mark(self.step_index, "forward", call.site)
+                call.mark = weakref.ref(m)
+                for node in nodes:
+                    node.metadata["memlens"] = m
+                    node.register_prehook(call)
+            else:
+                call.grad = False  # nothing in it can be backwarded: an eval forward
+        self._calls.append(call)
+        self._leave()
+        if call.holders:
+            call.bytes = _holder_bytes(call.holders)
+        if not call.grad and call.train_layers:
+            self._report_eval_in_train(call)
+
+    def zero_grad(self, call, owner) -> Any:
+        if self.broken:
+            return call()
+        started = self._guard(self._before_zero_grad, owner)
+        try:
+            return call()
+        finally:
+            if started:
+                self._guard(self._leave)
+
+    def _before_zero_grad(self, owner) -> None:
+        if self._after_backward and not self._has_optimizers() and not self._manual_steps:
+            self._end_step()
+        if isinstance(owner, torch.optim.Optimizer):
+            self._add_optimizer(owner, active=False)
+        self._cleared = True
+        self._enter("zero_grad")
+
+    def backward(self, call, tensors) -> Any:
+        if self.broken:
+            return call()
+        self._backward_depth += 1
+        if self._backward_depth > 1:
+            try:
+                return call()
+            finally:
+                self._backward_depth -= 1
+        started = self._guard(self._before_backward, tensors)
+        try:
+            return call()
+        except RuntimeError as exc:
+            self._guard(self._explain_backward_error, exc)
+            raise
+        finally:
+            self._backward_depth -= 1
+            if started:
+                self._guard(self._after_backward_call)
+
+    def _before_backward(self, tensors) -> None:
+        self._fired_now = []
+        roots = [t for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])
+                 if isinstance(t, Tensor)]
+        self._note_roots(roots)
+        self._check_cleared()
+        if self._capture is not None and roots:
+            self._finish_capture(roots[0])
+        self._enter("backward")
+
+    def _after_backward_call(self) -> None:
+        self._leave()
+        self._after_backward = True
+
+    # --- a fault of memlens's own stops the recording, never the user's program -------------
+    def _guard(self, fn, *args) -> bool:
+        if self.broken:
+            return False
+        try:
+            fn(*args)
+        except Exception as exc:
+            self._fail(exc)
+            return False
+        return True
+
+    def _fail(self, exc: Exception) -> None:
+        self.broken = True
+        with contextlib.suppress(Exception):
+            self._event("info", "memlens stopped recording",
+                        f"memlens stopped recording after an error of its own: "
+                        f"{type(exc).__name__}: {exc}. The script runs on unchanged.")
+
+    # --- graph capture every N steps (core.graph), from the loss passed to backward ----------
+    def _begin_capture(self) -> None:
+        from core.graph.capture import GraphCapture
+
+        models = {self._model_names[id(m)]: m for m in self.found.model_list()}
+        self._capture = GraphCapture(models)
+        self._capture.begin()
+
+    def _finish_capture(self, loss: Tensor) -> None:
+        capture, self._capture = self._capture, None
+        self._captured.add(self.step_index)
+        try:
+            snapshot = capture.finish(loss, self.step_index)
+        except Exception as exc:  # a capture that fails costs the picture, never the run
+            self._event("info", "graph capture", f"graph capture failed: {exc}", once=True)
+            return
+        self.writer.on_graph(snapshot)
+
+    def optimizer_created(self, opt) -> None:
+        self._guard(self._add_optimizer, opt, False)
+
+    def optimizer_pre(self, opt, args, kwargs) -> None:
+        self._guard(self._optimizer_pre, opt, args, kwargs)
+
+    def optimizer_post(self, opt) -> None:
+        self._guard(self._optimizer_post, opt)
+
+    def _optimizer_pre(self, opt, args, kwargs) -> None:
+        self._add_optimizer(opt, active=True)
+        self._ensure_probe()
+        if not self._manual_steps and id(opt) in self._stepped:
+            self._end_step()  # it steps again: the step before ended without the others
+        self._grad_norm_of(opt)
+        if args[1:] or kwargs.get("closure") is not None:  # args[0] is the optimizer
+            self._event("info", "optimizer.step(closure)",
+                        "optimizer.step(closure): the closure's forward and backward are "
+                        "recorded inside the optimizer phase", once=True)
+        self._enter("optimizer")
+
+    def _optimizer_post(self, opt) -> None:
+        self._leave()
+        self._stepped.add(id(opt))
+        self._cleared = False
+        self._ever_stepped.add(id(opt))
+        if not self._manual_steps and self._required_optimizers() <= self._stepped:
+            self._end_step()
+
+    def _has_optimizers(self) -> bool:
+        """Whether an optimizer trains what this step ran (else a backward ends a step)."""
+        return bool(self._required_optimizers())
+
+    def _required_optimizers(self) -> set[int]:
+        """The optimizers a step waits for: those that have stepped in this run, and those
+        that own a parameter of a model this step called (a GAN's second optimizer before
+        its first step); an optimizer left over from earlier work is neither."""
+        called = self._called_params
+        return {id(o) for r in self._candidates if (o := r()) is not None
+                if id(o) in self._ever_stepped
+                or any(id(p) in called for g in o.param_groups for p in g["params"][:1])}
+
+    # --- steps -------------------------------------------------------------------------------
+    def _end_step(self, closing: bool = False) -> None:
+        now = self._clock()
+        self._charge(now)
+        self._since = now
+        step = self.step_index
+        step_ms = (now - self._step_t0) * 1e3
+        self._step_t0 = now
+        moved = sum(c.ms for c in self._calls if c.grad and not c.fired)
+        ms = self._phase_ms
+        forward_ms, eval_ms = max(0.0, ms["forward"] - moved), ms["eval"] + moved
+        cuda = self.device.type == "cuda"
+        reserved = torch.cuda.memory_reserved(self.device) if cuda else None
+        peak = self._step_peak
+        if self.precise is not None:
+            peak = max(peak, self.precise.peak_bytes)
+            self.precise.reset_peak()
+            if self.precise.pending:
+                self.writer.on_allocations(self.precise.drain())
+        if cuda:
+            peak = max(peak, torch.cuda.max_memory_allocated(self.device))
+            torch.cuda.reset_peak_memory_stats(self.device)
+        self.saved.measure()
+        record = StepRecord(
+            step=step, time_s=now - self._t0, loss=self._loss,
+            grad_norm=math.sqrt(self._norm_sq) if self._norm_sq == self._norm_sq else math.nan,
+            step_ms=step_ms, zero_grad_ms=ms["zero_grad"], forward_ms=forward_ms,
+            backward_ms=ms["backward"], optimizer_ms=ms["optimizer"], eval_ms=eval_ms,
+            allocated_bytes=self._last_total, peak_bytes=peak, reserved_bytes=reserved,
+            graph_nodes=self._graph_nodes, saved_bytes=self.saved.step_saved_bytes,
+            retained_bytes=self.saved.retained_bytes,
+            optimizer_stepped=bool(self._stepped), peak_is_exact=self.precise is not None,
+        )
+        self.saved.new_step()
+        self.writer.on_step(record)
+        self._summary_peak = max(self._summary_peak, peak)
+        if self._loss == self._loss:
+            self._losses.append(self._loss)
+        self._step_ms.append(step_ms)
+        self._pending_calls += self._calls
+        self._calls = []
+        if self._capture is not None:  # no backward came: nothing to capture this step
+            self._capture.abort()
+            self._capture = None
+        self._settle(final=False)
+        if not closing:  # at the program's end its last loss may well be alive: no step ends
+            self._check_graph_kept()
+        self.step_index += 1
+        self._phase_ms = dict.fromkeys(PHASES, 0.0)
+        self._stepped = set()
+        self._called_params = set()
+        self._after_backward = False
+        self._norm_sq = math.nan
+        self._loss = math.nan
+        self._step_peak = self._last_total
+        self._since = self._clock()
+
+    # --- what is measured at a backward and an optimizer step -----------------------------------
+    def _note_roots(self, roots: list[Tensor]) -> None:
+        for t in roots:
+            fn = t.grad_fn
+            if fn is None:
+                continue
+            if t.numel() == 1:
+                self._loss = float(t.detach().float().item())
+            if "memlens" not in fn.metadata:
+                m = _Mark(self.step_index, "loss", dx.call_site(4))
+                fn.metadata["memlens"] = m
+                self._backward_marks.append(weakref.ref(m))
+        self._graph_nodes = _count_nodes(roots)
+
+    def _grad_norm_of(self, opt) -> None:
+        grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        if not grads:
+            return
+        with torch.no_grad():
+            sq = float(sum(float(torch.linalg.vector_norm(g.detach().float())) ** 2
+                           for g in grads))
+        self._norm_sq = sq if self._norm_sq != self._norm_sq else self._norm_sq + sq
+        self._check_grads_growing(opt, math.sqrt(sq))
+
+    def _check_cleared(self) -> None:
+        for o in self.found.optimizers:
+            for g in o.param_groups:
+                if g["params"]:
+                    if g["params"][0].grad is None:
+                        self._cleared = True
+                    break
+
+    def _check_grads_growing(self, opt, norm: float) -> None:
+        if self._cleared:
+            self._grad_norms = [norm]
+            return
+        self._grad_norms.append(norm)
+        norms = self._grad_norms[-(GROWING_STEPS + 1):]
+        if len(norms) > GROWING_STEPS and all(b > a for a, b in itertools.pairwise(norms)):
+            where = dx.call_site(4)
+            self._report(dx.GRADS_NOT_CLEARED, where, (
+                f"{len(self._grad_norms) - 1} optimizer steps of {type(opt).__name__} with no "
+                f"zero_grad between them; the grad norm grew {norms[0]:.3g} -> {norms[-1]:.3g}"),
+                "backward adds into .grad: without clearing, each step's gradient is the sum of "
+                "all the steps before, and the updates grow.",
+                "call optimizer.zero_grad() (set_to_none, the default) before each backward, "
+                "or every k steps for gradient accumulation",
+                None)
+
+    # --- diagnoses ---------------------------------------------------------------------------
+    def _settle(self, final: bool) -> None:
+        """Forward calls whose fate is known: backwarded, or not (diagnosis 1 and 5)."""
+        keep = []
+        for c in self._pending_calls:
+            if not c.grad or c.fired:
+                continue
+            alive = c.mark is not None and c.mark() is not None
+            if alive and not final and c.step == self.step_index:
+                keep.append(c)  # it may be backwarded by the next step still
+                continue
+            held = _holder_bytes(c.holders) if alive else 0
+            self._report(
+                dx.GRAD_NOT_BACKWARDED, c.site,
+                f"{c.model} forward under grad is never backwarded: its graph held "
+                f"{dx.mib(max(c.bytes, held))} saved for backward"
+                + (f", {dx.mib(held)} still held" if held else ""),
+                "A forward with grad enabled keeps every tensor its backward would need until "
+                "the output is dropped. If it is only evaluated (validation, a sample), that "
+                "memory and the time to save it are spent for nothing.",
+                "wrap it in `torch.no_grad()` (and call model.eval() for validation)",
+                max(c.bytes, held))
+            if c.train_layers:
+                self._report_eval_in_train(c)
+        self._pending_calls = keep
+
+    def _report_eval_in_train(self, c: _Call) -> None:
+        self._report(
+            dx.EVAL_IN_TRAIN_MODE, c.site,
+            f"{c.model} is evaluated (no backward) while model.training is True, and it has "
+            "Dropout/BatchNorm layers",
+            "In train mode Dropout drops units and BatchNorm uses the batch's statistics and "
+            "updates its running ones: validation figures are noisy and the model changes.",
+            "call model.eval() before validation (and model.train() after)", None)
+
+    def _check_graph_kept(self) -> None:
+        """Diagnosis 2: a loss's graph from an earlier step still alive at this step's end."""
+        if (dx.GRAPH_KEPT, "") in self._reported:
+            self._backward_marks = []
+            return
+        old = self._old_marks()
+        if old:  # a graph in a reference cycle waits for the collector: not a holder
+            import gc
+
+            gc.collect()
+            old = self._old_marks()
+        if not old:
+            return
+        step = self.step_index
+        marks = {id(m) for m in old}
+
+        def is_old(node) -> bool:
+            m = node.metadata.get("memlens")
+            return m is not None and id(m) in marks
+
+        found = dx.find_holder(is_old)
+        holder, where = found if found else ("a reference memlens could not name", old[0].where)
+        self._reported.add((dx.GRAPH_KEPT, ""))
+        self._event_diag(
+            dx.GRAPH_KEPT, where,
+            f"the autograd graph of step {old[0].step}'s loss is still alive at step {step}'s "
+            f"end ({len(old)} old losses), held by {holder}",
+            "A tensor that requires grad keeps its whole graph (and, before backward, every "
+            "saved tensor): summing losses or keeping outputs in a list makes memory grow "
+            "each step.",
+            "use `loss.item()` (or `.detach()`) for what you keep across steps",
+            self.saved.retained_bytes or None)
+
+    def _old_marks(self) -> list[_Mark]:
+        """Marks of losses from earlier steps whose graph is still alive."""
+        old, alive = [], []
+        for r in self._backward_marks:
+            m = r()
+            if m is None:
+                continue
+            alive.append(r)
+            if m.step < self.step_index:
+                old.append(m)
+        self._backward_marks = alive
+        return old
+
+    def _explain_backward_error(self, exc: RuntimeError) -> None:
+        text = str(exc)
+        if "backward through the graph a second time" not in text:
+            return
+        origin = next((c for c in self._fired_now if c.fired > 1), None)
+        where = origin.site if origin else dx.call_site(4)
+        self._report(
+            dx.STATE_NOT_DETACHED, where,
+            "backward reached a graph an earlier backward had freed"
+            + (f": it comes from the {origin.model} forward at {origin.site} of step "
+               f"{origin.step}, carried into this step" if origin else ""),
+            "A tensor carried from one batch to the next (an RNN's hidden state) still points "
+            "at the previous batch's graph, whose saved tensors the previous backward freed.",
+            "detach what you carry: `hidden = hidden.detach()` at the start of each batch",
+            None, phase="backward")
+
+    def _report(self, key, where, message, explanation, fix, nbytes, phase="") -> None:
+        if (key, where) in self._reported:
+            return
+        self._reported.add((key, where))
+        self._event_diag(key, where, message, explanation, fix, nbytes, phase)
+
+    def _event_diag(self, key, where, message, explanation, fix, nbytes, phase="") -> None:
+        e = dx.diagnosis(self.step_index, self._clock() - self._t0, key, message, explanation,
+                         nbytes=nbytes, where=where, fix=fix, phase=phase)
+        self.events.append(e)
+        self.writer.on_event(e)
+
+    def _event(self, kind: str, key: str, message: str, explanation: str = "",
+               once: bool = False) -> None:
+        from core.records import RunEvent
+
+        if once:
+            if (kind, key) in self._reported:
+                return
+            self._reported.add((kind, key))
+        e = RunEvent(step=self.step_index, time_s=self._clock() - self._t0, kind=kind, key=key,
+                     message=message, explanation=explanation)
+        self.events.append(e)
+        self.writer.on_event(e)
+
+    # --- run.json ------------------------------------------------------------------------------
+    def _meta(self) -> dict:
+        probe = self.probe
+        env = {"torch": torch.__version__, "python": platform.python_version(),
+               "platform": platform.platform(), "device": str(self.device),
+               "memory_source": probe.source if probe else "",
+               "memory_label": (probe.label if probe else "")
+               + ("" if self.device.type == "cuda" else
+                  "; other = not counted on CPU (only what memlens can attribute)"),
+               "precise": self.precise is not None,
+               "precise_backend": self.precise.backend if self.precise is not None else "",
+               "parameters": sum(p.numel() for p in self.found.parameters())}
+        return {"source": "watch", "script": self.script, "argv": self.argv,
+                "pid": os.getpid(), "capture_every": self.capture_every,
+                "precise_requested": self.precise_requested, "environment": env,
+                "models": list(self._models_seen.values()), "finished": False,
+                "rank": self.rank, "world_size": self.world_size}
+
+
+NOTHING_FOUND_HELP = (
+    "memlens looks for nn.Module calls and torch.optim optimizers. If your script uses "
+    "neither (a hand-written model of plain tensors), pass what it trains: "
+    "`import memlens; with memlens.watch(models=[model], optimizers=[opt]): ...`, and mark "
+    "steps with `Watch.step()`.")
+
+
+def watch(models=None, optimizers=None, *, out=None, precise: bool = False,
+          capture_every: int = 0) -> Watch:
+    """Record this process's training into a run folder (`out`, default runs/<time>-watch).
+
+    `models`, `optimizers`: what to record (default: every root module called, every
+    optimizer). Use as `with memlens.watch(): ...` or call `.close()` at the end.
+    Inside a script run by `main.py watch`, it returns the recording already going: its
+    phase() and step() work, and closing it leaves that recording to its owner."""
+    if _ACTIVE:
+        return _Joined(_ACTIVE[-1])
+    return Watch(_as_list(models) or None, _as_list(optimizers) or None, out=out,
+                 precise=precise, capture_every=capture_every,
+                 script=sys.argv[0] if sys.argv else None)
+
+
+class _Joined:
+    """The watch already recording, as a script's own memlens.watch() call sees it."""
+
+    def __init__(self, owner: Watch) -> None:
+        self.owner = owner
+        self.folder = owner.folder
+
+    def __enter__(self) -> _Joined:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        pass
+
+    def close(self, *args, **kwargs) -> None:
+        """The recording belongs to whoever started it: nothing to close here."""
+
+    def phase(self, name: str):
+        return self.owner.phase(name)
+
+    def step(self) -> None:
+        self.owner.step()
+
+
+# --- helpers ----------------------------------------------------------------------------------
+
+
+def _as_list(x) -> list:
+    if x is None:
+        return []
+    if isinstance(x, (nn.Module, torch.optim.Optimizer)):
+        return [x]
+    return list(x)
+
+
+def _default_folder(script: str | None) -> Path:
+    stem = Path(script).stem if script else "watch"
+    # Ranks of one torchrun job share its run id: one parent folder, whatever their clocks say.
+    when = os.environ.get("TORCHELASTIC_RUN_ID") or time.strftime("%Y%m%d-%H%M%S")
+    return Path("runs") / f"{when}-watch-{stem}"
+
+
+def _launcher_rank() -> tuple[int, int]:
+    """(rank, world size) as torchrun's environment gives them; (0, 1) outside it."""
+    try:
+        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    except ValueError:
+        return 0, 1
+
+
+_compiling = torch.compiler.is_compiling  # a constant True while torch.compile traces
+
+
+def _has_eval_layers(module: nn.Module) -> bool:
+    return any(isinstance(m, _EVAL_LAYERS) for m in module.modules())
+
+
+def _output_nodes(output: Any, depth: int = 0) -> list:
+    """The autograd nodes of a forward's tensor outputs (each once)."""
+    out: list = []
+    if isinstance(output, Tensor):
+        if output.grad_fn is not None:
+            out.append(output.grad_fn)
+    elif depth < 3 and isinstance(output, (list, tuple)):
+        for o in output[:16]:
+            out += _output_nodes(o, depth + 1)
+    elif depth < 3 and isinstance(output, dict):
+        for o in list(output.values())[:16]:
+            out += _output_nodes(o, depth + 1)
+    seen: list = []
+    for n in out:
+        if all(n is not s for s in seen):
+            seen.append(n)
+    return seen
+
+
+def _holder_bytes(holders: list) -> int:
+    keys: dict = {}
+    for r in holders:
+        h = r()
+        if h is not None and h.key is not None:
+            keys[h.key] = h.nbytes
+    return sum(keys.values())
+
+
+def _count_nodes(roots: list[Tensor]) -> int:
+    stack = [r.grad_fn for r in roots if r.grad_fn is not None]
+    seen = set(stack)
+    while stack and len(seen) < GRAPH_NODE_LIMIT:
+        for nxt, _ in stack.pop().next_functions:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    return len(seen)
+
+

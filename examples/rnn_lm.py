@@ -1,0 +1,57 @@
+"""A character-level LSTM language model, trained the way many scripts do it by hand:
+truncated BPTT (the hidden state carried across batches, detached each batch), gradient
+clipping, and a hand-written SGD update instead of an optimizer.
+
+Plain PyTorch, no memlens: record it with `python main.py watch examples/rnn_lm.py`.
+Options: --steps N, --times FILE (each step's wall time in ms, one a line).
+"""
+
+import argparse
+import time
+
+import torch
+from torch import nn
+
+parser = argparse.ArgumentParser()
+parser.add_argument("--steps", type=int, default=200)
+parser.add_argument("--times", help="write each step's time (ms) to this file")
+args = parser.parse_args()
+torch.manual_seed(0)
+
+VOCAB, EMBED, HIDDEN, BATCH, BPTT, LR, CLIP = 64, 32, 128, 16, 35, 1.0, 0.25
+text = torch.randint(0, VOCAB, (BATCH, 20_000))  # synthetic "text", one row per stream
+
+
+class CharLM(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(VOCAB, EMBED)
+        self.lstm = nn.LSTM(EMBED, HIDDEN, batch_first=True)
+        self.head = nn.Linear(HIDDEN, VOCAB)
+
+    def forward(self, x, hidden):
+        out, hidden = self.lstm(self.embed(x), hidden)
+        return self.head(out), hidden
+
+
+model = CharLM()
+hidden = (torch.zeros(1, BATCH, HIDDEN), torch.zeros(1, BATCH, HIDDEN))
+times = []
+for step in range(args.steps):
+    t0 = time.perf_counter()
+    i = (step * BPTT) % (text.shape[1] - BPTT - 1)
+    x, y = text[:, i:i + BPTT], text[:, i + 1:i + 1 + BPTT]
+    hidden = tuple(h.detach() for h in hidden)  # truncated BPTT: cut the previous batch off
+    model.zero_grad()
+    logits, hidden = model(x, hidden)
+    loss = nn.functional.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
+    for p in model.parameters():  # plain SGD, by hand
+        p.data.add_(p.grad, alpha=-LR)
+    times.append((time.perf_counter() - t0) * 1e3)
+    if step % 50 == 0 or step == args.steps - 1:
+        print(f"step {step}: loss {loss.item():.4f}")
+if args.times:
+    with open(args.times, "w") as fh:
+        fh.write("\n".join(f"{t:.4f}" for t in times) + "\n")

@@ -1,0 +1,44 @@
+"""File > Follow run: the plots grow as another writer appends rows to a run folder."""
+
+from __future__ import annotations
+
+import pyqtgraph as pg
+
+from core.run_files import RunWriter
+from tests.core.test_run_follow import sample, step_record
+
+
+def plot(window, name: str) -> pg.PlotWidget:
+    return window.findChild(pg.PlotWidget, name)
+
+
+def test_following_a_folder_shows_rows_as_they_are_written(qtbot, window, tmp_path):
+    import os
+
+    folder = tmp_path / "watched"
+    w = RunWriter(folder)
+    w.on_start({"source": "watch", "pid": os.getpid()})
+    assert window.follow_run(folder)
+    assert window.following
+    assert window.run_panel.state_label.text().endswith(": live")
+    for i in range(3):
+        for phase in ("zero_grad", "forward", "backward", "optimizer"):
+            w.on_sample(sample(i, phase))
+        w.on_step(step_record(i))
+        qtbot.waitUntil(lambda i=i: len(plot(window, "loss_plot").curves["loss"].getData()[0])
+                        == i + 1, timeout=5000)
+    _, loss = plot(window, "loss_plot").curves["loss"].getData()
+    assert loss.tolist() == [1.0, 0.5, 0.25]
+    x, _ = plot(window, "memory_plot").curves["total"].getData()
+    assert len(x) == 12  # four phase samples a step
+    assert window.history.samples.column("total")[-1] == sample(2, "optimizer").total
+    w.on_finish({"steps_done": 3})
+    qtbot.waitUntil(lambda: not window.following, timeout=5000)
+    assert window.followed.state == "finished"
+
+
+def test_following_a_folder_that_is_not_a_run_says_why(qtbot, window, tmp_path, monkeypatch):
+    shown = []
+    monkeypatch.setattr(window, "_message", lambda title, text, *a: shown.append(text))
+    assert not window.follow_run(tmp_path / "nothing")
+    assert shown and "not a folder" in shown[0]

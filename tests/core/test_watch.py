@@ -1,0 +1,390 @@
+"""Watching a user's own script: what it records, and that it never changes the results."""
+
+from __future__ import annotations
+
+import gc
+import json
+import textwrap
+import weakref
+
+import pytest
+import torch
+
+from core.run_files import load_run
+from core.watch.cli import run_script
+
+HEAD = """
+import sys
+import torch
+from torch import nn
+torch.manual_seed(0)
+"""
+
+ADAM_LOOP = HEAD + """
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+for step in range(int(sys.argv[1])):
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    print(repr(loss.item()))
+"""
+
+
+def write(tmp_path, source: str, name: str = "train.py"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(source))
+    return path
+
+
+def watch_script(tmp_path, source: str, args=(), out: str = "run"):
+    """Run a script under watch in this process; returns (exit code, run.json, folder)."""
+    path = write(tmp_path, source)
+    folder = tmp_path / out
+    code = run_script(str(path), list(args), out=folder, quiet=True)
+    return code, json.loads((folder / "run.json").read_text()), folder
+
+
+def plain(tmp_path, source: str, args=()):
+    import runpy
+    import sys
+
+    path = write(tmp_path, source, "plain.py")
+    old = sys.argv
+    sys.argv = [str(path), *args]
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    finally:
+        sys.argv = old
+
+
+def diagnoses(doc: dict, key: str | None = None) -> list[dict]:
+    return [e for e in doc["events"] if e["kind"] == "diagnosis" and key in (None, e["key"])]
+
+
+# --- item 1: the run folder --------------------------------------------------------------------
+
+
+def test_watch_writes_a_run_folder_with_steps_phases_and_categories(tmp_path, capsys):
+    code, doc, folder = watch_script(tmp_path, ADAM_LOOP, ["4"])
+    assert code == 0
+    assert doc["source"] == "watch" and doc["finished"] is True
+    assert doc["argv"][1:] == ["4"] and doc["script"].endswith("train.py")
+    assert doc["version"] >= 2 and doc["summary"]["steps_done"] == 4
+    history = load_run(folder)
+    assert len(history.steps) == 4
+    phases = [r[1] for r in history.samples.rows()]
+    from core.records import PHASE_CODE
+
+    step1 = [p for r, p in zip(history.samples.rows(), phases, strict=True) if r[0] == 1]
+    assert step1 == [PHASE_CODE[p] for p in ("zero_grad", "forward", "backward", "optimizer")]
+    # independent counts on the model the script made: parameters, and Adam's two moments
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    param_bytes = sum(p.nbytes for p in model.parameters())
+    rows = {(int(r[0]), int(r[1])): r for r in history.samples.rows()}
+    cols = history.samples.columns
+    opt_row = rows[(2, PHASE_CODE["optimizer"])]
+    assert opt_row[cols.index("params")] == param_bytes
+    assert opt_row[cols.index("grads")] == param_bytes  # every parameter has a gradient
+    # Adam: exp_avg and exp_avg_sq per parameter, plus a 4-byte step counter each
+    assert opt_row[cols.index("optimizer")] == 2 * param_bytes + 4 * len(list(model.parameters()))
+    # the first step too, where the optimizer is found only at its step
+    assert rows[(0, PHASE_CODE["optimizer"])][cols.index("grads")] == param_bytes
+    zero_row = rows[(2, PHASE_CODE["zero_grad"])]
+    assert zero_row[cols.index("grads")] == 0  # set_to_none
+    fwd = rows[(2, PHASE_CODE["forward"])]
+    assert fwd[cols.index("activations")] > 0
+    losses = [float(x) for x in capsys.readouterr().out.split()]
+    # the file keeps 6 significant digits
+    assert history.steps.column("loss").tolist() == pytest.approx(losses, rel=1e-5)
+
+
+def test_activations_match_saved_tensor_hooks_on_plain_torch(tmp_path):
+    """The forward sample's activations: the bytes autograd saves, counted independently."""
+    _, _, folder = watch_script(tmp_path, ADAM_LOOP, ["2"])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    x = torch.randn(32, 8)
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params:
+            saved[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(x)
+    from core.records import PHASE_CODE
+
+    history = load_run(folder)
+    cols = history.samples.columns
+    fwd = [r for r in history.samples.rows() if r[1] == PHASE_CODE["forward"]]
+    assert fwd[0][cols.index("activations")] == sum(saved.values())
+
+
+def test_memlens_watch_api_phase_and_manual_steps(tmp_path):
+    import memlens
+
+    torch.manual_seed(0)
+    w = torch.zeros(4, requires_grad=True)
+    x = torch.randn(16, 4)
+    with memlens.watch(out=tmp_path / "api") as watch:
+        for _ in range(3):
+            loss = (x @ w - 1).pow(2).mean()
+            loss.backward()
+            with watch.phase("optimizer"), torch.no_grad():
+                w -= 0.1 * w.grad
+                w.grad = None
+            watch.step()
+    history = load_run(tmp_path / "api")
+    assert len(history.steps) == 3
+    assert (history.steps.column("optimizer_ms") > 0).all()
+    assert (history.steps.column("backward_ms") > 0).all()
+
+
+def test_import_memlens_is_lazy():
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    code = "import sys, memlens; print('torch' in sys.modules); print(memlens.watch.__name__)"
+    out = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True,
+                         timeout=300, check=True).stdout.split()
+    assert out == ["False", "watch"]
+
+
+# --- item 2: never changes the user's results ----------------------------------------------------
+
+DROPOUT_LOOP = HEAD + """
+model = nn.Sequential(nn.Linear(8, 32), nn.Dropout(0.3), nn.Tanh(), nn.Linear(32, 3))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+x, y = torch.randn(64, 8), torch.randint(0, 3, (64,))
+for step in range(5):
+    opt.zero_grad()
+    loss = nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 0.5)
+    opt.step()
+    print(loss.item().hex(), model[0].weight.sum().item().hex())
+"""
+
+
+def test_seeded_script_prints_the_same_losses_bit_for_bit(tmp_path, capsys):
+    plain(tmp_path, DROPOUT_LOOP)
+    expected = capsys.readouterr().out
+    code, _, _ = watch_script(tmp_path, DROPOUT_LOOP)
+    assert code == 0
+    got = capsys.readouterr().out
+    assert got == expected and len(expected.split()) == 10
+
+
+def test_autograd_in_place_check_still_fires(tmp_path, capsys):
+    source = HEAD + """
+lin = nn.Linear(4, 4)
+y = lin(torch.randn(2, 4)).sigmoid()
+y.mul_(2)  # sigmoid saved its output: backward must refuse
+y.sum().backward()
+"""
+    code, doc, _ = watch_script(tmp_path, source)
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "modified by an inplace operation" in err
+    assert doc["summary"]["stopped_by"] == "error"
+
+
+def test_a_never_backwarded_graph_is_freed(tmp_path):
+    """Nothing memlens keeps holds a user's graph: a saved activation's storage dies with the
+    output that holds its graph."""
+    import memlens
+
+    class Net(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.lin = torch.nn.Linear(64, 64)
+            self.refs = []
+
+        def forward(self, x):
+            h = self.lin(x).exp()  # exp saves its output for backward
+            self.refs.append(weakref.ref(h.untyped_storage()))
+            return h * 2
+
+    net = Net()
+    with memlens.watch(out=tmp_path / "free"):
+        out = net(torch.randn(128, 64))
+        kept = net(torch.randn(128, 64))
+        del out
+        gc.collect()
+        assert net.refs[0]() is None  # freed: memlens kept nothing of it
+        assert net.refs[1]() is not None  # the control: the held graph keeps its storage
+        del kept
+        gc.collect()
+        assert net.refs[1]() is None
+
+
+# --- item 6: bad input ------------------------------------------------------------------------
+
+
+def test_missing_and_non_python_scripts_exit_2(tmp_path, capsys):
+    from main import main
+
+    assert main(["watch", str(tmp_path / "nope.py")]) == 2
+    assert "no such file" in capsys.readouterr().err
+    (tmp_path / "data.py").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00binary")
+    assert main(["watch", str(tmp_path / "data.py")]) == 2
+    assert "not a Python script" in capsys.readouterr().err
+
+
+def test_raising_script_passes_exit_code_and_keeps_files(tmp_path, capsys):
+    source = ADAM_LOOP + "\nraise ValueError('boom from the script')\n"
+    code, doc, folder = watch_script(tmp_path, source, ["2"])
+    assert code == 1
+    err = capsys.readouterr().err
+    assert "Traceback (most recent call last)" in err and "ValueError: boom from the script" in err
+    assert "train.py" in err and "runpy" not in err
+    assert doc["summary"]["stopped_by"] == "error" and doc["summary"]["extra"]["exit_code"] == 1
+    assert len(load_run(folder).steps) == 2
+
+
+def test_sys_exit_code_is_passed_through(tmp_path):
+    code, doc, _ = watch_script(tmp_path, ADAM_LOOP + "\nsys.exit(7)\n", ["1"])
+    assert code == 7 and doc["summary"]["extra"]["exit_code"] == 7
+
+
+def test_nothing_found_says_how_to_pass_models(tmp_path, capsys):
+    path = write(tmp_path, "import torch\nprint(torch.ones(2).sum().item())\n")
+    code = run_script(str(path), [], out=tmp_path / "none")
+    assert code == 0
+    err = capsys.readouterr().err
+    assert "found no model and no optimizer" in err and "memlens.watch(models=" in err
+
+
+def test_torch_compiled_model_works_with_the_same_losses(tmp_path, capsys):
+    source = HEAD + """
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+compiled = torch.compile(model, backend="aot_eager")  # AOTAutograd, no C++ compiler needed
+opt = torch.optim.SGD(model.parameters(), lr=1e-2)
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+for step in range(3):
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(compiled(x), y)
+    loss.backward()
+    opt.step()
+    print(loss.item().hex())
+"""
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # torch's note on global module hooks
+        plain(tmp_path, source)
+        expected = capsys.readouterr().out
+        code, _, folder = watch_script(tmp_path, source)
+    assert code == 0 and capsys.readouterr().out == expected
+    history = load_run(folder)
+    assert len(history.steps) == 3
+    from core.records import PHASE_CODE
+
+    cols = history.samples.columns
+    fwd = [r for r in history.samples.rows() if r[1] == PHASE_CODE["forward"]]
+    assert all(r[cols.index("activations")] > 0 for r in fwd)
+
+
+def test_optimizer_step_with_closure(tmp_path, capsys):
+    source = HEAD + """
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+opt = torch.optim.LBFGS(model.parameters(), lr=0.1, max_iter=3)
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+def closure():
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    return loss
+for step in range(3):
+    print(opt.step(closure).item().hex())
+"""
+    plain(tmp_path, source)
+    expected = capsys.readouterr().out
+    code, doc, folder = watch_script(tmp_path, source)
+    assert code == 0 and capsys.readouterr().out == expected
+    history = load_run(folder)
+    assert len(history.steps) == 3  # one optimizer step each, its closure's calls inside
+    assert any(e["key"] == "optimizer.step(closure)" for e in doc["events"])
+    assert (history.steps.column("forward_ms") > 0).all()
+
+
+def test_capture_every_n_steps_from_the_loss(tmp_path, capsys):
+    path = write(tmp_path, ADAM_LOOP)
+    plain(tmp_path, ADAM_LOOP, ["4"])
+    expected = capsys.readouterr().out
+    code = run_script(str(path), ["4"], out=tmp_path / "cap", capture_every=2, quiet=True)
+    assert code == 0 and capsys.readouterr().out == expected
+    doc = json.loads((tmp_path / "cap" / "run.json").read_text())
+    assert [g["step"] for g in doc["graphs"]] == [0, 2]
+    # independent: the nodes reachable from this loop's loss on plain torch
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    loss = torch.nn.functional.mse_loss(model(torch.randn(32, 8)), torch.randn(32, 1))
+    seen, stack = {loss.grad_fn}, [loss.grad_fn]
+    while stack:
+        for nxt, _ in stack.pop().next_functions:
+            if nxt is not None and nxt not in seen:
+                seen.add(nxt)
+                stack.append(nxt)
+    assert all(g["nodes"] >= len(seen) for g in doc["graphs"])
+    assert all(g["saved_bytes"] > 0 for g in doc["graphs"])
+
+
+def test_precise_mode_tracks_every_storage_with_the_same_losses(tmp_path, capsys):
+    path = write(tmp_path, ADAM_LOOP)
+    plain(tmp_path, ADAM_LOOP, ["3"])
+    expected = capsys.readouterr().out
+    code = run_script(str(path), ["3"], out=tmp_path / "precise", precise=True, quiet=True)
+    assert code == 0 and capsys.readouterr().out == expected
+    history = load_run(tmp_path / "precise")
+    assert len(history.steps) == 3 and len(history.allocs) > 0
+    doc = json.loads((tmp_path / "precise" / "run.json").read_text())
+    assert doc["environment"]["precise"] is True
+    # the exact in-step peak is at least every phase-end total of its step
+    cols = history.samples.columns
+    for row in history.steps.rows():
+        totals = [r[cols.index("total")] for r in history.samples.rows() if r[0] == row[0]]
+        assert row[history.steps.columns.index("peak_bytes")] >= max(totals)
+
+
+def test_an_error_of_memlens_own_stops_recording_not_the_script(tmp_path, capsys, monkeypatch):
+    from core.watch.session import Watch
+
+    def broken(self, closing=False):
+        raise ZeroDivisionError("a bug in memlens")
+
+    plain(tmp_path, ADAM_LOOP, ["3"])
+    expected = capsys.readouterr().out
+    monkeypatch.setattr(Watch, "_end_step", broken)
+    code, doc, _ = watch_script(tmp_path, ADAM_LOOP, ["3"])
+    assert code == 0 and capsys.readouterr().out == expected
+    assert [e["key"] for e in doc["events"]] == ["memlens stopped recording"]
+    assert "ZeroDivisionError" in doc["events"][0]["message"]
+    assert doc["summary"] is not None
+
+
+def test_a_script_calling_memlens_watch_under_the_watch_command_joins_it(tmp_path):
+    source = HEAD + """
+import memlens
+w_ = torch.zeros(4, requires_grad=True)
+x = torch.randn(16, 4)
+with memlens.watch() as w:
+    for _ in range(3):
+        (x @ w_ - 1).pow(2).mean().backward()
+        with w.phase("optimizer"), torch.no_grad():
+            w_ -= 0.1 * w_.grad
+            w_.grad = None
+        w.step()
+"""
+    code, doc, folder = watch_script(tmp_path, source)
+    assert code == 0 and doc["summary"]["steps_done"] == 3
+    assert (load_run(folder).steps.column("optimizer_ms") > 0).all()

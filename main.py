@@ -12,6 +12,7 @@ COMMANDS = {
     "graph": "core.graph.cli",
     "export": "core.exports.cli",
     "shot": "app.shot",
+    "lessons": "app.lessons_cli",
 }
 
 

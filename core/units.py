@@ -1,0 +1,58 @@
+"""Numbers as a user reads them: bytes in KiB/MiB/GiB, milliseconds, signed changes (for the
+app, the CLI and reports alike)."""
+
+from __future__ import annotations
+
+import math
+
+BYTE_UNITS: tuple[str, ...] = ("B", "KiB", "MiB", "GiB", "TiB")
+
+
+def byte_unit(magnitude: float) -> tuple[float, str]:
+    """The binary unit (its size in bytes, its name) that shows `magnitude` as 1..1023."""
+    size, index = 1.0, 0
+    magnitude = abs(magnitude)
+    while magnitude >= 1024 * size and index < len(BYTE_UNITS) - 1:
+        size *= 1024
+        index += 1
+    return size, BYTE_UNITS[index]
+
+
+def format_bytes(value: float | None, signed: bool = False) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    size, unit = byte_unit(value)
+    sign = "+" if signed and value > 0 else ""
+    if unit == "B":
+        return f"{sign}{value:.0f} B"
+    scaled = value / size
+    digits = 2 if abs(scaled) < 10 else 1 if abs(scaled) < 100 else 0
+    return f"{sign}{scaled:.{digits}f} {unit}"
+
+
+def format_ms(value: float | None) -> str:
+    if value is None or math.isnan(value):
+        return "n/a"
+    if value >= 1000:
+        return f"{value / 1000:.2f} s"
+    if value >= 10:
+        return f"{value:.1f} ms"
+    return f"{value:.2f} ms"
+
+
+def format_number(value: float | None) -> str:
+    """Loss and grad norm: a few significant digits, never scientific below 1e5."""
+    if value is None or math.isnan(value):
+        return "n/a"
+    if math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    if value != 0 and (abs(value) >= 1e5 or abs(value) < 1e-3):
+        return f"{value:.3g}"
+    return f"{value:.4g}"
+
+
+def format_percent_change(before: float, after: float) -> str:
+    if not before or math.isnan(before) or math.isnan(after):
+        return "n/a"
+    change = 100.0 * (after - before) / before
+    return f"{change:+.0f}%"

@@ -227,3 +227,20 @@ def test_cli_quick_writes_the_report_and_never_overwrites_one(tmp_path):
     p = cli("lessons", "--quick", "--steps", "4", "--out", str(out), "--quiet")
     assert p.returncode == 2 and "already holds a report" in p.stderr
     assert (out / "lessons.json").read_bytes() == before
+
+
+def test_compare_runs_gives_mean_and_peak_by_phase_and_category():
+    from core.compare import compare_runs
+    from tests.core.helpers import run, samples_at
+
+    base, _ = run("mlp", steps=5, zero_grad="zeros")
+    cur, _ = run("mlp", steps=5, zero_grad="set_to_none")
+    rows = {(r.phase, r.category): r for r in compare_runs(base, cur)}
+    assert ("eval", "grads") not in rows  # eval_every=0: neither run sampled eval
+    grads = rows[("zero_grad", "grads")]
+    expect = samples_at(base, "zero_grad", "grads")
+    assert grads.base_mean == pytest.approx(expect.mean())
+    assert grads.base_peak == expect.max()
+    assert grads.peak == 0 and grads.peak_change == -expect.max()
+    total = rows[("forward", "total")]
+    assert total.mean == pytest.approx(samples_at(cur, "forward", "total").mean())

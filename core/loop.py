@@ -44,8 +44,9 @@ _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # once (nullcontext keeps no state), not one a step.
 _NO_CONTEXT = contextlib.nullcontext()
 _NUMPY_DOT_DTYPES = (torch.float32, torch.float64)
-_ZERO_GRAD, _FORWARD, _BACKWARD, _OPTIMIZER, _EVAL = (
-    PHASE_CODE[p] for p in ("zero_grad", "forward", "backward", "optimizer", "eval"))
+_ZERO_GRAD, _FORWARD, _BACKWARD, _OPTIMIZER, _EVAL_FORWARD, _EVAL = (
+    PHASE_CODE[p] for p in ("zero_grad", "forward", "backward", "optimizer", "eval_forward",
+                            "eval"))
 _dot = np.dot
 GRAPH_NODE_LIMIT = 200_000  # stop counting beyond this (a leaked graph can be huge)
 # Steps shorter than SHORT_STEP_MS are "short" until one takes longer than LONG_STEP_MS
@@ -492,6 +493,8 @@ class TrainingSession:
                 value = loss.item()
                 p.account_loss(loss, toggles, train=False, value=value)
             ms = (self.tick() - t) * 1e3
+            # Memory as a validation loop holds it: the loss bound, its graph alive under grad.
+            self._edge(_EVAL_FORWARD, p.carried_tensors())
             if graph is not None:
                 self.sink.on_graph(graph.finish(loss, step, kind="eval"))
                 graph = None

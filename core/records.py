@@ -7,8 +7,10 @@ from typing import Any
 
 # A step runs these phases in this order; `eval` only every `eval_every` steps.
 PHASES: tuple[str, ...] = ("zero_grad", "forward", "backward", "optimizer", "eval")
-# A memory sample names the phase that just finished; `start` is the state before step 0.
-SAMPLE_PHASES: tuple[str, ...] = ("start", *PHASES)
+# A memory sample names the phase that just finished; `start` is the state before step 0;
+# `eval_forward` is taken inside the eval phase, at the end of its forward, while the eval
+# loss (and, under grad, its graph) is alive, as a user's validation loop holds it.
+SAMPLE_PHASES: tuple[str, ...] = ("start", *PHASES[:-1], "eval_forward", "eval")
 PHASE_CODE: dict[str, int] = {name: i for i, name in enumerate(SAMPLE_PHASES)}
 
 # The key of the info event that says the native helpers are built before this run starts.

@@ -40,7 +40,7 @@ def test_run_writes_the_three_files_with_the_documented_columns(tmp_path):
     mem = read_csv(out / "memory.csv")
     assert mem[0]["phase"] == "start"
     assert {r["phase"] for r in mem} == {"start", "zero_grad", "forward", "backward",
-                                         "optimizer", "eval"}
+                                         "optimizer", "eval_forward", "eval"}
     for r in mem:
         parts = sum(int(r[f"{c}_bytes"]) for c in
                     ("params", "grads", "optimizer", "activations", "other"))

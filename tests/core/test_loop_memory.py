@@ -196,8 +196,8 @@ def test_every_preset_trains_and_samples_every_phase(preset):
     history, summary = run(preset, steps=3, eval_every=2)
     assert summary.stopped_by == "completed" and summary.steps_done == 3
     phases = history.samples.column("phase")
-    # start + 4 phases a step + one eval
-    assert len(phases) == 1 + 3 * 4 + 1
+    # start + 4 phases a step + one eval (its forward's end and the phase's)
+    assert len(phases) == 1 + 3 * 4 + 2
     saved = steps_col(history, "saved_bytes")
     assert np.all(saved > 0) and np.all(steps_col(history, "graph_nodes") > 0)
     assert np.isfinite(steps_col(history, "loss")).all()

@@ -197,8 +197,7 @@ class LessonsTab(QWidget):
                     item = QTableWidgetItem(text)
                     if COLUMNS[j] == "verdict" and r.verdict in VERDICT_COLORS:
                         item.setForeground(QColor(VERDICT_COLORS[r.verdict]))
-                    item.setToolTip(f"{r.title}: {r.off_label} → {r.on_label}"
-                                    + (f"\n{r.note}" if r.note else ""))
+                    item.setToolTip(f"{r.title}: {r.off_label} → {r.on_label}")
                     self.table.setItem(i, j, item)
         if report.rows:
             self.show_chart(report.rows[0].lesson, report.rows[0].preset)

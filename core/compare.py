@@ -11,9 +11,10 @@ from dataclasses import dataclass
 import numpy as np
 
 from core.history import RunHistory
-from core.records import MEMORY_CATEGORIES, PHASE_CODE, PHASES
+from core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES
 
 COMPARE_CATEGORIES = (*MEMORY_CATEGORIES, "total")
+COMPARE_PHASES = SAMPLE_PHASES[1:]  # every phase edge of a step (not the run's start)
 
 
 @dataclass(frozen=True)
@@ -38,7 +39,7 @@ def _by_phase(history: RunHistory) -> dict[str, dict[str, tuple[float, float]]]:
     rows = history.samples.rows()
     idx = history.samples.index
     out: dict[str, dict[str, tuple[float, float]]] = {}
-    for phase in PHASES:
+    for phase in COMPARE_PHASES:
         at = rows[rows[:, idx["phase"]] == PHASE_CODE[phase]]
         if len(at):
             out[phase] = {c: (float(np.mean(at[:, idx[c]])), float(np.max(at[:, idx[c]])))
@@ -50,7 +51,7 @@ def compare_runs(base: RunHistory, current: RunHistory) -> list[CompareRow]:
     """A row per phase that either run sampled and per category (and the total)."""
     a, b = _by_phase(base), _by_phase(current)
     rows = []
-    for phase in PHASES:
+    for phase in COMPARE_PHASES:
         if phase not in a and phase not in b:
             continue
         for c in COMPARE_CATEGORIES:

@@ -18,13 +18,11 @@ WARMUP_STEPS = 2
 
 @dataclass
 class Reading:
-    """One arm's figure: `value` (exact bytes or a count; a time's median, in ms), the time
-    samples behind a median, and the phase actually read."""
+    """One arm's figure: `value` (exact bytes or a count; a time's median, in ms) and the
+    time samples behind a median."""
 
     value: float | None
     samples: list[float] = field(default_factory=list)
-    phase: str = ""
-    note: str = ""
 
 
 def read_metric(history: RunHistory, metric: Metric) -> Reading:
@@ -36,17 +34,13 @@ def read_metric(history: RunHistory, metric: Metric) -> Reading:
         if metric.kind == "time":
             return _time_reading(history, metric, steps, values)
         return Reading(_reduce(values, metric.reduce))
-    phase = next((p for p in (metric.phase, *metric.fallback_phases) if p in PHASE_CODE), "")
-    if not phase:
-        return Reading(None, note=f"this memlens takes no {metric.phase} sample")
-    note = "" if phase == metric.phase else f"read at {phase}: no {metric.phase} sample here"
     rows = history.samples.rows()
     idx = history.samples.index
-    at = rows[:, idx["phase"]] == PHASE_CODE[phase]
+    at = rows[:, idx["phase"]] == PHASE_CODE[metric.phase]
     # Completed steps only: a step that failed stops before some of its samples.
     done = np.isin(rows[:, idx["step"]], steps)
     values = rows[at & done, idx[metric.column]]
-    return Reading(_reduce(values, metric.reduce), phase=phase, note=note)
+    return Reading(_reduce(values, metric.reduce))
 
 
 def _reduce(values: np.ndarray, how: str) -> float | None:

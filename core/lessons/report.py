@@ -98,9 +98,6 @@ def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
             f"| {r.preset} | {r.lesson} ({r.off_label} → {r.on_label}) | {r.metric} | "
             f"{format_value(r.kind, r.off, growth)} | {format_value(r.kind, r.on, growth)} | "
             f"{change_text(r)} | {r.claim or '—'} | {r.verdict or '—'} |")
-    notes = sorted({r.note for r in report.rows if r.note})
-    if notes:
-        lines += ["", "Notes: " + "; ".join(notes) + "."]
     if charts:
         lines += ["", "## Charts", ""]
         for (lesson, preset), rel in charts.items():

@@ -65,7 +65,6 @@ class LessonRow:
     verdict: str
     runs: dict[str, str]
     steps: dict[str, int]
-    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -257,7 +256,6 @@ class LessonRunner:
     def _row(lesson: Lesson, preset: str, device: str, metric: Metric, off: Reading,
              on: Reading, runs: dict[str, str], steps: dict[str, int]) -> LessonRow:
         claim = metric.claim
-        note = "; ".join(n for n in {off.note, on.note} if n)
         if metric.kind == "time":
             ci = ratio_of_medians(off.samples, on.samples)
             d = ci.as_dict()
@@ -279,5 +277,4 @@ class LessonRunner:
             on_label=lesson.on_label, off=off.value, on=on.value, change=change,
             ci_low=low, ci_high=high, significant=bool(significant), exact=exact,
             claim=claim.text if claim else "", verdict=verdict, runs=runs, steps=steps,
-            note=note,
         )

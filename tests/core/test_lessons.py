@@ -244,3 +244,28 @@ def test_compare_runs_gives_mean_and_peak_by_phase_and_category():
     assert grads.peak == 0 and grads.peak_change == -expect.max()
     total = rows[("forward", "total")]
     assert total.mean == pytest.approx(samples_at(cur, "forward", "total").mean())
+
+
+def test_no_grad_saving_equals_the_eval_forward_samples_of_run_and_plain_torch(tmp_path):
+    import main
+    from core.config import RunConfig, TechniqueToggles
+    from core.presets import build_preset
+    from tests.core.test_article_lessons import saved_bytes_of
+
+    steps = 4
+    report = LessonRunner(["mlp"], steps=steps, block=2, settings=TINY,
+                          names=("no_grad_eval",)).run()
+    row = next(r for r in report.rows if r.metric == "eval-forward activations")
+    held = {}
+    for arm, flag in (("off", "false"), ("on", "true")):
+        out = tmp_path / arm
+        assert main.main(["run", "--preset", "mlp", "--steps", str(steps), "--quiet",
+                          "--set", "batch_size=32", "width=64", "eval_every=1",
+                          f"no_grad_eval={flag}", f"eval_mode={flag}", "--out", str(out)]) == 0
+        held[arm] = _last(out, "eval_forward", "activations_bytes")
+        assert getattr(row, arm) == held[arm]
+    # independent: what one eval forward under grad, in train mode, saves for backward
+    p = build_preset(RunConfig().with_values({"preset": "mlp", **TINY}), torch.device("cpu"))
+    plain = saved_bytes_of(lambda: p.forward_eval(TechniqueToggles()), p.parameters())
+    assert row.off - row.on == held["off"] - held["on"] == plain > 0
+    assert row.verdict == "larger"  # all of it goes, not 30%

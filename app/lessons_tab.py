@@ -33,7 +33,7 @@ from PySide6.QtWidgets import (
 from app.lessons_session import LessonsSession
 from app.signals import signals_blocked
 
-COLUMNS = ("preset", "lesson", "metric", "off", "on", "change", "claim", "verdict")
+COLUMNS = ("preset", "lesson", "metric", "off", "on", "change", "verdict", "claim")
 VERDICT_COLORS = {"confirmed": "#2a8a3e", "larger": "#2a8a3e", "smaller": "#8a6d00",
                   "contradicted": "#c0392b"}
 POLL_MS = 100
@@ -98,9 +98,15 @@ class LessonsTab(QWidget):
         self.chart = QSvgWidget()
         self.chart.setObjectName("lessons_chart")
         self.chart.setMinimumWidth(360)
+        # The chart keeps its drawn size, left-aligned, whatever the tab's width.
+        chart_box = QWidget()
+        chart_row = QHBoxLayout(chart_box)
+        chart_row.setContentsMargins(0, 0, 0, 0)
+        chart_row.addWidget(self.chart, 0, Qt.AlignTop)
+        chart_row.addStretch(1)
         split = QSplitter(Qt.Vertical)
         split.addWidget(self.table)
-        split.addWidget(self.chart)
+        split.addWidget(chart_box)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
 
@@ -191,8 +197,8 @@ class LessonsTab(QWidget):
             for i, r in enumerate(report.rows):
                 growth = "growth" in r.metric
                 cells = (r.preset, r.lesson, r.metric, format_value(r.kind, r.off, growth),
-                         format_value(r.kind, r.on, growth), change_text(r), r.claim or "—",
-                         r.verdict or "—")
+                         format_value(r.kind, r.on, growth), change_text(r),
+                         r.verdict or "—", r.claim or "—")
                 for j, text in enumerate(cells):
                     item = QTableWidgetItem(text)
                     if COLUMNS[j] == "verdict" and r.verdict in VERDICT_COLORS:

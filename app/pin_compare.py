@@ -17,11 +17,14 @@ from PySide6.QtWidgets import (
 from app.signals import signals_blocked
 from app.units import format_bytes
 
-COLUMNS = ("phase", "category", "pin mean", "mean", "Δ mean", "pin peak", "peak", "Δ peak")
+# The changes first: the dock is narrow, and they are what a user reads.
+COLUMNS = ("phase", "category", "Δ mean", "Δ peak", "pin mean", "run mean", "pin peak",
+           "run peak")
 
 
 class PinCompare(QWidget):
-    """`set_runs(pins, current)`: the window's pins and the run its plots show."""
+    """`set_runs(pins, current)`: the window's pins and the run its plots show. With no run
+    on show, the chosen pin is compared with the newest other pin (a lesson's two arms)."""
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -39,6 +42,7 @@ class PinCompare(QWidget):
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
+        self.table.verticalHeader().setDefaultSectionSize(20)
         self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
@@ -52,11 +56,13 @@ class PinCompare(QWidget):
         with signals_blocked(self.pin_box):
             self.pin_box.clear()
             for pin in self.pins:
-                self.pin_box.addItem(f"current run vs {pin.label}: {pin.name}", pin.pin_id)
+                self.pin_box.addItem(f"{pin.label}: {pin.name}", pin.pin_id)
             ids = [p.pin_id for p in self.pins]
             if ids:
-                self.pin_box.setCurrentIndex(ids.index(chosen) if chosen in ids
-                                             else len(ids) - 1)
+                # by default the newest pin against the current run; with none on show,
+                # the first pin (a lesson's `off` arm) against the newest
+                fallback = len(ids) - 1 if current is not None else 0
+                self.pin_box.setCurrentIndex(ids.index(chosen) if chosen in ids else fallback)
         self._fill()
 
     def _chosen_id(self) -> int | None:
@@ -69,13 +75,20 @@ class PinCompare(QWidget):
         from core.compare import compare_runs
 
         pin = next((p for p in self.pins if p.pin_id == self._chosen_id()), None)
-        ok = pin is not None and self.current is not None and pin.series.history is not self.current
-        self.rows = compare_runs(pin.series.history, self.current) if ok else []
-        self.note.setVisible(not self.rows)
+        current, what = self.current, "the current run"
+        if current is None and pin is not None:
+            other = [p for p in self.pins if p is not pin]
+            if other:
+                current, what = other[-1].series.history, f"{other[-1].label}"
+        ok = pin is not None and current is not None and pin.series.history is not current
+        self.rows = compare_runs(pin.series.history, current) if ok else []
+        self.note.setText(f"{what} against {pin.label} (Δ = {what} − pin)" if self.rows else
+                          "Pin a run, then run or open another: their memory by phase "
+                          "shows here.")
         self.table.setRowCount(len(self.rows))
         for i, r in enumerate(self.rows):
-            cells = (r.phase, r.category, format_bytes(r.base_mean), format_bytes(r.mean),
-                     format_bytes(r.mean_change, signed=True), format_bytes(r.base_peak),
-                     format_bytes(r.peak), format_bytes(r.peak_change, signed=True))
+            cells = (r.phase, r.category, format_bytes(r.mean_change, signed=True),
+                     format_bytes(r.peak_change, signed=True), format_bytes(r.base_mean),
+                     format_bytes(r.mean), format_bytes(r.base_peak), format_bytes(r.peak))
             for j, text in enumerate(cells):
                 self.table.setItem(i, j, QTableWidgetItem(text))

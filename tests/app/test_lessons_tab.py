@@ -33,7 +33,7 @@ def test_lessons_tab_runs_shows_verdicts_pins_a_row_and_exports(qtbot, window, t
     assert tab.table.rowCount() == len(report.rows) > 0
     assert tab.progress_bar.value() == 100
     row = next(i for i, r in enumerate(report.rows) if r.metric == "grads at zero_grad")
-    assert tab.table.item(row, 7).text() == report.rows[row].verdict == "confirmed"
+    assert tab.table.item(row, 6).text() == report.rows[row].verdict == "confirmed"
     # the row's runs are on disk, under the window's runs folder
     for arm, folder in report.rows[row].runs.items():
         assert str(tmp_path) in folder and arm in folder
@@ -98,7 +98,7 @@ def test_pin_compare_table_shows_the_pin_against_the_current_run(qtbot, window):
     grads = peak[peak[:, idx["phase"]] == 1, idx["grads"]]
     from app.units import format_bytes
 
-    assert table.item(i, 5).text() == format_bytes(float(np.max(grads)))
-    assert table.item(i, 6).text() == format_bytes(0.0)
-    assert table.item(i, 7).text() == format_bytes(-float(np.max(grads)), signed=True)
+    assert table.item(i, 6).text() == format_bytes(float(np.max(grads)))  # pin peak
+    assert table.item(i, 7).text() == format_bytes(0.0)  # run peak
+    assert table.item(i, 3).text() == format_bytes(-float(np.max(grads)), signed=True)
     assert window.pin_compare.pin_box.count() == 1

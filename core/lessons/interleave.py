@@ -46,6 +46,12 @@ class Turns:
                 self._advance()
             self._cond.notify_all()
 
+    def wait_all_finished(self) -> None:
+        """Block until every arm has finished: an arm that finished first must not take its
+        thread back to other work while another arm's blocks are still being timed."""
+        with self._cond:
+            self._cond.wait_for(lambda: len(self._finished) >= self._arms)
+
     def stop(self) -> None:
         with self._cond:
             self._stopped = True

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -144,11 +145,14 @@ class LessonRunner:
         t0 = time.perf_counter()
         report = LessonsReport(self.presets, self.steps, self.block, self.quick)
         plan = self.plan()
+        # The arms' two threads live for the whole report: a thread that used torch's
+        # OpenMP pool and ended while another arm ran slowed that arm many times over.
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lesson")
         try:
             for index, (lesson, preset) in enumerate(plan):
                 if self.stopping:
                     break
-                arms = self._run_lesson(lesson, preset, index, len(plan))
+                arms = self._run_lesson(pool, lesson, preset, index, len(plan))
                 report.histories[(lesson.name, preset)] = {a.name: a.history for a in arms}
                 report.rows.extend(self._rows(lesson, preset, arms))
                 if not report.environment:
@@ -156,6 +160,8 @@ class LessonRunner:
                     report.device = report.environment.get("device", "")
         except KeyboardInterrupt:  # Ctrl-C in the CLI: keep what was measured
             self.stop()
+        finally:
+            pool.shutdown(wait=True)
         report.stopped = self.stopping
         report.wall_s = time.perf_counter() - t0
         return report
@@ -173,7 +179,8 @@ class LessonRunner:
                 {"batch_size": batch * lesson.off_batch_scale})
         return configs
 
-    def _run_lesson(self, lesson: Lesson, preset: str, index: int, count: int) -> list[_Arm]:
+    def _run_lesson(self, pool: ThreadPoolExecutor, lesson: Lesson, preset: str, index: int,
+                    count: int) -> list[_Arm]:
         from core.loop import run_training
         from core.run_files import RunWriter
         from core.sinks import FanOut
@@ -205,6 +212,7 @@ class LessonRunner:
         writers = [RunWriter(a.folder) if a.folder is not None else None for a in arms]
 
         def work(i: int, arm: _Arm) -> None:
+            threading.current_thread().name = f"lesson-{arm.name}"
             sink = FanOut(arm.history, writers[i],
                           TurnSink(turns, i, self.block, arm.config.steps, stepped))
             try:
@@ -215,19 +223,15 @@ class LessonRunner:
                     writers[i].close()
             finally:
                 turns.finish(i)
+                turns.wait_all_finished()
 
-        threads = [threading.Thread(target=work, args=(i, a), name=f"lesson-{a.name}",
-                                    daemon=True) for i, a in enumerate(arms)]
-        for t in threads:
-            t.start()
+        jobs = [pool.submit(work, i, a) for i, a in enumerate(arms)]
         try:
-            for t in threads:
-                while t.is_alive():  # a timed join: Ctrl-C reaches the main thread
-                    t.join(0.2)
+            while not all(j.done() for j in jobs):  # timed waits: Ctrl-C reaches us
+                wait(jobs, timeout=0.2)
         except KeyboardInterrupt:
             self.stop()
-            for t in threads:
-                t.join()
+            wait(jobs)
         finally:
             with self._lock:
                 self._live = None

@@ -107,6 +107,33 @@ def test_arms_take_turns_in_blocks_abba():
     assert blocks == [0, 1, 1, 0, 0, 1, 1, 0]
 
 
+def test_an_arm_that_finishes_first_holds_its_thread_until_the_other_is_done():
+    turns = Turns(2)
+    released = threading.Event()
+    seen_while_other_ran: list[bool] = []
+
+    def arm(i: int, steps: int) -> None:
+        sink = TurnSink(turns, i, 2, steps)
+        sink.on_start({})
+        for _ in range(steps):
+            if i == 1:
+                seen_while_other_ran.append(released.is_set())
+            sink.on_step(None)
+        sink.on_finish({})
+        turns.wait_all_finished()
+        if i == 0:
+            released.set()
+
+    threads = [threading.Thread(target=arm, args=(0, 2)),
+               threading.Thread(target=arm, args=(1, 8))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert len(seen_while_other_ran) == 8 and not any(seen_while_other_ran)
+    assert released.is_set()
+
+
 def _fake_timing(monkeypatch, slower_arm: str, rate: float) -> None:
     """The loop's phase clock replaced: each arm's session gets its own fake clock, the
     `slower_arm` one `rate` times slower (arms run in threads named lesson-<arm>)."""

@@ -89,6 +89,8 @@ def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
         "Memory: exact bytes. Time: medians, change on/off with its 95% bootstrap interval; "
         "\"within noise\" when the interval includes 0%.",
         "",
+        *(["On CPU a step peak is the largest phase-boundary sample, a lower bound (CUDA's "
+           "is max_memory_allocated).", ""] if report.device.startswith("cpu") else []),
         "| preset | lesson | metric | off | on | change | claim | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]

@@ -46,9 +46,9 @@ from app.run_series import RunSeries
 from app.run_session import RunSession, TrainFn
 from app.status_bar import RunStatusBar
 from app.techniques_panel import TechniquesPanel
-from app.toggle_effect import toggle_effect
 from core.atomic import ExportError
 from core.config import RunConfig
+from core.effects import toggle_effect
 from core.history import RunHistory
 from core.options import ConfigError
 from core.records import RunEvent
@@ -431,11 +431,11 @@ class MainWindow(QMainWindow):
         return "running"
 
     def _update_effects(self) -> None:
-        if not self._measuring or self.series is None:
+        if not self._measuring or self.history is None:
             return
         still = []
         for row, event in self._measuring:
-            effect = toggle_effect(self.series, event)
+            effect = toggle_effect(self.history, event)  # core's: the same text as run.json
             text = effect.text()
             self.events_panel.set_effect(row, text, effect.details())
             if (row, event) == self._toggle_rows[-1]:

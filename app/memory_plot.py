@@ -12,7 +12,7 @@ from app.live_plot import LivePlot, ghost_legend
 from app.plot_style import CATEGORY_COLORS, PEAK_COLOR, RESERVED_COLOR, TOTAL_COLOR, swatch
 from app.run_series import STEP_LINES, RunSeries
 from app.units import format_bytes
-from core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
+from core.records import CATEGORY_HELP, MEMORY_CATEGORIES, SAMPLE_PHASES
 
 Y_UNIT = 2**20  # bytes per unit of the view (see app.bytes_axis)
 
@@ -34,6 +34,8 @@ class MemoryPlot(LivePlot):
         self.add_curve("reserved", RESERVED_COLOR, z=14, finite=False)
         # Before any data: an axis in MiB rather than "0 B .. 1 B"; data rescales it.
         self.getPlotItem().setYRange(0, 1, padding=0)
+        # The legend (the title row) says what each band holds.
+        self.getPlotItem().titleLabel.setToolTip(category_tooltip())
 
     def ghost_line(self, run: RunSeries, x0: float, x1: float, max_points: int
                    ) -> tuple[np.ndarray, np.ndarray]:
@@ -83,6 +85,13 @@ class MemoryPlot(LivePlot):
             first.append(ghost_legend(pins, lambda s: _ghost_total(s, x)))
         second = [swatch(CATEGORY_COLORS[c], c, values[c]) for c in MEMORY_CATEGORIES]
         return "&nbsp;&nbsp;".join(p for p in first if p) + "<br>" + "&nbsp;&nbsp;".join(second)
+
+
+def category_tooltip() -> str:
+    """What each memory band holds, from core's one definition."""
+    rows = "".join(f"<tr><td><b>{c}</b></td><td>{CATEGORY_HELP[c]}</td></tr>"
+                   for c in MEMORY_CATEGORIES)
+    return f"<table>{rows}</table>"
 
 
 def _ghost_total(series: RunSeries, x: float) -> str | None:

@@ -6,7 +6,8 @@ from core.records import MEMORY_CATEGORIES, PHASES
 
 # Muted, colour-blind-friendly hues; fills are these, lightened, drawn opaque.
 CATEGORY_COLORS: dict[str, str] = dict(zip(MEMORY_CATEGORIES, (
-    "#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8C8C8C",
+    "#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8C8C8C", "#937860", "#DA8BC3",
+    "#A6D854",
 ), strict=True))
 PHASE_COLORS: dict[str, str] = dict(zip(PHASES, (
     "#8172B3", "#64B5CD", "#DD8452", "#55A868", "#CCB974",

@@ -147,7 +147,7 @@ class RunSession(QObject):
         if runs_dir is not None:
             folder = new_run_folder(Path(runs_dir), config.preset)
             try:
-                writer = RunWriter(folder, precise=config.precise)
+                writer = RunWriter(folder, precise=config.precise, history=self.history)
                 self.folder = folder
             except ExportError as exc:
                 self.history.on_event(RunEvent(0, 0.0, "setup", message=str(exc),

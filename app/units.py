@@ -1,4 +1,5 @@
-"""Numbers as a user reads them: the one set of formatters lives in core.units."""
+"""Numbers as a user reads them: the one definition lives in core.units (the CLI and run.json
+use the same formats); the app imports it from here."""
 
 from core.units import (  # noqa: F401
     BYTE_UNITS,

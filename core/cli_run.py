@@ -128,12 +128,12 @@ def main(args) -> int:
     from core.sinks import FanOut
 
     out = Path(args.out) if args.out else default_out(cfg.preset)
+    history = RunHistory()
     try:
-        writer = RunWriter(out, precise=cfg.precise)
+        writer = RunWriter(out, precise=cfg.precise, history=history)
     except ExportError as exc:
         print(f"memlens run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
-    history = RunHistory()
     print(f"memlens: {cfg.preset}, {cfg.steps} steps -> {out}", file=sys.stderr)
     try:
         summary = run_training(cfg, sink=FanOut(history, writer, _Progress(cfg.steps, args.quiet)),
@@ -157,8 +157,10 @@ def main(args) -> int:
             return EXIT_BAD_INPUT
     if summary.stopped_by == "error":
         e = summary.error
+        complete = (f"Files are complete up to step {e.step - 1}" if e.step > 0 else
+                    "No step completed; the files hold what step 0 measured before the error")
         print(f"\nTraining error at step {e.step} ({e.phase}): {e.message}\n\n{e.explanation}\n"
-              f"\nFiles are complete up to step {e.step - 1}: {out}", file=sys.stderr)
+              f"\n{complete}: {out}", file=sys.stderr)
         return EXIT_TRAINING_ERROR
     return EXIT_OK
 
@@ -191,6 +193,10 @@ def _print_summary(summary, history) -> None:
     exact = "exact" if env.get("precise") or env.get("device", "").startswith("cuda") \
         else "lower bound"
     print(f"  {'peak':<12} {summary.peak_bytes / mib:10.2f} MiB ({exact})")
+    from core.effects import toggle_effect
+
     for e in history.events():
-        if e.kind in ("toggle", "leak"):
-            print(f"  [{e.kind} at step {e.step}] {e.label()}")
+        if e.kind == "toggle":  # the effect as the app's "What just happened" says it
+            print(f"  [toggle at step {e.step}] {toggle_effect(history, e).text()}")
+        elif e.kind == "leak":
+            print(f"  [leak at step {e.step}] {e.label()}")

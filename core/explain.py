@@ -28,8 +28,24 @@ def torch_oom() -> type:
     return getattr(torch, "OutOfMemoryError", MemoryError)
 
 
-def explain_error(exc: BaseException, preset: str, phase: str, toggles: TechniqueToggles) -> str:
-    """One paragraph: the likely cause here, and what to switch to fix it."""
+# What the caller of run_training does after a training error (its `on_error`), in words.
+AFTER_ERROR = {
+    "pause": "The run is paused with every measurement up to here kept; change a setting "
+             "and resume, or reset.",
+    "stop": "The run stopped here (the CLI exits with status 3) with every measurement up to "
+            "here kept; change the setting and run again.",
+    "continue": "The error is recorded and the run goes on with the next step.",
+}
+
+
+def explain_error(exc: BaseException, preset: str, phase: str, toggles: TechniqueToggles,
+                  on_error: str = "pause") -> str:
+    """One paragraph: the likely cause here, what to switch to fix it, and what the run does
+    next (`on_error`, core.loop.run_training's: the app pauses, the CLI stops)."""
+    return f"{_cause(exc, preset, phase, toggles)} {AFTER_ERROR[on_error]}"
+
+
+def _cause(exc: BaseException, preset: str, phase: str, toggles: TechniqueToggles) -> str:
     msg = str(exc)
     if "backward through the graph a second time" in msg:
         if preset == "lstm" and not toggles.detach_state:
@@ -84,27 +100,41 @@ def explain_error(exc: BaseException, preset: str, phase: str, toggles: Techniqu
             "state without detach, retain_graph) grows memory every step. Otherwise lower "
             "batch_size or width, use amp, or accumulate gradients over smaller micro-batches."
         )
-    return (
-        f"The {phase or 'step'} raised {type(exc).__name__}. The run is paused with every "
-        "measurement up to here kept; change a setting and resume, or reset."
-    )
+    return f"The {phase or 'step'} raised {type(exc).__name__}."
 
 
-def explain_leak(toggles: TechniqueToggles, grew: str, per_step: float) -> str:
-    """Name the likely cause of steady memory growth from the toggles in force."""
-    size = f"{per_step / 2**20:.2f} MiB per step"
+def explain_leak(toggles: TechniqueToggles, grew: str, per_step: float,
+                 period: int = 1) -> str:
+    """Name the likely cause of steady memory growth from the toggles in force, and what it
+    holds: saved tensors (eval under grad, a cache) in tensor bytes, or autograd nodes in the
+    process heap (training, where backward has freed the saved tensors). `period`: steps
+    between evals (growth through eval comes once a period)."""
+    size = f"{_mib(per_step)} per step"
     causes = []
     if toggles.leak_loss_sum:
-        where = "" if toggles.no_grad_eval else " (and in eval, run under grad, each eval graph)"
-        causes.append("`total_loss += loss` keeps every step's graph alive through the sum"
-                      f"{where}; use `total_loss += loss.item()`")
+        if not toggles.no_grad_eval:
+            causes.append(
+                "`total_loss += loss` in eval, run under grad, keeps each eval forward's "
+                f"saved tensors alive through the sum ({_mib(per_step * period)} per eval); "
+                "use `loss.item()`, or run eval under torch.no_grad()")
+        causes.append(
+            "`total_loss += loss` in training keeps every step's autograd nodes alive through "
+            "the sum: backward has freed their saved tensors, so what grows is process heap "
+            "(memory.csv's heap column, a few KB a step), not tensor memory; use "
+            "`total_loss += loss.item()`")
     if toggles.retain_graph and not toggles.detach_state:
         causes.append("carried state without detach plus retain_graph=True chains every "
-                      "step's graph to the next; detach the carried state")
+                      "step's graph to the next, saved tensors and all; detach the carried "
+                      "state")
     if toggles.leak_cache:
-        causes.append("the loss keeps its intermediates in a list that is never cleared; "
-                      "store .detach() copies or .item() values, or clear the list")
+        causes.append("the loss keeps its intermediates in a list that is never cleared "
+                      f"({_mib(per_step)} of tensors a step); store .detach() copies or "
+                      ".item() values, or clear the list")
     if not causes:
         causes.append("something holds tensors across steps: a list of losses or outputs, "
                       "a graph kept by retain_graph, or a state tensor without detach")
     return f"Memory ({grew}) grows {size}. Likely cause: " + "; ".join(causes) + "."
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.2f} MiB"

@@ -25,7 +25,10 @@ STEP_COLUMNS: tuple[str, ...] = (
     "step", "time_s", "loss", "grad_norm", "step_ms", "zero_grad_ms", "forward_ms",
     "backward_ms", "optimizer_ms", "eval_ms", "allocated_bytes", "peak_bytes",
     "reserved_bytes", "graph_nodes", "saved_bytes", "retained_bytes", "eval_loss",
+    "optimizer_stepped", "peak_is_exact",
 )  # fmt: skip
+# The columns of runs written before `optimizer_stepped` and `peak_is_exact` (read as NaN).
+LEGACY_STEP_COLUMNS: tuple[str, ...] = STEP_COLUMNS[:-2]
 # `x` places a sample on the step axis: step + (phase index) / 6, so phases of a step spread
 # across [step, step + 1) and every plot can share one axis.
 SAMPLE_COLUMNS: tuple[str, ...] = (
@@ -55,7 +58,8 @@ def sample_values(s: MemorySample) -> tuple[float, ...]:
     """A sample as a row in SAMPLE_COLUMNS order."""
     return (
         s.step, PHASE_CODE[s.phase], sample_x(s.step, s.phase), s.time_s,
-        s.params, s.grads, s.optimizer, s.activations, s.other, s.total,
+        s.params, s.grads, s.optimizer, s.activations, s.other, s.buffers, s.amp_casts,
+        s.temporaries, s.total,
         _num(s.allocated), _num(s.reserved), _num(s.heap),
     )  # fmt: skip
 
@@ -66,6 +70,7 @@ def step_values(r: StepRecord) -> tuple[float, ...]:
         r.step, r.time_s, r.loss, r.grad_norm, r.step_ms, r.zero_grad_ms, r.forward_ms,
         r.backward_ms, r.optimizer_ms, r.eval_ms, r.allocated_bytes, r.peak_bytes,
         _num(r.reserved_bytes), r.graph_nodes, r.saved_bytes, r.retained_bytes, r.eval_loss,
+        float(r.optimizer_stepped), float(r.peak_is_exact),
     )  # fmt: skip
 
 

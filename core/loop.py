@@ -20,6 +20,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from core.amp_casts import amp_cast_storages
 from core.config import RunConfig, TechniqueToggles
 from core.controls import RunControls, StopRequested
 from core.explain import error_title, explain_error, explain_leak
@@ -164,7 +165,7 @@ class _LeakWatch:
         per_step = (h[-1][0] - h[0][0]) / steps
         act = h[-1][1] - h[0][1]
         grew = "activations saved for backward" if act > (h[-1][0] - h[0][0]) / 2 else "other"
-        return explain_leak(toggles, grew, per_step)
+        return explain_leak(toggles, grew, per_step, self.period)
 
 
 class TrainingSession:
@@ -216,6 +217,10 @@ class TrainingSession:
         self._edge = self._sample_now
         self._step = 0
         self._step_samples: list[MemorySample] = []
+        self.sample_peak = 0  # the largest total of any sample handed on (measured_peak)
+        # The last training forward's result (losses, outputs), held as a user's loop holds
+        # `loss = ...` and `logits = ...`: until the next forward rebinds them.
+        self.held = None
         self.tick, self.timing_label = _timing(self.device)
         self.scaler = None
         self.micro = 0  # micro-batches since the last optimizer step
@@ -237,6 +242,8 @@ class TrainingSession:
                 self.precise.track(p, "params", at_start=True)
             for t in self.preset.carried_tensors():
                 self.precise.track(t, "other", at_start=True)
+            for b in self.preset.buffers():
+                self.precise.track(b, "buffers", at_start=True)
 
     # --- metadata -------------------------------------------------------------------------
     def meta(self) -> dict:
@@ -264,6 +271,7 @@ class TrainingSession:
     def sample(self, step: int, phase: str, carried: list | None = None):
         s = self.probe.sample(step, phase, self.now(), carried)
         self.sink.on_sample(s)
+        self.sample_peak = max(self.sample_peak, s.total)
         return s
 
     def _sample_now(self, code: int, carried: list) -> None:
@@ -281,7 +289,20 @@ class TrainingSession:
                 on_sample(s)
             self._step_samples.extend(kept)
         out, self._step_samples = self._step_samples, []
+        if out:
+            self.sample_peak = max(self.sample_peak, max(s.total for s in out))
         return out
+
+    def measured_peak(self) -> int:
+        """The largest memory any sample so far saw, with the in-step peaks where they are
+        known (CUDA, precise mode): a failed or stopped step's count too, so a summary's
+        peak is never below a total it printed."""
+        peak = self.sample_peak
+        if self.precise is not None:
+            peak = max(peak, self.precise.peak_bytes)
+        if self._cuda:
+            peak = max(peak, torch.cuda.max_memory_allocated(self.device))
+        return peak
 
     def _flush_allocations(self) -> None:
         if self.precise is not None and hasattr(self.sink, "on_allocations"):
@@ -375,6 +396,10 @@ class TrainingSession:
         k = toggles.accumulate
         amp_dtype = _AMP_DTYPES.get(toggles.amp)
         autocast = self._autocast(amp_dtype)
+        if amp_dtype is not None:
+            # AMP's weight copies are told apart from activations at each sample (the
+            # native edge keeps figures without them): sample as each phase ends.
+            edge = self._sample_now
         eval_ms = 0.0
         with self._saved_hooks, (precise if precise is not None else _NO_CONTEXT):
             # zero_grad: at the start of each accumulation cycle, unless switched off.
@@ -393,6 +418,8 @@ class TrainingSession:
                 with autocast:
                     result = p.forward_train(toggles)
                 forward_ms = (tick() - t) * 1e3
+                # The new forward rebinds `loss` and `logits`: the last step's go only now.
+                self.held = result
             except BaseException:
                 if graph is not None:
                     graph.abort()
@@ -402,7 +429,10 @@ class TrainingSession:
                 self.sink.on_graph(graph.finish(result.report_loss, step))
             if toggles.leak_cache:
                 p.cache.extend(result.intermediates)
-            nodes = self._count_nodes([loss for loss, _ in result.backward], GRAPH_NODE_LIMIT)
+            roots = [loss for loss, _ in result.backward]
+            nodes = self._count_nodes(roots, GRAPH_NODE_LIMIT)
+            self.probe.amp_casts = (amp_cast_storages(roots, self.probe.param_list)
+                                    if amp_dtype is not None else {})
             p.account_loss(result.report_loss, toggles, train=True, value=loss_value)
             carried = p.carried_tensors()  # forward replaces lstm's state, a leak adds some
             edge(_FORWARD, carried)
@@ -418,6 +448,8 @@ class TrainingSession:
                     scaled = self.scaler.scale(scaled)
                 scaled.backward(retain_graph=toggles.retain_graph, inputs=inputs)
             backward_ms = (tick() - t) * 1e3
+            # A plain loop keeps `loss` and its outputs bound until the next forward
+            # (self.held): with retain_graph its saved tensors stay alive that long.
             del result, loss, scaled
             edge(_BACKWARD, carried)
             grad_norm = self._grad_norm()
@@ -480,6 +512,10 @@ class TrainingSession:
               ) -> tuple[float, float]:
         """The eval phase: (its loss, its forward's time in ms)."""
         p = self.preset
+        if self.probe.amp_casts:
+            # Only the copies still saved: a freed one's address may hold an eval activation.
+            live = self.saved.live
+            self.probe.amp_casts = {k: n for k, n in self.probe.amp_casts.items() if k in live}
         if toggles.eval_mode:
             p.set_train(False)
         grad_ctx = torch.no_grad() if toggles.no_grad_eval else contextlib.nullcontext()
@@ -494,7 +530,13 @@ class TrainingSession:
                 p.account_loss(loss, toggles, train=False, value=value)
             ms = (self.tick() - t) * 1e3
             # Memory as a validation loop holds it: the loss bound, its graph alive under grad.
-            self._edge(_EVAL_FORWARD, p.carried_tensors())
+            if amp_dtype is not None:
+                if not toggles.no_grad_eval:
+                    self.probe.amp_casts.update(
+                        amp_cast_storages([loss], self.probe.param_list))
+                self._sample_now(_EVAL_FORWARD, p.carried_tensors())
+            else:
+                self._edge(_EVAL_FORWARD, p.carried_tensors())
             if graph is not None:
                 self.sink.on_graph(graph.finish(loss, step, kind="eval"))
                 graph = None
@@ -593,9 +635,11 @@ def run_training(
                 phase = getattr(session, "phase", "")
                 error = RunEvent(step, session.now(), "error", key=error_title(exc),
                                  phase=phase, message=f"{type(exc).__name__}: {exc}",
-                                 explanation=explain_error(exc, config.preset, phase, toggles))
+                                 explanation=explain_error(exc, config.preset, phase, toggles,
+                                                           on_error))
                 sink.on_event(error)
                 session.preset.recover()
+                session.held = None  # a failed step's graph is not kept for the next one
                 session.micro = 0
                 if on_error in ("pause", "continue"):
                     if on_error == "pause":
@@ -619,6 +663,7 @@ def run_training(
                 if sink_cuda is not None:
                     sink_cuda(session.cuda_recorder)
             session.cuda_recorder.close()
+    peak = max(peak, session.measured_peak())
     summary = RunSummary(
         steps_done=done, stopped_by=stopped_by, wall_s=session.now(),
         final_loss=losses[-1] if losses else math.nan, peak_bytes=peak,

@@ -507,8 +507,19 @@ class MemoryProbe:
         for p in self.param_list:
             self.params.add(p)
         self.params.keys = frozenset(self.params.keys)
-        saved.set_params(self.params.keys,
-                         frozenset(p.data_ptr() for p in self.param_list) - {0})
+        # Buffers (BatchNorm running stats, a causal mask) are updated in place, never
+        # replaced, by the presets: counted once here. One saved for backward is still a
+        # buffer, not an activation.
+        self.buffers = _Bytes()
+        for b in preset.buffers():
+            self.buffers.add(b, self.params.keys)
+        self.buffers.keys = frozenset(self.buffers.keys)
+        saved.set_params(self.params.keys | self.buffers.keys,
+                         (frozenset(p.data_ptr() for p in self.param_list)
+                          | frozenset(b.data_ptr() for b in preset.buffers())) - {0})
+        # Storage key -> bytes of the AMP weight copies the last forward saved (set by the
+        # loop from the graph, core.amp_casts); counted apart from activations while alive.
+        self.amp_casts: dict = {}
         self._grads = _Bytes()
         self._grad_list: list[Tensor] | None = []
         self.grad_watch = None
@@ -563,9 +574,16 @@ class MemoryProbe:
         """The samples edge() recorded since the last take, in order (all of them `step`'s:
         the loop takes them at every step's end)."""
         params = self.params.total
+        buffers = self.buffers.total
         return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
-                             None, None, heap if heap >= 0 else None)
+                             None, None, heap if heap >= 0 else None, buffers)
                 for code, t, grads, opt, act, other, heap in self._take_rows()]
+
+    def _amp_bytes(self, live) -> int:
+        """Bytes of the AMP weight copies still saved for backward."""
+        if not self.amp_casts:
+            return 0
+        return sum(n for key, n in self.amp_casts.items() if key in live)
 
     def _scan_grads(self) -> _Bytes:
         grads = _Bytes()
@@ -617,8 +635,10 @@ class MemoryProbe:
                 phase in self._HEAP_PHASES)
             if grads_changed:
                 self._grad_list = None  # made if asked for (see grads())
-            return MemorySample(step, phase, time_s, self.params.total, grads, opt, act_bytes,
-                                other, None, None, heap if heap >= 0 else None)
+            amp = self._amp_bytes(self.saved.live)
+            return MemorySample(step, phase, time_s, self.params.total, grads, opt,
+                                act_bytes - amp, other, None, None,
+                                heap if heap >= 0 else None, self.buffers.total, amp)
         if grads_changed:
             self._grads = self._scan_grads()
         grads = self._grads
@@ -627,14 +647,22 @@ class MemoryProbe:
             self._opt = self._scan_optimizer(grads)
         opt = self._opt
         act_bytes, live = self.saved.measure()
-        known = self.params.total + grads.total + opt.total + act_bytes
+        amp = self._amp_bytes(live)
+        known = self.params.total + grads.total + opt.total + act_bytes + self.buffers.total
         allocated = reserved = heap = None
-        if self.cuda:
-            allocated = torch.cuda.memory_allocated(self.device)
-            reserved = torch.cuda.memory_reserved(self.device)
-            other = max(0, allocated - known)
-        elif self.precise is not None:
-            other = max(0, self.precise.live_bytes - known)
+        temporaries = 0
+        if carried is None:
+            carried = self.preset.carried_tensors()
+        if self.cuda or self.precise is not None:
+            # `other` as light mode sees it (what the loop carries); the rest of what the
+            # allocator or the tracker sees and no category holds: temporaries.
+            other = self._other(carried, grads, opt)
+            if self.cuda:
+                allocated = torch.cuda.memory_allocated(self.device)
+                reserved = torch.cuda.memory_reserved(self.device)
+                temporaries = max(0, allocated - known - other)
+            else:
+                temporaries = max(0, self.precise.live_bytes - known - other)
             # Only what can have changed: parameters once, optimizer state when rescanned.
             found = {"activations": live}
             if grads_changed:
@@ -643,23 +671,26 @@ class MemoryProbe:
                 found["optimizer"] = opt.keys
             if phase == "start":
                 found["params"] = self.params.keys
+            if phase == "start":
+                found["buffers"] = self.buffers.keys
             self.precise.classify(found)
         else:
-            other = self._other(
-                carried if carried is not None else self.preset.carried_tensors(), grads, opt)
+            other = self._other(carried, grads, opt)
         if not self.cuda and phase in self._HEAP_PHASES:
             heap = process_heap_bytes()
         return MemorySample(step, phase, time_s, self.params.total, grads.total, opt.total,
-                            act_bytes, other, allocated, reserved, heap)
+                            act_bytes - amp, other, allocated, reserved, heap,
+                            self.buffers.total, amp, temporaries)
 
     def _other(self, carried: list[Tensor], grads: _Bytes, opt: _Bytes) -> int:
         """Bytes of the tensors the loop carries between steps, not counted elsewhere."""
         seen: set = set()
         total = 0
         pk, gk, ok, live = self.params.keys, grads.keys, opt.keys, self.saved.live
+        bk = self.buffers.keys
         for t in carried:
             key, n = storage_key(t)
-            if key in seen or key in pk or key in gk or key in ok or key in live:
+            if key in seen or key in pk or key in gk or key in ok or key in live or key in bk:
                 continue
             seen.add(key)
             total += n

@@ -25,7 +25,10 @@ class ForwardResult:
     report_loss: Tensor
     # (loss, inputs): backward(loss, inputs=inputs); inputs None means all leaves.
     backward: list[tuple[Tensor, list[Tensor] | None]]
-    intermediates: list[Tensor] = field(default_factory=list)  # what leak_cache would keep
+    intermediates: list[Tensor] = field(default_factory=list)  # what leak_cache keeps (when on)
+    # What a plain loop keeps bound besides its losses (`logits = model(x)`), until the next
+    # step's forward rebinds the names: the loop holds them as long.
+    outputs: list[Tensor] = field(default_factory=list)
 
 
 class Preset:
@@ -53,6 +56,8 @@ class Preset:
     def _make_optimizer(self, params) -> torch.optim.Optimizer:
         kind, lr = self.config.optimizer, self.config.lr
         if kind == "sgd":
+            return torch.optim.SGD(params, lr=lr)
+        if kind == "momentum":
             return torch.optim.SGD(params, lr=lr, momentum=0.9)
         if kind == "adamw":
             return torch.optim.AdamW(params, lr=lr)
@@ -79,6 +84,9 @@ class Preset:
 
     def parameters(self) -> list[Tensor]:
         return [p for m in self.models.values() for p in m.parameters()]
+
+    def buffers(self) -> list[Tensor]:
+        return [b for m in self.models.values() for b in m.buffers()]
 
     def data_tensors(self) -> list[Tensor]:
         return []
@@ -157,7 +165,8 @@ class _Classifier(Preset):
         # this batch, not the whole synthetic dataset it was sliced from.
         logits, features = self._logits(self.xs[i].clone())
         loss = F.cross_entropy(logits, self.ys[i].clone())
-        return ForwardResult(loss, [(loss, None)], [features, logits])
+        return ForwardResult(loss, [(loss, None)],
+                             [features, logits] if toggles.leak_cache else [], [logits])
 
     def forward_eval(self, toggles: TechniqueToggles) -> Tensor:
         logits, _ = self._logits(self.xs[DATA_BATCHES].clone())
@@ -266,9 +275,19 @@ class LstmPreset(Preset):
                 h, c = model["rnn"](emb[:, t], (h, c))
                 outs.append(h)
             out, hidden = torch.stack(outs, dim=1), (h, c)
+        elif self._fp16_on_cpu():
+            # oneDNN has no fp16 LSTM on CPU ("could not create a primitive descriptor"):
+            # the LSTM runs in float32 outside autocast, as a user must write it there;
+            # the embedding and the head stay in fp16.
+            with torch.autocast("cpu", enabled=False):
+                out, hidden = model["rnn"](emb.float(), hidden)
         else:
             out, hidden = model["rnn"](emb, hidden)
         return model["head"](out), hidden
+
+    def _fp16_on_cpu(self) -> bool:
+        return (self.device.type == "cpu" and torch.is_autocast_enabled("cpu")
+                and torch.get_autocast_dtype("cpu") == torch.float16)
 
     def forward_train(self, toggles: TechniqueToggles) -> ForwardResult:
         w = self.step_index % self.windows
@@ -276,11 +295,17 @@ class LstmPreset(Preset):
             self.hidden = self._zero_hidden()  # a new pass over the data starts fresh
         elif toggles.detach_state:
             self.hidden = tuple(h.detach() for h in self.hidden)
+        # The state autocast left in bf16/fp16 goes back into the LSTM in its weights' dtype,
+        # as a user switching AMP off writes it (autocast casts it down again where on).
+        dtype = self.models["model"]["head"].weight.dtype
+        if self.hidden[0].dtype != dtype:
+            self.hidden = tuple(h.to(dtype) for h in self.hidden)
         s = slice(w * self.seq_len, (w + 1) * self.seq_len)
         logits, self.hidden = self._run(self.streams[:, s].clone(), self.hidden)
         target = self.targets[:, s].clone()
         loss = F.cross_entropy(logits.reshape(-1, self.vocab), target.reshape(-1))
-        return ForwardResult(loss, [(loss, None)], [logits])
+        return ForwardResult(loss, [(loss, None)], [logits] if toggles.leak_cache else [],
+                             [logits])
 
     def forward_eval(self, toggles: TechniqueToggles) -> Tensor:
         s = slice(self.windows * self.seq_len, (self.windows + 1) * self.seq_len)
@@ -343,7 +368,8 @@ class GanPreset(Preset):
         # Without detach, d_loss's backward runs through G as well, frees G's graph, and the
         # g_loss backward then needs it a second time.
         g_params = list(self.models["G"].parameters())
-        return ForwardResult(d_loss + g_loss, [(d_loss, None), (g_loss, g_params)], [fake])
+        return ForwardResult(d_loss + g_loss, [(d_loss, None), (g_loss, g_params)],
+                             [fake] if toggles.leak_cache else [], [fake])
 
     def forward_eval(self, toggles: TechniqueToggles) -> Tensor:
         d_loss, g_loss, _ = self._losses(DATA_BATCHES, True)
@@ -393,7 +419,8 @@ class TransformerPreset(Preset):
 
     def forward_train(self, toggles: TechniqueToggles) -> ForwardResult:
         loss, logits = self._loss(self.step_index % DATA_BATCHES)
-        return ForwardResult(loss, [(loss, None)], [logits])
+        return ForwardResult(loss, [(loss, None)], [logits] if toggles.leak_cache else [],
+                             [logits])
 
     def forward_eval(self, toggles: TechniqueToggles) -> Tensor:
         return self._loss(DATA_BATCHES)[0]

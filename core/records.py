@@ -16,8 +16,38 @@ PHASE_CODE: dict[str, int] = {name: i for i, name in enumerate(SAMPLE_PHASES)}
 # The key of the info event that says the native helpers are built before this run starts.
 NATIVE_BUILD_EVENT = "native build"
 
-# Tensor-memory categories, in the order plots stack them.
-MEMORY_CATEGORIES: tuple[str, ...] = ("params", "grads", "optimizer", "activations", "other")
+# Tensor-memory categories, in the order plots stack them. Each storage is in one only:
+#   params       the models' parameters
+#   grads        their .grad tensors
+#   optimizer    optimizer state (momentum, Adam's moments and step counters)
+#   activations  tensors autograd saved for backward and still holds (not parameters,
+#                buffers or AMP weight casts)
+#   other        what the loop carries between steps: the data set, carried state (lstm's
+#                hidden), what a leak holds; the same in light and precise mode
+#   buffers      the models' buffers (BatchNorm running stats, the transformer's mask)
+#   amp_casts    autocast's cached low-precision copies of the weights, kept for backward
+#   temporaries  precise mode and CUDA only: live storages none of the above hold (the
+#                logits and loss the loop keeps bound, kernel scratch); light mode cannot
+#                see them and reports 0
+# The last three came later: appended, so the category codes of older files still hold.
+MEMORY_CATEGORIES: tuple[str, ...] = ("params", "grads", "optimizer", "activations", "other",
+                                      "buffers", "amp_casts", "temporaries")
+# What each category holds, in the user's words: the app's legend tooltip and the docs.
+CATEGORY_HELP: dict[str, str] = {
+    "params": "the models' parameters",
+    "grads": "the parameters' .grad tensors",
+    "optimizer": "optimizer state: momentum buffers, Adam's two moments and step counters",
+    "activations": "tensors autograd saved for backward and still holds (not parameters, "
+                   "buffers or AMP weight copies), each storage once",
+    "other": "what the loop carries between steps: the data set, carried state (lstm's "
+             "hidden), what a leak holds (total_loss += loss, a cache); the same in light "
+             "and precise mode",
+    "buffers": "the models' buffers: BatchNorm running statistics, the transformer's mask",
+    "amp_casts": "autocast's cached bf16/fp16 copies of the weights that backward needs",
+    "temporaries": "precise mode and CUDA only: live storages no other category holds (the "
+                   "logits and loss the loop keeps bound, kernel scratch); 0 in light mode, "
+                   "which cannot see them",
+}
 
 
 @dataclass(slots=True)
@@ -41,10 +71,14 @@ class MemorySample:
     reserved: int | None = None
     # glibc mallinfo2 in-use bytes of the whole process (CPU only, where available).
     heap: int | None = None
+    buffers: int = 0
+    amp_casts: int = 0
+    temporaries: int = 0
 
     @property
     def total(self) -> int:
-        return self.params + self.grads + self.optimizer + self.activations + self.other
+        return (self.params + self.grads + self.optimizer + self.activations + self.other
+                + self.buffers + self.amp_casts + self.temporaries)
 
 
 @dataclass(slots=True)

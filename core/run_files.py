@@ -36,8 +36,10 @@ from core.allocations_file import (
 )
 from core.allocations_file import describe as describe_allocations
 from core.atomic import ExportError, atomic_open, atomic_write_bytes, atomic_write_text
+from core.effects import events_with_effects
 from core.history import (
     ALLOC_COLUMNS,
+    LEGACY_STEP_COLUMNS,
     PHASES_PER_STEP,
     SAMPLE_COLUMNS,
     STEP_COLUMNS,
@@ -62,11 +64,17 @@ MEMORY_HEADER: tuple[str, ...] = (
     "step", "phase", "time_s", *(f"{c}_bytes" for c in MEMORY_CATEGORIES), "total_bytes",
     "allocated_bytes", "reserved_bytes", "heap_bytes",
 )  # fmt: skip
+# memory.csv as runs wrote it before the buffers, amp_casts and temporaries columns.
+_LEGACY_CATEGORIES = MEMORY_CATEGORIES[:5]
+LEGACY_MEMORY_HEADER: tuple[str, ...] = (
+    "step", "phase", "time_s", *(f"{c}_bytes" for c in _LEGACY_CATEGORIES), "total_bytes",
+    "allocated_bytes", "reserved_bytes", "heap_bytes",
+)  # fmt: skip
 ALLOC_HEADER: tuple[str, ...] = (
     "t_us", "action", "storage", "addr", "bytes", "category", "step", "phase", "frames",
 )
 _INT_STEP_COLS = {"step", "allocated_bytes", "peak_bytes", "reserved_bytes", "graph_nodes",
-                  "saved_bytes", "retained_bytes"}
+                  "saved_bytes", "retained_bytes", "optimizer_stepped", "peak_is_exact"}
 _ACTIONS = ACTIONS
 
 
@@ -105,8 +113,13 @@ def graph_summary(snapshot) -> dict[str, int]:
 class RunWriter:
     """A run sink that writes the run folder as the run goes."""
 
-    def __init__(self, folder: str | Path, precise: bool = False) -> None:
+    def __init__(self, folder: str | Path, precise: bool = False,
+                 history: RunHistory | None = None) -> None:
+        """`history`: the run's history, fed before this writer (a FanOut's earlier sink):
+        run.json's toggle events then carry their effect (core.effects), as measured so
+        far."""
         self.folder = Path(folder)
+        self._history = history
         try:
             self.folder.mkdir(parents=True, exist_ok=True)
             self._steps_fh = open(self.folder / STEPS_CSV, "w", newline="", encoding="utf-8")  # noqa: SIM115
@@ -170,6 +183,11 @@ class RunWriter:
     # --- helpers --------------------------------------------------------------------------
     def _write_json(self) -> None:
         self._last_json = time.monotonic()
+        if self._history is not None and any(e.get("kind") == "toggle"
+                                             for e in self._doc["events"]):
+            effects = events_with_effects(self._history)
+            if len(effects) == len(self._doc["events"]):
+                self._doc["events"] = effects
         atomic_write_text(self.folder / RUN_JSON, json.dumps(self._doc, indent=1, default=str))
 
     def close(self) -> None:
@@ -202,7 +220,7 @@ def _write_csv(path: Path, header: tuple[str, ...], rows) -> Path:
 
 def _write_run_json(history: RunHistory, folder: Path) -> Path:
     doc = {"format": RUN_FORMAT, **history.meta, "version": RUN_FORMAT_VERSION,
-           "events": [e.to_dict() for e in history.events()],
+           "events": events_with_effects(history),
            "graphs": [graph_summary(g) for g in history.graphs],
            "summary": history.summary}
     doc.pop("allocations", None)
@@ -368,7 +386,7 @@ def load_run(folder: str | Path) -> RunHistory:
     history.summary = doc.get("summary")
     for e in doc.get("events") or []:
         try:
-            history.on_event(RunEvent(**e))
+            history.on_event(RunEvent(**{k: v for k, v in e.items() if k != "effect"}))
         except TypeError:
             continue
     history.steps.extend(_read_steps(folder / STEPS_CSV))
@@ -443,30 +461,61 @@ def _float(text: str) -> float:
 
 
 def _read_steps(path: Path) -> np.ndarray:
-    fast = _read_numbers(path, STEPS_HEADER)
-    if fast is not None:
+    header = STEPS_HEADER if _has_header(path, STEPS_HEADER) else LEGACY_STEP_COLUMNS
+    width = len(header)
+    fast = _read_numbers(path, header)
+    if fast is None:
+        rows = _read_csv(path, header)
+        try:
+            fast = np.array([[_float(v) for v in r[:width]] for r in rows],
+                            dtype=np.float64).reshape(-1, width)
+        except ValueError as exc:
+            raise RunFolderError(f"{path}: a value is not a number ({exc})") from None
+    if width == len(STEP_COLUMNS):
         return fast
-    rows = _read_csv(path, STEPS_HEADER)
+    out = np.full((len(fast), len(STEP_COLUMNS)), np.nan)  # an older run: no such columns
+    out[:, :width] = fast
+    return out
+
+
+def _has_header(path: Path, header: tuple[str, ...]) -> bool:
     try:
-        return np.array([[_float(v) for v in r[: len(STEP_COLUMNS)]] for r in rows],
-                        dtype=np.float64).reshape(-1, len(STEP_COLUMNS))
-    except ValueError as exc:
-        raise RunFolderError(f"{path}: a value is not a number ({exc})") from None
+        with open(path, encoding="utf-8", errors="replace") as fh:
+            got = fh.readline().strip().split(",")
+    except OSError:
+        return False
+    return tuple(got[: len(header)]) == header
 
 
 def _read_memory(path: Path) -> np.ndarray:
-    fast = _read_numbers(path, MEMORY_HEADER, phase_column=1)
+    if _has_header(path, MEMORY_HEADER) or not _has_header(path, LEGACY_MEMORY_HEADER):
+        return _read_memory_as(path, MEMORY_HEADER)
+    # An older run: its categories where they are now, the newer ones 0 (not separated then).
+    old = _read_memory_as(path, LEGACY_MEMORY_HEADER)
+    out = np.zeros((len(old), len(SAMPLE_COLUMNS)), dtype=np.float64)
+    first = SAMPLE_COLUMNS.index(MEMORY_CATEGORIES[0])
+    n_old = len(_LEGACY_CATEGORIES)
+    out[:, : first + n_old] = old[:, : first + n_old]
+    rest = first + len(MEMORY_CATEGORIES)
+    out[:, rest:] = old[:, first + n_old :]
+    return out
+
+
+def _read_memory_as(path: Path, header: tuple[str, ...]) -> np.ndarray:
+    """memory.csv's rows with `header`'s columns, as SAMPLE_COLUMNS lays them out for it."""
+    width = len(header)  # and x, after step and phase
+    fast = _read_numbers(path, header, phase_column=1)
     if fast is not None:
-        out = np.empty((len(fast), len(SAMPLE_COLUMNS)), dtype=np.float64)
+        out = np.empty((len(fast), width + 1), dtype=np.float64)
         out[:, :2] = fast[:, :2]
         out[:, 2] = fast[:, 0] + fast[:, 1] / PHASES_PER_STEP  # sample_x
         out[:, 3:] = fast[:, 2:]
         return out
-    rows = _read_csv(path, MEMORY_HEADER)
-    out = np.empty((len(rows), len(SAMPLE_COLUMNS)), dtype=np.float64)
+    rows = _read_csv(path, header)
+    out = np.empty((len(rows), width + 1), dtype=np.float64)
     try:
         for i, r in enumerate(rows):
-            step, phase, time_s, *rest = r[: len(MEMORY_HEADER)]
+            step, phase, time_s, *rest = r[: len(header)]
             step_i = int(step)
             out[i] = (step_i, PHASE_CODE[phase], sample_x(step_i, phase), float(time_s),
                       *(_float(v) for v in rest))

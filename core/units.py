@@ -1,5 +1,4 @@
-"""Numbers as a user reads them: bytes in KiB/MiB/GiB, milliseconds, signed changes (for the
-app, the CLI and reports alike)."""
+"""Numbers as a user reads them: bytes in KiB/MiB/GiB, milliseconds, signed changes."""
 
 from __future__ import annotations
 

@@ -40,7 +40,8 @@ PROFILER_CATEGORIES: tuple[str, ...] = (
 )  # fmt: skip
 OURS_TO_PROFILER: dict[str, str] = {
     "params": "parameter", "grads": "gradient", "optimizer": "optimizer_state",
-    "activations": "activation", "other": "unknown",
+    "activations": "activation", "other": "unknown", "buffers": "unknown",
+    "amp_casts": "autograd_detail", "temporaries": "temporary",
 }  # fmt: skip
 # Column of each of our categories in a sizes row (column 0 is the leading 0).
 COLUMN = np.array([1 + PROFILER_CATEGORIES.index(OURS_TO_PROFILER[c]) for c in MEMORY_CATEGORIES])

@@ -9,10 +9,10 @@ from app.bin_pyramid import BinPyramid
 from app.decimate import PeakDecimator, envelope, min_max, visible_slice
 from app.run_series import RunSeries
 from app.synthetic import fill_history, synthetic_training
-from app.toggle_effect import toggle_effect
 from app.units import byte_unit, format_bytes, format_ms, format_percent_change
 from core.config import RunConfig, ScheduledChange
 from core.controls import RunControls
+from core.effects import toggle_effect
 from core.history import RunHistory
 from core.records import MEMORY_CATEGORIES
 from tests.app.drive import on_screen, pixels
@@ -88,20 +88,18 @@ def test_toggle_effect_compares_ten_steps_each_side():
     cfg = RunConfig(steps=40, eval_every=0)
     controls = RunControls(cfg.techniques, (ScheduledChange(20, "zero_grad", "zeros"),))
     synthetic_training(cfg, controls, h)
-    series = RunSeries(h)
-    series.pull()
     event = h.events()[0]
-    effect = toggle_effect(series, event)
+    effect = toggle_effect(h, event)
     assert effect.complete and (effect.before_steps, effect.after_steps) == (10, 10)
     params = h.samples.column("params")[0]
-    assert effect.memory_delta["zero_grad"] == pytest.approx(params)
-    assert effect.memory_delta["backward"] == pytest.approx(0)
+    assert effect.memory_change["zero_grad"] == params
+    assert effect.memory_change["backward"] == 0
     text = effect.text()
     assert text.startswith("zero_grad: set_to_none -> zeros: ")
     assert f"{format_bytes(params, signed=True)} at zero_grad" in text
     assert "step time" in text
-    partial = toggle_effect(series, event, window=30)
-    assert not partial.complete and "measuring: 20 of 30 steps" in partial.text()
+    partial = toggle_effect(h, event, window=30)
+    assert partial.complete and "measured over 20 steps; run ended at step 39" in partial.text()
 
 
 def test_fill_history_makes_a_million_samples_fast():

@@ -99,6 +99,9 @@ LESSONS: tuple[Lesson, ...] = (
             metrics=(
                 Metric("activations after forward", "memory", "sample", "activations",
                        phase="forward", claim=Claim("AMP saves memory", _LOWER_MEMORY)),
+                # what autocast adds: the low-precision copies of weights it keeps
+                Metric("AMP casts after forward", "memory", "sample", "amp_casts",
+                       phase="forward"),
                 Metric("step peak", "memory", "step", "peak_bytes", reduce="max",
                        claim=Claim("AMP saves memory", _LOWER_MEMORY)),
                 Metric("step time", "time", "step", "step_ms",

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -18,21 +17,22 @@ WARMUP_STEPS = 2
 
 @dataclass
 class Reading:
-    """One arm's figure: `value` (exact bytes or a count; a time's median, in ms) and the
-    time samples behind a median."""
+    """One arm's figure: `value` (exact bytes or a count; for a time, in ms, the median of
+    its samples) and a time's samples (one a block)."""
 
     value: float | None
     samples: list[float] = field(default_factory=list)
 
 
-def read_metric(history: RunHistory, metric: Metric) -> Reading:
+def read_metric(history: RunHistory, metric: Metric, block: int = 1) -> Reading:
+    """`block`: the steps an arm ran at a turn; a time's samples are one per block."""
     if metric.source == "errors":
         return Reading(float(sum(1 for e in history.events() if e.kind == "error")))
     steps = history.steps.column("step")
     if metric.source == "step":
         values = history.steps.column(metric.column)
         if metric.kind == "time":
-            return _time_reading(history, metric, steps, values)
+            return _time_reading(history, metric, steps, values, block)
         return Reading(_reduce(values, metric.reduce))
     rows = history.samples.rows()
     idx = history.samples.index
@@ -57,14 +57,17 @@ def _reduce(values: np.ndarray, how: str) -> float | None:
 
 
 def _time_reading(history: RunHistory, metric: Metric, steps: np.ndarray,
-                  values: np.ndarray) -> Reading:
-    keep = steps >= WARMUP_STEPS
+                  values: np.ndarray, block: int) -> Reading:
+    """The median of each block's steps is one sample. Steps of one block ran back to back
+    under the same moment's load, so they are not independent draws: on a busy shared
+    machine, resampling steps gave intervals that excluded 1 for an arm against itself."""
+    keep = (steps >= WARMUP_STEPS) & np.isfinite(values)
     if metric.column == "eval_ms":  # only the steps that ran an eval phase
         keep &= np.isfinite(history.steps.column("eval_loss"))
-    samples = values[keep]
+    values, blocks = values[keep], steps[keep] // max(block, 1)
     if metric.per_sample:
-        samples = samples / batch_size(history)
-    samples = [float(v) for v in samples if math.isfinite(v)]
+        values = values / batch_size(history)
+    samples = [float(np.median(values[blocks == b])) for b in np.unique(blocks)]
     return Reading(float(np.median(samples)) if samples else None, samples)
 
 

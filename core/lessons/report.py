@@ -25,9 +25,10 @@ def report_dict(report) -> dict:
         "notes": {
             "memory": "exact bytes at the named phase boundary (the same figures `run` "
                       "writes in memory.csv / steps.csv); no interval: nothing to sample",
-            "time": "median over steps (after the first 2 of each arm); change = on / off; "
-                    "ci_low..ci_high: 95% percentile bootstrap of the ratio of medians; "
-                    "within noise when it includes 1",
+            "time": "off, on: the median of the arm's block medians (a block's steps "
+                    "share one moment's load; the first 2 steps of each arm left out); "
+                    "change: on / off; ci_low..ci_high: its 95% percentile bootstrap; "
+                    "within noise when the interval includes 1",
             "peak_cpu": "CPU step peak is the largest phase-boundary sample (a lower bound), "
                         "CUDA's is max_memory_allocated",
         },
@@ -86,7 +87,8 @@ def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
         f"{report.block}, interleaved; device {report.device or 'n/a'}; "
         f"{report.wall_s:.0f} s" + (" (stopped: partial)" if report.stopped else "") + ".",
         "",
-        "Memory: exact bytes. Time: medians, change on/off with its 95% bootstrap interval; "
+        "Memory: exact bytes. Time: the median of each arm's block medians, change on/off "
+        "with its 95% bootstrap interval; "
         "\"within noise\" when the interval includes 0%.",
         "",
         *(["On CPU a step peak is the largest phase-boundary sample, a lower bound (CUDA's "

@@ -250,8 +250,8 @@ class LessonRunner:
         steps = {a.name: len(a.history.steps) for a in arms}
         rows = []
         for metric in lesson.metrics:
-            off = read_metric(by["off"].history, metric)
-            on = read_metric(by["on"].history, metric)
+            off = read_metric(by["off"].history, metric, self.block)
+            on = read_metric(by["on"].history, metric, self.block)
             rows.append(self._row(lesson, preset, env.get("device", ""), metric, off, on,
                                   runs, steps))
         return rows

@@ -296,3 +296,34 @@ def test_no_grad_saving_equals_the_eval_forward_samples_of_run_and_plain_torch(t
     plain = saved_bytes_of(lambda: p.forward_eval(TechniqueToggles()), p.parameters())
     assert row.off - row.on == held["off"] - held["on"] == plain > 0
     assert row.verdict == "larger"  # all of it goes, not 30%
+
+
+def test_ctrl_c_in_the_cli_writes_what_was_measured(tmp_path):
+    import signal
+    import subprocess
+    import sys
+
+    from tests.core.test_cli_run import ROOT
+
+    out = tmp_path / "rep"
+    p = subprocess.Popen(
+        [sys.executable, str(ROOT / "main.py"), "lessons", "--preset", "mlp", "--steps", "400",
+         "--set", "batch_size=32", "width=64", "--lesson", "zero_grad", "amp_bf16",
+         "--out", str(out)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    seen = b""
+    while b"lesson 1/2: zero_grad on mlp, step 2" not in seen:  # the first blocks ran
+        chunk = p.stderr.read1(256)
+        assert chunk, seen.decode(errors="replace")
+        seen += chunk
+    p.send_signal(signal.SIGINT)
+    _, err = p.communicate(timeout=240)
+    assert p.returncode == 130, err.decode(errors="replace")
+    doc = json.loads((out / "lessons.json").read_text())
+    assert doc["stopped"] is True
+    assert {r["lesson"] for r in doc["rows"]} == {"zero_grad"}
+    row = next(r for r in doc["rows"] if r["metric"] == "grads at zero_grad")
+    assert row["off"] > 0 and row["on"] == 0
+    for arm in ("off", "on"):
+        with open(out / "runs" / f"mlp-zero_grad-{arm}" / "steps.csv") as fh:
+            assert 0 < len(list(csv.DictReader(fh))) < 400

@@ -15,6 +15,9 @@ from app.units import format_bytes
 from core.records import CATEGORY_HELP, MEMORY_CATEGORIES, SAMPLE_PHASES
 
 Y_UNIT = 2**20  # bytes per unit of the view (see app.bytes_axis)
+# The legend lists these always, and buffers, amp_casts and temporaries where they hold
+# bytes at the step shown: eight entries do not fit one line of a narrow window.
+ALWAYS_LISTED = MEMORY_CATEGORIES[:5]
 
 
 class MemoryPlot(LivePlot):
@@ -68,11 +71,13 @@ class MemoryPlot(LivePlot):
                 row = run.history.samples.rows(i, i + 1)[0]
         head = ""
         values = dict.fromkeys(MEMORY_CATEGORIES, "")
+        shown = set(ALWAYS_LISTED)
         total = peak = ""
         if row is not None:
             idx = run.history.samples.index
             head = f"step {int(row[idx['step']])} after {SAMPLE_PHASES[int(row[idx['phase']])]}"
             values = {c: format_bytes(row[idx[c]]) for c in MEMORY_CATEGORIES}
+            shown.update(c for c in MEMORY_CATEGORIES if row[idx[c]])
             total = format_bytes(row[idx["total"]])
             step_row = run.step_row(int(row[idx["step"]]))
             if step_row is not None:
@@ -83,7 +88,8 @@ class MemoryPlot(LivePlot):
                  swatch(PEAK_COLOR, "peak", peak)]
         if x is not None:
             first.append(ghost_legend(pins, lambda s: _ghost_total(s, x)))
-        second = [swatch(CATEGORY_COLORS[c], c, values[c]) for c in MEMORY_CATEGORIES]
+        second = [swatch(CATEGORY_COLORS[c], c, values[c]) for c in MEMORY_CATEGORIES
+                  if c in shown]
         return "&nbsp;&nbsp;".join(p for p in first if p) + "<br>" + "&nbsp;&nbsp;".join(second)
 
 

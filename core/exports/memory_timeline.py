@@ -64,7 +64,7 @@ class TimelineRows:
         """The profiler's sizes matrix: [0, one column per PROFILER_CATEGORIES entry]."""
         out = np.zeros((len(self.times), 1 + len(PROFILER_CATEGORIES)), dtype=np.int64)
         for c, v in zip(COLUMN, self.values, strict=True):
-            out[:, c] = v
+            out[:, c] += v  # two of ours may share a column (other and buffers: unknown)
         return out
 
 
@@ -164,17 +164,18 @@ def write_memory_timeline(history: RunHistory, path: str | Path,
     """Write memory_timeline.json atomically; returns the rows it holds."""
     rows = timeline_rows(history, events, max_rows)
     times_row = _text.RowTemplate([",", _text.Int(_text.max_abs(rows.times), signed=True)])
-    top = max((_text.max_abs(v) for v in rows.values), default=0)
+    sizes = rows.sizes
+    used = sorted(set(COLUMN.tolist()))  # the profiler's columns ours fill, in file order
+    top = max((_text.max_abs(sizes[:, c]) for c in used), default=0)
     parts: list = [",\n[0"]
     for column in range(1, 1 + len(PROFILER_CATEGORIES)):
-        parts += [",", _text.Int(top, signed=True)] if column in COLUMN else [",0"]
+        parts += [",", _text.Int(top, signed=True)] if column in used else [",0"]
     parts.append("]")
-    order = np.argsort(COLUMN)  # our categories in the order their columns appear
     with atomic_open(Path(path), "wb") as fh:
         fh.write(b"[[")
         _write_rows(fh, times_row.render(rows.times))
         fh.write(b"],[")
-        _write_rows(fh, _text.RowTemplate(parts).render(*(rows.values[i] for i in order)))
+        _write_rows(fh, _text.RowTemplate(parts).render(*(sizes[:, c] for c in used)))
         fh.write(b"\n]]\n")
     return rows
 

@@ -140,6 +140,7 @@ class GraphCapture:
             loss,
             param_names={id(p): name for name, p in params.items()},
             param_storages={storage_key(p) for p in params.values()},
+            buffer_storages={storage_key(b) for m in self.models.values() for b in m.buffers()},
             fn_scopes=self._scopes(),
             param_scopes=self._param_scopes(params),
         )

@@ -68,9 +68,13 @@ class GraphWalk:
         param_storages: set[str],
         fn_scopes: dict[int, tuple[str, tuple[str, ...]]] | None = None,
         param_scopes: dict[str, tuple[str, tuple[str, ...]]] | None = None,
+        buffer_storages: set[str] | frozenset = frozenset(),
     ) -> None:
         self.param_names = param_names
         self.param_storages = param_storages
+        # Module buffers an op saved (BatchNorm's running stats): shown, never counted, as
+        # the engine counts them as buffers and not as saved activations.
+        self.buffer_storages = buffer_storages
         self.fn_scopes = fn_scopes or {}
         self.param_scopes = param_scopes or {}
         self.nodes: dict[str, _Node] = {}
@@ -188,7 +192,7 @@ class GraphWalk:
         key = storage_key(t)
         nbytes = storage_bytes(t)
         is_param = key in self.param_storages
-        counted = not is_param and key not in self._counted
+        counted = not is_param and key not in self._counted and key not in self.buffer_storages
         if counted:
             self._counted.add(key)
             self.saved_bytes += nbytes

@@ -527,3 +527,29 @@ def test_new_data_is_drawn_a_plot_a_frame_when_drawing_all_costs_too_much(qtbot,
     stack.memory_plot.setXRange(0, 620, padding=0)  # the user zooms: a new view
     assert stack.refresh(True)
     assert all(a != b for a, b in zip(last_steps(), before, strict=True)) and not stack.stale
+
+
+def test_memory_plot_draws_the_buffers_band_and_its_legend_says_what_each_band_holds(qtbot):
+    from app.memory_plot import Y_UNIT, MemoryPlot
+    from core.loop import run_training
+    from core.records import CATEGORY_HELP
+    from tests.core.helpers import tiny_config
+
+    h = RunHistory()
+    run_training(tiny_config("cnn", 3), sink=h)
+    series = RunSeries(h)
+    series.pull()
+    plot = MemoryPlot()
+    qtbot.addWidget(plot)
+    plot.draw(series, 0, series.x_end + 1, 10_000)
+    i = MEMORY_CATEGORIES.index("buffers")
+    _, below = plot.area.layer_data(i - 1)
+    _, top = plot.area.layer_data(i)
+    # BatchNorm's running stats and counters, as the history recorded them, in the band
+    buffers = h.samples.column("buffers")
+    assert buffers.min() > 0
+    np.testing.assert_allclose((top - below) * Y_UNIT, buffers, rtol=1e-9)
+    legend = plot.legend_at(series, None, [])
+    assert "buffers" in legend and "amp_casts" not in legend  # listed where it holds bytes
+    tip = plot.getPlotItem().titleLabel.toolTip()
+    assert all(c in tip and CATEGORY_HELP[c] in tip for c in MEMORY_CATEGORIES)

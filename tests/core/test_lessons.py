@@ -310,7 +310,10 @@ def test_ctrl_c_in_the_cli_writes_what_was_measured(tmp_path):
         [sys.executable, str(ROOT / "main.py"), "lessons", "--preset", "mlp", "--steps", "400",
          "--set", "batch_size=32", "width=64", "--lesson", "zero_grad", "amp_bf16",
          "--out", str(out)],
-        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        # as a terminal's: a test run in the background inherits SIGINT ignored, and
+        # Python then installs no KeyboardInterrupt handler
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = b""
     while b"lesson 1/2: zero_grad on mlp, step 2" not in seen:  # the first blocks ran
         chunk = p.stderr.read1(256)

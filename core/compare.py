@@ -48,7 +48,8 @@ def _by_phase(history: RunHistory) -> dict[str, dict[str, tuple[float, float]]]:
 
 
 def compare_runs(base: RunHistory, current: RunHistory) -> list[CompareRow]:
-    """A row per phase that either run sampled and per category (and the total)."""
+    """A row per phase that either run sampled and per category (and the total) that
+    either run holds bytes of there."""
     a, b = _by_phase(base), _by_phase(current)
     rows = []
     for phase in COMPARE_PHASES:
@@ -57,5 +58,7 @@ def compare_runs(base: RunHistory, current: RunHistory) -> list[CompareRow]:
         for c in COMPARE_CATEGORIES:
             am, ap = a[phase][c] if phase in a else (None, None)
             bm, bp = b[phase][c] if phase in b else (None, None)
+            if not any((am, ap, bm, bp)):  # a category neither run has at this phase
+                continue
             rows.append(CompareRow(phase, c, am, ap, bm, bp))
     return rows

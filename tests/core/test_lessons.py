@@ -264,6 +264,7 @@ def test_compare_runs_gives_mean_and_peak_by_phase_and_category():
     cur, _ = run("mlp", steps=5, zero_grad="set_to_none")
     rows = {(r.phase, r.category): r for r in compare_runs(base, cur)}
     assert ("eval", "grads") not in rows  # eval_every=0: neither run sampled eval
+    assert ("zero_grad", "activations") not in rows  # neither holds any there
     grads = rows[("zero_grad", "grads")]
     expect = samples_at(base, "zero_grad", "grads")
     assert grads.base_mean == pytest.approx(expect.mean())

@@ -13,6 +13,7 @@ COMMANDS = {
     "export": "core.exports.cli",
     "shot": "app.shot",
     "watch": "core.watch.cli",
+    "lessons": "app.lessons_cli",
 }
 
 

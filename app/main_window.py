@@ -39,6 +39,8 @@ from app.export_dialog import ExportDialog
 from app.exporting import export_run, unavailable_formats
 from app.frame_pacer import FramePacer
 from app.graph_tab import GraphTab
+from app.lessons_tab import LessonsTab
+from app.pin_compare import PinCompare
 from app.pins import PinnedRun, compare_names, pin_color, run_name
 from app.pins_panel import PinsPanel
 from app.plot_stack import PlotStack
@@ -89,6 +91,7 @@ class MainWindow(QMainWindow):
         self.loaded_from: Path | None = None
         self.pins: list[PinnedRun] = []
         self._next_pin_id = 0
+        self._lesson_pin_ids: set[int] = set()  # the pins of the Lessons tab's picked row
         self._events_seen = 0
         self._graphs_seen = 0
         self._toggle_rows: list[tuple[int, RunEvent]] = []  # (events list row, event)
@@ -155,14 +158,21 @@ class MainWindow(QMainWindow):
             recent=lambda: self.history.graphs[-8:] if self.history is not None else [],
             capture_every=lambda: self.run_panel.fields["capture_every"].value())
         self.tabs.addTab(self.graph_tab, "Autograd graph")
+        self.lessons_tab = LessonsTab(self.runs_dir)
+        self.tabs.addTab(self.lessons_tab, "Lessons")
         self.setCentralWidget(self.tabs)
 
         events_dock = self._dock("Events", self.events_panel, Qt.RightDockWidgetArea,
                                  "events_dock")
-        pins_dock = self._dock("Pinned runs", self.pins_panel, Qt.RightDockWidgetArea,
-                               "pins_dock")
+        self.pin_compare = PinCompare()
+        pins_box = QWidget()
+        pins_layout = QVBoxLayout(pins_box)
+        pins_layout.setContentsMargins(0, 0, 0, 0)
+        pins_layout.addWidget(self.pins_panel, 1)
+        pins_layout.addWidget(self.pin_compare, 2)
+        pins_dock = self._dock("Pinned runs", pins_box, Qt.RightDockWidgetArea, "pins_dock")
         self.splitDockWidget(events_dock, pins_dock, Qt.Vertical)
-        self.resizeDocks([events_dock, pins_dock], [3, 1], Qt.Vertical)
+        self.resizeDocks([events_dock, pins_dock], [1, 1], Qt.Vertical)
         self.resizeDocks([events_dock], [300], Qt.Horizontal)
         self.resize(1480, 920)
 
@@ -226,6 +236,7 @@ class MainWindow(QMainWindow):
         self.graph_tab.capture_every_changed.connect(
             lambda n: self.run_panel.set_value("capture_every", int(n)))
         self.run_panel.value_changed.connect(self._on_run_value_changed)
+        self.lessons_tab.runs_picked.connect(self.pin_lesson_runs)
 
     # --- running -------------------------------------------------------------------------------
     @property
@@ -317,6 +328,7 @@ class MainWindow(QMainWindow):
         if summary is not None:  # a run that could not go on keeps saying why
             self.error_banner.hide()
         self._set_state("finished", self._finished_text(summary))
+        self.pin_compare.set_runs(self.pins, self.history)
 
     def _finished_text(self, summary) -> str:
         if not summary:
@@ -527,6 +539,7 @@ class MainWindow(QMainWindow):
             self.status.set_environment(history.meta.get("environment", {}))
         self.plots.refresh(True)
         self._refresh_text()
+        self.pin_compare.set_runs(self.pins, self.history)
 
     # --- pins --------------------------------------------------------------------------------
     def pin_current_run(self) -> PinnedRun | None:
@@ -536,8 +549,9 @@ class MainWindow(QMainWindow):
             return None
         return self._add_pin(self.series)
 
-    def _add_pin(self, series: RunSeries) -> PinnedRun:
-        pin = PinnedRun(self._next_pin_id, run_name(series.history.meta, series.step_count),
+    def _add_pin(self, series: RunSeries, name: str = "") -> PinnedRun:
+        pin = PinnedRun(self._next_pin_id,
+                        name or run_name(series.history.meta, series.step_count),
                         series, pin_color(self._next_pin_id))
         self._next_pin_id += 1
         self.pins.append(pin)
@@ -554,6 +568,18 @@ class MainWindow(QMainWindow):
                 pin.visible = visible
         self._pins_changed()
 
+    def pin_lesson_runs(self, runs: list) -> list[PinnedRun]:
+        """The Lessons tab's pick: its runs (name, history) replace the previous pick's pins,
+        so the timeline shows the two arms overlaid."""
+        self.pins = [p for p in self.pins if p.pin_id not in self._lesson_pin_ids]
+        added = []
+        for name, history in runs:
+            series = RunSeries(history)
+            series.pull()
+            added.append(self._add_pin(series, name))
+        self._lesson_pin_ids = {p.pin_id for p in added}
+        return added
+
     def _pins_changed(self) -> None:
         # Compared runs are named by the settings in which they differ from each other.
         names = compare_names([p.series.history.meta for p in self.pins],
@@ -562,6 +588,7 @@ class MainWindow(QMainWindow):
             pin.name = name
         self.pins_panel.set_pins(self.pins)
         self.plots.set_pins(self.pins)
+        self.pin_compare.set_runs(self.pins, self.history)
         self._set_state(self.state)
 
     # --- open and export -------------------------------------------------------------------------
@@ -723,6 +750,7 @@ class MainWindow(QMainWindow):
             self.hide()
             event.ignore()
             return
+        self.lessons_tab.shutdown(timeout_ms=3000)
         self._timer.stop()
         self.conventions.save()
         super().closeEvent(event)

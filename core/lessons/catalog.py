@@ -1,0 +1,183 @@
+"""The lessons as data: the settings of the two arms and the metrics read from their runs.
+
+A lesson runs one preset twice, technique off and on, in interleaved blocks. A metric names
+what to read from each run's records (a memory column at a phase, a step column, the error
+count); the runner reads it the same way for both arms. A claim is the article's, in a few
+words, with the direction it says `on` moves the figure and, where it gives one, the size.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+ALL_PRESETS = ("mlp", "cnn", "lstm", "gan", "transformer")
+# Memory metrics: `last` is the value at the last completed step's sample of `phase`;
+# `max` the largest over the run; `growth` bytes a step, from the first completed step's
+# sample to the last.
+REDUCERS = ("last", "max", "growth")
+
+
+@dataclass(frozen=True)
+class Claim:
+    text: str  # the article's claim in a few words
+    direction: str  # "lower" | "higher": where `on` moves the figure against `off`
+    change: float | None = None  # the claimed relative change, e.g. -0.30; None: none given
+
+
+@dataclass(frozen=True)
+class Metric:
+    name: str
+    kind: str  # "memory" (exact bytes) | "time" (ms, medians) | "count"
+    source: str  # "sample": memory.csv rows at `phase`; "step": steps.csv; "errors"
+    column: str = ""
+    phase: str = ""
+    reduce: str = "last"
+    per_sample: bool = False  # time: divide by the arm's batch size
+    claim: Claim | None = None
+
+
+@dataclass(frozen=True)
+class Lesson:
+    name: str
+    title: str
+    off_label: str
+    on_label: str
+    off: dict[str, Any]
+    on: dict[str, Any]
+    metrics: tuple[Metric, ...]
+    presets: tuple[str, ...] = ALL_PRESETS
+    base: dict[str, Any] = field(default_factory=dict)
+    needs_cuda: bool = False
+    # The off arm's batch is this many times the preset's (accumulate: B·k in one batch).
+    off_batch_scale: int = 1
+    # At most this many steps an arm (0: no cap): a lesson whose `on` arm grows every step
+    # must not fill the machine's memory on a long report.
+    max_steps: int = 0
+
+
+_LOWER_MEMORY = "lower"
+ACCUMULATE_K = 4
+
+LESSONS: tuple[Lesson, ...] = (
+    Lesson(
+        "no_grad_eval", "Validation under no_grad() + eval()",
+        "grad + train()", "no_grad + eval()",
+        off={"no_grad_eval": False, "eval_mode": False},
+        on={"no_grad_eval": True, "eval_mode": True},
+        base={"eval_every": 1},
+        metrics=(
+            Metric("eval-forward activations", "memory", "sample", "activations",
+                   phase="eval_forward",
+                   claim=Claim("about 30% less memory", _LOWER_MEMORY, -0.30)),
+            Metric("eval-forward total", "memory", "sample", "total", phase="eval_forward",
+                   claim=Claim("about 30% less memory", _LOWER_MEMORY, -0.30)),
+            Metric("eval time", "time", "step", "eval_ms",
+                   claim=Claim("about 20% faster", "lower", -0.20)),
+        ),
+    ),
+    Lesson(
+        "zero_grad", "zero_grad(set_to_none=True) vs zeros",
+        "zeros", "set_to_none",
+        off={"zero_grad": "zeros"}, on={"zero_grad": "set_to_none"},
+        base={"eval_every": 0},
+        metrics=(
+            Metric("grads at zero_grad", "memory", "sample", "grads", phase="zero_grad",
+                   claim=Claim("set_to_none frees the grads", _LOWER_MEMORY)),
+            Metric("step peak", "memory", "step", "peak_bytes", reduce="max",
+                   claim=Claim("set_to_none saves memory", _LOWER_MEMORY)),
+            Metric("step time", "time", "step", "step_ms"),
+        ),
+    ),
+    *(
+        Lesson(
+            f"amp_{dtype}", f"Mixed precision: autocast {dtype}",
+            "float32", dtype,
+            off={"amp": "off"}, on={"amp": dtype},
+            base={"eval_every": 0},
+            needs_cuda=dtype == "fp16",
+            metrics=(
+                Metric("activations after forward", "memory", "sample", "activations",
+                       phase="forward", claim=Claim("AMP saves memory", _LOWER_MEMORY)),
+                # what autocast adds: the low-precision copies of weights it keeps
+                Metric("AMP casts after forward", "memory", "sample", "amp_casts",
+                       phase="forward"),
+                Metric("step peak", "memory", "step", "peak_bytes", reduce="max",
+                       claim=Claim("AMP saves memory", _LOWER_MEMORY)),
+                Metric("step time", "time", "step", "step_ms",
+                       claim=Claim("AMP is faster", "lower")),
+            ),
+        )
+        for dtype in ("bf16", "fp16")
+    ),
+    Lesson(
+        "accumulate", f"Gradient accumulation, k={ACCUMULATE_K}",
+        f"one batch of {ACCUMULATE_K}·B", f"{ACCUMULATE_K} micro-batches of B",
+        off={"accumulate": 1}, on={"accumulate": ACCUMULATE_K},
+        base={"eval_every": 0}, off_batch_scale=ACCUMULATE_K,
+        metrics=(
+            Metric("step peak", "memory", "step", "peak_bytes", reduce="max",
+                   claim=Claim(f"{ACCUMULATE_K}× the batch at one micro-batch's memory",
+                               _LOWER_MEMORY)),
+            Metric("step time per sample", "time", "step", "step_ms", per_sample=True),
+        ),
+    ),
+    Lesson(
+        "detach_state", "detach() of carried state",
+        "no detach", "detach",
+        off={"detach_state": False}, on={"detach_state": True},
+        base={"eval_every": 0}, presets=("lstm", "gan"),
+        metrics=(
+            Metric("training errors", "count", "errors",
+                   claim=Claim("without detach: backward fails", "lower")),
+            Metric("memory growth per step", "memory", "sample", "total", phase="optimizer",
+                   reduce="growth", claim=Claim("detach keeps memory flat", _LOWER_MEMORY)),
+        ),
+    ),
+    Lesson(
+        "retain_graph", "retain_graph=True without detach",
+        "retain_graph=False", "retain_graph=True",
+        off={"retain_graph": False}, on={"retain_graph": True},
+        base={"eval_every": 0, "detach_state": False}, presets=("lstm",), max_steps=16,
+        metrics=(
+            Metric("training errors", "count", "errors",
+                   claim=Claim("backward can go through the old graph again", "lower")),
+            Metric("saved bytes held across the step", "memory", "step", "retained_bytes",
+                   claim=Claim("the graph is kept: memory held", "higher")),
+            Metric("memory growth per step", "memory", "sample", "total", phase="optimizer",
+                   reduce="growth", claim=Claim("memory grows every step", "higher")),
+            Metric("step time", "time", "step", "step_ms",
+                   claim=Claim("step time grows", "higher")),
+        ),
+    ),
+    Lesson(
+        "leak_loss_sum", "total_loss += loss in training",
+        "loss.item()", "total_loss += loss",
+        off={"leak_loss_sum": False}, on={"leak_loss_sum": True},
+        base={"eval_every": 0},
+        metrics=(
+            Metric("memory growth per step", "memory", "sample", "total", phase="optimizer",
+                   reduce="growth", claim=Claim("total_loss += loss leaks", "higher")),
+        ),
+    ),
+    Lesson(
+        "leak_loss_sum_eval", "total_loss += loss in validation under grad",
+        "loss.item()", "total_loss += loss",
+        off={"leak_loss_sum": False}, on={"leak_loss_sum": True},
+        base={"eval_every": 1, "no_grad_eval": False, "eval_mode": False},
+        metrics=(
+            Metric("memory growth per step", "memory", "sample", "total", phase="eval",
+                   reduce="growth", claim=Claim("total_loss += loss leaks", "higher")),
+        ),
+    ),
+)
+
+LESSON_NAMES = tuple(lesson.name for lesson in LESSONS)
+
+
+def lessons_for(preset: str, cuda: bool, names: tuple[str, ...] | None = None
+                ) -> list[Lesson]:
+    """The lessons that apply to a preset on this device (fp16 only on CUDA)."""
+    return [lesson for lesson in LESSONS
+            if preset in lesson.presets and (cuda or not lesson.needs_cuda)
+            and (names is None or lesson.name in names)]

@@ -1,0 +1,110 @@
+"""A lessons report on disk: lessons.json (every row), lessons.md (the table, the verdicts)
+and one chart per lesson and preset (SVG here; PNG where a renderer is given)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from itertools import groupby
+from pathlib import Path
+
+from core.atomic import atomic_write_text
+from core.lessons.chart import chart_svg, format_value
+
+REPORT_FORMAT = "memlens-lessons"
+REPORT_VERSION = 1
+CHARTS = "charts"
+
+
+def report_dict(report) -> dict:
+    return {
+        "format": REPORT_FORMAT, "version": REPORT_VERSION,
+        "presets": report.presets, "steps": report.steps, "block": report.block,
+        "quick": report.quick, "device": report.device, "stopped": report.stopped,
+        "wall_s": round(report.wall_s, 1), "environment": report.environment,
+        "notes": {
+            "memory": "exact bytes at the named phase boundary (the same figures `run` "
+                      "writes in memory.csv / steps.csv); no interval: nothing to sample",
+            "time": "off, on: the median of the arm's block medians (a block's steps "
+                    "share one moment's load; the first 2 steps of each arm left out); "
+                    "change: on / off; ci_low..ci_high: its 95% percentile bootstrap; "
+                    "within noise when the interval includes 1",
+            "peak_cpu": "CPU step peak is the largest phase-boundary sample (a lower bound), "
+                        "CUDA's is max_memory_allocated",
+        },
+        "rows": [r.to_dict() for r in report.rows],
+    }
+
+
+def groups(rows: list) -> list[tuple[tuple[str, str], list]]:
+    """Rows by (lesson, preset), in report order."""
+    return [(k, list(g)) for k, g in groupby(rows, key=lambda r: (r.lesson, r.preset))]
+
+
+def chart_name(lesson: str, preset: str) -> str:
+    return f"{preset}-{lesson}"
+
+
+def write_report(report, out: str | Path,
+                 png: Callable[[str, Path], None] | None = None) -> list[Path]:
+    """Write the report into `out`; `png(svg_text, path)` renders each chart as PNG too.
+    Returns the files written."""
+    out = Path(out)
+    written = []
+    path = out / "lessons.json"
+    atomic_write_text(path, json.dumps(report_dict(report), indent=1))
+    written.append(path)
+    charts = {}
+    for (lesson, preset), rows in groups(report.rows):
+        svg = chart_svg(rows)
+        base = out / CHARTS / chart_name(lesson, preset)
+        atomic_write_text(base.with_suffix(".svg"), svg)
+        written.append(base.with_suffix(".svg"))
+        if png is not None:
+            png(svg, base.with_suffix(".png"))
+            written.append(base.with_suffix(".png"))
+        charts[(lesson, preset)] = base.relative_to(out)
+    path = out / "lessons.md"
+    atomic_write_text(path, markdown(report, charts, png is not None))
+    written.append(path)
+    return written
+
+
+def change_text(r) -> str:
+    if r.change is None:
+        return "n/a"
+    text = f"{(r.change - 1) * 100:+.0f}%"
+    if r.kind == "time" and r.ci_low is not None and r.ci_high is not None:
+        text += f" ({(r.ci_low - 1) * 100:+.0f}% to {(r.ci_high - 1) * 100:+.0f}%)"
+    return text
+
+
+def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
+    charts = charts or {}
+    lines = [
+        "# memlens lessons report", "",
+        f"Presets: {', '.join(report.presets)}; {report.steps} steps an arm in blocks of "
+        f"{report.block}, interleaved; device {report.device or 'n/a'}; "
+        f"{report.wall_s:.0f} s" + (" (stopped: partial)" if report.stopped else "") + ".",
+        "",
+        "Memory: exact bytes. Time: the median of each arm's block medians, change on/off "
+        "with its 95% bootstrap interval; "
+        "\"within noise\" when the interval includes 0%.",
+        "",
+        *(["On CPU a step peak is the largest phase-boundary sample, a lower bound (CUDA's "
+           "is max_memory_allocated).", ""] if report.device.startswith("cpu") else []),
+        "| preset | lesson | metric | off | on | change | claim | verdict |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in report.rows:
+        growth = "growth" in r.metric
+        lines.append(
+            f"| {r.preset} | {r.lesson} ({r.off_label} → {r.on_label}) | {r.metric} | "
+            f"{format_value(r.kind, r.off, growth)} | {format_value(r.kind, r.on, growth)} | "
+            f"{change_text(r)} | {r.claim or '—'} | {r.verdict or '—'} |")
+    if charts:
+        lines += ["", "## Charts", ""]
+        for (lesson, preset), rel in charts.items():
+            ext = ".png" if with_png else ".svg"
+            lines.append(f"![{lesson} on {preset}]({rel.with_suffix(ext).as_posix()})")
+    return "\n".join(lines) + "\n"

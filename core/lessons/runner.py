@@ -1,0 +1,284 @@
+"""Running the lessons: each lesson's two arms interleaved in blocks, rows with verdicts.
+
+A plain object the CLI and the app's worker drive alike: `run()` in the calling thread,
+`stop()` from any thread (what was measured is kept: the rows of the lessons done, and of
+the one stopped, from the steps it ran), `progress` called from the arms' threads.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from core.config import RunConfig
+from core.controls import RunControls
+from core.history import RunHistory
+from core.lessons.catalog import Lesson, Metric, lessons_for
+from core.lessons.interleave import Turns, TurnSink
+from core.lessons.measure import Reading, read_metric
+from core.lessons.verdict import SAME, exact_verdict, time_verdict
+from core.stats import ratio_of_medians
+
+FULL_STEPS, FULL_BLOCK = 40, 4
+QUICK_STEPS, QUICK_BLOCK = 8, 2
+
+
+@dataclass
+class Progress:
+    """Where a report is: lesson `index` of `count`, and steps done of the lesson's total."""
+
+    index: int
+    count: int
+    lesson: str
+    preset: str
+    steps_done: int
+    steps_total: int
+
+    def text(self) -> str:
+        return (f"lesson {self.index + 1}/{self.count}: {self.lesson} on {self.preset}, "
+                f"step {self.steps_done}/{self.steps_total}")
+
+
+@dataclass
+class LessonRow:
+    """One metric of one lesson on one preset: the two arms' figures and the verdict."""
+
+    lesson: str
+    title: str
+    preset: str
+    device: str
+    metric: str
+    kind: str  # memory | time | count
+    off_label: str
+    on_label: str
+    off: float | None
+    on: float | None
+    change: float | None  # on / off
+    ci_low: float | None
+    ci_high: float | None
+    significant: bool
+    exact: bool  # memory and counts: exact figures, no interval
+    claim: str
+    verdict: str
+    runs: dict[str, str]
+    steps: dict[str, int]
+
+    def to_dict(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass
+class LessonsReport:
+    presets: list[str]
+    steps: int
+    block: int
+    quick: bool
+    device: str = ""
+    rows: list[LessonRow] = field(default_factory=list)
+    stopped: bool = False
+    wall_s: float = 0.0
+    environment: dict[str, Any] = field(default_factory=dict)
+    # (lesson, preset) -> {"off": RunHistory, "on": RunHistory}: the runs behind the rows
+    histories: dict[tuple[str, str], dict[str, RunHistory]] = field(default_factory=dict)
+
+
+@dataclass
+class _Arm:
+    name: str  # "off" | "on"
+    config: RunConfig
+    history: RunHistory
+    folder: Path | None
+    summary: Any = None
+    error: BaseException | None = None
+
+
+class LessonRunner:
+    """Runs the lessons for some presets. `out`: a folder for the arms' run folders (None:
+    in memory only). `settings`: overrides for every arm (e.g. sizes, device)."""
+
+    def __init__(self, presets: list[str], *, steps: int | None = None, quick: bool = False,
+                 out: str | Path | None = None, settings: dict[str, Any] | None = None,
+                 names: tuple[str, ...] | None = None, block: int | None = None,
+                 progress: Callable[[Progress], None] | None = None) -> None:
+        self.presets = list(presets)
+        self.quick = quick
+        self.steps = steps or (QUICK_STEPS if quick else FULL_STEPS)
+        self.block = block or (QUICK_BLOCK if quick else FULL_BLOCK)
+        self.out = Path(out) if out is not None else None
+        self.settings = dict(settings or {})
+        self.names = names
+        self.progress = progress
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._live: tuple[list[RunControls], Turns] | None = None
+
+    # --- control (any thread) ---------------------------------------------------------------
+    def stop(self) -> None:
+        self._stop.set()
+        with self._lock:
+            live = self._live
+        if live is not None:
+            for controls in live[0]:
+                controls.stop()
+            live[1].stop()
+
+    @property
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    def plan(self) -> list[tuple[Lesson, str]]:
+        """(lesson, preset) pairs in the order they run (settings checked here)."""
+        from core.loop import resolve_device
+
+        device = resolve_device(RunConfig().with_values(self.settings).device)
+        return [(lesson, preset) for preset in self.presets
+                for lesson in lessons_for(preset, device.type == "cuda", self.names)]
+
+    # --- running ----------------------------------------------------------------------------
+    def run(self) -> LessonsReport:
+        import time
+
+        t0 = time.perf_counter()
+        report = LessonsReport(self.presets, self.steps, self.block, self.quick)
+        plan = self.plan()
+        # The arms' two threads live for the whole report: a thread that used torch's
+        # OpenMP pool and ended while another arm ran slowed that arm many times over.
+        pool = ThreadPoolExecutor(max_workers=2, thread_name_prefix="lesson")
+        try:
+            for index, (lesson, preset) in enumerate(plan):
+                if self.stopping:
+                    break
+                arms = self._run_lesson(pool, lesson, preset, index, len(plan))
+                report.histories[(lesson.name, preset)] = {a.name: a.history for a in arms}
+                report.rows.extend(self._rows(lesson, preset, arms))
+                if not report.environment:
+                    report.environment = dict(arms[0].history.meta.get("environment", {}))
+                    report.device = report.environment.get("device", "")
+        except KeyboardInterrupt:  # Ctrl-C in the CLI: keep what was measured
+            self.stop()
+        finally:
+            pool.shutdown(wait=True)
+        report.stopped = self.stopping
+        report.wall_s = time.perf_counter() - t0
+        return report
+
+    def _configs(self, lesson: Lesson, preset: str) -> dict[str, RunConfig]:
+        from core.presets import PRESET_CLASSES
+
+        steps = min(self.steps, lesson.max_steps) if lesson.max_steps else self.steps
+        base = RunConfig().with_values({"preset": preset, "steps": steps, **lesson.base,
+                                        **self.settings})
+        configs = {"off": base.with_values(lesson.off), "on": base.with_values(lesson.on)}
+        if lesson.off_batch_scale > 1:
+            batch = base.batch_size or PRESET_CLASSES[preset].defaults["batch_size"]
+            configs["off"] = configs["off"].with_values(
+                {"batch_size": batch * lesson.off_batch_scale})
+        return configs
+
+    def _run_lesson(self, pool: ThreadPoolExecutor, lesson: Lesson, preset: str, index: int,
+                    count: int) -> list[_Arm]:
+        from core.loop import run_training
+        from core.run_files import RunWriter
+        from core.sinks import FanOut
+
+        configs = self._configs(lesson, preset)
+        arms = [_Arm(name, cfg, RunHistory(),
+                     self.out / "runs" / f"{preset}-{lesson.name}-{name}" if self.out else None)
+                for name, cfg in configs.items()]
+        total = sum(a.config.steps for a in arms)
+        done = [0]
+        done_lock = threading.Lock()
+
+        def stepped() -> None:
+            with done_lock:
+                done[0] += 1
+                n = done[0]
+            if self.progress is not None:
+                self.progress(Progress(index, count, lesson.name, preset, n, total))
+
+        turns = Turns(len(arms))
+        # Each arm's own controls: run_training reads the techniques from them.
+        controls = [RunControls(a.config.techniques) for a in arms]
+        with self._lock:
+            self._live = (controls, turns)
+        if self.stopping:
+            for c in controls:
+                c.stop()
+            turns.stop()
+        writers = [RunWriter(a.folder) if a.folder is not None else None for a in arms]
+
+        def work(i: int, arm: _Arm) -> None:
+            threading.current_thread().name = f"lesson-{arm.name}"
+            sink = FanOut(arm.history, writers[i],
+                          TurnSink(turns, i, self.block, arm.config.steps, stepped))
+            try:
+                arm.summary = run_training(arm.config, controls[i], sink, on_error="continue")
+            except BaseException as exc:  # a bug or a bad setting: reported with the row
+                arm.error = exc
+                if writers[i] is not None:
+                    writers[i].close()
+            finally:
+                turns.finish(i)
+                turns.wait_all_finished()
+
+        jobs = [pool.submit(work, i, a) for i, a in enumerate(arms)]
+        try:
+            while not all(j.done() for j in jobs):  # timed waits: Ctrl-C reaches us
+                wait(jobs, timeout=0.2)
+        except KeyboardInterrupt:
+            self.stop()
+            wait(jobs)
+        finally:
+            with self._lock:
+                self._live = None
+        for arm in arms:
+            if arm.error is not None and not isinstance(arm.error, KeyboardInterrupt):
+                from core.options import ConfigError
+
+                if isinstance(arm.error, ConfigError):
+                    raise arm.error
+        return arms
+
+    def _rows(self, lesson: Lesson, preset: str, arms: list[_Arm]) -> list[LessonRow]:
+        by = {a.name: a for a in arms}
+        env = by["off"].history.meta.get("environment", {})
+        runs = {a.name: str(a.folder) if a.folder is not None else "" for a in arms}
+        steps = {a.name: len(a.history.steps) for a in arms}
+        rows = []
+        for metric in lesson.metrics:
+            off = read_metric(by["off"].history, metric, self.block)
+            on = read_metric(by["on"].history, metric, self.block)
+            rows.append(self._row(lesson, preset, env.get("device", ""), metric, off, on,
+                                  runs, steps))
+        return rows
+
+    @staticmethod
+    def _row(lesson: Lesson, preset: str, device: str, metric: Metric, off: Reading,
+             on: Reading, runs: dict[str, str], steps: dict[str, int]) -> LessonRow:
+        claim = metric.claim
+        if metric.kind == "time":
+            ci = ratio_of_medians(off.samples, on.samples)
+            d = ci.as_dict()
+            change, low, high, significant = d["ratio"], d["ci_low"], d["ci_high"], \
+                d["significant"]
+            verdict = time_verdict(ci, claim)
+            exact = False
+        else:
+            change = (on.value / off.value if off.value and on.value is not None else None)
+            low = high = None
+            significant = (off.value is not None and on.value is not None
+                           and abs(on.value - off.value)
+                           > SAME * max(abs(off.value), abs(on.value)))
+            verdict = exact_verdict(off.value, on.value, claim)
+            exact = True
+        return LessonRow(
+            lesson=lesson.name, title=lesson.title, preset=preset, device=device,
+            metric=metric.name, kind=metric.kind, off_label=lesson.off_label,
+            on_label=lesson.on_label, off=off.value, on=on.value, change=change,
+            ci_low=low, ci_high=high, significant=bool(significant), exact=exact,
+            claim=claim.text if claim else "", verdict=verdict, runs=runs, steps=steps,
+        )

@@ -1,0 +1,55 @@
+"""A claim against a measurement: confirmed, larger, smaller, not seen, contradicted, within noise.
+
+Memory figures are exact bytes, so a difference is real or absent; a claimed size is met
+when the measured change is within a factor SIZE_FACTOR of it. Time figures are medians of
+noisy steps: the ratio on/off and its bootstrap interval (core.stats) decide; an interval
+that includes 1 is "within noise", and a claimed size is met when the interval holds it.
+"""
+
+from __future__ import annotations
+
+from core.lessons.catalog import Claim
+from core.stats import RatioCI
+
+VERDICTS = ("confirmed", "larger", "smaller", "not seen", "contradicted", "within noise")
+SIZE_FACTOR = 1.5
+# Exact figures closer than this (relative) are the same for a verdict: a few bytes of
+# bookkeeping are not what a claim is about.
+SAME = 0.01
+
+
+def exact_verdict(off: float | None, on: float | None, claim: Claim | None) -> str:
+    """Verdict for exact figures (memory bytes, error counts)."""
+    if claim is None or off is None or on is None:
+        return ""
+    diff = on - off
+    scale = max(abs(off), abs(on))
+    if scale == 0 or abs(diff) <= SAME * scale:
+        return "not seen"
+    if (diff < 0) != (claim.direction == "lower"):
+        return "contradicted"
+    if claim.change is None or off == 0:
+        return "confirmed"
+    measured, claimed = abs(diff / off), abs(claim.change)
+    if measured > claimed * SIZE_FACTOR:
+        return "larger"
+    if measured < claimed / SIZE_FACTOR:
+        return "smaller"
+    return "confirmed"
+
+
+def time_verdict(ci: RatioCI, claim: Claim | None) -> str:
+    """Verdict for a time ratio on/off with its interval."""
+    if claim is None or ci.ratio != ci.ratio:  # no claim, or not measured (nan)
+        return ""
+    if not ci.significant:
+        return "within noise"
+    if (ci.ratio < 1.0) != (claim.direction == "lower"):
+        return "contradicted"
+    if claim.change is None:
+        return "confirmed"
+    target = 1.0 + claim.change
+    if ci.low <= target <= ci.high:
+        return "confirmed"
+    further = ci.high < target if claim.direction == "lower" else ci.low > target
+    return "larger" if further else "smaller"

@@ -1,0 +1,104 @@
+"""The Lessons tab: run, progress, the table and chart, pins from a row, stop, export; and the
+pinned-run compare table."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from tests.app.drive import click
+
+TINY = {"batch_size": 32, "width": 64}
+
+
+def _run_lessons(qtbot, window, steps=4):
+    tab = window.lessons_tab
+    tab.settings = TINY
+    tab.steps = steps
+    window.tabs.setCurrentWidget(tab)
+    tab.preset_box.setCurrentText("mlp")
+    assert tab.quick_box.isChecked()
+    click(qtbot, tab.run_button)
+    assert tab.running and not tab.run_button.isEnabled() and tab.stop_button.isEnabled()
+    with qtbot.waitSignal(tab.session.finished, timeout=240_000):
+        pass
+    return tab
+
+
+def test_lessons_tab_runs_shows_verdicts_pins_a_row_and_exports(qtbot, window, tmp_path):
+    tab = _run_lessons(qtbot, window)
+    report = tab.report
+    assert report is not None and not report.stopped
+    assert tab.table.rowCount() == len(report.rows) > 0
+    assert tab.progress_bar.value() == 100
+    row = next(i for i, r in enumerate(report.rows) if r.metric == "grads at zero_grad")
+    assert tab.table.item(row, 6).text() == report.rows[row].verdict == "confirmed"
+    # the row's runs are on disk, under the window's runs folder
+    for arm, folder in report.rows[row].runs.items():
+        assert str(tmp_path) in folder and arm in folder
+    # a user picks the row: the chart shows its lesson, both runs are pinned
+    tab.table.selectRow(row)
+    assert tab.chart_key == ("zero_grad", "mlp")
+    assert [p.name for p in window.pins] == ["mlp zero_grad: zeros", "mlp zero_grad: set_to_none"]
+    pinned = {p.name: p.series.history for p in window.pins}
+    hist = report.histories[("zero_grad", "mlp")]
+    assert pinned["mlp zero_grad: zeros"] is hist["off"]
+    # the timeline's pin curves hold the pinned runs' samples
+    window.tabs.setCurrentIndex(0)
+    assert window.pins_panel.list.count() == 2
+    # another row replaces the pick's pins rather than piling them up
+    other = next(i for i, r in enumerate(report.rows) if r.lesson == "amp_bf16")
+    tab.table.selectRow(other)
+    assert [p.name for p in window.pins] == ["mlp amp_bf16: float32", "mlp amp_bf16: bf16"]
+    # export
+    out = tmp_path / "export"
+    written = tab.export_to(out)
+    doc = json.loads((out / "lessons.json").read_text())
+    assert len(doc["rows"]) == len(report.rows)
+    assert any(p.suffix == ".png" for p in written) and any(p.suffix == ".svg" for p in written)
+    assert tab.export_to(out) == [] and "already holds" in tab.status.text()
+
+
+def test_stop_in_the_tab_keeps_what_was_measured(qtbot, window):
+    tab = window.lessons_tab
+    tab.settings = TINY
+    tab.steps = 40
+    click(qtbot, tab.run_button)
+    qtbot.waitUntil(lambda: tab.session.progress is not None
+                    and tab.session.progress.steps_done >= 3, timeout=120_000)
+    click(qtbot, tab.stop_button)
+    with qtbot.waitSignal(tab.session.finished, timeout=120_000):
+        pass
+    assert tab.report.stopped
+    assert len(tab.report.histories) >= 1
+    assert tab.run_button.isEnabled() and "stopped" in tab.status.text()
+
+
+def test_pin_compare_table_shows_the_pin_against_the_current_run(qtbot, window):
+    from tests.app.drive import choose
+
+    choose(window, "mlp", steps=4, **TINY, eval_every=0)
+    window.techniques_panel.fields["zero_grad"].widget.setCurrentText("zeros")
+    click(qtbot, window.run_panel.run_button)
+    with qtbot.waitSignal(window.session.finished, timeout=60_000):
+        pass
+    click(qtbot, window.pins_panel.pin_button)
+    base = window.history
+    choose(window, "mlp", steps=4, **TINY, eval_every=0)
+    window.techniques_panel.fields["zero_grad"].widget.setCurrentText("set_to_none")
+    click(qtbot, window.run_panel.run_button)
+    qtbot.waitUntil(lambda: not window.running and window.state == "finished",
+                    timeout=60_000)
+    table = window.pin_compare.table
+    rows = {(table.item(i, 0).text(), table.item(i, 1).text()): i for i in range(table.rowCount())}
+    i = rows[("zero_grad", "grads")]
+    peak = base.samples.rows()
+    idx = base.samples.index
+    grads = peak[peak[:, idx["phase"]] == 1, idx["grads"]]
+    from app.units import format_bytes
+
+    assert table.item(i, 6).text() == format_bytes(float(np.max(grads)))  # pin peak
+    assert table.item(i, 7).text() == format_bytes(0.0)  # run peak
+    assert table.item(i, 3).text() == format_bytes(-float(np.max(grads)), signed=True)
+    assert window.pin_compare.pin_box.count() == 1

@@ -350,7 +350,6 @@ class GraphPanel(QWidget):
         self.legend = QLabel(BYTES_LEGEND)
         self.legend.setObjectName("graph_legend")
         self.legend.setWordWrap(True)
-        self.legend.setStyleSheet("color: #555555;")
         self.notes = QLabel("")
         self.notes.setObjectName("graph_notes")
         self.notes.setWordWrap(True)
@@ -449,7 +448,7 @@ class GraphPanel(QWidget):
         self._cancel_layout()
         self._generation += 1  # a layout still in flight is dropped when it lands
         self._running = self._pending = False
-        self._wanted = self.snapshot = self.view = self.layout = None
+        self._wanted = self.snapshot = self.view = self.graph_layout = None
         self.expanded, self.selected = set(), None
         self.captures.clear()
         self.trend.clear()

@@ -80,10 +80,12 @@ class LessonsTab(QWidget):
         top.addWidget(QLabel("Preset"))
         top.addWidget(self.preset_box)
         top.addWidget(self.quick_box)
-        top.addWidget(self.run_button)
-        top.addWidget(self.stop_button)
-        top.addWidget(self.progress_bar, 1)
-        top.addWidget(self.export_button)
+        top.addStretch(1)
+        buttons = QHBoxLayout()
+        buttons.addWidget(self.run_button)
+        buttons.addWidget(self.stop_button)
+        buttons.addWidget(self.export_button)
+        buttons.addStretch(1)
 
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("lessons_table")
@@ -97,7 +99,7 @@ class LessonsTab(QWidget):
         self.table.itemSelectionChanged.connect(self._on_selection_changed)
         self.chart = QSvgWidget()
         self.chart.setObjectName("lessons_chart")
-        self.chart.setMinimumWidth(360)
+        self.chart.setMinimumWidth(300)
         # The chart keeps its drawn size, left-aligned, whatever the tab's width.
         chart_box = QWidget()
         chart_row = QHBoxLayout(chart_box)
@@ -113,6 +115,10 @@ class LessonsTab(QWidget):
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(top)
+        layout.addLayout(buttons)
+        # The progress bar on a row of its own keeps the tab narrow enough for the window's
+        # default and 1280x800 sizes beside the run panel and the pins.
+        layout.addWidget(self.progress_bar)
         layout.addWidget(self.status)
         layout.addWidget(split, 1)
 

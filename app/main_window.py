@@ -552,7 +552,7 @@ class MainWindow(QMainWindow):
     def _add_pin(self, series: RunSeries, name: str = "") -> PinnedRun:
         pin = PinnedRun(self._next_pin_id,
                         name or run_name(series.history.meta, series.step_count),
-                        series, pin_color(self._next_pin_id))
+                        series, pin_color(self._next_pin_id), fixed_name=bool(name))
         self._next_pin_id += 1
         self.pins.append(pin)
         self._pins_changed()
@@ -585,7 +585,8 @@ class MainWindow(QMainWindow):
         names = compare_names([p.series.history.meta for p in self.pins],
                               [p.series.step_count for p in self.pins])
         for pin, name in zip(self.pins, names, strict=True):
-            pin.name = name
+            if not pin.fixed_name:
+                pin.name = name
         self.pins_panel.set_pins(self.pins)
         self.plots.set_pins(self.pins)
         self.pin_compare.set_runs(self.pins, self.history)

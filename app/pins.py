@@ -18,6 +18,7 @@ class PinnedRun:
     series: RunSeries
     color: str
     visible: bool = True
+    fixed_name: bool = False  # named by whoever pinned it (a lesson's arm), not by comparison
 
     @property
     def label(self) -> str:

@@ -56,6 +56,14 @@ MAX_SIZE = (7680, 4320)
 MIN_SIZE = (400, 300)
 
 
+def _say_if_resized(window, asked: tuple[int, int]) -> None:
+    """The window cannot be made smaller than its layout needs: say so, never silently."""
+    got = (window.width(), window.height())
+    if got != tuple(asked):
+        print(f"memlens shot: the window needs at least {got[0]}x{got[1]} here; "
+              f"saved at that size instead of {asked[0]}x{asked[1]}", file=sys.stderr)
+
+
 def _size(text: str) -> tuple[int, int]:
     w, sep, h = text.lower().partition("x")
     ok = sep and w.isdigit() and h.isdigit()
@@ -145,6 +153,7 @@ def main(args) -> int:
         window.tabs.setCurrentIndex(1)
         settle(500)
     app.processEvents()
+    _say_if_resized(window, (width, height))
     image = window.grab()
     out.parent.mkdir(parents=True, exist_ok=True)
     tmp = out.with_name(f".tmp-{os.getpid()}-{out.name}")
@@ -197,6 +206,7 @@ def _shot_of_opened(path: str, out: Path, size: tuple[int, int], tab: str, theme
     QTimer.singleShot(300, loop.quit)  # the plots drawn, the text refreshed
     loop.exec()
     app.processEvents()
+    _say_if_resized(window, size)
     saved = opened and _save(window.grab(), out)
     window.close()
     if not saved:

@@ -250,12 +250,12 @@ def test_shot_open_saves_the_window_showing_a_snapshot_and_bad_files_exit_2(tmp_
                                                                            malicious):
     _folder, snapshot, _ = precise
     out = tmp_path / "snap.png"
-    done = _main("shot", "--open", str(snapshot), "--out", str(out), "--size", "1000x640")
+    done = _main("shot", "--open", str(snapshot), "--out", str(out), "--size", "1280x800")
     assert done.returncode == 0, done.stderr
     from PySide6.QtGui import QImage
 
     image = QImage(str(out))
-    assert (image.width(), image.height()) == (1000, 640)
+    assert (image.width(), image.height()) == (1280, 800)
 
     bad, target = malicious
     for path, reason in ((bad, "nothing in it ran"), (tmp_path / "none", "does not exist")):

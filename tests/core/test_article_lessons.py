@@ -278,7 +278,7 @@ def test_an_effect_window_cut_by_a_later_toggle_or_an_error_says_so(tmp_path, ca
     assert first["memory_bytes"]["eval_forward"]["change"] == per_eval
     assert second["memory_bytes"]["eval_forward"]["change"] == -per_eval
     assert first["text"].startswith(
-        f"no_grad_eval: True -> False: {format_bytes(per_eval, signed=True)} at eval_forward")
+        f"no_grad_eval: true -> false: {format_bytes(per_eval, signed=True)} at eval_forward")
     for e in (first, second):  # the CLI prints run.json's text
         assert e["text"] in printed
     # An error cuts the window: lstm without detach fails at the step after the toggle.

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from core.records import MemorySample, StepRecord
-from core.run_files import MEMORY_CSV, RunFolderError, RunWriter, load_run
+from core.run_files import MEMORY_CSV, MEMORY_HEADER, RunFolderError, RunWriter, load_run
 from core.run_follow import FINISHED, GONE, LIVE, RunFollower
 
 
@@ -42,11 +42,17 @@ def test_poll_takes_only_new_complete_rows(tmp_path):
         assert f.poll() == (1, 1)
     assert f.history.steps.column("loss").tolist() == [1.0, 0.5, 0.25]
     assert f.history.samples.column("grads").tolist() == [0, 10, 20]
+    # A row in memory.csv's own layout, written in two pieces as a writer mid-row leaves it.
+    values = {"step": "3", "phase": "forward", "time_s": "0.3", "params_bytes": "100",
+              "grads_bytes": "30", "total_bytes": "130"}
+    row = ",".join(values.get(c, "0" if c.endswith("_bytes") and "cuda" not in c else "")
+                   for c in MEMORY_HEADER) + "\n"
+    cut = row.index("30,") + 1  # in the middle of the grads value
     with open(tmp_path / MEMORY_CSV, "a") as fh:  # a row being written: waits for its newline
-        fh.write("3,forward,0.3,100,3")
+        fh.write(row[:cut])
     assert f.poll() == (0, 0)
     with open(tmp_path / MEMORY_CSV, "a") as fh:
-        fh.write("0,5,7,0,122,,,\n")
+        fh.write(row[cut:])
     assert f.poll() == (0, 1) and f.history.samples.column("grads").tolist()[-1] == 30
     w.on_finish({"steps_done": 3})
     f.poll()

@@ -10,6 +10,7 @@ exception the loop raises is caught and reported as the `failed` signal.
 from __future__ import annotations
 
 import gc
+import threading
 import traceback
 from collections.abc import Callable
 from pathlib import Path
@@ -33,13 +34,27 @@ class SessionSink:
     def __init__(self, history: RunHistory, writer: RunWriter | None) -> None:
         self.history = history
         self.writer = writer
+        # Held while a record is written: detach() takes the writer away from the training
+        # thread between two records, never in the middle of one.
+        self._writing = threading.Lock()
         if writer is None:  # the hot path, called for every record: no extra layer
             for name in ("on_sample", "on_step", "on_allocations", "on_event", "on_graph"):
                 setattr(self, name, getattr(history, name))
 
+    def detach(self) -> RunWriter | None:
+        """Take the writer away (any thread): later records reach the history only."""
+        with self._writing:
+            writer, self.writer = self.writer, None
+        return writer
+
     def _write(self, method: str, *args) -> None:
         if self.writer is None:
             return
+        with self._writing:
+            if self.writer is not None:
+                self._write_locked(method, *args)
+
+    def _write_locked(self, method: str, *args) -> None:
         try:
             getattr(self.writer, method)(*args)
         except (OSError, ValueError) as exc:
@@ -175,6 +190,22 @@ class RunSession(QObject):
         if not self._thread.isRunning():
             return True
         return self._thread.wait(timeout_ms)
+
+    def abandon(self) -> None:
+        """Quit without waiting for a step that does not end (the window's "Quit now"):
+        stop the run, and finalise its folder from this thread: the rows written so far
+        stay, and run.json's summary says the run was closed mid-step. The training thread
+        goes on to the end of its step, writing nothing more."""
+        self.controls.stop()
+        writer = self.sink.detach()
+        if writer is None:
+            return
+        steps = self.history.steps.column("step")
+        try:
+            writer.on_finish({"steps_done": len(steps), "stopped_by": "closed",
+                              "last_step": int(steps[-1]) if len(steps) else None})
+        except OSError:
+            writer.close()
 
     @Slot()
     def _on_thread_finished(self) -> None:

@@ -147,12 +147,11 @@ class RunSession(QObject):
                  train_fn: TrainFn | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.config = config
-        self.history = RunHistory()
         self.controls = RunControls(config.techniques, config.schedule)
         self.folder: Path | None = None
         self.summary: dict | None = None
         self.ended = False
-        writer = None
+        writer, problem = None, None
         if runs_dir is not None:
             try:
                 folder = new_run_folder(Path(runs_dir), config.preset)
@@ -160,8 +159,12 @@ class RunSession(QObject):
                                    meta={"config": config.to_dict()})
                 self.folder = folder
             except OSError as exc:  # ExportError, or the runs folder cannot be made
-                self.history.on_event(RunEvent(0, 0.0, "setup", message=str(exc),
-                                               explanation="The run is kept in memory only."))
+                problem = str(exc)
+        # A long run's older rows go to a hidden file on the run's own disk (core.history).
+        self.history = RunHistory(spill_dir=self.folder)
+        if problem is not None:
+            self.history.on_event(RunEvent(0, 0.0, "setup", message=problem,
+                                           explanation="The run is kept in memory only."))
         self.sink = SessionSink(self.history, writer)
         self._thread = QThread(self)
         self._thread.setObjectName("memlens-run")

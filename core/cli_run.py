@@ -128,7 +128,7 @@ def main(args) -> int:
     from core.run_guard import SignalStop, StoppedBy, WriteGuard
     from core.sinks import FanOut
 
-    history = RunHistory()
+    history = RunHistory(spill_dir=out)  # older rows to a hidden file beside the run's
     controls = RunControls(cfg.techniques, cfg.schedule)
     guard = WriteGuard(writer, controls)
     print(f"memlens: {cfg.preset}, {cfg.steps} steps -> {out}", file=sys.stderr)

@@ -223,3 +223,11 @@ def test_a_signal_stops_the_run_with_one_line_and_a_final_run_json(tmp_path, sig
     assert doc["summary"]["stopped_by"] == sig.name
     assert doc["summary"]["steps_done"] == len(rows)
     assert np.isfinite(float(rows[-1].split(",")[2]))  # the last row is whole
+
+
+def test_new_run_folders_are_made_fresh_even_in_the_same_second(tmp_path):
+    from core.run_folder import new_run_folder
+
+    folders = [new_run_folder(tmp_path, "mlp") for _ in range(3)]
+    assert len(set(folders)) == 3
+    assert all(f.is_dir() and not any(f.iterdir()) for f in folders)

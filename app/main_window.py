@@ -647,8 +647,8 @@ class MainWindow(QMainWindow):
                 self._offer_quit_now()
                 return
             self._close_pending = True
-            self._set_state("stopping", "Stopping… the window closes once the current step "
-                            "ends (close again to quit at once)")
+            self._set_state("stopping", "Stopping… the window closes when this step ends; "
+                            "close again to quit now")
             return
         self._timer.stop()
         super().closeEvent(event)

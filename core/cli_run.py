@@ -115,7 +115,7 @@ def main(args) -> int:
         for warning in cfg.schedule_warnings():
             print(f"memlens run: warning: {warning}", file=sys.stderr)
         out, writer = _prepare(cfg, args)
-    except (ConfigError, ExportError) as exc:
+    except (ConfigError, OSError) as exc:  # OSError: ExportError, or runs/ cannot be made
         print(f"memlens run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
@@ -142,7 +142,7 @@ def main(args) -> int:
         try:
             summary = run_training(cfg, controls, sink, on_error=args.on_error)
         except ConfigError as exc:  # e.g. out of memory while building the model
-            guard.close()
+            guard.on_finish({"steps_done": 0, "stopped_by": "setup_error", "message": str(exc)})
             print(f"memlens run: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
     if signals.received is not None:

@@ -163,6 +163,8 @@ def test_out_of_memory_while_building_the_model_exits_2(capsys, tmp_path, monkey
     code, err = run_cli(capsys, "run", "--steps", "2", *TINY, "--out", tmp_path / "r")
     assert code == 2
     assert "out of memory while building the mlp model" in err and "Traceback" not in err
+    doc = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert doc["summary"]["stopped_by"] == "setup_error" and doc["config"]["preset"] == "mlp"
 
 
 def test_a_full_disk_during_a_run_stops_it_with_exit_2_and_keeps_the_rows(capsys, tmp_path,

@@ -64,6 +64,9 @@ FRAME_MS = 33  # curves: about 30 Hz
 TEXT_EVERY = 8  # text: every 8th frame, about 4 Hz
 DEFAULT_RUNS_DIR = Path("runs")
 SWITCH_INTERVAL_S = 0.0001  # see finish_start_up
+# Closing waits this long for the run to stop (a frame or two) before it says "stopping…"
+# and lets the window go on painting.
+CLOSE_WAIT_MS = 30
 
 
 class MainWindow(QMainWindow):
@@ -100,6 +103,7 @@ class MainWindow(QMainWindow):
         self._reset_pending = False
         self._pin_state: tuple[bool, str] | None = None  # what the pin controls show
         self._close_pending = False
+        self._quit_now = False  # "Quit now" chosen: close without waiting for the run
         self._frame = 0
         self.frame_ms: list[float] = []  # refresh cost of recent frames (benchmarks read it)
 
@@ -319,7 +323,8 @@ class MainWindow(QMainWindow):
         if session is not self.session:
             return
         if self._close_pending:
-            self.close()
+            if self.isVisible():  # not after "Quit now": a second quit would reach the app
+                self.close()
             return
         if self._reset_pending:
             self.reset_run()
@@ -744,17 +749,46 @@ class MainWindow(QMainWindow):
 
     # --- closing -----------------------------------------------------------------------------
     def closeEvent(self, event) -> None:
-        # The loop checks the stop flag between steps and inside long phases.
-        if self.running and not self.session.shutdown(timeout_ms=3000):
-            self._close_pending = True
-            self._set_state("stopping", "Closing once the current step ends…")
-            self.hide()
+        # The loop checks the stop flag between steps and inside long phases; a step inside
+        # one long kernel ends when the kernel does. The window stays up, saying so, and
+        # closes (ending the app) from _on_session_finished; a second close offers to quit
+        # at once. Waiting here would freeze the window.
+        if self.running and not self._quit_now and not self.session.shutdown(CLOSE_WAIT_MS):
             event.ignore()
+            if self._close_pending:
+                self._offer_quit_now()
+                return
+            self._close_pending = True
+            self._set_state("stopping", "Stopping… the window closes when this step ends; "
+                            "close again to quit now")
             return
         self.lessons_tab.shutdown(timeout_ms=3000)
         self._timer.stop()
         self.conventions.save()
         super().closeEvent(event)
+
+    def _offer_quit_now(self) -> QMessageBox:
+        box = self._message(
+            "The run is still stopping",
+            "The current step has not ended yet. Quit now? The run's files are kept, "
+            "complete up to the last finished step.", QMessageBox.Question, "quit_now")
+        box.setStandardButtons(QMessageBox.NoButton)
+        quit_button = box.addButton("Quit now", QMessageBox.AcceptRole)
+        box.addButton("Keep waiting", QMessageBox.RejectRole)
+
+        def on_finished(_result: int) -> None:
+            if box.clickedButton() is quit_button:  # after the box has gone: then the window
+                QTimer.singleShot(0, self.quit_now)
+
+        box.finished.connect(on_finished)
+        return box
+
+    def quit_now(self) -> None:
+        """Close without waiting for the run's step: its files are finalised first."""
+        if self.running:
+            self.session.abandon()
+        self._quit_now = True
+        self.close()
 
 
 FULL_GC_EVERY = 100  # middle-generation collections per full one (CPython's default: 10)
@@ -794,7 +828,12 @@ def launch(argv: list[str] | None = None, open_path: Path | None = None,
         window.conventions.opener.open_path(open_path)
     if follow:
         window.follow_run(Path(follow))
-    return app.exec()
+    code = app.exec()
+    if window.running:  # "Quit now": a step that never ended holds the training thread
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)  # the run's files were finalised by abandon(); nothing else is open
+    return code
 
 
 if __name__ == "__main__":

@@ -29,20 +29,18 @@ from core.sinks import FanOut, GuardedSink
 TrainFn = Callable[..., object]
 
 
-def session_sink(history: RunHistory, writer: RunWriter | None) -> FanOut:
-    """History first (the GUI reads it), then the run folder; a failing disk never stops
-    the run: the writer is dropped and an info event says why."""
+def _writer_failed(history: RunHistory):
+    """A failing disk never stops the run: the run-folder writer is dropped (GuardedSink)
+    and an info event says why."""
 
-    def writer_failed(dropped: RunWriter, exc: Exception) -> None:
+    def failed(dropped: RunWriter, exc: Exception) -> None:
         history.on_event(RunEvent(
             step=max(len(history.steps) - 1, 0), time_s=0.0, kind="info",
             message=f"run files in {dropped.folder} stopped: {exc}",
             explanation="The run goes on in memory; use File > Export to save it.",
         ))
 
-    if writer is None:
-        return FanOut(history)
-    return FanOut(history, GuardedSink(writer, writer_failed))
+    return failed
 
 
 def core_training() -> TrainFn:
@@ -99,22 +97,31 @@ class RunSession(QObject):
                  train_fn: TrainFn | None = None, parent: QObject | None = None) -> None:
         super().__init__(parent)
         self.config = config
-        self.history = RunHistory()
         self.controls = RunControls(config.techniques, config.schedule)
         self.folder: Path | None = None
         self.summary: dict | None = None
         self.ended = False
-        writer = None
+        writer, problem, folder = None, None, None
         if runs_dir is not None:
             try:
                 folder = new_run_folder(Path(runs_dir), preset_label(config.preset))
+            except OSError as exc:  # the runs folder cannot be made
+                problem = str(exc)
+        # A long run's older rows go to a hidden file on the run's own disk (core.history).
+        self.history = RunHistory(spill_dir=folder)
+        if folder is not None:
+            try:
                 writer = RunWriter(folder, precise=config.precise,
                                    meta={"config": config.to_dict()}, history=self.history)
                 self.folder = folder
-            except OSError as exc:  # ExportError, or the runs folder cannot be made
-                self.history.on_event(RunEvent(0, 0.0, "setup", message=str(exc),
-                                               explanation="The run is kept in memory only."))
-        self.sink = session_sink(self.history, writer)
+            except OSError as exc:  # ExportError
+                problem = str(exc)
+        if problem is not None:
+            self.history.on_event(RunEvent(0, 0.0, "setup", message=problem,
+                                           explanation="The run is kept in memory only."))
+        self._writer = (GuardedSink(writer, _writer_failed(self.history))
+                        if writer is not None else None)
+        self.sink = FanOut(self.history, self._writer)
         self._thread = QThread(self)
         self._thread.setObjectName("memlens-run")
         self._worker = RunWorker(config, self.controls, self.sink, train_fn)
@@ -142,6 +149,22 @@ class RunSession(QObject):
         if not self._thread.isRunning():
             return True
         return self._thread.wait(timeout_ms)
+
+    def abandon(self) -> None:
+        """Quit without waiting for a step that does not end (the window's "Quit now"):
+        stop the run, and finalise its folder from this thread: the rows written so far
+        stay, and run.json's summary says the run was closed mid-step. The training thread
+        goes on to the end of its step, writing nothing more."""
+        self.controls.stop()
+        writer = self._writer.detach() if self._writer is not None else None
+        if writer is None:
+            return
+        steps = self.history.steps.column("step")
+        try:
+            writer.on_finish({"steps_done": len(steps), "stopped_by": "closed",
+                              "last_step": int(steps[-1]) if len(steps) else None})
+        except OSError:
+            writer.close()
 
     @Slot()
     def _on_thread_finished(self) -> None:

@@ -89,11 +89,8 @@ def main(args) -> int:
             _check_formats(formats)
         for warning in cfg.schedule_warnings():
             print(f"memlens run: warning: {warning}", file=sys.stderr)
-        from core.history import RunHistory
-
-        history = RunHistory()
-        out, writer = _prepare(cfg, args, history)
-    except (ConfigError, ExportError) as exc:
+        out, writer, history = _prepare(cfg, args)
+    except (ConfigError, OSError) as exc:  # OSError: ExportError, or runs/ cannot be made
         print(f"memlens run: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     except KeyboardInterrupt:
@@ -120,7 +117,7 @@ def main(args) -> int:
         try:
             summary = run_training(cfg, controls, sink, on_error=args.on_error)
         except ConfigError as exc:  # e.g. out of memory while building the model
-            guard.close()
+            guard.on_finish({"steps_done": 0, "stopped_by": "setup_error", "message": str(exc)})
             print(f"memlens run: {exc}", file=sys.stderr)
             return EXIT_BAD_INPUT
     if signals.received is not None:
@@ -160,10 +157,12 @@ def main(args) -> int:
     return EXIT_OK
 
 
-def _prepare(cfg, args, history):
+def _prepare(cfg, args):
     """Everything that can refuse a run, before any file is made: the device, the memory
-    check, the folder. Then the folder with its headers and a preliminary run.json; the
-    writer reads `history` (fed before it) for the effects of toggles."""
+    check, the folder. Then the folder with its headers and a preliminary run.json, and the
+    run's history (its older rows spill to a hidden file beside the run's; the writer reads
+    it for the effects of toggles)."""
+    from core.history import RunHistory
     from core.loop import resolve_device
     from core.model_file import preset_label
     from core.preflight import check_run_fits
@@ -176,8 +175,10 @@ def _prepare(cfg, args, history):
         out = claim_out_folder(args.out, force=args.force)
     else:
         out = new_run_folder(Path("runs"), preset_label(cfg.preset))
+    history = RunHistory(spill_dir=out)
     return out, RunWriter(out, precise=cfg.precise, history=history,
-                          meta={"config": cfg.to_dict(), "schedule": cfg.to_dict()["schedule"]})
+                          meta={"config": cfg.to_dict(), "schedule": cfg.to_dict()["schedule"]}
+                          ), history
 
 
 def _check_formats(formats: list[str]) -> None:

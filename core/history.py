@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import collections
 import math
+import os
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -109,6 +111,84 @@ def remap_frames(block: AllocBlock, ids: dict[str, int]) -> tuple[np.ndarray, li
     return out, new
 
 
+# Full blocks a table keeps in memory, newest first; older ones go to its spill file. The
+# plots draw from their own decimated copy and read full rows only near the newest step or in
+# a zoomed-in window, so a long run's memory stays bounded (docs/benchmarks.md has figures).
+KEEP_BLOCKS = 4
+SPILL_PREFIX = ".memlens-spill-"
+
+
+class SpillFile:
+    """An unnamed temporary file that holds a history's older rows, read back on demand.
+
+    Made at the first spill, in `folder` (a run's own folder, so the rows go to the disk the
+    run writes to) or the system's temporary folder; removed by the OS when closed or when
+    the process ends. pwrite/pread: any thread may read while the writer appends.
+    """
+
+    def __init__(self, folder: str | None = None) -> None:
+        self.folder = folder
+        self._fh = None
+        self._size = 0
+        self._lock = threading.Lock()
+        self.failed: str | None = None  # why spilling stopped (rows then stay in memory)
+
+    def write(self, data: bytes) -> int | None:
+        """Append `data`; its offset, or None when the file cannot take it."""
+        with self._lock:
+            if self.failed is not None:
+                return None
+            try:
+                if self._fh is None:  # open for the history's life; closed by close()
+                    self._fh = tempfile.TemporaryFile(  # noqa: SIM115
+                        dir=self.folder, prefix=SPILL_PREFIX)
+                offset, view, written = self._size, memoryview(data), 0
+                while written < len(view):
+                    written += os.pwrite(self._fh.fileno(), view[written:], offset + written)
+                self._size += len(data)
+                return offset
+            except OSError as exc:
+                self.failed = f"{exc.strerror or exc}"
+                return None
+
+    def read(self, offset: int, n: int) -> bytes:
+        data = os.pread(self._fh.fileno(), n, offset)
+        while len(data) < n:  # pread may return less than asked
+            more = os.pread(self._fh.fileno(), n - len(data), offset + len(data))
+            if not more:
+                raise OSError(f"the history's spill file ended at {offset + len(data)}")
+            data += more
+        return data
+
+    @property
+    def nbytes(self) -> int:
+        return self._size
+
+    def close(self) -> None:
+        with self._lock:
+            if self._fh is not None:
+                self._fh.close()
+                self._fh = None
+            self.failed = "closed"
+
+
+class _SpilledBlock:
+    """A full block's rows in the spill file: indexed like the array it replaced."""
+
+    __slots__ = ("_offset", "_spill", "shape")
+    nbytes = 0  # none of it in memory
+
+    def __init__(self, spill: SpillFile, offset: int, shape: tuple[int, int]) -> None:
+        self._spill, self._offset, self.shape = spill, offset, shape
+
+    def __getitem__(self, key) -> np.ndarray:
+        rows, cols = key if isinstance(key, tuple) else (key, slice(None))
+        lo, hi, _ = rows.indices(self.shape[0])
+        width = self.shape[1] * 8
+        data = self._spill.read(self._offset + lo * width, max(hi - lo, 0) * width)
+        return np.frombuffer(data, dtype=np.float64).reshape(-1, self.shape[1])[:, cols]
+
+
 class ColumnTable:
     """Append-only float64 table. One writer thread, any number of readers.
 
@@ -134,7 +214,13 @@ class ColumnTable:
     LIVE_LAG_S = 0.03
 
     def __init__(self, columns: Sequence[str], block_rows: int = BLOCK_ROWS,
-                 convert: Callable[[Any], Sequence[float]] | None = None) -> None:
+                 convert: Callable[[Any], Sequence[float]] | None = None,
+                 spill: SpillFile | None = None, keep_blocks: int = KEEP_BLOCKS) -> None:
+        """`spill`: where full blocks beyond the newest `keep_blocks` go (None: all stay in
+        memory)."""
+        self._spill = spill
+        self._keep = max(int(keep_blocks), 1)
+        self._in_memory_from = 0  # blocks before this index are in the spill file
         self.columns = tuple(columns)
         self.index = {c: i for i, c in enumerate(self.columns)}
         self.block_rows = max(int(block_rows), 16)
@@ -156,8 +242,13 @@ class ColumnTable:
 
     @property
     def nbytes(self) -> int:
+        """Bytes of rows held in memory (spilled blocks hold none)."""
         self._drain()
         return sum(b.nbytes for b in self._blocks)
+
+    @property
+    def spilled_rows(self) -> int:
+        return self._in_memory_from * self.block_rows
 
     def _new_block(self) -> np.ndarray:
         return np.empty((self.block_rows, len(self.columns)), dtype=np.float64)
@@ -201,6 +292,24 @@ class ColumnTable:
             self._blocks[n // size][at : at + take] = rows[done : done + take]
             done += take
             self._n = n + take
+        self._spill_old_blocks()
+
+    def _spill_old_blocks(self) -> None:
+        """Move full blocks beyond the newest `keep` to the spill file. Called with the lock
+        held. A reader that took a block before it moved still holds the array: rows never
+        change, so what it copies is the same."""
+        if self._spill is None:
+            return
+        full = self._n // self.block_rows
+        while full - self._in_memory_from > self._keep:
+            i = self._in_memory_from
+            block = self._blocks[i]
+            offset = self._spill.write(np.ascontiguousarray(block).tobytes())
+            if offset is None:  # the disk refused: keep the rows in memory from here on
+                self._spill = None
+                return
+            self._blocks[i] = _SpilledBlock(self._spill, offset, block.shape)
+            self._in_memory_from = i + 1
 
     def extend(self, rows: np.ndarray) -> None:
         """Append many rows at once (loading a saved run)."""
@@ -259,21 +368,29 @@ class ColumnTable:
             self._pending.clear()
             self._blocks = []
             self._n = 0
+            self._in_memory_from = 0
 
 
 class RunHistory:
     """Everything a run has recorded, as plain numbers. Also a run sink (see core.sinks)."""
 
-    def __init__(self) -> None:
-        self.steps = ColumnTable(STEP_COLUMNS, convert=step_values)
-        self.samples = ColumnTable(SAMPLE_COLUMNS, convert=sample_values)
+    def __init__(self, spill_dir: str | os.PathLike | None = None,
+                 keep_blocks: int = KEEP_BLOCKS) -> None:
+        """`spill_dir`: where the tables' older rows go (the run's folder where it has one;
+        None: the system's temporary folder). The newest `keep_blocks` blocks of each table
+        stay in memory."""
+        self.spill = SpillFile(None if spill_dir is None else os.fspath(spill_dir))
+        self.steps = ColumnTable(STEP_COLUMNS, convert=step_values, spill=self.spill,
+                                 keep_blocks=keep_blocks)
+        self.samples = ColumnTable(SAMPLE_COLUMNS, convert=sample_values, spill=self.spill,
+                                   keep_blocks=keep_blocks)
         self._events: list[RunEvent] = []
         self._events_lock = threading.Lock()
         self.meta: dict = {}
         self.summary: dict | None = None
         self.graphs: list = []  # the newest MAX_GRAPHS GraphSnapshot objects, newest last
         self.graphs_seen = 0  # all captures, including those dropped from `graphs`
-        self.allocs = ColumnTable(ALLOC_COLUMNS)
+        self.allocs = ColumnTable(ALLOC_COLUMNS, spill=self.spill, keep_blocks=keep_blocks)
         self.frames: list[str] = []  # interned Python stacks of allocations
         self._frame_ids: dict[str, int] = {}
 

@@ -652,7 +652,8 @@ def run_training(
     sink.on_start(session.meta())
     session.sample(0, "start")
     session.flush_allocations()
-    stopped_by, error, done, losses, step_ms = "completed", None, 0, [], []
+    # Running figures, not lists: a run's memory must not grow with its length.
+    stopped_by, error, done, final_loss, step_ms_sum = "completed", None, 0, math.nan, 0.0
     peak = 0
     step = 0
     try:
@@ -698,8 +699,8 @@ def run_training(
                 break
             sink.on_step(record)
             done += 1
-            losses.append(record.loss)
-            step_ms.append(record.step_ms)
+            final_loss = record.loss
+            step_ms_sum += record.step_ms
             peak = max(peak, record.peak_bytes)
             step += 1
     finally:
@@ -714,8 +715,8 @@ def run_training(
     peak = max(peak, session.measured_peak())
     summary = RunSummary(
         steps_done=done, stopped_by=stopped_by, wall_s=session.now(),
-        final_loss=losses[-1] if losses else math.nan, peak_bytes=peak,
-        mean_step_ms=sum(step_ms) / len(step_ms) if step_ms else math.nan, error=error,
+        final_loss=final_loss, peak_bytes=peak,
+        mean_step_ms=step_ms_sum / done if done else math.nan, error=error,
     )
     sink.on_finish(summary.to_dict())
     return summary

@@ -3,6 +3,7 @@ GuardedSink drops a sink that fails (a full disk) instead of failing the run."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -71,7 +72,8 @@ class FanOut:
 class GuardedSink:
     """Forwards to `sink` until one of its calls raises OSError or ValueError (a full or
     vanished disk); then drops it and calls `on_failure(sink, exc)` once. Records after
-    that go nowhere, so the run goes on in memory."""
+    that go nowhere, so the run goes on in memory. `detach()` takes the sink away from any
+    thread, between two records, never in the middle of one."""
 
     _FORWARDED = ("on_start", "on_sample", "on_step", "on_event", "on_graph",
                   "on_allocations", "on_cuda_snapshot", "on_finish")
@@ -79,18 +81,31 @@ class GuardedSink:
     def __init__(self, sink: Any, on_failure: Callable[[Any, Exception], None]) -> None:
         self.sink = sink
         self._on_failure = on_failure
+        self._lock = threading.Lock()
 
     def __getattr__(self, name: str) -> Any:
         if name not in self._FORWARDED:
             raise AttributeError(name)
         return lambda *args: self._call(name, *args)
 
+    def detach(self) -> Any:
+        """Take the sink away: later records go nowhere. Returns it (None if already gone)."""
+        with self._lock:
+            sink, self.sink = self.sink, None
+        return sink
+
     def _call(self, method: str, *args: Any) -> None:
-        sink = self.sink
-        if sink is None or not hasattr(sink, method):
+        if self.sink is None:
             return
-        try:
-            getattr(sink, method)(*args)
-        except (OSError, ValueError) as exc:
-            self.sink = None
-            self._on_failure(sink, exc)
+        failed = None
+        with self._lock:
+            sink = self.sink
+            if sink is None or not hasattr(sink, method):
+                return
+            try:
+                getattr(sink, method)(*args)
+            except (OSError, ValueError) as exc:
+                self.sink = None
+                failed = (sink, exc)
+        if failed is not None:
+            self._on_failure(*failed)

@@ -163,6 +163,8 @@ def test_out_of_memory_while_building_the_model_exits_2(capsys, tmp_path, monkey
     code, err = run_cli(capsys, "run", "--steps", "2", *TINY, "--out", tmp_path / "r")
     assert code == 2
     assert "out of memory while building the mlp model" in err and "Traceback" not in err
+    doc = json.loads((tmp_path / "r" / "run.json").read_text())
+    assert doc["summary"]["stopped_by"] == "setup_error" and doc["config"]["preset"] == "mlp"
 
 
 def test_a_full_disk_during_a_run_stops_it_with_exit_2_and_keeps_the_rows(capsys, tmp_path,
@@ -223,3 +225,11 @@ def test_a_signal_stops_the_run_with_one_line_and_a_final_run_json(tmp_path, sig
     assert doc["summary"]["stopped_by"] == sig.name
     assert doc["summary"]["steps_done"] == len(rows)
     assert np.isfinite(float(rows[-1].split(",")[2]))  # the last row is whole
+
+
+def test_new_run_folders_are_made_fresh_even_in_the_same_second(tmp_path):
+    from core.run_folder import new_run_folder
+
+    folders = [new_run_folder(tmp_path, "mlp") for _ in range(3)]
+    assert len(set(folders)) == 3
+    assert all(f.is_dir() and not any(f.iterdir()) for f in folders)

@@ -267,7 +267,10 @@ def test_a_2000_node_graph_is_drawn_by_qt_in_few_items_and_labelled_when_readabl
     lines = sum(len([x for x in v.label.split("\n") if x]) for v in panel.view.nodes)
     qtbot.waitUntil(lambda: not scene.labelling, timeout=10_000)
     opened = texts()
-    assert readable_at_ready and len(labels_at_ready) < len(opened)
+    # made in slices from the timer, not all in the turn that showed the graph (how many
+    # were visible when layout_ready arrived depends on the machine's load, not the code)
+    assert readable_at_ready and len(labels_at_ready) <= len(opened)
+    assert scene.label_slices >= 1
     assert all(t.isVisible() for t in opened)
     assert 0 < len(opened) < lines / 4 and any(shown_text(t) for t in opened)
     top = min(scene.boxes.values(), key=lambda b: b.y)

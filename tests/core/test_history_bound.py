@@ -38,8 +38,8 @@ def test_rows_beyond_the_kept_blocks_leave_memory_and_read_back_exactly(tmp_path
 
 
 def test_memory_of_a_growing_history_stops_growing(tmp_path):
-    width = 17
     history = RunHistory(spill_dir=tmp_path, keep_blocks=2)
+    width = len(history.steps.columns)
     chunk = np.ones((BLOCK, width))
     fill(history, chunk[:10])  # the first allocations (lock, lists) before measuring
     tracemalloc.start()
@@ -80,7 +80,8 @@ def test_a_run_with_spilled_rows_writes_the_same_files(tmp_path):
 
 def test_a_disk_that_refuses_the_spill_keeps_the_rows_in_memory(tmp_path):
     history = RunHistory(spill_dir=tmp_path / "missing", keep_blocks=1)
-    rows = np.arange(BLOCK * 4 * 17, dtype=np.float64).reshape(-1, 17)
+    width = len(RunHistory().steps.columns)
+    rows = np.arange(BLOCK * 4 * width, dtype=np.float64).reshape(-1, width)
     fill(history, rows)
     assert history.spill.failed and history.steps.spilled_rows == 0
     np.testing.assert_array_equal(history.steps.rows(), rows)

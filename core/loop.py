@@ -236,7 +236,7 @@ class TrainingSession:
         native = load(build=False)
         self._count_nodes = native.count_graph_nodes if native else count_graph_nodes
         # CPU: each gradient's sum of squares taken by a hook as autograd writes it (see
-        # GradWatch in memlens_native.cpp), put on at each step (a no-op while on), off at
+        # GradWatch in core/native/grad_watch.h), put on at each step (a no-op while on), off at
         # close().
         self._grad_watch = (native.GradWatch(list(self.preset.parameters()))
                             if native is not None and self.device.type == "cpu" else None)
@@ -244,7 +244,7 @@ class TrainingSession:
 
     def _wire_grad_watch(self, native) -> None:
         """install() and sum_of_squares() run every step: as plain C functions (bind_fast in
-        memlens_native.cpp), or None without the watch. In light mode the native LightProbe
+        core/native/fast_calls.h), or None without the watch. In light mode the native LightProbe
         takes the phase-edge samples."""
         from core.native.tracker import NativeSavedTracker
 

@@ -573,7 +573,7 @@ class MemoryProbe:
     def use_light_probe(self, light, t0: float) -> None:
         """Take a CPU light-mode sample's gradient, optimizer and carried-tensor figures
         from the native helpers' LightProbe: the same rules as below in one call (a plain C
-        function: see bind_fast in memlens_native.cpp). The loop's phase edges then call
+        function: see bind_fast in core/native/fast_calls.h). The loop's phase edges then call
         `edge(code, carried)`, which keeps the figures until take_samples(). `t0`: the run's
         start on time.perf_counter (a sample's time_s counts from it)."""
         self.light = light.fast_sample()

@@ -20,6 +20,8 @@ import threading
 from pathlib import Path
 
 SOURCE = Path(__file__).with_name("memlens_native.cpp")
+# The parts SOURCE includes (one translation unit): a change to any of them is a new build.
+PARTS = ("recorder.h", "saved_tracker.h", "grad_watch.h", "fast_calls.h")
 MODULE = "memlens_native"
 BUILD_TIMEOUT_S = 300
 DISABLE_ENV = "MEMLENS_NO_NATIVE"  # set to 1 to force the pure-Python precise mode
@@ -38,6 +40,8 @@ def cache_dir() -> Path:
 
 def _build_key(torch) -> str:
     h = hashlib.sha256(SOURCE.read_bytes())
+    for part in PARTS:
+        h.update(SOURCE.with_name(part).read_bytes())
     h.update(f"{torch.__version__}|{sys.version}|{torch.__file__}".encode())
     return h.hexdigest()[:16]
 

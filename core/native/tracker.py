@@ -7,7 +7,7 @@ for every output and a weak reference per storage. On the small ops of a CPU ste
 doubled some presets' step time, and no Python dispatch mode can get under
 torch.profiler's cost (its bare floor is already above it). The allocator already tells
 c10's memory-reporting hook about every allocation and free, in C++; the recorder in
-memlens_native.cpp listens there and keeps the live set in C++.
+core/native/recorder.h listens there and keeps the live set in C++.
 
 Differences in what is seen: every allocation of the CPU allocator on the training thread,
 so a kernel's scratch buffers count toward the peak too (the dispatch mode only saw op
@@ -150,7 +150,7 @@ class _NativeLive:
 
 
 class NativeSavedTracker:
-    """SavedTensorTracker's interface and figures, its hooks in C (memlens_native.cpp): a
+    """SavedTensorTracker's interface and figures, its hooks in C (core/native/saved_tracker.h): a
     saved tensor costs autograd no Python frame, and its storage is counted as it is packed
     instead of at the next sample."""
 
@@ -158,8 +158,8 @@ class NativeSavedTracker:
         self._t = module.SavedTracker()
         self._pack, self._unpack = self._t.hook_functions()
         self._live = _NativeLive(self._t)
-        # The loop calls these every step: plain C functions (bind_fast in memlens_native.cpp),
-        # no Python frame and no pybind11 dispatch.
+        # The loop calls these every step: plain C functions (bind_fast in
+        # core/native/fast_calls.h), no Python frame and no pybind11 dispatch.
         self.new_step, self.end_step, self._counts = self._t.fast_functions()
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:

@@ -1,70 +1,8 @@
-"""memlens entry point: `python main.py` opens the app; subcommands run the same core headless."""
+"""`python main.py` from a source checkout: the same as `python -m memlens`."""
 
-from __future__ import annotations
-
-import importlib
 import sys
 
-# Subcommand -> module with `add_parser(subparsers)` and `main(args) -> int`. Imported lazily
-# so `python main.py` pays only for what it uses.
-COMMANDS = {
-    "run": "core.cli_run",
-    "graph": "core.graph.cli",
-    "export": "core.exports.cli",
-    "shot": "app.shot",
-    "watch": "core.watch.cli",
-    "lessons": "app.lessons_cli",
-}
-
-
-def main(argv: list[str] | None = None) -> int:
-    import argparse
-
-    argv = sys.argv[1:] if argv is None else argv
-    parser = argparse.ArgumentParser(
-        prog="memlens",
-        description="See what a PyTorch training loop does to memory and the autograd graph.",
-    )
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    app_parser = sub.add_parser("app", help="open the desktop app (the default)")
-    app_parser.add_argument("--open", metavar="PATH", dest="open_path",
-                            help="open a run folder or a snapshot.pickle, as File > Open does")
-    app_parser.add_argument("--follow", metavar="DIR",
-                            help="follow a run folder another process is writing")
-    modules = {name: importlib.import_module(m) for name, m in COMMANDS.items()}
-    for module in modules.values():
-        module.add_parser(sub)
-    # Everything after "--" belongs to the program a command runs (`watch SCRIPT -- ARGS`).
-    passthrough: list[str] = []
-    if "--" in argv:
-        cut = argv.index("--")
-        argv, passthrough = argv[:cut], argv[cut + 1 :]
-    args = parser.parse_args(argv)
-    args.passthrough = passthrough
-    if passthrough and args.command != "watch":
-        parser.error(f"arguments after -- are for `watch` only: {' '.join(passthrough)}")
-    if args.command in (None, "app"):
-        open_path = getattr(args, "open_path", None)
-        if open_path is not None:
-            from core.open_target import OpenError, check_openable
-
-            try:
-                check_openable(open_path)
-            except OpenError as exc:
-                print(f"memlens app: cannot open {open_path}: {exc}", file=sys.stderr)
-                return 2
-        # Before Qt: a missing system library gets package names, not Qt's abort (exit 134).
-        from app.platform_check import check
-
-        report = check()
-        if not report.ok:
-            print(report.message, file=sys.stderr)
-            return 1
-        from app.main_window import launch
-
-        return launch(open_path=open_path, follow=getattr(args, "follow", None))
-    return modules[args.command].main(args)
-
+from memlens.__main__ import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -8,14 +8,14 @@ from PySide6.QtCore import QObject
 from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QApplication
 
-from app import units
-from app.app_settings import AppSettings
-from app.open_paths import Opener
-from app.plot_zoom import BoxZoom, ZoomToStepsDialog
-from app.resources import app_icon
-from app.theme import apply_theme, current_theme, system_theme, theme_for
-from core.config import RunConfig
-from core.options import ConfigError
+from memlens.app import units
+from memlens.app.app_settings import AppSettings
+from memlens.app.open_paths import Opener
+from memlens.app.resources import app_icon
+from memlens.app.theme import apply_theme, current_theme, system_theme, theme_for
+from memlens.app.timeline.plot_zoom import BoxZoom, ZoomToStepsDialog
+from memlens.core.config import RunConfig
+from memlens.core.options import ConfigError
 
 
 def remembered_config(settings: AppSettings) -> RunConfig | None:
@@ -97,7 +97,7 @@ class WindowConventions(QObject):
         stack.refresh(True)
 
     def show_rows(self):
-        from app.rows_table import RowsDialog
+        from memlens.app.panels.rows_table import RowsDialog
 
         if self.rows_dialog is None:
             self.rows_dialog = RowsDialog(self.main_window)
@@ -116,7 +116,7 @@ class WindowConventions(QObject):
 
     # --- help ----------------------------------------------------------------------------------
     def show_help(self, page: str):
-        from app.help_dialog import HelpDialog
+        from memlens.app.panels.help_dialog import HelpDialog
 
         if self.help_dialog is None:
             self.help_dialog = HelpDialog(self.main_window, page)
@@ -128,7 +128,7 @@ class WindowConventions(QObject):
     def open_docs(self) -> bool:
         from PySide6.QtGui import QDesktopServices
 
-        from app.help_dialog import docs_url
+        from memlens.app.panels.help_dialog import docs_url
 
         return QDesktopServices.openUrl(docs_url())
 

@@ -1,5 +1,5 @@
 """File > Export: the run files (copied from the run's folder where they are complete, else
-written by the CLI's writers), each plot as PNG and SVG, and the formats of core.exports
+written by the CLI's writers), each plot as PNG and SVG, and the formats of memlens.core.exports
 where that module is present."""
 
 from __future__ import annotations
@@ -9,8 +9,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from core.atomic import ExportError
-from core.run_files import export_run_files
+from memlens.core.atomic import ExportError
+from memlens.core.run_files import export_run_files
 
 RUN_FILES = "run files"
 PNG = "png"
@@ -19,7 +19,7 @@ SVG = "svg"
 
 def extra_formats() -> tuple[str, ...]:
     """snapshot / trace / timeline (and allocations, only when ticked)."""
-    import core.exports as exports
+    import memlens.core.exports as exports
 
     return tuple(f for f in (*exports.FORMATS, *exports.ON_REQUEST) if f != "all")
 
@@ -27,7 +27,7 @@ def extra_formats() -> tuple[str, ...]:
 def on_request_formats() -> tuple[str, ...]:
     """Formats written only when named (core.exports.ON_REQUEST): never ticked by default."""
     try:
-        from core.exports import ON_REQUEST
+        from memlens.core.exports import ON_REQUEST
     except ImportError:
         return ()
     return ON_REQUEST
@@ -112,7 +112,7 @@ def export_run(history, plots: dict, folder: str | Path, choices: set[str],
         extras = [f for f in extra_formats() if f in choices]
         notes: list[str] = []
         if extras:
-            from core import exports
+            from memlens.core import exports
 
             missing = unavailable_formats(history)
             problems += [f"{fmt}: {missing[fmt]}" for fmt in extras if fmt in missing]
@@ -134,6 +134,6 @@ def export_run(history, plots: dict, folder: str | Path, choices: set[str],
 
 def unavailable_formats(history) -> dict[str, str]:
     """Timeline formats this run cannot give, with the reason (a snapshot needs precise)."""
-    from core.exports import unavailable
+    from memlens.core.exports import unavailable
 
     return unavailable(history)

@@ -30,33 +30,33 @@ from PySide6.QtWidgets import (
     QTabWidget,
     QVBoxLayout,
     QWidget,
-)  # fmt: skip
+)
 
-from app.app_settings import AppSettings
-from app.conventions import WindowConventions, remembered_config
-from app.events_panel import EventsPanel
-from app.export_dialog import ExportDialog
-from app.exporting import export_run, unavailable_formats
-from app.frame_pacer import FramePacer
-from app.graph_tab import GraphTab
-from app.lessons_tab import LessonsTab
-from app.pin_compare import PinCompare
-from app.pins import PinnedRun, compare_names, pin_color, run_name
-from app.pins_panel import PinsPanel
-from app.plot_stack import PlotStack
-from app.run_panel import RunPanel
-from app.run_series import RunSeries
-from app.run_session import RunSession, TrainFn
-from app.status_bar import RunStatusBar
-from app.techniques_panel import TechniquesPanel
-from core.atomic import ExportError
-from core.config import RunConfig
-from core.effects import toggle_effect
-from core.history import RunHistory
-from core.model_file import preset_label
-from core.options import ConfigError, format_value
-from core.records import RunEvent
-from core.run_files import RunFolderError, load_run
+from memlens.app.app_settings import AppSettings
+from memlens.app.conventions import WindowConventions, remembered_config
+from memlens.app.exporting import export_run, unavailable_formats
+from memlens.app.frame_pacer import FramePacer
+from memlens.app.graph.tab import GraphTab
+from memlens.app.lessons.tab import LessonsTab
+from memlens.app.panels.events_panel import EventsPanel
+from memlens.app.panels.export_dialog import ExportDialog
+from memlens.app.panels.pin_compare import PinCompare
+from memlens.app.panels.pins_panel import PinsPanel
+from memlens.app.panels.run_panel import RunPanel
+from memlens.app.panels.status_bar import RunStatusBar
+from memlens.app.panels.techniques_panel import TechniquesPanel
+from memlens.app.run_session import RunSession, TrainFn
+from memlens.app.series.pins import PinnedRun, compare_names, pin_color, run_name
+from memlens.app.series.run_series import RunSeries
+from memlens.app.timeline.plot_stack import PlotStack
+from memlens.core.atomic import ExportError
+from memlens.core.config import RunConfig
+from memlens.core.effects import toggle_effect
+from memlens.core.history import RunHistory
+from memlens.core.model_file import preset_label
+from memlens.core.options import ConfigError, format_value
+from memlens.core.records import RunEvent
+from memlens.core.run_files import RunFolderError, load_run
 
 pg.setConfigOptions(antialias=False, foreground="#333333", background="w")
 
@@ -70,8 +70,8 @@ CLOSE_WAIT_MS = 30
 
 
 class MainWindow(QMainWindow):
-    """`train_fn` defaults to core.loop.run_training; tests and benchmarks may pass
-    app.synthetic.synthetic_training. `runs_dir=None` keeps runs in memory only.
+    """`train_fn` defaults to memlens.core.loop.run_training; tests and benchmarks may pass
+    memlens.core.synthetic.synthetic_training. `runs_dir=None` keeps runs in memory only.
     `settings`: what is remembered between launches (app.app_settings; by default nothing)."""
 
     def __init__(self, config: RunConfig | None = None, *,
@@ -88,7 +88,7 @@ class MainWindow(QMainWindow):
         self.train_fn = train_fn
         config = config or RunConfig()
         self.session: RunSession | None = None
-        self.followed = None  # app.follow_run.FollowedRun while following a folder
+        self.followed = None  # memlens.app.follow_run.FollowedRun while following a folder
         self.history: RunHistory | None = None  # what the plots show: live or loaded
         self.series: RunSeries | None = None
         self.loaded_from: Path | None = None
@@ -659,7 +659,7 @@ class MainWindow(QMainWindow):
 
     def follow_run(self, folder: Path) -> bool:
         """Show a run folder that another process is writing, growing as it grows."""
-        from app.follow_run import FollowedRun, state_text
+        from memlens.app.follow_run import FollowedRun, state_text
 
         if self.running:
             self.statusBar().showMessage("Stop the run first to follow another", 6000)

@@ -8,9 +8,9 @@ from pathlib import Path
 from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QMessageBox
 
-from app.app_settings import AppSettings
-from core.open_target import OpenError, resolve
-from core.snapshot_file import SnapshotFileError, read_snapshot
+from memlens.app.app_settings import AppSettings
+from memlens.core.open_target import OpenError, resolve
+from memlens.core.snapshot_file import SnapshotFileError, read_snapshot
 
 FILTERS = ("Runs and snapshots (run.json steps.csv memory.csv *.pickle *.pkl)",
            "Memory snapshots (*.pickle *.pkl)", "All files (*)")
@@ -23,7 +23,7 @@ class Opener(QObject):
         super().__init__(window)
         self.main_window = window
         self.settings = settings
-        self.snapshot_view = None  # app.snapshot_view.SnapshotView, made on first use
+        self.snapshot_view = None  # memlens.app.snapshot_view.SnapshotView, made on first use
         self.recent_menu = QMenu("Recent &runs", window)
         self.recent_menu.setObjectName("recent_menu")
         self.recent_menu.aboutToShow.connect(self._fill_recent)
@@ -80,8 +80,8 @@ class Opener(QObject):
     def view(self):
         """The Snapshot tab, added on first use."""
         if self.snapshot_view is None:
-            from app.snapshot_view import SnapshotView
-            from app.theme import current_theme
+            from memlens.app.snapshot_view import SnapshotView
+            from memlens.app.theme import current_theme
 
             self.snapshot_view = SnapshotView()
             self.snapshot_view.set_theme(current_theme())

@@ -6,7 +6,7 @@ from pathlib import Path
 
 from PySide6.QtCore import QSettings
 
-from app.app_settings import user_store
+from memlens.app.app_settings import user_store
 
 SETTINGS_KEY = "model_files/recent"
 MAX_RECENT = 8

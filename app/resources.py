@@ -15,14 +15,14 @@ ICON_SIZES = (16, 32, 64, 256)
 
 def resource_text(name: str) -> str:
     """The text of resources/<name> (e.g. "light.qss", "help/techniques.html")."""
-    node = files("resources")
+    node = files("memlens.resources")
     for part in name.split("/"):
         node = node.joinpath(part)
     return node.read_text(encoding="utf-8")
 
 
 def resource_bytes(name: str) -> bytes:
-    node = files("resources")
+    node = files("memlens.resources")
     for part in name.split("/"):
         node = node.joinpath(part)
     return node.read_bytes()

@@ -16,15 +16,15 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
 
-from core.config import RunConfig
-from core.controls import RunControls
-from core.history import RunHistory
-from core.model_file import preset_label
-from core.options import ConfigError
-from core.records import RunEvent
-from core.run_files import RunWriter
-from core.run_folder import new_run_folder
-from core.sinks import FanOut, GuardedSink
+from memlens.core.config import RunConfig
+from memlens.core.controls import RunControls
+from memlens.core.history import RunHistory
+from memlens.core.model_file import preset_label
+from memlens.core.options import ConfigError
+from memlens.core.records import RunEvent
+from memlens.core.run_files import RunWriter
+from memlens.core.run_folder import new_run_folder
+from memlens.core.sinks import FanOut, GuardedSink
 
 TrainFn = Callable[..., object]
 
@@ -49,7 +49,7 @@ def core_training() -> TrainFn:
     # modules); import it here too, so the freeze below covers those as well.
     import torch._dynamo  # noqa: F401
 
-    from core.loop import run_training
+    from memlens.core.loop import run_training
 
     # torch's import leaves a great many long-lived objects; a full collection walking them
     # all pauses every thread, the GUI's included, for a visible moment. Freeze them out of
@@ -73,8 +73,8 @@ class RunWorker(QObject):
         try:
             train = self._train_fn or core_training()
             if self._train_fn is None:  # the preset's memory check, as the CLI's
-                from core.loop import resolve_device
-                from core.preflight import check_run_fits
+                from memlens.core.loop import resolve_device
+                from memlens.core.preflight import check_run_fits
 
                 check_run_fits(self._config, resolve_device(self._config.device))
             result = train(self._config, self._controls, self._sink, on_error="pause")
@@ -107,7 +107,7 @@ class RunSession(QObject):
                 folder = new_run_folder(Path(runs_dir), preset_label(config.preset))
             except OSError as exc:  # the runs folder cannot be made
                 problem = str(exc)
-        # A long run's older rows go to a hidden file on the run's own disk (core.history).
+        # A long run's older rows go to a hidden file on the run's own disk (memlens.core.history).
         self.history = RunHistory(spill_dir=folder)
         if folder is not None:
             try:

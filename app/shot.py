@@ -17,14 +17,14 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_FAILED = 0, 2, 1
 
 
 def add_parser(subparsers) -> None:
-    from core.cli_run import add_config_arguments
+    from memlens.core.cli_run import add_config_arguments
 
     p = subparsers.add_parser(
         "shot", help="run the app window offscreen for N steps and save a PNG screenshot",
         description="Open the real window offscreen, run a preset for N steps (toggles "
         "scheduled with --at apply at step boundaries, as live flips do) and save the window "
         "as a PNG. A training error is shown as the app shows it (paused, explained).",
-    )  # fmt: skip
+    )
     add_config_arguments(p)
     p.add_argument("--steps", type=int, default=60, help="steps to run (default 60)")
     p.add_argument("--out", required=True, metavar="FILE.png", help="where to save the PNG")
@@ -84,8 +84,8 @@ def main(args) -> int:
     os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
     from dataclasses import replace
 
-    from core.cli_run import build_config
-    from core.options import ConfigError
+    from memlens.core.cli_run import build_config
+    from memlens.core.options import ConfigError
 
     try:
         config = build_config(args)
@@ -108,11 +108,11 @@ def main(args) -> int:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(["memlens-shot"])
-    from app.main_window import MainWindow
+    from memlens.app.main_window import MainWindow
 
     train_fn = None
     if args.synthetic:
-        from app.synthetic import synthetic_training
+        from memlens.core.synthetic import synthetic_training
 
         train_fn = synthetic_training
     window = MainWindow(config, runs_dir=None, train_fn=train_fn)
@@ -175,14 +175,14 @@ def main(args) -> int:
 
 
 def _set_theme(window, name: str) -> None:
-    from app.theme import THEMES
+    from memlens.app.theme import THEMES
 
     window.conventions.apply_theme(THEMES[name])
 
 
 def _shot_of_opened(path: str, out: Path, size: tuple[int, int], tab: str, theme: str) -> int:
     """`shot --open PATH`: the window showing a run folder or a snapshot, no run."""
-    from core.open_target import OpenError, check_openable
+    from memlens.core.open_target import OpenError, check_openable
 
     try:
         kind, _target = check_openable(path)
@@ -193,7 +193,7 @@ def _shot_of_opened(path: str, out: Path, size: tuple[int, int], tab: str, theme
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication(["memlens-shot"])
-    from app.main_window import MainWindow
+    from memlens.app.main_window import MainWindow
 
     window = MainWindow(runs_dir=None)
     _set_theme(window, theme)

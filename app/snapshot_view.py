@@ -1,4 +1,4 @@
-"""The Snapshot tab: a snapshot.pickle from a user's own run (core.snapshot_file) shown as
+"""The Snapshot tab: a snapshot.pickle from a user's own run (memlens.core.snapshot_file) shown as
 allocated memory over its allocation events, and the largest allocations at the peak."""
 
 from __future__ import annotations
@@ -8,13 +8,13 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QSplitter, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
 
-from app.bytes_axis import BytesAxis
-from app.pins import PIN_COLORS
-from app.plot_style import CATEGORY_COLORS, PEAK_COLOR, RESERVED_COLOR, TOTAL_COLOR
-from app.units import format_bytes
-from core.snapshot_file import SnapshotTimeline
+from memlens.app.series.pins import PIN_COLORS
+from memlens.app.timeline.bytes_axis import BytesAxis
+from memlens.app.timeline.plot_style import CATEGORY_COLORS, PEAK_COLOR, RESERVED_COLOR, TOTAL_COLOR
+from memlens.core.snapshot_file import SnapshotTimeline
+from memlens.core.units import format_bytes
 
-Y_UNIT = 2**20  # the view draws MiB (see app.bytes_axis)
+Y_UNIT = 2**20  # the view draws MiB (see memlens.app.timeline.bytes_axis)
 
 
 def category_color(name: str, index: int) -> str:

@@ -9,8 +9,8 @@ from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication
 
-from app.plot_style import HOVER_COLOR, TOTAL_COLOR
-from app.resources import app_icon, resource_text
+from memlens.app.resources import app_icon, resource_text
+from memlens.app.timeline.plot_style import HOVER_COLOR, TOTAL_COLOR
 
 
 @dataclass(frozen=True)

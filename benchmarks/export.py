@@ -1,6 +1,6 @@
 """Figure 6: a 100,000-step run to every export format.
 
-The run is made from a real one: the default preset runs 22 steps through core.loop, and one
+The run is made from a real one: the default preset runs 22 steps through memlens.core.loop, and one
 eval period of it (10 steps, one with eval) is repeated to 100,000 steps with times, steps
 and storage ids shifted, so the exporters see the real loop's rows at the real rate. Twice:
 a light-mode run (every format it can give: the snapshot needs precise mode) and a precise
@@ -36,9 +36,9 @@ FIRST = 10  # the repeated steps start here, after the first steps' one-off allo
 
 
 def real_run(precise: bool):
-    from core.config import RunConfig
-    from core.history import RunHistory
-    from core.loop import run_training
+    from memlens.core.config import RunConfig
+    from memlens.core.history import RunHistory
+    from memlens.core.loop import run_training
 
     history = RunHistory()
     config = RunConfig(device="cpu", steps=FIRST + PERIOD + 2, precise=precise)
@@ -50,7 +50,7 @@ def tiled(real, steps: int):
     """`real` with its steps [FIRST, FIRST + PERIOD) repeated up to `steps` steps."""
     import numpy as np
 
-    from core.history import RunHistory
+    from memlens.core.history import RunHistory
 
     copies = (steps - FIRST) // PERIOD
     out = RunHistory()
@@ -118,14 +118,14 @@ class _Breakdown:
         self._undo.append((owner, name, original))
 
     def __enter__(self) -> _Breakdown:
-        import app.exporting as exporting
-        import core.exports as exports
+        import memlens.app.exporting as exporting
+        import memlens.core.exports as exports
 
         self.wrap(exporting, "export_run_files", lambda *a, **k: "run files")
         self.wrap(exporting, "_export_scene", lambda widget, path, kind: f"plots {kind}")
         self.wrap(exports, "export_run", lambda h, folder, formats, **k: "+".join(formats))
         # ... and inside export_run, each writer
-        from core.exports import _allocs, chrome_trace, memory_timeline, snapshot
+        from memlens.core.exports import _allocs, chrome_trace, memory_timeline, snapshot
 
         for owner, name in ((_allocs, "allocation_events"), (snapshot, "write_snapshot"),
                             (chrome_trace, "write_chrome_trace"),
@@ -144,7 +144,7 @@ class _Breakdown:
 
 def _run_folder(history, folder: Path) -> float:
     """Leave the run folder as the run would have streamed it; the seconds it took."""
-    from core.run_files import write_history
+    from memlens.core.run_files import write_history
 
     t0 = time.perf_counter()
     write_history(history, folder)
@@ -153,8 +153,8 @@ def _run_folder(history, folder: Path) -> float:
 
 def _app_export(window, history, folder: Path, run_folder: Path
                 ) -> tuple[float, int, _Breakdown]:
-    from app.exporting import PNG, RUN_FILES, SVG, extra_formats
-    from core.exports import ON_REQUEST
+    from memlens.app.exporting import PNG, RUN_FILES, SVG, extra_formats
+    from memlens.core.exports import ON_REQUEST
 
     window._show_history(history)  # what File > Open does once the run is loaded
     window.loaded_from = run_folder  # ... and the folder it was opened from
@@ -177,8 +177,8 @@ def run(s: Settings) -> list[Figure]:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([])
-    from app.main_window import MainWindow
-    from core.config import RunConfig
+    from memlens.app.main_window import MainWindow
+    from memlens.core.config import RunConfig
 
     steps = QUICK_STEPS if s.quick else STEPS
     scale = "" if steps == STEPS else f" (quick: {steps:,} steps, not {STEPS:,})"

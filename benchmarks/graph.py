@@ -1,6 +1,6 @@
 """Figure 4: an autograd graph from capture to a drawn scene, and what the GUI feels meanwhile.
 
-As in the app: a worker thread runs the step's forward under core.graph.GraphCapture and
+As in the app: a worker thread runs the step's forward under memlens.core.graph.GraphCapture and
 snapshots the graph (then runs backward, as the loop does); the GUI thread hands the snapshot
 to the main window's graph panel, which lays it out on its own worker and builds the scene
 in slices. The time runs from the worker's start to the panel's `layout_ready`. A 1 ms
@@ -31,8 +31,8 @@ def _capture(config):
     """Build the preset, capture one step's graph, finish the step. Returns the snapshot."""
     import torch
 
-    from core.graph.capture import GraphCapture
-    from core.presets import build_preset
+    from memlens.core.graph.capture import GraphCapture
+    from memlens.core.presets import build_preset
 
     preset = build_preset(config, torch.device("cpu"))
     cap = GraphCapture(preset.models)
@@ -47,8 +47,8 @@ def _capture(config):
 def _node_count(config) -> int:
     import torch
 
-    from core.loop import count_graph_nodes
-    from core.presets import build_preset
+    from memlens.core.loop import count_graph_nodes
+    from memlens.core.presets import build_preset
 
     preset = build_preset(config, torch.device("cpu"))
     result = preset.forward_train(config.techniques)
@@ -155,8 +155,8 @@ def _one(window, panel, config, errors: SlotErrors, ungrouped: bool = False) -> 
 
 def _start_worker() -> None:
     """What the app's run worker does at Start before the loop (and so before any capture):
-    app.run_session.core_training() loads torch and the loop."""
-    from app.run_session import core_training
+    memlens.app.run_session.core_training() loads torch and the loop."""
+    from memlens.app.run_session import core_training
 
     core_training()
 
@@ -179,8 +179,8 @@ def run(s: Settings) -> list[Figure]:
 
     app = _probe_app()  # plain, unless tracing() (it then names the events behind a stall)
     traced = tracing()
-    from app.main_window import MainWindow
-    from core.config import RunConfig
+    from memlens.app.main_window import MainWindow
+    from memlens.core.config import RunConfig
 
     counts = {p: _node_count(RunConfig(preset=p, device="cpu")) for p in PRESETS}
     largest = max(counts, key=counts.get)

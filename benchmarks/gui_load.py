@@ -1,7 +1,7 @@
 """Figure 2: the real main window, offscreen, under a producer at 5,000 steps/s.
 
 The window runs a "training" through its own RunSession and worker thread; the train
-function (app.synthetic's producer, no torch) first puts 1,000,000 phase samples into the
+function (memlens.core.synthetic's producer, no torch) first puts 1,000,000 phase samples into the
 session's history, waits until the window has drawn them, then sends 5,000 steps a second,
 each with its four phase samples, for 20 s (quick: 2 s). Meanwhile:
 
@@ -51,7 +51,7 @@ class _CountingSink:
     def on_sample(self, s) -> None:
         if s.phase == "start":
             return
-        from core.records import MemorySample
+        from memlens.core.records import MemorySample
 
         self.sink.on_sample(MemorySample(s.step + self.offset, s.phase, s.time_s, s.params,
                                          s.grads, s.optimizer, s.activations, s.other))
@@ -84,7 +84,7 @@ class _Producer:
         self.t_start = self.t_end = 0.0
 
     def __call__(self, config, controls, sink, on_error="pause"):
-        from app.synthetic import fill_history, synthetic_training
+        from memlens.core.synthetic import fill_history, synthetic_training
 
         fill_history(sink.history, self.preload_steps)
         self.preloaded.set()
@@ -250,8 +250,8 @@ def run(s: Settings) -> list[Figure]:
     app = _probe_app()
     from PySide6.QtCore import QElapsedTimer, QEventLoop, Qt, QTimer
 
-    from app.main_window import MainWindow
-    from core.config import RunConfig
+    from memlens.app.main_window import MainWindow
+    from memlens.core.config import RunConfig
 
     duration = 2.0 if s.quick else 20.0
     preload_steps = PRELOAD_SAMPLES // PHASES  # plus the run's one `start` sample

@@ -58,7 +58,7 @@ def _fill(history, steps: int, allocs_per_step: int = 0) -> float:
     seconds taken."""
     import numpy as np
 
-    from core.records import AllocBlock, MemorySample, StepRecord
+    from memlens.core.records import AllocBlock, MemorySample, StepRecord
 
     phases = ("zero_grad", "forward", "backward", "optimizer")[:PHASES_PER_STEP]
     history.on_start({"config": {}, "environment": {}})
@@ -85,7 +85,7 @@ def _held(s: Settings, steps: int, allocs_per_step: int) -> dict:
     """Fill a history for `steps` and measure what it and the window's plot data hold."""
     import tempfile
 
-    from core.history import RunHistory
+    from memlens.core.history import RunHistory
 
     gc.collect()
     rss0 = _rss()
@@ -111,7 +111,7 @@ def _held(s: Settings, steps: int, allocs_per_step: int) -> dict:
 
 
 def _series_bytes(history) -> float:
-    from app.run_series import RunSeries  # no Qt in it: plain numpy
+    from memlens.app.series.run_series import RunSeries  # no Qt in it: plain numpy
 
     series = RunSeries(history)
     series.pull()
@@ -126,7 +126,7 @@ def run(s: Settings) -> list[Figure]:
     precise = _held(s, PRECISE_STEPS, ALLOCS_PER_STEP)
     probe_steps = 12_500
     if s.quick:  # the append rate from a shorter fill of its own
-        from core.history import RunHistory
+        from memlens.core.history import RunHistory
 
         probe = RunHistory()
         light["fill_s"] = _fill(probe, probe_steps) * LIGHT_STEPS / probe_steps

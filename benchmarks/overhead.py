@@ -136,9 +136,9 @@ class Memlens(_Variant):
     its own blocks run (outside the timing), so they cost the other variants nothing."""
 
     def __init__(self, name: str, config, preset) -> None:
-        from core.controls import RunControls
-        from core.history import RunHistory
-        from core.loop import TrainingSession
+        from memlens.core.controls import RunControls
+        from memlens.core.history import RunHistory
+        from memlens.core.loop import TrainingSession
 
         super().__init__(name, config)
         self.history = RunHistory()
@@ -238,8 +238,8 @@ def _dispatch_floor(preset):
 def measure_preset(name: str, s: Settings) -> dict[str, list[float]]:
     import torch
 
-    from core.config import RunConfig
-    from core.presets import build_preset
+    from memlens.core.config import RunConfig
+    from memlens.core.presets import build_preset
 
     # No eval phase: the plain loop has none, and both sides must do the same work.
     base = RunConfig(preset=name, device="cpu", eval_every=0, steps=10**9)

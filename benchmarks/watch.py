@@ -12,7 +12,7 @@ import time
 from pathlib import Path
 
 from benchmarks._common import ROOT, Figure, Settings, percentile
-from core.stats import ratio_of_medians
+from memlens.core.stats import ratio_of_medians
 
 EXAMPLES = {"rnn_lm": [], "dcgan": ["--sample-every", "10"]}
 OVERHEAD_LIMIT = 1.05
@@ -57,9 +57,9 @@ def follow_latency(s: Settings) -> list[Figure]:
     """A RunWriter in this process appends step rows; the window follows the folder."""
     from PySide6.QtWidgets import QApplication
 
-    from app.main_window import MainWindow
-    from core.records import MemorySample, StepRecord
-    from core.run_files import RunWriter
+    from memlens.app.main_window import MainWindow
+    from memlens.core.records import MemorySample, StepRecord
+    from memlens.core.run_files import RunWriter
 
     app = QApplication.instance() or QApplication([])
     lat: list[float] = []

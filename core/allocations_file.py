@@ -21,9 +21,15 @@ from typing import IO
 
 import numpy as np
 
-from core.atomic import atomic_open
-from core.history import ALLOC_COLUMNS, ColumnTable, RunHistory, as_alloc_block, remap_frames
-from core.records import MEMORY_CATEGORIES, SAMPLE_PHASES, AllocBlock
+from memlens.core.atomic import atomic_open
+from memlens.core.history import (
+    ALLOC_COLUMNS,
+    ColumnTable,
+    RunHistory,
+    as_alloc_block,
+    remap_frames,
+)
+from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASES, AllocBlock
 
 ALLOCATIONS_NPY = "allocations.npy"
 FRAMES_JSONL = "allocation_frames.jsonl"

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
-from core.units import format_bytes
+from memlens.core.units import format_bytes
 
 TTY_EVERY_S = 0.2  # a terminal line redraws at most this often
 LOG_EVERY_S = 5.0  # a log gets a line this often (and the last step's)

@@ -7,13 +7,13 @@ from pathlib import Path
 
 EXIT_OK, EXIT_BAD_INPUT, EXIT_TRAINING_ERROR = 0, 2, 3
 EXIT_INTERRUPTED = 130  # Ctrl-C before the run started (128 + SIGINT)
-MODEL_FILE_ERROR = "ModelFileError"  # the error event's key (core.explain.error_title)
+MODEL_FILE_ERROR = "ModelFileError"  # the error event's key (memlens.core.explain.error_title)
 
 
 def add_parser(subparsers) -> None:
     import argparse
 
-    from core.options import settings_help
+    from memlens.core.options import settings_help
 
     p = subparsers.add_parser(
         "run", help="run a training loop headless and write its timeline",
@@ -37,7 +37,7 @@ def add_parser(subparsers) -> None:
 
 def add_config_arguments(p, *, at: bool = True) -> None:
     """--preset, --config, --set and --at, the same for every command that runs a loop."""
-    from core.options import PRESETS
+    from memlens.core.options import PRESETS
 
     p.add_argument("--preset", metavar="NAME|FILE.py",
                    help=f"model and data: {', '.join(PRESETS)} (default: mlp), or a model file "
@@ -55,8 +55,8 @@ def add_config_arguments(p, *, at: bool = True) -> None:
 
 def build_config(args):
     """RunConfig from --config, --preset, --set, --steps, --precise, --at (in that order)."""
-    from core.config import RunConfig, ScheduledChange
-    from core.model_file import with_model_file
+    from memlens.core.config import RunConfig, ScheduledChange
+    from memlens.core.model_file import with_model_file
 
     def build(base):
         cfg = RunConfig.from_toml(args.config, base) if args.config else base
@@ -79,8 +79,8 @@ def build_config(args):
 
 
 def main(args) -> int:
-    from core.atomic import ExportError
-    from core.options import ConfigError
+    from memlens.core.atomic import ExportError
+    from memlens.core.options import ConfigError
 
     try:
         cfg = build_config(args)
@@ -97,12 +97,12 @@ def main(args) -> int:
         print("memlens run: stopped before the first step", file=sys.stderr)
         return EXIT_INTERRUPTED
 
-    from core.cli_progress import Progress
-    from core.controls import RunControls
-    from core.loop import run_training
-    from core.model_file import preset_label
-    from core.run_guard import SignalStop, StoppedBy, WriteGuard
-    from core.sinks import FanOut
+    from memlens.core.cli_progress import Progress
+    from memlens.core.controls import RunControls
+    from memlens.core.loop import run_training
+    from memlens.core.model_file import preset_label
+    from memlens.core.run_guard import SignalStop, StoppedBy, WriteGuard
+    from memlens.core.sinks import FanOut
 
     controls = RunControls(cfg.techniques, cfg.schedule)
     guard = WriteGuard(writer, controls)
@@ -135,7 +135,7 @@ def main(args) -> int:
         return EXIT_BAD_INPUT
     _print_summary(summary, history)
     if formats:
-        from core.exports import export_run
+        from memlens.core.exports import export_run
 
         notes: list[str] = []
         try:
@@ -162,12 +162,12 @@ def _prepare(cfg, args):
     check, the folder. Then the folder with its headers and a preliminary run.json, and the
     run's history (its older rows spill to a hidden file beside the run's; the writer reads
     it for the effects of toggles)."""
-    from core.history import RunHistory
-    from core.loop import resolve_device
-    from core.model_file import preset_label
-    from core.preflight import check_run_fits
-    from core.run_files import RunWriter
-    from core.run_folder import claim_out_folder, new_run_folder
+    from memlens.core.history import RunHistory
+    from memlens.core.loop import resolve_device
+    from memlens.core.model_file import preset_label
+    from memlens.core.preflight import check_run_fits
+    from memlens.core.run_files import RunWriter
+    from memlens.core.run_folder import claim_out_folder, new_run_folder
 
     device = resolve_device(cfg.device)
     check_run_fits(cfg, device)
@@ -182,8 +182,8 @@ def _prepare(cfg, args):
 
 
 def _check_formats(formats: list[str]) -> None:
-    from core.exports import parse_formats
-    from core.options import ConfigError
+    from memlens.core.exports import parse_formats
+    from memlens.core.options import ConfigError
 
     try:
         parse_formats(formats)
@@ -192,9 +192,9 @@ def _check_formats(formats: list[str]) -> None:
 
 
 def _print_summary(summary, history) -> None:
-    from core.effects import toggle_effect
-    from core.records import MEMORY_CATEGORIES
-    from core.units import format_bytes
+    from memlens.core.effects import toggle_effect
+    from memlens.core.records import MEMORY_CATEGORIES
+    from memlens.core.units import format_bytes
 
     env = history.meta.get("environment", {})
     print(f"steps: {summary.steps_done} ({summary.stopped_by}), wall {summary.wall_s:.1f} s, "

@@ -1,7 +1,7 @@
 """Two runs side by side: memory by category at each phase, mean and peak, and the change.
 
 The pinned-run compare table shows this for a pin against the current run; the lessons
-report reads its own metrics (core.lessons). Plain numbers, no Qt.
+report reads its own metrics (memlens.core.lessons). Plain numbers, no Qt.
 """
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from core.history import RunHistory
-from core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES
+from memlens.core.history import RunHistory
+from memlens.core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES
 
 COMPARE_CATEGORIES = (*MEMORY_CATEGORIES, "total")
 COMPARE_PHASES = SAMPLE_PHASES[1:]  # every phase edge of a step (not the run's start)

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
-from core.options import (
+from memlens.core.options import (
     OPTIONS,
     RUN_OPTIONS,
     TECHNIQUE_KEYS,
@@ -202,4 +202,4 @@ def _fmt(value: Any) -> str:
 __all__ = [
     "RUN_OPTIONS", "TECHNIQUE_KEYS", "TECHNIQUE_OPTIONS", "ConfigError", "RunConfig",
     "ScheduledChange", "TechniqueToggles",
-]  # fmt: skip
+]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from core.config import ScheduledChange, TechniqueToggles
+from memlens.core.config import ScheduledChange, TechniqueToggles
 
 
 class StopRequested(Exception):

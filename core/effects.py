@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 
-from core.records import SAMPLE_PHASES, RunEvent
-from core.stats import RatioCI, ratio_of_medians
-from core.units import format_bytes
+from memlens.core.records import SAMPLE_PHASES, RunEvent
+from memlens.core.stats import RatioCI, ratio_of_medians
+from memlens.core.units import format_bytes
 
 WINDOW_STEPS = 10
 # A memory change smaller than this share of the memory in use (or 512 B) is called
@@ -105,7 +105,7 @@ class ToggleEffect:
             "step_time": self.time.as_dict() if self.time is not None else None,
             "significant": bool(self.time is not None and self.time.significant),
             "text": self.text(),
-        }  # fmt: skip
+        }
 
 
 def _first_row_at(table, step: int) -> int:
@@ -146,7 +146,7 @@ def toggle_effect(history, event: RunEvent, window: int = WINDOW_STEPS) -> Toggl
     """The effect of a toggle that took effect at the start of `event.step`: the steps
     before it since the previous toggle (at most `window`), against `event.step` and the
     steps after it up to the next toggle or error (at most `window`). `history`: a
-    core.history.RunHistory (or anything with its `steps`, `samples`, `events()` and
+    memlens.core.history.RunHistory (or anything with its `steps`, `samples`, `events()` and
     `summary`)."""
     s = event.step
     events = history.events()
@@ -176,7 +176,7 @@ def toggle_effect(history, event: RunEvent, window: int = WINDOW_STEPS) -> Toggl
         time=ratio_of_medians(before_ms, after_ms) if len(before_ms) and len(after_ms)
         else None,
         cut=cut if complete and len(after_ms) < window else "", complete=complete,
-    )  # fmt: skip
+    )
 
 
 def toggle_effects(history, window: int = WINDOW_STEPS) -> list[ToggleEffect]:

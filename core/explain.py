@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from core.config import TechniqueToggles
-from core.options import is_model_file
+from memlens.core.config import TechniqueToggles
+from memlens.core.options import is_model_file
 
 
 def error_title(exc: BaseException) -> str:
@@ -42,7 +42,7 @@ AFTER_ERROR = {
 def explain_error(exc: BaseException, preset: str, phase: str, toggles: TechniqueToggles,
                   on_error: str = "pause") -> str:
     """One paragraph: the likely cause here, what to switch to fix it, and what the run does
-    next (`on_error`, core.loop.run_training's: the app pauses, the CLI stops)."""
+    next (`on_error`, memlens.core.loop.run_training's: the app pauses, the CLI stops)."""
     return f"{_cause(exc, preset, phase, toggles)} {AFTER_ERROR[on_error]}"
 
 
@@ -115,7 +115,7 @@ def _cause(exc: BaseException, preset: str, phase: str, toggles: TechniqueToggle
 
 
 def _explain_model_file_error(exc: BaseException, preset: str, phase: str) -> str:
-    from core.model_file import CONTRACT, ModelFileError, frame_text, user_frame
+    from memlens.core.model_file import CONTRACT, ModelFileError, frame_text, user_frame
 
     if isinstance(exc, ModelFileError):
         return (f"Your model file does not follow the contract: {CONTRACT}. Fix the file and "

@@ -13,7 +13,7 @@ from typing import Any
 
 import numpy as np
 
-from core.records import (
+from memlens.core.records import (
     ALLOC_FRAME_COLUMN,
     MEMORY_CATEGORIES,
     PHASE_CODE,
@@ -28,7 +28,7 @@ STEP_COLUMNS: tuple[str, ...] = (
     "backward_ms", "optimizer_ms", "eval_ms", "allocated_bytes", "peak_bytes",
     "reserved_bytes", "graph_nodes", "saved_bytes", "retained_bytes", "eval_loss",
     "optimizer_stepped", "peak_is_exact",
-)  # fmt: skip
+)
 # The columns of runs written before `optimizer_stepped` and `peak_is_exact` (read as NaN).
 LEGACY_STEP_COLUMNS: tuple[str, ...] = STEP_COLUMNS[:-2]
 # `x` places a sample on the step axis: step + (phase index) / 6, so phases of a step spread
@@ -63,7 +63,7 @@ def sample_values(s: MemorySample) -> tuple[float, ...]:
         s.params, s.grads, s.optimizer, s.activations, s.other, s.buffers, s.amp_casts,
         s.temporaries, s.total,
         _num(s.allocated), _num(s.reserved), _num(s.heap),
-    )  # fmt: skip
+    )
 
 
 def step_values(r: StepRecord) -> tuple[float, ...]:
@@ -73,7 +73,7 @@ def step_values(r: StepRecord) -> tuple[float, ...]:
         r.backward_ms, r.optimizer_ms, r.eval_ms, r.allocated_bytes, r.peak_bytes,
         _num(r.reserved_bytes), r.graph_nodes, r.saved_bytes, r.retained_bytes, r.eval_loss,
         float(r.optimizer_stepped), float(r.peak_is_exact),
-    )  # fmt: skip
+    )
 
 
 def as_alloc_block(rows: list[tuple] | AllocBlock) -> AllocBlock:
@@ -372,7 +372,7 @@ class ColumnTable:
 
 
 class RunHistory:
-    """Everything a run has recorded, as plain numbers. Also a run sink (see core.sinks)."""
+    """Everything a run has recorded, as plain numbers. Also a run sink (see memlens.core.sinks)."""
 
     def __init__(self, spill_dir: str | os.PathLike | None = None,
                  keep_blocks: int = KEEP_BLOCKS) -> None:

@@ -20,13 +20,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from core.amp_casts import amp_cast_storages
-from core.config import RunConfig, TechniqueToggles
-from core.controls import RunControls, StopRequested
-from core.explain import error_title, explain_error, explain_leak
-from core.memory import MemoryProbe
-from core.presets import Preset, build_preset
-from core.records import (
+from memlens.core.amp_casts import amp_cast_storages
+from memlens.core.config import RunConfig, TechniqueToggles
+from memlens.core.controls import RunControls, StopRequested
+from memlens.core.explain import error_title, explain_error, explain_leak
+from memlens.core.memory import MemoryProbe
+from memlens.core.presets import Preset, build_preset
+from memlens.core.records import (
     NATIVE_BUILD_EVENT,
     PHASE_CODE,
     SAMPLE_PHASES,
@@ -35,7 +35,7 @@ from core.records import (
     RunSummary,
     StepRecord,
 )
-from core.sinks import FanOut
+from memlens.core.sinks import FanOut
 
 # Which category a new storage most likely is, by the phase that made it (precise mode).
 _PHASE_CATEGORY = {"start": "other", "zero_grad": "grads", "forward": "activations",
@@ -66,7 +66,7 @@ LEAK_MIN_BYTES = 32 * 1024  # per step
 
 def resolve_device(name: str) -> torch.device:
     if name == "cuda" and not torch.cuda.is_available():
-        from core.options import ConfigError
+        from memlens.core.options import ConfigError
 
         raise ConfigError("device: 'cuda' was asked for but torch sees no CUDA GPU; "
                           "use device=auto or device=cpu")
@@ -186,7 +186,7 @@ class TrainingSession:
         self.precise = None
         self.precise_note = None  # why precise mode is not on the native recorder, if not
         if config.precise:
-            from core.native.tracker import make_precise_tracker
+            from memlens.core.native.tracker import make_precise_tracker
 
             self.precise, self.precise_note = make_precise_tracker(self.t0, self.device)
         self.probe = MemoryProbe(self.preset, self.device, self.saved, self.precise)
@@ -208,7 +208,7 @@ class TrainingSession:
         self.cuda_recorder = None
         self._flushed_at = time.perf_counter()
         if self.device.type == "cuda" and config.cuda_snapshot_steps:
-            from core.exports.cuda_recorder import CudaSnapshotRecorder
+            from memlens.core.exports.cuda_recorder import CudaSnapshotRecorder
 
             self.cuda_recorder = CudaSnapshotRecorder(
                 config.cuda_snapshot_start, config.cuda_snapshot_steps, device=self.device)
@@ -227,10 +227,10 @@ class TrainingSession:
 
     def _wire_native(self):
         """The native helpers (where they are built; never waiting for a build here, see
-        core.native) run the saved-tensor hooks and count graph nodes without a Python
+        memlens.core.native) run the saved-tensor hooks and count graph nodes without a Python
         frame or object per tensor or node. Returns the native module, or None."""
-        from core.native import load
-        from core.native.tracker import make_saved_tracker
+        from memlens.core.native import load
+        from memlens.core.native.tracker import make_saved_tracker
 
         self.saved = make_saved_tracker()
         native = load(build=False)
@@ -246,7 +246,7 @@ class TrainingSession:
         """install() and sum_of_squares() run every step: as plain C functions (bind_fast in
         core/native/fast_calls.h), or None without the watch. In light mode the native LightProbe
         takes the phase-edge samples."""
-        from core.native.tracker import NativeSavedTracker
+        from memlens.core.native.tracker import NativeSavedTracker
 
         self._watch_install = self._watch_sumsq = None
         if self._grad_watch is None:
@@ -582,7 +582,7 @@ class TrainingSession:
         return norm
 
     def _begin_capture(self):
-        from core.graph.capture import GraphCapture
+        from memlens.core.graph.capture import GraphCapture
 
         cap = GraphCapture(self.preset.models)
         cap.begin()
@@ -592,7 +592,7 @@ class TrainingSession:
 def _announce_native_build(config: RunConfig, sink: Any) -> None:
     """A precise CPU run on a machine where the set-up did not build the native recorder
     compiles it first (under a minute, once): say so, as the run's first event."""
-    from core.native import needs_build
+    from memlens.core.native import needs_build
 
     if config.precise and resolve_device(config.device).type == "cpu" and needs_build():
         sink.on_event(RunEvent(
@@ -602,12 +602,12 @@ def _announce_native_build(config: RunConfig, sink: Any) -> None:
             explanation="memlens compiles its C++ helpers the first time they are needed "
                         "(./dev does it at set-up). The run starts when the build is done; "
                         "without a compiler it runs on the slower Python tracker.",
-        ))  # fmt: skip
+        ))
 
 
 def _announce_cuda_only(config: RunConfig, sink: Any) -> None:
     """CUDA-only settings set on a run that trains elsewhere do nothing: say so, once."""
-    from core.options import RUN_OPTIONS
+    from memlens.core.options import RUN_OPTIONS
 
     device = resolve_device(config.device)
     if device.type == "cuda":
@@ -622,7 +622,7 @@ def _announce_cuda_only(config: RunConfig, sink: Any) -> None:
             explanation="These settings drive PyTorch's CUDA allocator recording, which "
                         "exists only on a CUDA device. Run with device=cuda on a machine "
                         "with a GPU, or leave them at 0.",
-        ))  # fmt: skip
+        ))
 
 
 def run_training(
@@ -644,7 +644,7 @@ def run_training(
     try:
         session = TrainingSession(config, controls, sink)
     except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
-        from core.preflight import is_out_of_memory, setup_out_of_memory
+        from memlens.core.preflight import is_out_of_memory, setup_out_of_memory
 
         if not is_out_of_memory(exc):
             raise

@@ -18,7 +18,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from core.records import (
+from memlens.core.records import (
     ALLOC_FRAME_COLUMN,
     MEMORY_CATEGORIES,
     PHASE_CODE,
@@ -248,7 +248,7 @@ class SavedTensorTracker:
 class _MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in (
         "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
-        "fordblks", "keepcost")]  # fmt: skip
+        "fordblks", "keepcost")]
 
 
 def _load_mallinfo2():
@@ -531,7 +531,7 @@ class MemoryProbe:
                          (frozenset(p.data_ptr() for p in self.param_list)
                           | frozenset(b.data_ptr() for b in preset.buffers())) - {0})
         # Storage key -> bytes of the AMP weight copies the last forward saved (set by the
-        # loop from the graph, core.amp_casts); counted apart from activations while alive.
+        # loop from the graph, memlens.core.amp_casts); counted apart from activations while alive.
         self.amp_casts: dict = {}
         self._grads = _Bytes()
         self._grad_list: list[Tensor] | None = []
@@ -566,7 +566,7 @@ class MemoryProbe:
         return self._grad_list
 
     def use_grad_watch(self, watch) -> None:
-        """Scan gradients through the native helpers' GradWatch (CPU; see core.loop)."""
+        """Scan gradients through the native helpers' GradWatch (CPU; see memlens.core.loop)."""
         watch.set_param_keys(list(self.params.keys))
         self.grad_watch = watch
 

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from core.options import OPTIONS, PRESETS, RUN_OPTIONS, ConfigError, is_model_file
+from memlens.core.options import OPTIONS, PRESETS, RUN_OPTIONS, ConfigError, is_model_file
 
 CONTRACT = ("a model file defines build_model() -> torch.nn.Module and "
             "make_batch(step, split) -> (inputs, targets); optionally loss_fn(output, targets), "
@@ -117,7 +117,7 @@ def with_model_file(cfg, rebuild: Callable[[Any], Any]):
     """`cfg` with its preset resolved; for a model file, its CONFIG goes under the settings
     given: `rebuild(base)` applies the same config file and overrides to `base` again.
     The order is: memlens's defaults, the file's CONFIG, the config file, the command line."""
-    from core.config import RunConfig
+    from memlens.core.config import RunConfig
 
     if not is_model_file(cfg.preset):
         return cfg

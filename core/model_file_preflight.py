@@ -1,4 +1,4 @@
-"""The memory check before a model-file run: core.preflight's estimate for a user's model.
+"""The memory check before a model-file run: memlens.core.preflight's estimate for a user's model.
 
 The file is loaded as for the run (its module-level code runs on the CPU), the model is
 built on the meta device (shapes, no memory), batch 0 is made as usual and its shapes taken
@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.model_file import load_model_file
-from core.model_file_preset import map_tensors, state_tensors
-from core.preflight import MemoryEstimate, estimate_memory
+from memlens.core.model_file import load_model_file
+from memlens.core.model_file_preset import map_tensors, state_tensors
+from memlens.core.preflight import MemoryEstimate, estimate_memory
 
 META = torch.device("meta")
 

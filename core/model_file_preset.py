@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.config import RunConfig, TechniqueToggles
-from core.model_file import ModelFileError, load_model_file, user_error
-from core.presets import ForwardResult, Preset
+from memlens.core.config import RunConfig, TechniqueToggles
+from memlens.core.model_file import ModelFileError, load_model_file, user_error
+from memlens.core.presets import ForwardResult, Preset
 
 
 def map_tensors(state: Any, fn) -> Any:

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from core.run_files import RUN_JSON, RunFolderError, load_run
-from core.snapshot_file import SnapshotFileError, read_snapshot
+from memlens.core.run_files import RUN_JSON, RunFolderError, load_run
+from memlens.core.snapshot_file import SnapshotFileError, read_snapshot
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
 

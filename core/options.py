@@ -92,7 +92,7 @@ class PresetOption(Option):
     """The preset setting: a built-in preset's name, or the path of a model file.
 
     Only the form is checked here (a saved run whose model file has moved still loads);
-    core.model_file.resolve_preset checks that the file is there before a run.
+    memlens.core.model_file.resolve_preset checks that the file is there before a run.
     """
 
     def valid_text(self) -> str:
@@ -163,7 +163,7 @@ RUN_OPTIONS: tuple[Option, ...] = (
            maximum=10_000, cuda_only=True),
     Option("force", bool, False,
            "start even when the memory check says model, optimizer and a batch will not fit"),
-)  # fmt: skip
+)
 
 TECHNIQUE_OPTIONS: tuple[Option, ...] = (
     Option("zero_grad", str, "set_to_none", "how gradients are cleared before backward",
@@ -184,7 +184,7 @@ TECHNIQUE_OPTIONS: tuple[Option, ...] = (
            live=True),
     Option("leak_cache", bool, False, "bug: the loss keeps its intermediates in a list",
            live=True),
-)  # fmt: skip
+)
 
 OPTIONS: dict[str, Option] = {o.key: o for o in RUN_OPTIONS + TECHNIQUE_OPTIONS}
 TECHNIQUE_KEYS: tuple[str, ...] = tuple(o.key for o in TECHNIQUE_OPTIONS)

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from core.graph.snapshot import human_bytes
-from core.options import ConfigError
+from memlens.core.graph.snapshot import human_bytes
+from memlens.core.options import ConfigError
 
 # Optimizer state per parameter byte: SGD keeps its momentum buffer; Adam and AdamW keep two
 # moments (their step counters are a few bytes a tensor, left out).
@@ -70,12 +70,12 @@ def estimate_memory(parameters: list[Tensor], data: list[Tensor], forward: Calla
 
 def estimate_run_memory(config) -> MemoryEstimate | None:
     """A preset run's estimate, from shapes alone (nothing is allocated); None where it
-    cannot be made (see core.model_file_preflight)."""
-    from core.options import is_model_file
-    from core.presets import build_preset
+    cannot be made (see memlens.core.model_file_preflight)."""
+    from memlens.core.options import is_model_file
+    from memlens.core.presets import build_preset
 
     if is_model_file(config.preset):
-        from core.model_file_preflight import estimate_model_file_memory
+        from memlens.core.model_file_preflight import estimate_model_file_memory
 
         return estimate_model_file_memory(config)
     meta = torch.device("meta")

@@ -1,7 +1,7 @@
 """Training presets: a model, its optimizer(s) and seeded synthetic data, built in memory.
 
 A preset knows how to run one micro-batch forward (returning the losses to backward) and one
-eval forward; the loop around it (core.loop) owns phases, techniques and measurement.
+eval forward; the loop around it (memlens.core.loop) owns phases, techniques and measurement.
 """
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from core.config import RunConfig, TechniqueToggles
-from core.options import is_model_file
+from memlens.core.config import RunConfig, TechniqueToggles
+from memlens.core.options import is_model_file
 
 DATA_BATCHES = 16  # distinct training batches, cycled; eval uses one more held-out batch
 
@@ -188,7 +188,7 @@ class MlpPreset(_Classifier):
             nn.Linear(w, w), nn.ReLU(),
             nn.Linear(w, w), nn.ReLU(),
             nn.Linear(w, self.classes),
-        )  # fmt: skip
+        )
         self._make_data(lambda n: torch.randn(n, self.in_features, generator=self.gen))
         self._finish_build()
 
@@ -206,7 +206,7 @@ class CnnPreset(_Classifier):
             nn.Flatten(), nn.Dropout(0.25),
             nn.Linear(2 * w * 8 * 8, 128), nn.ReLU(),
             nn.Linear(128, self.classes),
-        )  # fmt: skip
+        )
         self._make_data(lambda n: torch.randn(n, 3, 32, 32, generator=self.gen))
         self._finish_build()
 
@@ -215,7 +215,7 @@ class _TokenStream:
     """A seeded Markov chain over a vocabulary: text-like data a small LM can learn."""
 
     def __init__(self, vocab: int, length: int, gen: torch.Generator) -> None:
-        if torch.get_default_device().type == "meta":  # core.preflight: shapes, no data
+        if torch.get_default_device().type == "meta":  # memlens.core.preflight: shapes, no data
             self.tokens = torch.empty(length, dtype=torch.long)
             return
         nxt = torch.randint(0, vocab, (vocab, 4), generator=gen)  # each token: 4 likely successors
@@ -245,7 +245,7 @@ class LstmPreset(Preset):
             "rnn": (nn.LSTMCell(self.emb, self.width) if self.use_cell
                     else nn.LSTM(self.emb, self.width, batch_first=True)),
             "head": nn.Linear(self.width, self.vocab),
-        })  # fmt: skip
+        })
         self.models["model"] = model
         n = self.batch_size * self.seq_len * DATA_BATCHES + self.seq_len + 1
         # Batchify as word-language-model does: batch_size parallel streams, windows in order.
@@ -438,7 +438,7 @@ PRESET_CLASSES: dict[str, type[Preset]] = {
 def build_preset(config: RunConfig, device: torch.device) -> Preset:
     torch.manual_seed(config.seed)
     if is_model_file(config.preset):
-        from core.model_file_preset import ModelFilePreset
+        from memlens.core.model_file_preset import ModelFilePreset
 
         return ModelFilePreset(config, device)
     return PRESET_CLASSES[config.preset](config, device)

@@ -134,7 +134,7 @@ class RunEvent:
 
     def label(self) -> str:
         if self.kind == "toggle":
-            from core.options import format_value
+            from memlens.core.options import format_value
 
             return f"{self.key}: {format_value(self.old)} -> {format_value(self.new)}"
         if self.kind == "error":
@@ -171,14 +171,14 @@ class RunSummary:
         return d
 
 
-# Where an alloc/free row keeps its stack: ALLOC_COLUMNS.index("frame") in core.history
+# Where an alloc/free row keeps its stack: ALLOC_COLUMNS.index("frame") in memlens.core.history
 # (which imports this module; tests/core hold the two together).
 ALLOC_FRAME_COLUMN = 8
 
 
 class AllocBlock:
     """Precise mode's alloc/free events as one block: `table` is a float64 array with the
-    columns of core.history.ALLOC_COLUMNS, its `frame` column an index into `frames` (the
+    columns of memlens.core.history.ALLOC_COLUMNS, its `frame` column an index into `frames` (the
     recorder's stack texts, "file:line:function|...", shared and growing) or -1 for none.
     Sinks may take it as it is (RunHistory, the allocations file) or as rows (`tuples()`)."""
 

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from core.allocations_file import (
+from memlens.core.allocations_file import (
     ACTIONS,
     ALLOCATIONS_NPY,
     FRAMES_JSONL,
@@ -34,10 +34,10 @@ from core.allocations_file import (
     records,
     write_allocations,
 )
-from core.allocations_file import describe as describe_allocations
-from core.atomic import ExportError, atomic_open, atomic_write_bytes, atomic_write_text
-from core.effects import events_with_effects
-from core.history import (
+from memlens.core.allocations_file import describe as describe_allocations
+from memlens.core.atomic import ExportError, atomic_open, atomic_write_bytes, atomic_write_text
+from memlens.core.effects import events_with_effects
+from memlens.core.history import (
     ALLOC_COLUMNS,
     LEGACY_STEP_COLUMNS,
     PHASES_PER_STEP,
@@ -48,7 +48,7 @@ from core.history import (
     sample_x,
     step_values,
 )
-from core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES, RunEvent
+from memlens.core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES, RunEvent
 
 STEPS_CSV = "steps.csv"
 MEMORY_CSV = "memory.csv"
@@ -63,13 +63,13 @@ STEPS_HEADER: tuple[str, ...] = STEP_COLUMNS
 MEMORY_HEADER: tuple[str, ...] = (
     "step", "phase", "time_s", *(f"{c}_bytes" for c in MEMORY_CATEGORIES), "total_bytes",
     "allocated_bytes", "reserved_bytes", "heap_bytes",
-)  # fmt: skip
+)
 # memory.csv as runs wrote it before the buffers, amp_casts and temporaries columns.
 _LEGACY_CATEGORIES = MEMORY_CATEGORIES[:5]
 LEGACY_MEMORY_HEADER: tuple[str, ...] = (
     "step", "phase", "time_s", *(f"{c}_bytes" for c in _LEGACY_CATEGORIES), "total_bytes",
     "allocated_bytes", "reserved_bytes", "heap_bytes",
-)  # fmt: skip
+)
 ALLOC_HEADER: tuple[str, ...] = (
     "t_us", "action", "storage", "addr", "bytes", "category", "step", "phase", "frames",
 )
@@ -119,7 +119,7 @@ class RunWriter:
         with the CSV headers: a run killed while it allocates still leaves a run folder
         that says what was asked for. `history`: the run's history, fed before this writer
         (a FanOut's earlier sink): run.json's toggle events then carry their effect
-        (core.effects), as measured so far."""
+        (memlens.core.effects), as measured so far."""
         self.folder = Path(folder)
         self._history = history
         try:
@@ -377,7 +377,7 @@ _DOC_TYPES: dict[str, tuple[type, ...]] = {
     "config": (dict,), "environment": (dict,), "schedule": (list,), "events": (list,),
     "graphs": (list,), "summary": (dict, type(None)), "allocations": (dict,),
     "cuda_snapshot": (dict,),
-}  # fmt: skip
+}
 _JSON_NAMES = {dict: "an object", list: "a list", str: "text", type(None): "null"}
 _EVENT_TEXT = ("kind", "key", "phase", "message", "explanation")
 _EVENT_FIELDS = frozenset(RunEvent.__dataclass_fields__)  # others (a newer writer's) dropped

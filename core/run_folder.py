@@ -6,7 +6,7 @@ import os
 import time
 from pathlib import Path
 
-from core.options import ConfigError
+from memlens.core.options import ConfigError
 
 # Every file a run or its exports write into the run's folder. A folder holding any of them
 # holds a run: writing another into it would mix the two (an old allocations.npy beside new
@@ -15,7 +15,7 @@ RUN_FILE_NAMES: tuple[str, ...] = (
     "steps.csv", "memory.csv", "run.json", "allocations.npy", "allocation_frames.jsonl",
     "allocations.csv", "cuda_snapshot.pickle", "snapshot.pickle", "trace.json",
     "memory_timeline.json",
-)  # fmt: skip
+)
 
 
 def run_files_in(folder: Path) -> list[str]:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import numpy as np
 
-from core.history import RunHistory, sample_x
-from core.records import PHASE_CODE, RunEvent
-from core.run_files import (
+from memlens.core.history import RunHistory, sample_x
+from memlens.core.records import PHASE_CODE, RunEvent
+from memlens.core.run_files import (
     MEMORY_CSV,
     MEMORY_HEADER,
     RUN_FORMAT,

@@ -7,7 +7,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, Protocol
 
-from core.records import MemorySample, RunEvent, StepRecord
+from memlens.core.records import MemorySample, RunEvent, StepRecord
 
 
 class RunSink(Protocol):

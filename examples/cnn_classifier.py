@@ -24,7 +24,7 @@ def build_model() -> nn.Module:
         nn.Flatten(), nn.Dropout(0.25),
         nn.Linear(32 * (SIZE // 4) ** 2, 64), nn.ReLU(),
         nn.Linear(64, CLASSES),
-    )  # fmt: skip
+    )
 
 
 def make_batch(step: int, split: str, batch_size: int = 16):

@@ -7,10 +7,10 @@ import main
 
 
 def test_main_with_no_command_or_app_opens_the_window(monkeypatch):
-    import app.main_window
+    import memlens.app.main_window
 
     opened: list[int] = []
-    monkeypatch.setattr(app.main_window, "launch", lambda **_: opened.append(1) or 0)
+    monkeypatch.setattr(memlens.app.main_window, "launch", lambda **_: opened.append(1) or 0)
     assert main.main([]) == 0
     assert main.main(["app"]) == 0
     assert opened == [1, 1]

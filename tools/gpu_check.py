@@ -151,8 +151,8 @@ def check_allocator(out: Path, dry_run: bool) -> dict:
     allocated; the params category equals the parameters' storage bytes counted on torch."""
     import torch
 
-    from core.loop import run_training
-    from core.presets import build_preset
+    from memlens.core.loop import run_training
+    from memlens.core.presets import build_preset
     from tests.core.helpers import tiny_config
 
     if dry_run:
@@ -204,7 +204,7 @@ def check_snapshot(out: Path, dry_run: bool) -> dict:
     done = _run(cmd, 600)
     if done.returncode != 0:
         raise CheckFailed(f"memlens run exit {done.returncode}:\n{_tail(done.stderr)}")
-    from core.run_files import CUDA_SNAPSHOT
+    from memlens.core.run_files import CUDA_SNAPSHOT
 
     snapshot = run_dir / CUDA_SNAPSHOT
     if not snapshot.exists():
@@ -240,7 +240,7 @@ def check_amp(out: Path, dry_run: bool) -> dict:
     fp16 optimizer step (counted on torch's class, not by memlens)."""
     import torch
 
-    from core.loop import run_training
+    from memlens.core.loop import run_training
     from tests.core.helpers import tiny_config
 
     if dry_run:

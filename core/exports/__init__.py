@@ -7,7 +7,7 @@ allocation events, so it gets no snapshot (`unavailable(history)` says why). Ask
 snapshot by name from such a run raises SnapshotUnavailable before anything is written.
 "allocations" (allocations.csv: precise mode's events as text, ~200 bytes an event where the
 run folder's allocations.npy takes 43) is written only when named; "all" leaves it out.
-Every file is written atomically (core.atomic): a failure leaves no partial file behind.
+Every file is written atomically (memlens.core.atomic): a failure leaves no partial file behind.
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from core.atomic import ExportError
+from memlens.core.atomic import ExportError
 
 if TYPE_CHECKING:  # numpy and the history load only when something is exported
-    from core.history import RunHistory
+    from memlens.core.history import RunHistory
 
 FORMATS: tuple[str, ...] = ("snapshot", "trace", "timeline")  # what "all" means
 ON_REQUEST: tuple[str, ...] = ("allocations",)  # only when named
@@ -52,7 +52,7 @@ def parse_formats(formats: str | Iterable[str]) -> list[str]:
 
 def unavailable(history: RunHistory) -> dict[str, str]:
     """Formats this history cannot give, each with the reason in plain words."""
-    from core.exports.snapshot import unavailable_reason
+    from memlens.core.exports.snapshot import unavailable_reason
 
     reason = unavailable_reason(history)
     if not reason:
@@ -76,7 +76,7 @@ def export_run(history: RunHistory, folder: str | Path, formats: str | Iterable[
     missing = unavailable(history)
     for name in chosen:
         if name in missing and explicit:
-            from core.exports.snapshot import SnapshotUnavailable
+            from memlens.core.exports.snapshot import SnapshotUnavailable
 
             raise SnapshotUnavailable(f"cannot write {FILES[name]}: {missing[name]}")
     folder = Path(folder)
@@ -92,11 +92,11 @@ def export_run(history: RunHistory, folder: str | Path, formats: str | Iterable[
             done[name] = _write_from_history(name, history, folder / FILES[name])
     events = None
     if "snapshot" in wanted or "timeline" in wanted:
-        from core.exports._allocs import allocation_events
+        from memlens.core.exports._allocs import allocation_events
 
         events = allocation_events(history) if len(history.allocs) else None
     if "snapshot" in wanted:
-        from core.exports.snapshot import window_start, write_snapshot
+        from memlens.core.exports.snapshot import window_start, write_snapshot
 
         done["snapshot"] = write_snapshot(history, folder / FILES["snapshot"],
                                           max_entries=max_entries, events=events)
@@ -108,7 +108,7 @@ def export_run(history: RunHistory, folder: str | Path, formats: str | Iterable[
                 f"step {first_step}); storages from earlier that are still alive, or "
                 "freed in the window, still count. Raise --max-entries, or 0 for all.")
     if "timeline" in wanted:
-        from core.exports.memory_timeline import write_memory_timeline
+        from memlens.core.exports.memory_timeline import write_memory_timeline
 
         path = folder / FILES["timeline"]
         rows = write_memory_timeline(history, path, events=events, max_rows=max_rows)
@@ -123,9 +123,9 @@ def export_run(history: RunHistory, folder: str | Path, formats: str | Iterable[
 
 def _write_from_history(name: str, history: RunHistory, path: Path) -> Path:
     if name == "trace":
-        from core.exports.chrome_trace import write_chrome_trace
+        from memlens.core.exports.chrome_trace import write_chrome_trace
 
         return write_chrome_trace(history, path)
-    from core.exports.allocations_csv import write_allocations_csv
+    from memlens.core.exports.allocations_csv import write_allocations_csv
 
     return write_allocations_csv(history, path)

@@ -15,7 +15,7 @@ from functools import cached_property
 
 import numpy as np
 
-from core.history import ColumnTable, RunHistory
+from memlens.core.history import ColumnTable, RunHistory
 
 FREE = 1
 CHUNK = 65_536  # rows per pass: small enough that temporaries stay in cache

@@ -1,10 +1,10 @@
 """allocations.csv: precise mode's storage events as text, written only when asked for.
 
-The run folder keeps the events as allocations.npy (core.allocations_file); this is the
+The run folder keeps the events as allocations.npy (memlens.core.allocations_file); this is the
 same table for spreadsheets and scripts that want text, one row per alloc or free with
 names instead of codes: t_us, action, storage, addr, bytes, category, step, phase, frames.
 It is big (about 200 bytes an event: 2.2 GB for a 100,000-step precise run), so the rows
-are formatted by numpy (core.exports._text), not one by one: the bytes are those Python's
+are formatted by numpy (memlens.core.exports._text), not one by one: the bytes are those Python's
 csv module writes, at a tenth of the time.
 """
 
@@ -14,12 +14,12 @@ import csv
 import io
 from pathlib import Path
 
-from core.allocations_file import ACTIONS
-from core.atomic import atomic_open
-from core.exports import _text
-from core.history import RunHistory
-from core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
-from core.run_files import ALLOC_HEADER
+from memlens.core.allocations_file import ACTIONS
+from memlens.core.atomic import atomic_open
+from memlens.core.exports import _text
+from memlens.core.history import RunHistory
+from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
+from memlens.core.run_files import ALLOC_HEADER
 
 ALLOCATIONS_FILE = "allocations.csv"
 _CHUNK = 1 << 20  # table rows read at a time

@@ -12,7 +12,7 @@ EXIT_OK, EXIT_BAD_INPUT = 0, 2
 def _formats(text: str) -> list[str]:
     """The names as given (checked): "all" stays "all", so a run that cannot give one
     format gets the others, while a format asked for by name must be produced."""
-    from core.exports import parse_formats
+    from memlens.core.exports import parse_formats
 
     names = [f.strip().lower() for f in text.split(",") if f.strip()]
     try:
@@ -33,7 +33,7 @@ def _count(text: str) -> int:
 
 
 def add_parser(subparsers) -> None:
-    from core.exports import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_ROWS
+    from memlens.core.exports import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_ROWS
 
     p = subparsers.add_parser(
         "export", help="write a saved run as snapshot.pickle, trace.json, memory_timeline.json",
@@ -58,9 +58,9 @@ def add_parser(subparsers) -> None:
 
 
 def main(args) -> int:
-    from core.atomic import ExportError
-    from core.exports import export_run
-    from core.run_files import RunFolderError, load_run
+    from memlens.core.atomic import ExportError
+    from memlens.core.exports import export_run
+    from memlens.core.run_files import RunFolderError, load_run
 
     try:
         history = load_run(args.run_dir)

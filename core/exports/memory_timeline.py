@@ -26,23 +26,23 @@ from pathlib import Path
 
 import numpy as np
 
-from core.atomic import atomic_open
-from core.exports import DEFAULT_MAX_ROWS, _text
-from core.exports._allocs import AllocationEvents, allocation_events
-from core.history import RunHistory
-from core.records import MEMORY_CATEGORIES
+from memlens.core.atomic import atomic_open
+from memlens.core.exports import DEFAULT_MAX_ROWS, _text
+from memlens.core.exports._allocs import AllocationEvents, allocation_events
+from memlens.core.history import RunHistory
+from memlens.core.records import MEMORY_CATEGORIES
 
 TIMELINE_FILE = "memory_timeline.json"
 # torch.profiler._memory_profiler._CATEGORY_TO_COLORS order (None, uncategorised, last).
 PROFILER_CATEGORIES: tuple[str, ...] = (
     "parameter", "optimizer_state", "input", "temporary", "activation", "gradient",
     "autograd_detail", "unknown",
-)  # fmt: skip
+)
 OURS_TO_PROFILER: dict[str, str] = {
     "params": "parameter", "grads": "gradient", "optimizer": "optimizer_state",
     "activations": "activation", "other": "unknown", "buffers": "unknown",
     "amp_casts": "autograd_detail", "temporaries": "temporary",
-}  # fmt: skip
+}
 # Column of each of our categories in a sizes row (column 0 is the leading 0).
 COLUMN = np.array([1 + PROFILER_CATEGORIES.index(OURS_TO_PROFILER[c]) for c in MEMORY_CATEGORIES])
 _CHUNK = 65_536

@@ -8,14 +8,14 @@ from __future__ import annotations
 
 from typing import Any
 
-from core.graph.snapshot import GraphEdge, GraphNode, GraphSnapshot, SavedTensor
+from memlens.core.graph.snapshot import GraphEdge, GraphNode, GraphSnapshot, SavedTensor
 
 __all__ = ["GraphCapture", "GraphEdge", "GraphNode", "GraphSnapshot", "SavedTensor"]
 
 
 def __getattr__(name: str) -> Any:
     if name == "GraphCapture":
-        from core.graph.capture import GraphCapture
+        from memlens.core.graph.capture import GraphCapture
 
         return GraphCapture
-    raise AttributeError(f"module 'core.graph' has no attribute {name!r}")
+    raise AttributeError(f"module 'memlens.core.graph' has no attribute {name!r}")

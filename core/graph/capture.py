@@ -12,9 +12,9 @@ from typing import Any
 
 import torch
 
-from core.graph.dotfile import map_dot_ids, memlens_dot, parse_dot, torchviz_dot
-from core.graph.snapshot import GraphSnapshot
-from core.graph.walk import ACCUMULATE, GraphWalk, storage_key
+from memlens.core.graph.dotfile import map_dot_ids, memlens_dot, parse_dot, torchviz_dot
+from memlens.core.graph.snapshot import GraphSnapshot
+from memlens.core.graph.walk import ACCUMULATE, GraphWalk, storage_key
 
 NO_GRAPH = (
     "no autograd graph: the loss has no grad_fn, so nothing was saved for backward "
@@ -178,7 +178,7 @@ class GraphCapture:
             module_types=tuple(sorted((k, v) for k, v in self._types.items() if k in called)),
             saved_bytes=saved_bytes, dot=dot, dot_by=dot_by, notes=tuple(notes),
             capture_ms=(time.perf_counter() - started) * 1e3, models=models,
-        )  # fmt: skip
+        )
 
     def _scopes(self) -> dict[int, tuple[str, tuple[str, ...]]]:
         """fn id -> (module, scope), with "#k" dropped for modules called only once."""
@@ -189,7 +189,7 @@ class GraphCapture:
             return name if name in once else frame
 
         return {fid: (module, tuple(tidy(f) for f in scope))
-                for fid, (module, scope) in self._fn_scope.items()}  # fmt: skip
+                for fid, (module, scope) in self._fn_scope.items()}
 
     def _param_scopes(self, params: dict[str, Any]) -> dict[str, tuple[str, tuple[str, ...]]]:
         """A parameter's scope: the modules that own it and were called, outermost first.

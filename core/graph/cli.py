@@ -9,7 +9,7 @@ EXIT_OK, EXIT_NOT_CAPTURED, EXIT_BAD_INPUT = 0, 1, 2
 
 
 def add_parser(subparsers) -> None:
-    from core.cli_run import add_config_arguments
+    from memlens.core.cli_run import add_config_arguments
 
     p = subparsers.add_parser(
         "graph", help="write the autograd graph of a training step (DOT, SVG or PNG)",
@@ -17,26 +17,26 @@ def add_parser(subparsers) -> None:
         "captured after forward and before backward, as torchviz's make_dot draws it "
         "(grey ops, blue parameters, orange saved tensors, green output). Errors in earlier "
         "steps are reported and the run goes on, so a broken setting still shows its graph.",
-    )  # fmt: skip
+    )
     add_config_arguments(p, at=False)
     p.add_argument("--step", type=int, default=0, metavar="N",
                    help="which step's graph (default 0, the first)")
     p.add_argument("--eval", action="store_true",
                    help="the eval phase's graph of step N instead of the training graph "
-                   "(empty under no_grad_eval=true, the default)")  # fmt: skip
+                   "(empty under no_grad_eval=true, the default)")
     p.add_argument("--out", required=True, metavar="FILE",
                    help="where to write: .dot (torchviz make_dot source), .svg or .png")
 
 
 def build_config(args):
     """The run: settings as given, then only as many steps as needed to reach --step."""
-    from core.config import RunConfig
-    from core.options import MAX_STEPS, ConfigError
+    from memlens.core.config import RunConfig
+    from memlens.core.options import MAX_STEPS, ConfigError
 
     if not 0 <= args.step < MAX_STEPS:
         raise ConfigError(f"--step {args.step}: the step must be from 0 to {MAX_STEPS - 1:_} "
                           "(the run goes through every step before it)")
-    from core.model_file import with_model_file
+    from memlens.core.model_file import with_model_file
 
     def build(base):
         cfg = RunConfig.from_toml(args.config, base) if args.config else base
@@ -46,7 +46,7 @@ def build_config(args):
     cfg = with_model_file(build(RunConfig()), build)
     # Captures come from --step alone; eval runs only when its graph is wanted.
     return cfg.with_values({"steps": args.step + 1, "capture_every": 0,
-                            "eval_every": args.step + 1 if args.eval else 0})  # fmt: skip
+                            "eval_every": args.step + 1 if args.eval else 0})
 
 
 class _CaptureAt:
@@ -79,21 +79,21 @@ class _CaptureAt:
 
 
 def main(args) -> int:
-    from core.atomic import ExportError
-    from core.options import ConfigError
+    from memlens.core.atomic import ExportError
+    from memlens.core.options import ConfigError
 
     try:
         cfg = build_config(args)
-        from core.graph.export import format_of
+        from memlens.core.graph.export import format_of
 
         fmt = format_of(args.out)
     except (ConfigError, ExportError) as exc:
         print(f"memlens graph: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
 
-    from core.controls import RunControls
-    from core.graph.export import export_graph
-    from core.loop import run_training
+    from memlens.core.controls import RunControls
+    from memlens.core.graph.export import export_graph
+    from memlens.core.loop import run_training
 
     controls = RunControls(cfg.techniques, cfg.schedule)
     sink = _CaptureAt(controls, args.step, "eval" if args.eval else "train")

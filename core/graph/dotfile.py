@@ -10,13 +10,13 @@ from collections import defaultdict
 from collections.abc import Iterable
 from typing import Any
 
-from core.graph.snapshot import TORCHVIZ_COLOURS, GraphEdge, GraphNode
+from memlens.core.graph.snapshot import TORCHVIZ_COLOURS, GraphEdge, GraphNode
 
 # make_dot's node style, reused by our own writer so both DOTs look the same.
 NODE_ATTR = dict(style="filled", shape="box", align="left", fontsize="10", ranksep="0.1",
-                 height="0.2", fontname="monospace")  # fmt: skip
+                 height="0.2", fontname="monospace")
 COLOUR_KIND = {"lightblue": "param", "orange": "saved", "darkolivegreen1": "output",
-               "darkolivegreen3": "output", "": "op"}  # fmt: skip
+               "darkolivegreen3": "output", "": "op"}
 
 
 def torchviz_dot(loss: Any, params: dict[str, Any], depth_hint: int = 0) -> str:
@@ -144,7 +144,7 @@ def map_dot_ids(walk: Any, dot_nodes: dict[str, dict], dot_edges: list) -> tuple
             ids[queue.pop(0)] = did
         else:
             problems.append(f"DOT node {did} ({dot_nodes[did].get('label', '')!r}) "
-                            "has no match in the graph walk")  # fmt: skip
+                            "has no match in the graph walk")
     for wid, n in walk.nodes.items():
         if wid not in ids:
             problems.append(f"walk node {n.label!r} ({n.kind}) is not in the DOT")

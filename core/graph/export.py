@@ -16,18 +16,18 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from core.atomic import ExportError, atomic_write_bytes, atomic_write_text
-from core.graph import graphviz
-from core.graph.layout import DOT_MAX_NODES, Layout, LayoutRequest, layered_layout
-from core.graph.snapshot import TORCHVIZ_COLOURS, GraphNode, GraphSnapshot
-from core.units import format_bytes
+from memlens.core.atomic import ExportError, atomic_write_bytes, atomic_write_text
+from memlens.core.graph import graphviz
+from memlens.core.graph.layout import DOT_MAX_NODES, Layout, LayoutRequest, layered_layout
+from memlens.core.graph.snapshot import TORCHVIZ_COLOURS, GraphNode, GraphSnapshot
+from memlens.core.units import format_bytes
 
 FORMATS = ("dot", "svg", "png")
 DOT_EXPORT_TIME_S = 10.0  # how long an export lets Graphviz dot try before our layout
 MAX_PNG_SIDE_PX = 16000
 # Named colours as SVG/Qt know them (Graphviz's X11 names, in hex).
 HEX = {"lightgrey": "#d3d3d3", "lightblue": "#add8e6", "orange": "#ffa500",
-       "darkolivegreen1": "#caff70", "darkolivegreen3": "#a2cd5a"}  # fmt: skip
+       "darkolivegreen1": "#caff70", "darkolivegreen3": "#a2cd5a"}
 CHAR_W, LINE_H, PAD_X, PAD_Y = 6.0, 13.0, 10.0, 6.0  # monospace 10 pt, as make_dot sets
 
 
@@ -182,7 +182,7 @@ def positioned_dot(snapshot: GraphSnapshot, layout: Layout) -> str:
         fill = _fill(n.kind)
         lines.append(f'\t"{n.id}" [label="{label}" fillcolor={fill} '
                      f'pos="{pt(layout.positions[n.id])}!" width={w / 72:.3f} '
-                     f"height={h / 72:.3f}]")  # fmt: skip
+                     f"height={h / 72:.3f}]")
     for s, d, style, pts in layout.edges:
         if style == "none":
             attr = f'dir=none pos="{" ".join(pt(p) for p in pts)}"'
@@ -228,7 +228,7 @@ def svg_text(snapshot: GraphSnapshot, layout: Layout) -> str:
         lines = drawn_label(n).split("\n")
         out.append(f'<g class="node"><title>{escape(n.id)}</title>')
         out.append(f'<rect x="{x - w / 2:.1f}" y="{y - h / 2:.1f}" width="{w:.1f}" '
-                   f'height="{h:.1f}" fill="{HEX[_fill(n.kind)]}" stroke="black"/>')  # fmt: skip
+                   f'height="{h:.1f}" fill="{HEX[_fill(n.kind)]}" stroke="black"/>')
         top = y - (len(lines) - 1) * LINE_H / 2 + 3.5
         for i, line in enumerate(lines):
             out.append(f'<text x="{x:.1f}" y="{top + i * LINE_H:.1f}">{escape(line)}</text>')

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from core.graph.layout_types import Layout, LayoutRequest
+from memlens.core.graph.layout_types import Layout, LayoutRequest
 
 PX_PER_INCH = 72.0  # layout pixels are Graphviz points
 ENV_VAR = "MEMLENS_DOT"  # a dot binary to use instead of searching; "none" to disable
@@ -67,11 +67,11 @@ class DotJob:
             self.proc = subprocess.Popen(
                 [dot, *args], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-            )  # fmt: skip
+            )
         except OSError as exc:
             raise DotError(f"cannot run {dot}: {exc.strerror or exc}") from exc
         self._thread = threading.Thread(target=self._talk, args=(source.encode("utf-8"),),
-                                        name="dot", daemon=True)  # fmt: skip
+                                        name="dot", daemon=True)
         self._thread.start()
 
     def _talk(self, data: bytes) -> None:
@@ -103,7 +103,7 @@ class DotJob:
             message = self._err.decode("utf-8", "replace").strip().splitlines()
             detail = next((m for m in message if "Warning" not in m), "") or "no message"
             raise DotError(f"{engine_name(self.dot)} failed (exit {self.proc.returncode}): "
-                           f"{detail}")  # fmt: skip
+                           f"{detail}")
         return self._out or b""
 
 
@@ -127,7 +127,7 @@ class DotLayoutJob:
         self.started = time.perf_counter()
         index = {k: i for i, k in enumerate(request.ids)}
         self.edges = [e for e in dict.fromkeys(request.edges)
-                      if e[0] in index and e[1] in index and e[0] != e[1]]  # fmt: skip
+                      if e[0] in index and e[1] in index and e[0] != e[1]]
         lines = [
             "digraph G {",
             "graph [ranksep=0.5 nodesep=0.2]",
@@ -144,7 +144,7 @@ class DotLayoutJob:
     def result(self, timeout: float, should_stop: Callable[[], bool] | None = None) -> Layout:
         text = self.job.wait(timeout, should_stop).decode("utf-8")
         return _parse_plain(text, self.request, self.edges, engine_name(self.job.dot),
-                            time.perf_counter() - self.started)  # fmt: skip
+                            time.perf_counter() - self.started)
 
     def kill(self) -> None:
         self.job.kill()
@@ -158,7 +158,7 @@ def dot_layout(request: LayoutRequest, dot: str, *, timeout: float) -> Layout:
 def _parse_plain(
     text: str, request: LayoutRequest, edges: list[tuple[str, str, str]],
     engine: str, seconds: float,
-) -> Layout:  # fmt: skip
+) -> Layout:
     height = 0.0
     pos: dict[int, tuple[float, float]] = {}
     splines: dict[tuple[int, int], list[tuple[float, float]]] = {}
@@ -191,4 +191,4 @@ def _parse_plain(
             continue
         out_edges.append((s, d, style, tuple(px(p) for p in pts)))
     return Layout(positions, sizes, out_edges, raw_width * PX_PER_INCH,
-                  height * PX_PER_INCH, engine, seconds)  # fmt: skip
+                  height * PX_PER_INCH, engine, seconds)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from core.graph.snapshot import GraphNode, GraphSnapshot, human_bytes, node_of_row
+from memlens.core.graph.snapshot import GraphNode, GraphSnapshot, human_bytes, node_of_row
 
 GROUP_ABOVE = 400  # snapshots with more nodes open grouped by module
 
@@ -52,7 +52,7 @@ class ViewGraph:
         hits = dict.fromkeys(
             self.shown_as[n.id] for n in snapshot.nodes
             if n.id in self.shown_as and _matches(n, text)
-        )  # fmt: skip
+        )
         for v in self.nodes:
             if v.kind == "group" and text in v.title.lower():
                 hits.setdefault(v.id, None)
@@ -62,7 +62,7 @@ class ViewGraph:
 def _matches(n: GraphNode, text: str) -> bool:
     return (text in n.op.lower() or text in n.param.lower()
             or any(text in group_title(k).lower() for k in n.scope)
-            or (n.kind != "op" and text in n.title.lower()))  # fmt: skip
+            or (n.kind != "op" and text in n.title.lower()))
 
 
 def group_title(key: str, module_type: str = "") -> str:
@@ -123,7 +123,7 @@ def view_graph(
             id="group:" + key, kind="group",
             title=group_title(key, snapshot.module_type(module_of(key))), detail=detail,
             group=key, members=tuple(m.id for m in inside), saved_bytes=saved, held_bytes=held,
-        ))  # fmt: skip
+        ))
     edges: dict[tuple[str, str], str] = {}
     for src, dst, style in snapshot.edges:
         s, d = shown_as.get(src), shown_as.get(dst)
@@ -136,7 +136,7 @@ def view_graph(
         edges[(s, d)] = style
     attached = frozenset(v.id for v in nodes if v.kind == "saved")
     return ViewGraph(tuple(nodes), tuple((s, d, st) for (s, d), st in edges.items()),
-                     attached, shown_as)  # fmt: skip
+                     attached, shown_as)
 
 
 def _plain(n: GraphNode, row: tuple) -> ViewNode:
@@ -158,7 +158,7 @@ def _plain(n: GraphNode, row: tuple) -> ViewNode:
     else:
         detail = shape
     return ViewNode(id=n.id, kind=n.kind, title=n.title, detail=detail, row=row,
-                    saved_bytes=n.saved_bytes, held_bytes=n.held_bytes)  # fmt: skip
+                    saved_bytes=n.saved_bytes, held_bytes=n.held_bytes)
 
 
 def default_grouped(snapshot: GraphSnapshot) -> bool:

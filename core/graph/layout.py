@@ -14,8 +14,8 @@ from collections.abc import Callable, Sequence
 
 import numpy as np
 
-from core.graph import graphviz
-from core.graph.layout_types import Layout, LayoutCancelled, LayoutRequest, Point
+from memlens.core.graph import graphviz
+from memlens.core.graph.layout_types import Layout, LayoutCancelled, LayoutRequest, Point
 
 RANK_GAP = 36.0  # vertical space between layers
 NODE_GAP = 14.0  # horizontal space between neighbours in a layer
@@ -54,7 +54,7 @@ def layout_graph(
             why = ("over {:,} nodes it can take minutes" if dot_max_nodes == DOT_MAX_NODES
                    else "it ran out of time on graphs over {:,} nodes here")
             notes.append(f"{len(request.ids):,} nodes: Graphviz dot skipped "
-                         f"({why.format(dot_max_nodes)})")  # fmt: skip
+                         f"({why.format(dot_max_nodes)})")
         else:
             try:
                 job = graphviz.DotLayoutJob(request, dot)
@@ -119,7 +119,7 @@ def layered_layout(
             attached[index[k]] = True
 
     pairs = {(index[s], index[d]) for s, d, _ in request.edges
-             if s in index and d in index and s != d}  # fmt: skip
+             if s in index and d in index and s != d}
     src, dst = _acyclic(n, sorted(pairs))
 
     def stop() -> None:
@@ -150,7 +150,7 @@ def layered_layout(
     width = float((x + w / 2).max() + MARGIN)
     height = float(tops[-1] + layer_h[-1] + MARGIN)
     return Layout(positions, sizes, edges, width, height, "memlens layered",
-                  time.perf_counter() - t0)  # fmt: skip
+                  time.perf_counter() - t0)
 
 
 def _acyclic(n: int, pairs: Sequence[tuple[int, int]]) -> tuple[np.ndarray, np.ndarray]:
@@ -204,7 +204,7 @@ def _topo(n: int, src: np.ndarray, dst: np.ndarray) -> list[int]:
 
 def _layers(
     n: int, src: np.ndarray, dst: np.ndarray, attached: np.ndarray, w: np.ndarray,
-) -> np.ndarray:  # fmt: skip
+) -> np.ndarray:
     """Layers by longest path to the output, then shortened and balanced the way dot's
     ranking is: a node with more inputs than outputs moves up next to its latest input, one
     with more outputs moves down, and one with as many of each goes to the least crowded
@@ -273,7 +273,7 @@ class _Rows:
     numpy's per-call overhead many times over."""
 
     def __init__(self, n: int, src: np.ndarray, dst: np.ndarray, layer: np.ndarray,
-                 w: np.ndarray) -> None:  # fmt: skip
+                 w: np.ndarray) -> None:
         self.n_layers = int(layer.max()) + 1
         self.members: list[list[int]] = [[] for _ in range(self.n_layers)]
         for v in range(n):  # walk order within each layer to start with

@@ -7,7 +7,7 @@ from dataclasses import asdict, dataclass, field, fields
 from operator import attrgetter
 from typing import Any
 
-from core.units import format_bytes
+from memlens.core.units import format_bytes
 
 NODE_KINDS: tuple[str, ...] = ("op", "param", "saved", "output")
 # torchviz's fill colours, by node kind ("output" also covers a view's base, darkolivegreen3).
@@ -77,7 +77,7 @@ class GraphNode:
     def held_bytes(self) -> int:
         """Bytes of saved non-parameter storages this node keeps alive (shared ones included)."""
         return sum(t.bytes for t in self.saved
-                   if t.for_backward and not t.is_param and not t.problem)  # fmt: skip
+                   if t.for_backward and not t.is_param and not t.problem)
 
     @property
     def title(self) -> str:
@@ -231,7 +231,7 @@ class GraphSnapshot:
             "module_types": dict(self.module_types),
             "nodes": [asdict(n) for n in self.nodes],
             "edges": [list(e) for e in self.edges],
-        }  # fmt: skip
+        }
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> GraphSnapshot:
@@ -245,7 +245,7 @@ class GraphSnapshot:
             nodes.append(GraphNode(**{
                 **_known(GraphNode, n), "saved": saved, "scope": tuple(n.get("scope", ())),
                 "shape": tuple(n.get("shape", ())),
-            }))  # fmt: skip
+            }))
         return cls(
             step=int(data["step"]), kind=data.get("kind", "train"), nodes=tuple(nodes),
             edges=tuple(_edge(*e) for e in data.get("edges", ())),
@@ -255,7 +255,7 @@ class GraphSnapshot:
             models=tuple(data.get("models", ("model",))),
             module_types=tuple(sorted((str(k), str(v)) for k, v in
                                       (data.get("module_types") or {}).items())),
-        )  # fmt: skip
+        )
 
 
 def _edge(src: str, dst: str, style: str = "") -> GraphEdge:

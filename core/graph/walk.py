@@ -12,8 +12,8 @@ from typing import Any
 
 import torch
 
-from core.graph.snapshot import GraphEdge, GraphNode, SavedTensor
-from core.memory import storage_key as memory_storage_key
+from memlens.core.graph.snapshot import GraphEdge, GraphNode, SavedTensor
+from memlens.core.memory import storage_key as memory_storage_key
 
 SAVED_PREFIX = "_saved_"
 ACCUMULATE = "AccumulateGrad"
@@ -202,12 +202,12 @@ class GraphWalk:
         return SavedTensor(
             name=name, shape=tuple(t.shape), dtype=str(t.dtype).removeprefix("torch."),
             bytes=nbytes, storage=key, counted=counted, is_param=is_param,
-        )  # fmt: skip
+        )
 
     def _tensor_node(
         self, t: torch.Tensor, kind: str, name: str,
         record: SavedTensor | None = None, owner: str = "",
-    ) -> None:  # fmt: skip
+    ) -> None:
         tid = str(id(t))
         pname = self.param_names.get(id(t), "")
         label = f"{name or pname}\n {shape_text(tuple(t.shape))}"
@@ -217,7 +217,7 @@ class GraphWalk:
                 name=pname or name or kind, shape=tuple(t.shape),
                 dtype=str(t.dtype).removeprefix("torch."), bytes=storage_bytes(t),
                 storage=key, is_param=key in self.param_storages, for_backward=False,
-            )  # fmt: skip
+            )
         node = self.nodes.get(tid)
         if node is None:
             self.nodes[tid] = _Node(tid, kind, label, t, param=pname, saved=[record], owner=owner)
@@ -243,7 +243,7 @@ class GraphWalk:
                 id=ids.get(n.id, n.id), kind=n.kind, label=n.label, op=n.op,
                 saved=tuple(n.saved), param=n.param, module=module, scope=scope,
                 shape=shape, dtype=dtype,
-            ))  # fmt: skip
+            ))
         return out
 
     def _scope_of(self, n: _Node) -> tuple[str, tuple[str, ...]]:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from html import escape
 
-from core.units import format_bytes, format_ms
+from memlens.core.units import format_bytes, format_ms
 
 WIDTH = 720
 LABEL_W = 210

@@ -6,9 +6,9 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from core.history import RunHistory
-from core.lessons.catalog import Metric
-from core.records import PHASE_CODE
+from memlens.core.history import RunHistory
+from memlens.core.lessons.catalog import Metric
+from memlens.core.records import PHASE_CODE
 
 # Steps at the start of each arm left out of time figures: the first steps allocate
 # optimizer state and warm caches, a cost a long training run pays once.

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from itertools import groupby
 from pathlib import Path
 
-from core.atomic import atomic_write_text
-from core.lessons.chart import chart_svg, format_value
+from memlens.core.atomic import atomic_write_text
+from memlens.core.lessons.chart import chart_svg, format_value
 
 REPORT_FORMAT = "memlens-lessons"
 REPORT_VERSION = 1

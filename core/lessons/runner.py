@@ -14,14 +14,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from core.config import RunConfig
-from core.controls import RunControls
-from core.history import RunHistory
-from core.lessons.catalog import Lesson, Metric, lessons_for
-from core.lessons.interleave import Turns, TurnSink
-from core.lessons.measure import Reading, read_metric
-from core.lessons.verdict import SAME, exact_verdict, time_verdict
-from core.stats import ratio_of_medians
+from memlens.core.config import RunConfig
+from memlens.core.controls import RunControls
+from memlens.core.history import RunHistory
+from memlens.core.lessons.catalog import Lesson, Metric, lessons_for
+from memlens.core.lessons.interleave import Turns, TurnSink
+from memlens.core.lessons.measure import Reading, read_metric
+from memlens.core.lessons.verdict import SAME, exact_verdict, time_verdict
+from memlens.core.stats import ratio_of_medians
 
 FULL_STEPS, FULL_BLOCK = 40, 4
 QUICK_STEPS, QUICK_BLOCK = 8, 2
@@ -132,7 +132,7 @@ class LessonRunner:
 
     def plan(self) -> list[tuple[Lesson, str]]:
         """(lesson, preset) pairs in the order they run (settings checked here)."""
-        from core.loop import resolve_device
+        from memlens.core.loop import resolve_device
 
         device = resolve_device(RunConfig().with_values(self.settings).device)
         return [(lesson, preset) for preset in self.presets
@@ -167,7 +167,7 @@ class LessonRunner:
         return report
 
     def _configs(self, lesson: Lesson, preset: str) -> dict[str, RunConfig]:
-        from core.presets import PRESET_CLASSES
+        from memlens.core.presets import PRESET_CLASSES
 
         steps = min(self.steps, lesson.max_steps) if lesson.max_steps else self.steps
         base = RunConfig().with_values({"preset": preset, "steps": steps, **lesson.base,
@@ -181,9 +181,9 @@ class LessonRunner:
 
     def _run_lesson(self, pool: ThreadPoolExecutor, lesson: Lesson, preset: str, index: int,
                     count: int) -> list[_Arm]:
-        from core.loop import run_training
-        from core.run_files import RunWriter
-        from core.sinks import FanOut
+        from memlens.core.loop import run_training
+        from memlens.core.run_files import RunWriter
+        from memlens.core.sinks import FanOut
 
         configs = self._configs(lesson, preset)
         arms = [_Arm(name, cfg, RunHistory(),
@@ -237,7 +237,7 @@ class LessonRunner:
                 self._live = None
         for arm in arms:
             if arm.error is not None and not isinstance(arm.error, KeyboardInterrupt):
-                from core.options import ConfigError
+                from memlens.core.options import ConfigError
 
                 if isinstance(arm.error, ConfigError):
                     raise arm.error

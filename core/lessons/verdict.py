@@ -2,14 +2,14 @@
 
 Memory figures are exact bytes, so a difference is real or absent; a claimed size is met
 when the measured change is within a factor SIZE_FACTOR of it. Time figures are medians of
-noisy steps: the ratio on/off and its bootstrap interval (core.stats) decide; an interval
+noisy steps: the ratio on/off and its bootstrap interval (memlens.core.stats) decide; an interval
 that includes 1 is "within noise", and a claimed size is met when the interval holds it.
 """
 
 from __future__ import annotations
 
-from core.lessons.catalog import Claim
-from core.stats import RatioCI
+from memlens.core.lessons.catalog import Claim
+from memlens.core.stats import RatioCI
 
 VERDICTS = ("confirmed", "larger", "smaller", "not seen", "contradicted", "within noise")
 SIZE_FACTOR = 1.5

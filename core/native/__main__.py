@@ -1,8 +1,8 @@
-"""`python -m core.native`: build the native helpers now (the set-up does this once)."""
+"""`python -m memlens.core.native`: build the native helpers now (the set-up does this once)."""
 
 import sys
 
-from core.native import load, unavailable_reason
+from memlens.core.native import load, unavailable_reason
 
 
 def main() -> int:

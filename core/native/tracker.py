@@ -26,8 +26,8 @@ import weakref
 import torch
 from torch import Tensor
 
-from core.memory import _HERE, CATEGORY_CODE
-from core.records import PHASE_CODE, AllocBlock
+from memlens.core.memory import _HERE, CATEGORY_CODE
+from memlens.core.records import PHASE_CODE, AllocBlock
 
 
 class _StartFree(weakref.ref):
@@ -120,8 +120,8 @@ class NativeStorageTracker:
 def make_precise_tracker(t0: float, device, with_frames: bool = True):
     """The native tracker for a CPU run where it builds, else the Python dispatch mode.
     Returns (tracker, why not native or None)."""
-    from core.memory import StorageTracker
-    from core.native import load, unavailable_reason
+    from memlens.core.memory import StorageTracker
+    from memlens.core.native import load, unavailable_reason
 
     if device.type != "cpu":
         return StorageTracker(t0, with_frames), "the native recorder covers CPU runs"
@@ -197,8 +197,8 @@ class NativeSavedTracker:
 
 def make_saved_tracker():
     """The native saved-tensor tracker where the helpers are built, else the Python one."""
-    from core.memory import SavedTensorTracker
-    from core.native import load
+    from memlens.core.memory import SavedTensorTracker
+    from memlens.core.native import load
 
     module = load(build=False)
     return NativeSavedTracker(module) if module is not None else SavedTensorTracker()

@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from core.watch.session import Watch, watch
+from memlens.core.watch.session import Watch, watch
 
 __all__ = ["Watch", "watch"]

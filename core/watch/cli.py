@@ -62,8 +62,8 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     """Run `script` under a watch; returns the exit code `python script ARGS` would have."""
     import runpy
 
-    from core.atomic import ExportError
-    from core.watch.session import NOTHING_FOUND_HELP, Watch
+    from memlens.core.atomic import ExportError
+    from memlens.core.watch.session import NOTHING_FOUND_HELP, Watch
 
     path = str(Path(script))
     argv = [path, *script_args]

@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from core.records import RunEvent
+from memlens.core.records import RunEvent
 
 _TORCH_DIR = str(Path(torch.__file__).parent)
 _CORE_DIR = str(Path(__file__).resolve().parents[1])

@@ -28,11 +28,11 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from core.loop import _PHASE_CATEGORY
-from core.memory import MemoryProbe, SavedTensorTracker, StorageTracker
-from core.records import PHASES, MemorySample, RunSummary, StepRecord
-from core.watch import diagnoses as dx
-from core.watch.hooks import TorchHooks
+from memlens.core.loop import _PHASE_CATEGORY
+from memlens.core.memory import MemoryProbe, SavedTensorTracker, StorageTracker
+from memlens.core.records import PHASES, MemorySample, RunSummary, StepRecord
+from memlens.core.watch import diagnoses as dx
+from memlens.core.watch.hooks import TorchHooks
 
 GRAPH_NODE_LIMIT = 20_000
 GROWING_STEPS = 3  # optimizer steps without clearing, each with a larger grad norm: diagnosis 3
@@ -112,7 +112,7 @@ class Watch:
     def __init__(self, models=None, optimizers=None, *, out=None, precise: bool = False,
                  capture_every: int = 0, script: str | None = None,
                  argv: list[str] | None = None) -> None:
-        from core.run_files import RunWriter
+        from memlens.core.run_files import RunWriter
 
         if _ACTIVE:
             raise RuntimeError("memlens.watch: a watch is already recording in this process; "
@@ -500,7 +500,7 @@ class Watch:
 
     # --- graph capture every N steps (core.graph), from the loss passed to backward ----------
     def _begin_capture(self) -> None:
-        from core.graph.capture import GraphCapture
+        from memlens.core.graph.capture import GraphCapture
 
         models = {self._model_names[id(m)]: m for m in self.found.model_list()}
         self._capture = GraphCapture(models)
@@ -775,7 +775,7 @@ class Watch:
 
     def _event(self, kind: str, key: str, message: str, explanation: str = "",
                once: bool = False) -> None:
-        from core.records import RunEvent
+        from memlens.core.records import RunEvent
 
         if once:
             if (kind, key) in self._reported:

@@ -19,7 +19,7 @@ def _no_user_settings(tmp_path_factory):
     for fmt in (QSettings.IniFormat, QSettings.NativeFormat):
         QSettings.setPath(fmt, QSettings.UserScope, str(folder))
     yield
-    from app import units
+    from memlens.app import units
 
     units.set_exact_bytes(False)  # a test that switched it leaves the next one as usual
 
@@ -31,8 +31,8 @@ def settings_file(tmp_path):
 
 @pytest.fixture
 def window(qtbot, tmp_path, settings_file):
-    from app.app_settings import AppSettings
-    from app.main_window import MainWindow
+    from memlens.app.app_settings import AppSettings
+    from memlens.app.main_window import MainWindow
 
     w = MainWindow(runs_dir=tmp_path / "runs", settings=AppSettings.at(settings_file))
     qtbot.addWidget(w)

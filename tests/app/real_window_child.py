@@ -49,8 +49,8 @@ def main() -> int:
     from PySide6.QtCore import QTimer
     from PySide6.QtGui import QGuiApplication
 
-    import app.main_window as main_window
     import main as entry
+    import memlens.app.main_window as main_window
     from tests.app.drive import choose
 
     real_finish = main_window.finish_start_up

@@ -12,8 +12,8 @@ import pytest
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from core.config import RunConfig
-from core.records import RunSummary, StepRecord
+from memlens.core.config import RunConfig
+from memlens.core.records import RunSummary, StepRecord
 
 SAFETY_S = 120  # only keeps a broken build from hanging the suite; no test waits on it
 
@@ -43,7 +43,7 @@ class LongStep:
 
 @pytest.fixture
 def long_window(qtbot, tmp_path):
-    from app.main_window import MainWindow
+    from memlens.app.main_window import MainWindow
 
     step = LongStep()
     w = MainWindow(runs_dir=tmp_path / "runs", train_fn=step)

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QPushButton
 
-from core.allocations_file import ALLOCATIONS_NPY, FRAMES_JSONL
-from core.run_files import MEMORY_CSV, RUN_JSON, STEPS_CSV
+from memlens.core.allocations_file import ALLOCATIONS_NPY, FRAMES_JSONL
+from memlens.core.run_files import MEMORY_CSV, RUN_JSON, STEPS_CSV
 from tests.app.drive import choose, click
 
 RUN_FILES = (STEPS_CSV, MEMORY_CSV, ALLOCATIONS_NPY, FRAMES_JSONL, RUN_JSON)

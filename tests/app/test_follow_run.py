@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 
-from core.run_files import RunWriter
+from memlens.core.run_files import RunWriter
 from tests.core.test_run_follow import sample, step_record
 
 

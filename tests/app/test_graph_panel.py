@@ -10,9 +10,9 @@ import time
 import pytest
 from PySide6.QtCore import QPoint, Qt, QTimer
 
-from app.graph_panel import GraphPanel
-from core.graph.groups import GROUP_ABOVE
-from core.graph.snapshot import GraphSnapshot
+from memlens.app.graph.panel import GraphPanel
+from memlens.core.graph.groups import GROUP_ABOVE
+from memlens.core.graph.snapshot import GraphSnapshot
 from tests.app.drive import on_screen
 from tests.core.helpers import run
 
@@ -71,7 +71,7 @@ def test_scene_shows_every_node_and_the_header_counts_them(qtbot, panel, mlp):
     header = panel.header.text()
     assert f"{mlp.node_count:,} nodes" in header
     assert f"{mlp.count('op'):,} ops" in header
-    from app.units import format_bytes
+    from memlens.core.units import format_bytes
 
     assert format_bytes(mlp.saved_bytes) in header
     # torchviz colours: blue parameters, green output, orange saved, grey ops
@@ -120,7 +120,7 @@ def test_search_marks_ops_and_parameters(qtbot, panel, mlp):
 def test_capture_button_and_every_n_emit(qtbot, panel):
     with qtbot.waitSignal(panel.capture_requested, timeout=1000):
         qtbot.mouseClick(panel.findChild(type(panel.capture_button), "capture_button"),
-                         Qt.LeftButton)  # fmt: skip
+                         Qt.LeftButton)
     with qtbot.waitSignal(panel.capture_every_changed, timeout=1000) as sig:
         panel.every.setValue(5)
     assert sig.args == [5]
@@ -147,8 +147,8 @@ def test_empty_eval_graph_says_why(qtbot, panel):
 
 
 def test_trend_follows_a_growing_graph(qtbot, panel):
-    from core.controls import RunControls
-    from core.loop import run_training
+    from memlens.core.controls import RunControls
+    from memlens.core.loop import run_training
     from tests.core.helpers import tiny_config
 
     cfg = tiny_config("lstm", steps=3, detach_state=False, retain_graph=True, capture_every=1)
@@ -166,7 +166,7 @@ def test_trend_follows_a_growing_graph(qtbot, panel):
 
 
 def test_trend_captions_fit_a_narrow_panel_and_the_tooltip_keeps_them_whole(qtbot):
-    from app.graph_panel import NodeTrend
+    from memlens.app.graph.panel import NodeTrend
 
     trend = on_screen(qtbot, NodeTrend(), (150, 90))
     trend.add(2, 260)
@@ -223,11 +223,11 @@ def test_a_2000_node_graph_opens_without_blocking_the_gui(qtbot, panel, big, fro
 
 
 def test_a_2000_node_graph_is_drawn_by_qt_in_few_items_and_labelled_when_readable(
-        qtbot, panel, big):  # fmt: skip
+        qtbot, panel, big):
     import shiboken6
     from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
-    from app.graph_scene import TEXT_MIN_SCALE
+    from memlens.app.graph.scene import TEXT_MIN_SCALE
 
     shown(qtbot, panel, big)
     scene, view = panel.scene, panel.graph_view
@@ -304,7 +304,7 @@ def test_hovering_outlines_a_node_and_leaving_clears_it(qtbot, panel, mlp):
     # the mouse on empty background: nothing outlined
     empty = next(p for p in (view.viewport().rect().topLeft() + QPoint(3, 3 + 7 * k)
                              for k in range(100))
-                 if view.node_at(p) is None)  # fmt: skip
+                 if view.node_at(p) is None)
     qtbot.mouseMove(view.viewport(), empty)
     qtbot.waitUntil(lambda: panel.scene.hovered is None, timeout=2000)
     assert outlined[0].path().isEmpty()
@@ -324,7 +324,7 @@ def test_groups_expand_on_click_and_collapse_back(qtbot, panel, big):
     assert set(target.members) <= set(panel.scene.boxes)
     rows = panel.saved_list.count()
     assert rows == sum(len(big.node(m).saved) for m in target.members
-                       if big.node(m).kind == "op")  # fmt: skip
+                       if big.node(m).kind == "op")
     with qtbot.waitSignal(panel.layout_ready, timeout=20_000):
         panel.collapse(target.group)
     assert len(panel.view.nodes) == before
@@ -394,7 +394,7 @@ def test_hover_shows_op_shapes_and_bytes(qtbot, panel, mlp):
     from PySide6.QtGui import QHelpEvent
     from PySide6.QtWidgets import QToolTip
 
-    from app.units import format_bytes
+    from memlens.core.units import format_bytes
 
     shown(qtbot, panel, mlp)
     op = max((n for n in mlp.nodes if n.kind == "op"), key=lambda n: n.saved_bytes)

@@ -96,7 +96,7 @@ def test_pin_compare_table_shows_the_pin_against_the_current_run(qtbot, window):
     peak = base.samples.rows()
     idx = base.samples.index
     grads = peak[peak[:, idx["phase"]] == 1, idx["grads"]]
-    from app.units import format_bytes
+    from memlens.core.units import format_bytes
 
     assert table.item(i, 6).text() == format_bytes(float(np.max(grads)))  # pin peak
     assert table.item(i, 7).text() == format_bytes(0.0)  # run peak

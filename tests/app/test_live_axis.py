@@ -1,4 +1,5 @@
-"""The plots' axes (app.live_axis): pyqtgraph's ticks and labels, laid out and painted cheaper."""
+"""The plots' axes (app.timeline.live_axis): pyqtgraph's ticks and labels, laid out and
+painted cheaper."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from tests.app.drive import on_screen, pixels
 @pytest.fixture
 def loss_plot(qtbot):
     """The plot with the most axes on screen: steps below, loss left, grad norm right."""
-    from app.loss_plot import LossPlot
+    from memlens.app.timeline.loss_plot import LossPlot
 
     return on_screen(qtbot, LossPlot(), (700, 300))
 

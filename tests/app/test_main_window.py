@@ -9,10 +9,10 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QCheckBox, QComboBox, QListWidget, QMessageBox, QPushButton
 
-from app.export_dialog import ExportDialog
-from app.memory_plot import Y_UNIT
-from core.history import STEP_COLUMNS
-from core.run_files import load_run
+from memlens.app.panels.export_dialog import ExportDialog
+from memlens.app.timeline.memory_plot import Y_UNIT
+from memlens.core.history import STEP_COLUMNS
+from memlens.core.run_files import load_run
 from tests.app.drive import choose, click, wait_frames, wait_steps
 
 PLOTS = ("memory_plot", "time_plot", "loss_plot")
@@ -95,7 +95,7 @@ def test_zero_grad_flip_marks_every_plot_and_applies_at_a_step_boundary(qtbot, w
     # What just happened: the 10 steps after against the 10 before.
     text = window.effect_label.text()
     assert "zero_grad: set_to_none -> zeros" in text and "at zero_grad" in text
-    from app.units import format_bytes
+    from memlens.core.units import format_bytes
 
     assert format_bytes(params, signed=True) in text
     events = window.findChild(QListWidget, "events_list")
@@ -132,7 +132,7 @@ def test_pause_holds_the_loop_and_resume_goes_on(qtbot, window):
 def test_text_frames_set_the_state_only_when_it_changes(qtbot, window, monkeypatch):
     """The periodic text refresh (every TEXT_EVERY frames) re-laid out the run panel, title
     and pin controls with the same state each time; it now does so only on a change."""
-    from app.main_window import TEXT_EVERY
+    from memlens.app.main_window import TEXT_EVERY
 
     choose(window, steps=100_000)
     click(qtbot, button(window, "run_button"))
@@ -248,7 +248,7 @@ def test_open_bad_folder_says_why_and_good_folder_loads(qtbot, window, tmp_path)
 
 
 def test_close_during_a_run_stops_the_worker_cleanly(qtbot, tmp_path, qtlog):
-    from app.main_window import MainWindow
+    from memlens.app.main_window import MainWindow
 
     w = MainWindow(runs_dir=tmp_path / "runs")
     w.show()
@@ -334,9 +334,9 @@ def test_precise_run_streams_allocations_and_exports_a_snapshot(qtbot, window, t
 
 def test_a_first_precise_run_that_builds_the_recorder_says_so_in_the_events(qtbot, window,
                                                                             monkeypatch):
-    import core.native
+    import memlens.core.native
 
-    monkeypatch.setattr(core.native, "needs_build", lambda: True)
+    monkeypatch.setattr(memlens.core.native, "needs_build", lambda: True)
     run_to_end(qtbot, window, steps=3, precise=True)
     events = window.events_panel.list
     texts = [events.item(i).text() for i in range(events.count())]

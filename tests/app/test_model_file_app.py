@@ -7,9 +7,9 @@ from pathlib import Path
 
 import numpy as np
 
-from app.preset_field import CHOOSE_TEXT
-from app.recent_model_files import RecentModelFiles
-from app.run_panel import RunPanel
+from memlens.app.panels.preset_field import CHOOSE_TEXT
+from memlens.app.panels.run_panel import RunPanel
+from memlens.app.recent_model_files import RecentModelFiles
 from tests.app.drive import click
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -50,10 +50,10 @@ class FakeDialog:
 
 
 def pick(qtbot, monkeypatch, panel_or_window, path) -> None:
-    import app.preset_field
+    import memlens.app.panels.preset_field
 
     FakeDialog.answer, FakeDialog.asked = str(path) if path else "", 0
-    monkeypatch.setattr(app.preset_field, "QFileDialog", FakeDialog)
+    monkeypatch.setattr(memlens.app.panels.preset_field, "QFileDialog", FakeDialog)
     panel = getattr(panel_or_window, "run_panel", panel_or_window)
     combo = panel.fields["preset"].widget
     combo.setCurrentIndex(combo.findText(CHOOSE_TEXT))  # the user picks the entry

@@ -12,11 +12,11 @@ import pkgutil
 import pytest
 from PySide6.QtCore import QObject
 
-import app
+import memlens.app
 
 
 def _app_classes():
-    for info in pkgutil.walk_packages(app.__path__, prefix=app.__name__ + "."):
+    for info in pkgutil.walk_packages(memlens.app.__path__, prefix=memlens.app.__name__ + "."):
         module = importlib.import_module(info.name)
         for _, cls in inspect.getmembers(module, inspect.isclass):
             if cls.__module__ == module.__name__ and issubclass(cls, QObject):
@@ -48,7 +48,7 @@ def _foreign_methods(cls) -> dict[str, type]:
     """Callable attributes that the class inherits from Qt or pyqtgraph (not from our code)."""
     out: dict[str, type] = {}
     for base in cls.__mro__[1:]:
-        if base.__module__.startswith(app.__name__ + ".") or base is object:
+        if base.__module__.startswith(memlens.app.__name__ + ".") or base is object:
             continue
         for name, value in vars(base).items():
             if not name.startswith("_") and callable(value):

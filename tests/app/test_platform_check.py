@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from app.platform_check import (
+from memlens.app.platform_check import (
     XCB_NEEDS,
     check,
     install_command,
@@ -215,7 +215,7 @@ def test_the_module_runs_as_a_script_without_qt():
     env = {k: v for k, v in os.environ.items() if k not in ("DISPLAY", "WAYLAND_DISPLAY")}
     env["QT_QPA_PLATFORM"] = "offscreen"  # forced: exit 0 on any system
     code = ("import runpy, sys\n"
-            "try:\n    runpy.run_module('app.platform_check', run_name='__main__')\n"
+            "try:\n    runpy.run_module('memlens.app.platform_check', run_name='__main__')\n"
             "except SystemExit as e:\n"
             f"    print('rc=%s qt=%s' % (e.code, {QT_LOADED}))")
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True,
@@ -224,7 +224,7 @@ def test_the_module_runs_as_a_script_without_qt():
 
 
 def test_every_needed_library_has_a_package_on_each_system_and_ci_can_list_them(capsys):
-    from app.platform_check import main, packages_for
+    from memlens.app.platform_check import main, packages_for
 
     for manager in ("apt", "dnf", "pacman", "zypper"):
         assert install_command(XCB_NEEDS, manager) is not None

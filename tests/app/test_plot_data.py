@@ -5,16 +5,16 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from app.bin_pyramid import BinPyramid
-from app.decimate import PeakDecimator, envelope, min_max, visible_slice
-from app.run_series import RunSeries
-from app.synthetic import fill_history, synthetic_training
-from app.units import byte_unit, format_bytes, format_ms, format_percent_change
-from core.config import RunConfig, ScheduledChange
-from core.controls import RunControls
-from core.effects import toggle_effect
-from core.history import RunHistory
-from core.records import MEMORY_CATEGORIES
+from memlens.app.series.bin_pyramid import BinPyramid
+from memlens.app.series.decimate import PeakDecimator, envelope, min_max, visible_slice
+from memlens.app.series.run_series import RunSeries
+from memlens.core.config import RunConfig, ScheduledChange
+from memlens.core.controls import RunControls
+from memlens.core.effects import toggle_effect
+from memlens.core.history import RunHistory
+from memlens.core.records import MEMORY_CATEGORIES
+from memlens.core.synthetic import fill_history, synthetic_training
+from memlens.core.units import byte_unit, format_bytes, format_ms, format_percent_change
 from tests.app.drive import on_screen, pixels
 
 
@@ -22,7 +22,7 @@ from tests.app.drive import on_screen, pixels
     (0, "0 B"), (1023, "1023 B"), (1024, "1.00 KiB"), (1536, "1.50 KiB"),
     (10 * 2**20, "10.0 MiB"), (300 * 2**20, "300 MiB"), (3 * 2**30, "3.00 GiB"),
     (-2.6 * 2**20, "-2.60 MiB"), (float("nan"), "n/a"),
-])  # fmt: skip
+])
 def test_format_bytes(value, text):
     assert format_bytes(value) == text
 
@@ -180,7 +180,7 @@ def test_bin_pyramid_levels_made_on_read_match_levels_made_at_once():
 
 
 def test_frame_pacer_slows_down_when_drawing_takes_too_much_cpu_and_recovers():
-    from app.frame_pacer import FramePacer
+    from memlens.app.frame_pacer import FramePacer
 
     t = {"wall": 0.0, "cpu": 0.0}
     pacer = FramePacer(base_ms=33, max_ms=250, share=0.5, window_s=0.5,
@@ -210,7 +210,7 @@ def test_frame_pacer_slows_down_when_drawing_takes_too_much_cpu_and_recovers():
 
 
 def test_bytes_axis_labels_view_units_in_a_readable_binary_unit(qtbot):
-    from app.bytes_axis import BytesAxis
+    from memlens.app.timeline.bytes_axis import BytesAxis
 
     axis = BytesAxis("left", unit=2**20)  # the view counts MiB
     levels = axis.tickSpacing(0.0, 3.5, 300)
@@ -226,7 +226,7 @@ def test_bytes_axis_labels_view_units_in_a_readable_binary_unit(qtbot):
 def test_stacked_area_rebuilds_only_the_pieces_whose_points_changed(qtbot):
     from pyqtgraph.functions import ndarray_from_qpolygonf
 
-    from app.stacked_area import CHUNK, StackedArea
+    from memlens.app.timeline.stacked_area import CHUNK, StackedArea
 
     area, fresh = StackedArea(["#112233", "#445566"]), StackedArea(["#112233", "#445566"])
     x = np.arange(500.0)
@@ -246,8 +246,8 @@ def test_stacked_area_rebuilds_only_the_pieces_whose_points_changed(qtbot):
 
 
 def test_plots_fit_y_to_what_they_draw_without_auto_range(qtbot):
-    from app.loss_plot import LossPlot
-    from app.memory_plot import Y_UNIT, MemoryPlot
+    from memlens.app.timeline.loss_plot import LossPlot
+    from memlens.app.timeline.memory_plot import Y_UNIT, MemoryPlot
 
     h = RunHistory()
     synthetic_training(RunConfig(steps=50, eval_every=0), sink=h)
@@ -273,7 +273,7 @@ def test_plots_fit_y_to_what_they_draw_without_auto_range(qtbot):
 
 
 def test_a_changed_legend_renders_as_a_first_one_would(qtbot):
-    from app.memory_plot import MemoryPlot
+    from memlens.app.timeline.memory_plot import MemoryPlot
 
     updated, fresh = MemoryPlot(), MemoryPlot()
     qtbot.addWidget(updated)
@@ -287,7 +287,7 @@ def test_a_changed_legend_renders_as_a_first_one_would(qtbot):
 
 
 def test_fit_y_keeps_the_range_while_the_data_fills_it_and_refits_when_it_does_not(qtbot):
-    from app.loss_plot import LossPlot
+    from memlens.app.timeline.loss_plot import LossPlot
 
     plot = LossPlot()
     qtbot.addWidget(plot)
@@ -310,8 +310,8 @@ def test_fit_y_keeps_the_range_while_the_data_fills_it_and_refits_when_it_does_n
 
 
 def test_setting_the_same_points_again_does_not_redraw(qtbot):
-    from app.live_plot import LiveCurve
-    from app.stacked_area import StackedArea
+    from memlens.app.timeline.live_plot import LiveCurve
+    from memlens.app.timeline.stacked_area import StackedArea
 
     curve, area = LiveCurve(), StackedArea(["#112233"])
     redraws = []
@@ -334,7 +334,7 @@ def test_a_new_x_range_paints_each_plot_once(qtbot):
     from PySide6.QtCore import QEvent, QObject
     from PySide6.QtWidgets import QApplication
 
-    from app.plot_stack import PlotStack
+    from memlens.app.timeline.plot_stack import PlotStack
 
     h = RunHistory()
     fill_history(h, 2_000)
@@ -368,8 +368,8 @@ def test_a_new_x_range_paints_each_plot_once(qtbot):
 def test_a_growing_line_and_area_repaint_only_their_new_edge_and_leave_nothing_stale(qtbot):
     from PySide6.QtWidgets import QApplication
 
-    from app.loss_plot import LossPlot
-    from app.time_plot import TimePlot
+    from memlens.app.timeline.loss_plot import LossPlot
+    from memlens.app.timeline.time_plot import TimePlot
 
     loss, times = LossPlot(), TimePlot()
     for plot in (loss, times):
@@ -408,7 +408,7 @@ def test_a_growing_line_and_area_repaint_only_their_new_edge_and_leave_nothing_s
 def _synthetic_stack(qtbot, steps: int, live: bool = False):
     """A PlotStack showing a synthetic run of `steps` steps, drawn once: (history, series,
     stack)."""
-    from app.plot_stack import PlotStack
+    from memlens.app.timeline.plot_stack import PlotStack
 
     h = RunHistory()
     synthetic_training(RunConfig(steps=steps, eval_every=0), sink=h)
@@ -440,7 +440,7 @@ def test_a_periodic_legend_refresh_sets_one_legend_a_frame_all_for_the_same_step
 
 
 def test_moving_the_step_axis_redraws_its_ticks_but_not_its_unchanged_label(qtbot):
-    from app.loss_plot import LossPlot
+    from memlens.app.timeline.loss_plot import LossPlot
 
     plot = on_screen(qtbot, LossPlot())
     item = plot.getPlotItem()
@@ -469,7 +469,7 @@ def test_new_data_is_drawn_a_plot_a_frame_when_drawing_all_costs_too_much(qtbot,
     three at once, and so does new data that moves the edge visibly."""
     from PySide6.QtWidgets import QGraphicsView
 
-    import app.plot_stack as plot_stack
+    import memlens.app.timeline.plot_stack as plot_stack
 
     NO_UPDATE = QGraphicsView.ViewportUpdateMode.NoViewportUpdate
     # a live run: the axis runs ahead, new steps do not move it
@@ -532,9 +532,9 @@ def test_new_data_is_drawn_a_plot_a_frame_when_drawing_all_costs_too_much(qtbot,
 
 
 def test_memory_plot_draws_the_buffers_band_and_its_legend_says_what_each_band_holds(qtbot):
-    from app.memory_plot import Y_UNIT, MemoryPlot
-    from core.loop import run_training
-    from core.records import CATEGORY_HELP
+    from memlens.app.timeline.memory_plot import Y_UNIT, MemoryPlot
+    from memlens.core.loop import run_training
+    from memlens.core.records import CATEGORY_HELP
     from tests.core.helpers import tiny_config
 
     h = RunHistory()

@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from app.platform_check import check
+from memlens.app.platform_check import check
 
 ROOT = Path(__file__).resolve().parents[2]
 TOOLS = ("Xvfb", "xdotool", "import")

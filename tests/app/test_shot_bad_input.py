@@ -12,7 +12,7 @@ import main as memlens_main
     (["--size", "100000x100000"], "--size"), (["--size", "7681x800"], "--size"),
     (["--timeout", "-1"], "--timeout"), (["--timeout", "0"], "--timeout"),
     (["--timeout", "nan"], "--timeout"), (["--timeout", "inf"], "--timeout"),
-])  # fmt: skip
+])
 def test_bad_size_or_timeout_exits_2_and_writes_nothing(capsys, tmp_path, args, named):
     out = tmp_path / "x.png"
     code = memlens_main.main(["shot", "--out", str(out), *args])

@@ -20,7 +20,7 @@ def test_cli_start_up_imports_no_qt_and_no_torch():
     r = run_python(
         "import argparse, sys, main\n"
         "p = argparse.ArgumentParser(); sub = p.add_subparsers()\n"
-        "import app.shot; app.shot.add_parser(sub)\n"
+        "import memlens.app.shot; memlens.app.shot.add_parser(sub)\n"
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'torch', 'pyqtgraph')]\n"
         "print(heavy)\n"
     )
@@ -33,7 +33,7 @@ def test_window_opens_without_importing_torch():
         "import sys\n"
         "from PySide6.QtWidgets import QApplication\n"
         "app = QApplication([])\n"
-        "from app.main_window import MainWindow\n"
+        "from memlens.app.main_window import MainWindow\n"
         "w = MainWindow(runs_dir=None); w.show(); app.processEvents()\n"
         "print('torch' in sys.modules, sys.modules['pyqtgraph'].Qt.QT_LIB)\n"
         "w.close()\n"
@@ -94,7 +94,7 @@ def test_launch_shortens_the_gil_switch_interval_before_the_event_loop():
         "QApplication.exec = lambda self: print(sys.getswitchinterval(),\n"
         "    [w.objectName() for w in QApplication.topLevelWidgets() if w.isVisible()]) or 0\n"
         "print(sys.getswitchinterval())\n"
-        "from app.main_window import SWITCH_INTERVAL_S, launch\n"
+        "from memlens.app.main_window import SWITCH_INTERVAL_S, launch\n"
         "print(SWITCH_INTERVAL_S)\n"
         "sys.exit(launch([]))\n"
     )
@@ -110,9 +110,9 @@ def test_worker_freezes_what_the_first_preset_build_imports():
     # pause the GUI thread for 0.15-0.25 s.
     r = run_python(
         "import gc, torch\n"
-        "from app.run_session import core_training\n"
-        "from core.config import RunConfig\n"
-        "from core.presets import build_preset\n"
+        "from memlens.app.run_session import core_training\n"
+        "from memlens.core.config import RunConfig\n"
+        "from memlens.core.presets import build_preset\n"
         "core_training()\n"
         "n0 = len(gc.get_objects())\n"
         "build_preset(RunConfig(preset='mlp'), torch.device('cpu'))\n"

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import threading
 
-from app.synthetic import SyntheticProducer, synthetic_training
-from core.config import RunConfig
-from core.controls import RunControls
-from core.history import RunHistory
+from memlens.core.config import RunConfig
+from memlens.core.controls import RunControls
+from memlens.core.history import RunHistory
+from memlens.core.synthetic import SyntheticProducer, synthetic_training
 
 
 def test_toggles_apply_at_step_boundaries_and_are_reported_once():

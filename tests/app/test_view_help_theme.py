@@ -13,10 +13,10 @@ from PySide6.QtCore import QEvent, QPoint, QPointF, Qt
 from PySide6.QtGui import QAction, QMouseEvent, QPalette
 from PySide6.QtWidgets import QApplication, QDialog, QPushButton, QWidget
 
-from app.resources import resource_text
-from app.status_bar import RunStatusBar
-from app.theme import DARK, LIGHT, MIN_LINE_CONTRAST, contrast, current_theme
-from core.options import OPTIONS
+from memlens.app.panels.status_bar import RunStatusBar
+from memlens.app.resources import resource_text
+from memlens.app.theme import DARK, LIGHT, MIN_LINE_CONTRAST, contrast, current_theme
+from memlens.core.options import OPTIONS
 from tests.app.drive import choose, click
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -148,8 +148,8 @@ def test_exact_bytes_switch_changes_every_figure_and_is_remembered(qtbot, window
     action(window, "exact_bytes_action").trigger()
     assert label.text() == f"peak: {peak:,} B"
 
-    from app.app_settings import AppSettings
-    from app.main_window import MainWindow
+    from memlens.app.app_settings import AppSettings
+    from memlens.app.main_window import MainWindow
 
     window.close()
     again = MainWindow(runs_dir=None, settings=AppSettings.at(settings_file))
@@ -188,7 +188,7 @@ def test_help_explains_every_technique_and_lists_the_shortcuts(qtbot, window):
 
 
 def test_readme_lists_the_same_shortcuts_as_the_window(qtbot, window):
-    from app.help_dialog import shortcut_rows
+    from memlens.app.panels.help_dialog import shortcut_rows
 
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     section = readme.split("### Keyboard shortcuts", 1)[1].split("\n#", 1)[0]

@@ -7,7 +7,7 @@ import pytest
 from PySide6.QtCore import QPoint, Qt
 from PySide6.QtWidgets import QCheckBox, QComboBox, QDockWidget, QPushButton, QScrollArea
 
-from app.events_panel import PLACEHOLDER
+from memlens.app.panels.events_panel import PLACEHOLDER
 from tests.app.drive import choose, click, wait_frames, wait_steps
 
 
@@ -232,7 +232,7 @@ def test_a_new_capture_opens_fitted_and_the_saved_list_wraps(qtbot, window):
 
 # --- 7: marker labels apart and inside the plot; the peak as a step line ----------------------
 def test_marker_labels_never_overlap_or_leave_the_plot(qtbot, window):
-    from core.config import RunConfig, ScheduledChange
+    from memlens.core.config import RunConfig, ScheduledChange
 
     cfg = RunConfig().with_values({"preset": "mlp", "steps": 30, "batch_size": 8, "width": 16})
     cfg = cfg.with_schedule([ScheduledChange.parse(s) for s in (
@@ -255,7 +255,7 @@ def test_marker_labels_never_overlap_or_leave_the_plot(qtbot, window):
 def test_the_peak_line_steps_at_step_boundaries(qtbot, window):
     import numpy as np
 
-    from app.memory_plot import Y_UNIT
+    from memlens.app.timeline.memory_plot import Y_UNIT
 
     run_to_end(qtbot, window, steps=12)
     wait_frames(qtbot, window, 2)

@@ -8,8 +8,8 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication, QLabel, QMessageBox, QPushButton, QSpinBox
 
-from app.main_window import MainWindow
-from app.synthetic import synthetic_training
+from memlens.app.main_window import MainWindow
+from memlens.core.synthetic import synthetic_training
 from tests.app.drive import choose, click, wait_steps
 
 
@@ -129,7 +129,7 @@ def test_export_to_a_folder_that_cannot_be_written_says_so(qtbot, window, tmp_pa
 
 
 def test_status_bar_and_toggle_sync_with_a_scheduled_change(qtbot):
-    from core.config import RunConfig, ScheduledChange
+    from memlens.core.config import RunConfig, ScheduledChange
 
     w = MainWindow(runs_dir=None, train_fn=synthetic_training)
     qtbot.addWidget(w)
@@ -140,7 +140,7 @@ def test_status_bar_and_toggle_sync_with_a_scheduled_change(qtbot):
     assert w.findChild(QLabel, "status_step").text() == "step: 29"
     assert w.techniques_panel.fields["amp"].value() == "bf16"  # the panel shows the engine
     total = w.history.samples.rows()[-1][w.history.samples.index["total"]]
-    from app.units import format_bytes
+    from memlens.core.units import format_bytes
 
     assert w.findChild(QLabel, "status_total").text() == f"total: {format_bytes(total)}"
     peak = np.max(w.history.steps.column("peak_bytes"))
@@ -148,7 +148,7 @@ def test_status_bar_and_toggle_sync_with_a_scheduled_change(qtbot):
 
 
 def test_reset_while_paused_on_an_error_clears_the_run_and_keeps_pins(qtbot):
-    from core.config import RunConfig
+    from memlens.core.config import RunConfig
 
     w = MainWindow(runs_dir=None, train_fn=synthetic_training)
     qtbot.addWidget(w)
@@ -168,8 +168,8 @@ def test_reset_while_paused_on_an_error_clears_the_run_and_keeps_pins(qtbot):
 
 
 def test_cuda_runs_show_reserved_and_allocated_lines(qtbot):
-    from core.history import RunHistory
-    from core.records import MemorySample
+    from memlens.core.history import RunHistory
+    from memlens.core.records import MemorySample
 
     h = RunHistory()
     h.on_start({"environment": {"device": "cuda:0", "memory_label": "CUDA allocator"}})

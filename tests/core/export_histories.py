@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.history import ALLOC_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, RunHistory
-from core.records import MEMORY_CATEGORIES, PHASE_CODE, MemorySample, RunEvent, StepRecord
+from memlens.core.history import ALLOC_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, RunHistory
+from memlens.core.records import MEMORY_CATEGORIES, PHASE_CODE, MemorySample, RunEvent, StepRecord
 
 CAT = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
 META = {"config": {"preset": "mlp", "precise": True},

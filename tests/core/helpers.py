@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
-from core.config import RunConfig, ScheduledChange
-from core.controls import RunControls
-from core.history import RunHistory
-from core.loop import run_training
-from core.records import PHASE_CODE
+from memlens.core.config import RunConfig, ScheduledChange
+from memlens.core.controls import RunControls
+from memlens.core.history import RunHistory
+from memlens.core.loop import run_training
+from memlens.core.records import PHASE_CODE
 
 TINY = {
     "mlp": {"batch_size": 32, "width": 64},

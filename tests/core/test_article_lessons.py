@@ -6,10 +6,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-import core.native
-from core.config import TechniqueToggles
-from core.presets import build_preset
-from core.units import format_bytes
+import memlens.core.native
+from memlens.core.config import TechniqueToggles
+from memlens.core.presets import build_preset
+from memlens.core.units import format_bytes
 from tests.core.helpers import TINY as TINY_SETS
 from tests.core.helpers import run, samples_at, tiny_config
 
@@ -17,8 +17,8 @@ PRESETS = ("mlp", "cnn", "lstm", "gan", "transformer")
 
 
 def _python_helpers(monkeypatch) -> None:
-    monkeypatch.setattr(core.native, "load", lambda build=True: None)
-    monkeypatch.setattr(core.native, "unavailable_reason", lambda: "no compiler (test)")
+    monkeypatch.setattr(memlens.core.native, "load", lambda build=True: None)
+    monkeypatch.setattr(memlens.core.native, "unavailable_reason", lambda: "no compiler (test)")
 
 
 def saved_bytes_of(fn, params, buffers=()) -> int:
@@ -113,8 +113,8 @@ def test_lstm_switching_amp_back_and_forth_runs_to_the_end():
 def test_steps_csv_says_when_the_optimizer_stepped_and_whether_the_peak_is_exact(tmp_path):
     import csv
 
-    from core.loop import run_training
-    from core.run_files import RunWriter, load_run
+    from memlens.core.loop import run_training
+    from memlens.core.run_files import RunWriter, load_run
 
     for precise in (False, True):
         out = tmp_path / f"p{precise}"
@@ -145,7 +145,7 @@ def test_optimizer_choices_are_what_they_say(kind, state_tensors):
 
 
 def test_an_error_explanation_says_what_the_caller_does():
-    from core.explain import explain_error
+    from memlens.core.explain import explain_error
 
     exc = RuntimeError("could not create a primitive descriptor")
     toggles = TechniqueToggles()
@@ -188,7 +188,7 @@ def test_intermediates_are_kept_only_for_leak_cache(preset):
 
 
 def test_leak_texts_say_what_is_held_with_the_bytes():
-    from core.explain import explain_leak
+    from memlens.core.explain import explain_leak
 
     train = explain_leak(TechniqueToggles(leak_loss_sum=True), "other", 10_000)
     assert "autograd nodes" in train and "heap" in train and "graph alive" not in train
@@ -234,13 +234,13 @@ class _StepCounter:
 def _effect_with_fake_clock(monkeypatch, seed: int, slowdown: bool):
     import numpy as np
 
-    import core.loop
-    from core.effects import toggle_effect
+    import memlens.core.loop
+    from memlens.core.effects import toggle_effect
 
     rng = np.random.default_rng(seed)
     slow_from = [10] if slowdown else []
     tick, state = _fake_clock(rng, slow_from)
-    monkeypatch.setattr(core.loop, "_timing", lambda device: (tick, "fake clock (test)"))
+    monkeypatch.setattr(memlens.core.loop, "_timing", lambda device: (tick, "fake clock (test)"))
     history, summary = run("mlp", steps=20, at=("10:zero_grad=zeros",),
                            sink=_StepCounter(state))
     assert summary.stopped_by == "completed"

@@ -16,8 +16,8 @@ import pytest
 import torch
 
 import main as memlens_main
-from core.options import OPTIONS
-from core.run_files import RunWriter
+from memlens.core.options import OPTIONS
+from memlens.core.run_files import RunWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--set", "batch_size=16", "width=32", "eval_every=0"]
@@ -31,7 +31,7 @@ def run_cli(capsys, *args: str) -> tuple[int, str]:
 @pytest.mark.parametrize("key,value", [
     ("seed", 2**64), ("eval_every", 2**63), ("steps", 10**12), ("capture_every", 2**63),
     ("cuda_snapshot_start", 2**63),
-])  # fmt: skip
+])
 def test_huge_integer_settings_exit_2_naming_the_setting_and_its_bound(capsys, tmp_path, key,
                                                                        value):
     code, err = run_cli(capsys, "run", "--set", f"{key}={value}", "--out", tmp_path / "r")
@@ -106,9 +106,9 @@ def test_at_past_the_last_step_or_twice_at_one_step_is_warned_about(capsys, tmp_
 
 
 def test_estimate_matches_plain_torch_counts_of_the_same_model():
-    from core.config import RunConfig, TechniqueToggles
-    from core.preflight import estimate_run_memory
-    from core.presets import build_preset
+    from memlens.core.config import RunConfig, TechniqueToggles
+    from memlens.core.preflight import estimate_run_memory
+    from memlens.core.presets import build_preset
 
     cfg = RunConfig(preset="mlp", batch_size=8, width=48)
     estimate = estimate_run_memory(cfg)
@@ -129,9 +129,10 @@ def test_estimate_matches_plain_torch_counts_of_the_same_model():
 
 
 def test_a_run_that_cannot_fit_is_refused_with_the_estimate(capsys, tmp_path, monkeypatch):
-    import core.preflight
+    import memlens.core.preflight
 
-    monkeypatch.setattr(core.preflight, "available_memory", lambda device: (4096, "the test"))
+    monkeypatch.setattr(memlens.core.preflight, "available_memory",
+                        lambda device: (4096, "the test"))
     code, err = run_cli(capsys, "run", "--steps", "2", *TINY, "--out", tmp_path / "r")
     assert code == 2
     assert "needs about" in err and "4.00 KiB is available" in err and "force=true" in err
@@ -154,12 +155,12 @@ def test_headers_and_a_preliminary_run_json_are_on_disk_before_the_first_step(tm
 
 
 def test_out_of_memory_while_building_the_model_exits_2(capsys, tmp_path, monkeypatch):
-    import core.loop
+    import memlens.core.loop
 
     def build_too_big(config, device):
         return torch.empty(2**50, dtype=torch.uint8)  # the CPU allocator's own refusal
 
-    monkeypatch.setattr(core.loop, "build_preset", build_too_big)
+    monkeypatch.setattr(memlens.core.loop, "build_preset", build_too_big)
     code, err = run_cli(capsys, "run", "--steps", "2", *TINY, "--out", tmp_path / "r")
     assert code == 2
     assert "out of memory while building the mlp model" in err and "Traceback" not in err
@@ -228,7 +229,7 @@ def test_a_signal_stops_the_run_with_one_line_and_a_final_run_json(tmp_path, sig
 
 
 def test_new_run_folders_are_made_fresh_even_in_the_same_second(tmp_path):
-    from core.run_folder import new_run_folder
+    from memlens.core.run_folder import new_run_folder
 
     folders = [new_run_folder(tmp_path, "mlp") for _ in range(3)]
     assert len(set(folders)) == 3

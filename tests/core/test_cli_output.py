@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import torch
 
-from core.cli_progress import LOG_EVERY_S, Progress
+from memlens.core.cli_progress import LOG_EVERY_S, Progress
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -75,8 +75,8 @@ def test_cli_output_in_a_log_and_its_summary_units(tmp_path):
             "--out", str(tmp_path / "r"))
     assert p.returncode == 0, p.stderr
     assert "\r" not in p.stderr and "step 6/6" in p.stderr
-    from core.config import RunConfig
-    from core.presets import build_preset
+    from memlens.core.config import RunConfig
+    from memlens.core.presets import build_preset
 
     cfg = RunConfig().with_values({"preset": "mlp", "batch_size": 8, "width": 16})
     params = sum(t.numel() * t.element_size()
@@ -97,7 +97,7 @@ def test_cuda_only_setting_on_cpu_is_said(tmp_path):
 
 
 def test_run_help_lists_valid_values_and_defaults():
-    from core.options import RUN_OPTIONS, TECHNIQUE_OPTIONS
+    from memlens.core.options import RUN_OPTIONS, TECHNIQUE_OPTIONS
 
     p = cli("run", "--help")
     assert p.returncode == 0

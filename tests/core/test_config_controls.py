@@ -6,11 +6,11 @@ import threading
 
 import pytest
 
-from core.config import RunConfig, ScheduledChange
-from core.controls import RunControls
-from core.history import RunHistory
-from core.loop import run_training
-from core.options import ConfigError
+from memlens.core.config import RunConfig, ScheduledChange
+from memlens.core.controls import RunControls
+from memlens.core.history import RunHistory
+from memlens.core.loop import run_training
+from memlens.core.options import ConfigError
 from tests.core.helpers import tiny_config
 
 
@@ -92,7 +92,7 @@ def test_live_change_applies_at_the_next_step_boundary_and_is_recorded_once():
                 t.join()
                 assert controls.toggles.zero_grad == "set_to_none"  # not yet applied
 
-    from core.sinks import FanOut
+    from memlens.core.sinks import FanOut
 
     run_training(cfg, controls, FanOut(history, FlipAtStep3()))
     toggles = [e for e in history.events() if e.kind == "toggle"]
@@ -131,7 +131,7 @@ def test_atomic_files_get_the_usual_permissions(tmp_path):
     import os
     import stat
 
-    from core.atomic import atomic_write_text
+    from memlens.core.atomic import atomic_write_text
 
     atomic_write_text(tmp_path / "a.txt", "x")
     with open(tmp_path / "b.txt", "w") as fh:
@@ -141,7 +141,7 @@ def test_atomic_files_get_the_usual_permissions(tmp_path):
 
 
 def test_history_keeps_only_the_newest_graphs():
-    from core.history import MAX_GRAPHS
+    from memlens.core.history import MAX_GRAPHS
 
     history = RunHistory()
 
@@ -158,8 +158,8 @@ def test_history_keeps_only_the_newest_graphs():
 def test_every_setting_is_a_config_field_with_the_table_default():
     from dataclasses import fields
 
-    from core.config import RunConfig, TechniqueToggles
-    from core.options import RUN_OPTIONS, TECHNIQUE_OPTIONS
+    from memlens.core.config import RunConfig, TechniqueToggles
+    from memlens.core.options import RUN_OPTIONS, TECHNIQUE_OPTIONS
 
     run_fields = {f.name: f for f in fields(RunConfig)}
     tech_fields = {f.name: f for f in fields(TechniqueToggles)}

@@ -10,8 +10,8 @@ import pickle
 
 import pytest
 
-from core.atomic import ExportError
-from core.exports.cuda_recorder import CudaSnapshotRecorder, CudaUnavailable
+from memlens.core.atomic import ExportError
+from memlens.core.exports.cuda_recorder import CudaSnapshotRecorder, CudaUnavailable
 
 
 class FakeCudaMemory:

@@ -13,17 +13,17 @@ import numpy as np
 import pytest
 
 import main as memlens_main
-from core.atomic import atomic_write_text
-from core.history import RunHistory
-from core.run_files import RunFolderError, RunWriter, load_run
-from core.sinks import FanOut
+from memlens.core.atomic import atomic_write_text
+from memlens.core.history import RunHistory
+from memlens.core.run_files import RunFolderError, RunWriter, load_run
+from memlens.core.sinks import FanOut
 from tests.core.helpers import run, tiny_config
 
 
 @pytest.fixture(scope="module")
 def base(tmp_path_factory) -> Path:
     """A whole precise run folder, streamed as the CLI streams it."""
-    from core.loop import run_training
+    from memlens.core.loop import run_training
 
     folder = tmp_path_factory.mktemp("base") / "run"
     cfg = tiny_config("mlp", steps=4, precise=True)

@@ -11,12 +11,12 @@ from pathlib import Path
 
 import pytest
 
-import core.exports.chrome_trace as chrome_trace
-from core.atomic import ExportError
-from core.exports import export_run, parse_formats
-from core.history import RunHistory
-from core.run_files import write_history
-from main import main as memlens
+import memlens.core.exports.chrome_trace as chrome_trace
+from memlens.__main__ import main as memlens
+from memlens.core.atomic import ExportError
+from memlens.core.exports import export_run, parse_formats
+from memlens.core.history import RunHistory
+from memlens.core.run_files import write_history
 from tests.core.export_histories import small_history
 from tests.core.helpers import run
 
@@ -138,7 +138,7 @@ def test_cli_bad_folder_or_arguments_exit_2(run_folders, tmp_path, capsys):
 
 
 def test_cli_module_imports_nothing_heavy():
-    code = ("import sys, core.exports.cli; "
+    code = ("import sys, memlens.core.exports.cli; "
             "print(sorted(m for m in ('numpy', 'torch', 'PySide6') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parents[2]).stdout
@@ -146,7 +146,7 @@ def test_cli_module_imports_nothing_heavy():
 
 
 def test_empty_and_failed_at_first_step_runs_still_give_valid_files(tmp_path):
-    from core.records import RunEvent
+    from memlens.core.records import RunEvent
     from tests.core.export_histories import META, sample
 
     empty = RunHistory()

@@ -10,17 +10,18 @@ import json
 import numpy as np
 import pytest
 
-from core.allocations_file import (
+from memlens.__main__ import main as memlens
+from memlens.core.allocations_file import (
     ALLOC_DTYPE,
     ALLOCATIONS_NPY,
     FRAMES_JSONL,
     HEADER_BYTES,
     AllocationsStream,
 )
-from core.exports import export_run
-from core.history import ALLOC_COLUMNS
-from core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
-from core.run_files import (
+from memlens.core.exports import export_run
+from memlens.core.history import ALLOC_COLUMNS
+from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
+from memlens.core.run_files import (
     ALLOCATIONS_CSV,
     MEMORY_CSV,
     RUN_JSON,
@@ -31,7 +32,6 @@ from core.run_files import (
     load_run,
     write_history,
 )
-from main import main as memlens
 from tests.core.helpers import run
 
 RUN_FILES = (STEPS_CSV, MEMORY_CSV, ALLOCATIONS_NPY, FRAMES_JSONL, RUN_JSON)
@@ -208,9 +208,9 @@ def test_write_history_round_trips_a_loaded_run(streamed, tmp_path):
 
 
 def test_allocations_csv_is_what_the_csv_module_writes(tmp_path):
-    from core.exports.allocations_csv import write_allocations_csv
-    from core.history import RunHistory
-    from core.run_files import ALLOC_HEADER, alloc_row
+    from memlens.core.exports.allocations_csv import write_allocations_csv
+    from memlens.core.history import RunHistory
+    from memlens.core.run_files import ALLOC_HEADER, alloc_row
 
     frames = ["", 'C:\\odd, "quoted"\\train.py:12:f|x.py:1:g', "ünï\ncode.py:3:h", "a.py:7:k"]
     rows = [(t * 997, t % 2, t // 2, 0x7F00_0000_0000 + 4096 * t, 64 * t, t % 5, t // 3,
@@ -227,7 +227,7 @@ def test_allocations_csv_is_what_the_csv_module_writes(tmp_path):
 
 def test_torn_last_lines_are_dropped_and_a_bad_value_is_named(streamed, tmp_path):
     folder, history = streamed
-    import core.run_files as run_files
+    import memlens.core.run_files as run_files
 
     # whole files take numpy's one-pass reader, not the row-by-row one
     assert run_files._read_numbers(folder / STEPS_CSV, run_files.STEPS_HEADER) is not None

@@ -11,17 +11,17 @@ import sys
 import numpy as np
 import pytest
 
-from core.exports import export_run
-from core.exports._allocs import allocation_events, parse_frames
-from core.exports.snapshot import (
+from memlens.core.exports import export_run
+from memlens.core.exports._allocs import allocation_events, parse_frames
+from memlens.core.exports.snapshot import (
     SYNTHETIC_BASE,
     SnapshotUnavailable,
     build_snapshot,
     device_slot,
     write_snapshot,
 )
-from core.history import RunHistory
-from core.records import MEMORY_CATEGORIES
+from memlens.core.history import RunHistory
+from memlens.core.records import MEMORY_CATEGORIES
 from tests.core.export_histories import META, Allocs, sample, small_history
 from tests.core.helpers import run
 from tests.core.viewer_model import (

@@ -7,7 +7,7 @@ import json
 import numpy as np
 import pytest
 
-from core.exports._text import Choice, Float, Int, Micros, RowTemplate, join_rows
+from memlens.core.exports._text import Choice, Float, Int, Micros, RowTemplate, join_rows
 
 
 def rows_of(template: RowTemplate, *columns) -> list:

@@ -7,8 +7,8 @@ import json
 import numpy as np
 import pytest
 
-from core.exports._allocs import allocation_events
-from core.exports.memory_timeline import (
+from memlens.core.exports._allocs import allocation_events
+from memlens.core.exports.memory_timeline import (
     COLUMN,
     OURS_TO_PROFILER,
     PROFILER_CATEGORIES,
@@ -16,7 +16,7 @@ from core.exports.memory_timeline import (
     timeline_rows,
     write_memory_timeline,
 )
-from core.records import MEMORY_CATEGORIES
+from memlens.core.records import MEMORY_CATEGORIES
 from tests.core.export_histories import small_history, tiled_history
 from tests.core.helpers import run
 

@@ -8,9 +8,9 @@ import math
 
 import pytest
 
-from core.exports.chrome_trace import write_chrome_trace
-from core.history import RunHistory
-from core.records import MEMORY_CATEGORIES, PHASES
+from memlens.core.exports.chrome_trace import write_chrome_trace
+from memlens.core.history import RunHistory
+from memlens.core.records import MEMORY_CATEGORIES, PHASES
 from tests.core.export_histories import META, sample, small_history, step_record
 from tests.core.helpers import run
 

@@ -16,18 +16,18 @@ import pytest
 import torch
 from torch import nn
 
-from core.atomic import ExportError
-from core.config import RunConfig
-from core.controls import RunControls
-from core.graph import graphviz
-from core.graph.capture import NO_GRAPH, GraphCapture
-from core.graph.dotfile import COLOUR_KIND, parse_dot, torchviz_dot
-from core.graph.export import export_graph
-from core.graph.groups import view_graph
-from core.graph.layout import LayoutRequest, layered_layout, layout_graph
-from core.graph.snapshot import GraphSnapshot
-from core.loop import run_training
-from core.presets import build_preset
+from memlens.core.atomic import ExportError
+from memlens.core.config import RunConfig
+from memlens.core.controls import RunControls
+from memlens.core.graph import graphviz
+from memlens.core.graph.capture import NO_GRAPH, GraphCapture
+from memlens.core.graph.dotfile import COLOUR_KIND, parse_dot, torchviz_dot
+from memlens.core.graph.export import export_graph
+from memlens.core.graph.groups import view_graph
+from memlens.core.graph.layout import LayoutRequest, layered_layout, layout_graph
+from memlens.core.graph.snapshot import GraphSnapshot
+from memlens.core.loop import run_training
+from memlens.core.presets import build_preset
 from tests.core.helpers import TINY, run, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -182,7 +182,7 @@ def test_svg_and_png_are_valid_files(mlp, tmp_path, monkeypatch):
     assert width > 100 and height > 100
     assert "layout and drawing" in png.how
     # A graph too large for a dot layout: our layout, drawn by dot with positions pinned.
-    monkeypatch.setattr("core.graph.export.DOT_MAX_NODES", 5)
+    monkeypatch.setattr("memlens.core.graph.export.DOT_MAX_NODES", 5)
     pinned = export_graph(snap, tmp_path / "pinned.svg")
     assert "memlens layered layout drawn by" in pinned.how
     titles = {t.text for t in ET.parse(pinned.path).getroot().iter(
@@ -193,7 +193,7 @@ def test_svg_and_png_are_valid_files(mlp, tmp_path, monkeypatch):
 
 
 def test_without_graphviz_svg_comes_from_our_writer_and_png_says_what_to_install(
-        mlp, tmp_path, monkeypatch):  # fmt: skip
+        mlp, tmp_path, monkeypatch):
     monkeypatch.setenv(graphviz.ENV_VAR, "none")
     snap = mlp.of("train")[0]
     out = export_graph(snap, tmp_path / "g.svg")
@@ -275,7 +275,7 @@ def test_layered_layout_places_every_node_without_overlaps():
     view = view_graph(snap)
     request = LayoutRequest(tuple(v.id for v in view.nodes),
                             tuple((60.0 + 6 * len(v.title), 30.0) for v in view.nodes),
-                            view.edges, view.attached)  # fmt: skip
+                            view.edges, view.attached)
     layout = layered_layout(request)
     assert set(layout.positions) == set(request.ids)
     rows: dict[float, list[tuple[float, float]]] = {}
@@ -335,7 +335,7 @@ def test_a_kept_capture_costs_the_garbage_collector_little():
     view = view_graph(snap)
     request = LayoutRequest(ids=tuple(v.id for v in view.nodes),
                             sizes=tuple((60.0, 30.0) for _ in view.nodes),
-                            edges=view.edges, attached=view.attached)  # fmt: skip
+                            edges=view.edges, attached=view.attached)
     layout = layered_layout(request)
     for _ in range(4):
         gc.collect()
@@ -378,11 +378,11 @@ def test_graph_command_writes_the_step_and_rejects_bad_input(tmp_path, capsys):
 
 
 def test_graph_command_imports_nothing_heavy():
-    code = ("import sys, core.graph.cli, core.graph; "
+    code = ("import sys, memlens.core.graph.cli, memlens.core.graph; "
             "print(','.join(m for m in ('torch', 'torchviz', 'numpy', 'PySide6') "
-            "if m in sys.modules))")  # fmt: skip
+            "if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
-                       timeout=120)  # fmt: skip
+                       timeout=120)
     assert p.returncode == 0, p.stderr
     assert p.stdout.strip() == ""
 
@@ -390,10 +390,10 @@ def test_graph_command_imports_nothing_heavy():
 def test_graph_command_config_keeps_user_settings():
     from argparse import Namespace
 
-    from core.graph.cli import build_config
+    from memlens.core.graph.cli import build_config
 
     args = Namespace(config=None, preset="cnn", sets=["amp=bf16", "eval_every=3"], step=4,
-                     eval=True)  # fmt: skip
+                     eval=True)
     cfg = build_config(args)
     assert cfg.preset == "cnn" and cfg.techniques.amp == "bf16"
     assert cfg.steps == 5 and cfg.eval_every == 5 and cfg.capture_every == 0

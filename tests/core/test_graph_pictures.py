@@ -10,11 +10,11 @@ import pytest
 import torch
 from torch import nn
 
-from core.graph import graphviz
-from core.graph.capture import GraphCapture
-from core.graph.export import export_graph
-from core.graph.groups import view_graph
-from core.graph.snapshot import GraphSnapshot
+from memlens.core.graph import graphviz
+from memlens.core.graph.capture import GraphCapture
+from memlens.core.graph.export import export_graph
+from memlens.core.graph.groups import view_graph
+from memlens.core.graph.snapshot import GraphSnapshot
 
 SVG = "{http://www.w3.org/2000/svg}"
 MONO_ADVANCE = 0.6  # a monospace glyph's advance, in em (DejaVu/Liberation Mono: 0.6)

@@ -6,8 +6,8 @@ import threading
 
 import numpy as np
 
-from core.history import ColumnTable, RunHistory
-from core.records import MemorySample
+from memlens.core.history import ColumnTable, RunHistory
+from memlens.core.records import MemorySample
 
 
 def test_rows_and_columns_read_back_across_block_edges():
@@ -85,7 +85,7 @@ def test_queued_rows_are_converted_once_and_seen_by_every_read():
 
 def test_a_live_reader_leaves_a_fresh_queue_to_the_writer(monkeypatch):
     clock = [100.0]
-    monkeypatch.setattr("core.history.time.monotonic", lambda: clock[0])
+    monkeypatch.setattr("memlens.core.history.time.monotonic", lambda: clock[0])
     table = ColumnTable(("a",), block_rows=16, convert=lambda i: (i,))
     for i in range(3):
         table.append(i)
@@ -100,7 +100,7 @@ def test_a_live_reader_leaves_a_fresh_queue_to_the_writer(monkeypatch):
 
 
 def test_the_end_of_a_run_stores_every_queued_row_for_the_last_live_pull(monkeypatch):
-    monkeypatch.setattr("core.history.time.monotonic", lambda: 5.0)
+    monkeypatch.setattr("memlens.core.history.time.monotonic", lambda: 5.0)
     history = RunHistory()
     history.on_sample(MemorySample(0, "start", 0.0, 1, 0, 0, 0, 0))
     assert len(history.samples.rows(0, None, live=True)) == 0
@@ -109,8 +109,8 @@ def test_the_end_of_a_run_stores_every_queued_row_for_the_last_live_pull(monkeyp
 
 
 def test_an_alloc_block_reads_its_stacks_from_the_frame_column():
-    from core.history import ALLOC_COLUMNS
-    from core.records import ALLOC_FRAME_COLUMN, AllocBlock
+    from memlens.core.history import ALLOC_COLUMNS
+    from memlens.core.records import ALLOC_FRAME_COLUMN, AllocBlock
 
     assert ALLOC_COLUMNS.index("frame") == ALLOC_FRAME_COLUMN
     table = np.zeros((2, len(ALLOC_COLUMNS)))

@@ -8,8 +8,8 @@ import tracemalloc
 
 import numpy as np
 
-from core.history import RunHistory, SpillFile
-from core.run_files import write_history
+from memlens.core.history import RunHistory, SpillFile
+from memlens.core.run_files import write_history
 from tests.core.helpers import run
 
 BLOCK = 8192

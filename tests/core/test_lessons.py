@@ -11,12 +11,12 @@ import numpy as np
 import pytest
 import torch
 
-import core.loop
-from core.lessons.catalog import LESSONS, Claim
-from core.lessons.interleave import Turns, TurnSink
-from core.lessons.runner import LessonRunner
-from core.lessons.verdict import exact_verdict, time_verdict
-from core.stats import ratio_of_medians
+import memlens.core.loop
+from memlens.core.lessons.catalog import LESSONS, Claim
+from memlens.core.lessons.interleave import Turns, TurnSink
+from memlens.core.lessons.runner import LessonRunner
+from memlens.core.lessons.verdict import exact_verdict, time_verdict
+from memlens.core.stats import ratio_of_medians
 
 TINY = {"batch_size": 32, "width": 64}
 TWENTY_FASTER = Claim("about 20% faster", "lower", -0.20)
@@ -143,7 +143,7 @@ def _fake_timing(monkeypatch, slower_arm: str, rate: float) -> None:
         slow = threading.current_thread().name == f"lesson-{slower_arm}"
         return FakeStepClock(rate if slow else 1.0, next(seeds)), "fake clock"
 
-    monkeypatch.setattr(core.loop, "_timing", timing)
+    monkeypatch.setattr(memlens.core.loop, "_timing", timing)
 
 
 def test_the_runner_finds_a_20_percent_slower_arm_on_a_fake_clock(monkeypatch):
@@ -197,8 +197,8 @@ def test_memory_figures_equal_runs_made_with_run_and_plain_torch(tmp_path, capsy
         assert getattr(row, arm) == _last(out, "zero_grad", "grads_bytes")
         assert row.runs[arm]
     # independent: zeros keeps one gradient per parameter, set_to_none none
-    from core.config import RunConfig
-    from core.presets import build_preset
+    from memlens.core.config import RunConfig
+    from memlens.core.presets import build_preset
 
     preset = build_preset(RunConfig().with_values({"preset": "mlp", **TINY}),
                           torch.device("cpu"))
@@ -208,7 +208,7 @@ def test_memory_figures_equal_runs_made_with_run_and_plain_torch(tmp_path, capsy
 
 
 def test_each_lesson_names_metrics_the_records_have():
-    from core.history import SAMPLE_COLUMNS, STEP_COLUMNS
+    from memlens.core.history import SAMPLE_COLUMNS, STEP_COLUMNS
 
     for lesson in LESSONS:
         assert lesson.off != lesson.on
@@ -257,7 +257,7 @@ def test_cli_quick_writes_the_report_and_never_overwrites_one(tmp_path):
 
 
 def test_compare_runs_gives_mean_and_peak_by_phase_and_category():
-    from core.compare import compare_runs
+    from memlens.core.compare import compare_runs
     from tests.core.helpers import run, samples_at
 
     base, _ = run("mlp", steps=5, zero_grad="zeros")
@@ -276,8 +276,8 @@ def test_compare_runs_gives_mean_and_peak_by_phase_and_category():
 
 def test_no_grad_saving_equals_the_eval_forward_samples_of_run_and_plain_torch(tmp_path):
     import main
-    from core.config import RunConfig, TechniqueToggles
-    from core.presets import build_preset
+    from memlens.core.config import RunConfig, TechniqueToggles
+    from memlens.core.presets import build_preset
     from tests.core.test_article_lessons import saved_bytes_of
 
     steps = 4

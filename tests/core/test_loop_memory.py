@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 import torch
 
-import core.native
-from core.config import RunConfig
-from core.history import RunHistory
-from core.memory import SavedTensorTracker
-from core.native.tracker import NativeSavedTracker
-from core.presets import build_preset
-from core.records import SAMPLE_PHASES
+import memlens.core.native
+from memlens.core.config import RunConfig
+from memlens.core.history import RunHistory
+from memlens.core.memory import SavedTensorTracker
+from memlens.core.native.tracker import NativeSavedTracker
+from memlens.core.presets import build_preset
+from memlens.core.records import SAMPLE_PHASES
 from tests.core.helpers import run, samples_at, steps_col, tiny_config
 
 
@@ -95,8 +95,8 @@ def test_lstm_without_detach_is_an_explained_error_and_files_keep_data():
 
 
 def test_lstm_detach_back_on_via_schedule_restores_clean_flat_steps():
-    from core.history import RunHistory
-    from core.loop import run_training
+    from memlens.core.history import RunHistory
+    from memlens.core.loop import run_training
 
     cfg = tiny_config("lstm", 12, ("6:detach_state=true",), detach_state=False)
     history = RunHistory()
@@ -123,9 +123,9 @@ def make_tracker(request):
     """The saved-tensor trackers, the Python one and the native one: the same behaviour."""
     if request.param == "python":
         return SavedTensorTracker
-    module = core.native.load()
+    module = memlens.core.native.load()
     if module is None:
-        pytest.skip(f"native helpers unavailable: {core.native.unavailable_reason()}")
+        pytest.skip(f"native helpers unavailable: {memlens.core.native.unavailable_reason()}")
     return lambda: NativeSavedTracker(module)
 
 
@@ -210,7 +210,7 @@ def test_gan_without_detach_errors_with_generator_explanation():
 
 
 def test_user_model_that_raises_becomes_an_event(monkeypatch):
-    from core import presets
+    from memlens.core import presets
 
     calls = {"n": 0}
     original = presets.MlpPreset.forward_train
@@ -279,14 +279,14 @@ def test_stop_asked_mid_step_aborts_before_the_optimizer_steps(monkeypatch):
     """A stop asked while a step runs (here: during step 2's forward, as a click on Stop
     would) ends it at the next phase edge: the step is not recorded, the optimizer does not
     step on a half-done step, and what the step measured before the stop is kept."""
-    import core.loop
-    from core.controls import RunControls
+    import memlens.core.loop
+    from memlens.core.controls import RunControls
 
     cfg = tiny_config("mlp", steps=5)
     controls = RunControls(cfg.techniques, cfg.schedule)
     built = []
     at_stop: list[torch.Tensor] = []
-    build = core.loop.build_preset
+    build = memlens.core.loop.build_preset
 
     def build_and_hook(config, device):
         preset = build(config, device)
@@ -302,9 +302,9 @@ def test_stop_asked_mid_step_aborts_before_the_optimizer_steps(monkeypatch):
                 module.register_forward_hook(during_forward)
         return preset
 
-    monkeypatch.setattr(core.loop, "build_preset", build_and_hook)
+    monkeypatch.setattr(memlens.core.loop, "build_preset", build_and_hook)
     history = RunHistory()
-    summary = core.loop.run_training(cfg, controls, history)
+    summary = memlens.core.loop.run_training(cfg, controls, history)
     assert summary.stopped_by == "stopped"
     assert list(steps_col(history, "step")) == [0.0, 1.0]
     step, phase = history.samples.column("step"), history.samples.column("phase")
@@ -319,8 +319,8 @@ def test_stop_hooks_come_off_for_short_steps_and_answer_a_stop_inside_long_ones(
     """Model hooks answer a stop inside a long forward; for steps shorter than
     SHORT_STEP_MS the phase edges answer soon enough and the hooks (which take the
     model off PyTorch's fast call path) come off; a long step puts them back."""
-    from core.controls import RunControls, StopRequested
-    from core.loop import LONG_STEP_MS, SHORT_STEP_MS, TrainingSession
+    from memlens.core.controls import RunControls, StopRequested
+    from memlens.core.loop import LONG_STEP_MS, SHORT_STEP_MS, TrainingSession
 
     cfg = tiny_config("gan", steps=3)
     controls = RunControls(cfg.techniques)
@@ -345,8 +345,8 @@ def test_long_steps_hand_each_sample_on_as_its_phase_ends_short_ones_at_the_step
     """A live view of a long step sees forward's rise before backward runs. A short light-mode
     step (native helpers) hands its samples on together at its end, the same samples in the
     same order; a long step after it goes back to handing each on at once."""
-    from core.controls import RunControls
-    from core.loop import LONG_STEP_MS, SHORT_STEP_MS, TrainingSession
+    from memlens.core.controls import RunControls
+    from memlens.core.loop import LONG_STEP_MS, SHORT_STEP_MS, TrainingSession
 
     cfg = tiny_config("mlp", steps=3)
     seen: list[tuple] = []
@@ -373,7 +373,7 @@ def test_long_steps_hand_each_sample_on_as_its_phase_ends_short_ones_at_the_step
     session.tune_for_step_length(SHORT_STEP_MS - 1)
     seen.clear()
     session.step(1, cfg.techniques, False)
-    if core.native.load(build=False) is not None:
+    if memlens.core.native.load(build=False) is not None:
         assert seen == [(1, "forward begins"), *[(1, p) for p in phases]]
     else:  # the Python probe hands each sample on at once
         assert seen == [(1, "zero_grad"), (1, "forward begins"), *[(1, p) for p in phases[1:]]]
@@ -391,7 +391,7 @@ def test_precise_tracker_skips_alias_only_ops_but_sees_a_resize():
     (it aliases self, yet grows the storage), so a grown storage is still an alloc event."""
     import time
 
-    from core.memory import StorageTracker, _alias_only
+    from memlens.core.memory import StorageTracker, _alias_only
 
     aten = torch.ops.aten
     assert _alias_only(aten.view.default) and _alias_only(aten.add_.Tensor)
@@ -477,7 +477,7 @@ def test_a_leak_that_grows_once_per_eval_period_is_still_named():
 
 
 def test_global_grad_norm_matches_torch_on_every_path():
-    from core.loop import global_grad_norm
+    from memlens.core.loop import global_grad_norm
 
     g = torch.Generator().manual_seed(0)
     grads = [torch.randn(300, 200, generator=g), torch.randn(7, generator=g) * 1e3,
@@ -500,8 +500,8 @@ def test_reported_grad_norm_is_the_norm_of_the_gradients_the_step_left(technique
     """The recorded norm equals a fresh one over the gradients the step left (the
     optimizers here do not write gradients; with fp16 the scaler unscales them in place,
     which the recorded norm reports too), in every zero_grad mode."""
-    from core.controls import RunControls
-    from core.loop import TrainingSession
+    from memlens.core.controls import RunControls
+    from memlens.core.loop import TrainingSession
 
     cfg = tiny_config("gan", steps=4, **techniques)
     history = RunHistory()

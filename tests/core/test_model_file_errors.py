@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import main
-from core.model_file import CONTRACT
+from memlens.core.model_file import CONTRACT
 
 GOOD = '''\
 import torch

@@ -12,11 +12,11 @@ import pytest
 import torch
 
 import main
-from core.config import RunConfig, ScheduledChange
-from core.controls import RunControls
-from core.history import RunHistory
-from core.loop import run_training
-from core.model_file import with_model_file
+from memlens.core.config import RunConfig, ScheduledChange
+from memlens.core.controls import RunControls
+from memlens.core.history import RunHistory
+from memlens.core.loop import run_training
+from memlens.core.model_file import with_model_file
 from tests.core.helpers import samples_at
 from tests.core.test_article_lessons import saved_bytes_of
 
@@ -218,7 +218,7 @@ def test_config_file_names_a_model_file_beside_it(capsys, tmp_path):
 
 @pytest.mark.parametrize("name", EXAMPLE_FILES)
 def test_the_memory_check_estimates_each_example_from_shapes(name):
-    from core.model_file_preflight import estimate_model_file_memory
+    from memlens.core.model_file_preflight import estimate_model_file_memory
 
     path = EXAMPLES / name
     cfg = file_config(path)

@@ -10,24 +10,25 @@ import numpy as np
 import pytest
 import torch
 
-import core.native
-from core.history import RunHistory
-from core.native.tracker import (
+import memlens.core.native
+from memlens.core.history import RunHistory
+from memlens.core.native.tracker import (
     NativeStorageTracker,
     make_precise_tracker,
     make_saved_tracker,
 )
-from core.records import PHASE_CODE
+from memlens.core.records import PHASE_CODE
 from tests.core.helpers import run, tiny_config
 
-native = core.native.load()
+native = memlens.core.native.load()
 needs_native = pytest.mark.skipif(
-    native is None, reason=f"native recorder unavailable: {core.native.unavailable_reason()}")
+    native is None,
+    reason=f"native recorder unavailable: {memlens.core.native.unavailable_reason()}")
 
 
 def _python_tracker(monkeypatch) -> None:
-    monkeypatch.setattr(core.native, "load", lambda build=True: None)
-    monkeypatch.setattr(core.native, "unavailable_reason", lambda: "no compiler (test)")
+    monkeypatch.setattr(memlens.core.native, "load", lambda build=True: None)
+    monkeypatch.setattr(memlens.core.native, "unavailable_reason", lambda: "no compiler (test)")
 
 
 def _column(history: RunHistory, name: str) -> np.ndarray:
@@ -40,7 +41,7 @@ def _totals(history: RunHistory) -> np.ndarray:
 
 def _adam_step_counter_bytes(preset: str) -> int:
     from benchmarks.overhead import plain_step
-    from core.presets import build_preset
+    from memlens.core.presets import build_preset
 
     cfg = tiny_config(preset)
     p = build_preset(cfg, torch.device("cpu"))
@@ -147,8 +148,8 @@ def test_without_a_compiler_precise_mode_uses_the_dispatch_mode(monkeypatch):
 @needs_native
 @pytest.mark.parametrize("preset", ["mlp", "cnn", "lstm", "gan", "transformer"])
 def test_native_graph_node_count_equals_the_python_walk(preset):
-    from core.loop import GRAPH_NODE_LIMIT, count_graph_nodes
-    from core.presets import build_preset
+    from memlens.core.loop import GRAPH_NODE_LIMIT, count_graph_nodes
+    from memlens.core.presets import build_preset
 
     cfg = tiny_config(preset)
     p = build_preset(cfg, torch.device("cpu"))
@@ -221,7 +222,7 @@ def test_light_probe_rescans_optimizer_state_when_a_state_tensor_is_replaced():
 def test_light_probe_edges_keep_their_samples_until_taken_and_check_their_arguments():
     """The loop's phase edges: each keeps a row (phase code, time, figures) that take()
     hands over once, in order; the optimizer edge reads the preset's optimizers itself."""
-    native = core.native.load(build=False)
+    native = memlens.core.native.load(build=False)
     lin = torch.nn.Linear(16, 8)
     opt = torch.optim.Adam(lin.parameters())
 
@@ -287,16 +288,16 @@ def test_light_mode_figures_are_the_same_with_and_without_the_native_helpers(pre
 
 
 def test_a_precise_run_that_must_build_the_recorder_says_so_first(monkeypatch):
-    monkeypatch.setattr(core.native, "needs_build", lambda: True)
+    monkeypatch.setattr(memlens.core.native, "needs_build", lambda: True)
     history, summary = run("mlp", steps=2, precise=True)
     first = history.events()[0]
     assert first.kind == "setup" and first.key == "native build" and "once" in first.message
     assert not first.on_timeline
     assert summary.steps_done == 2
-    monkeypatch.setattr(core.native, "needs_build", lambda: False)
+    monkeypatch.setattr(memlens.core.native, "needs_build", lambda: False)
     history, _ = run("mlp", steps=2, precise=True)
     assert all(e.key != "native build" for e in history.events())
-    monkeypatch.setattr(core.native, "needs_build", lambda: True)
+    monkeypatch.setattr(memlens.core.native, "needs_build", lambda: True)
     history, _ = run("mlp", steps=2)  # light mode never builds: nothing to say
     assert all(e.key != "native build" for e in history.events())
 
@@ -307,8 +308,8 @@ def test_saved_tensor_holders_let_go_of_every_tensor_after_backward_or_a_dropped
     after backward, or a graph dropped without one, nothing stays behind."""
     import gc
 
-    from core.native.tracker import make_saved_tracker
-    from core.presets import build_preset
+    from memlens.core.native.tracker import make_saved_tracker
+    from memlens.core.presets import build_preset
 
     cfg = tiny_config("gan")
     p = build_preset(cfg, torch.device("cpu"))

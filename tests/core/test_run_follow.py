@@ -8,9 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from core.records import MemorySample, StepRecord
-from core.run_files import MEMORY_CSV, MEMORY_HEADER, RunFolderError, RunWriter, load_run
-from core.run_follow import FINISHED, GONE, LIVE, RunFollower
+from memlens.core.records import MemorySample, StepRecord
+from memlens.core.run_files import MEMORY_CSV, MEMORY_HEADER, RunFolderError, RunWriter, load_run
+from memlens.core.run_follow import FINISHED, GONE, LIVE, RunFollower
 
 
 def step_record(i: int) -> StepRecord:

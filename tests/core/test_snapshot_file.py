@@ -6,8 +6,8 @@ import pickle
 
 import pytest
 
-from core.exports.snapshot import write_snapshot
-from core.snapshot_file import BEFORE_WINDOW, SnapshotFileError, read_snapshot
+from memlens.core.exports.snapshot import write_snapshot
+from memlens.core.snapshot_file import BEFORE_WINDOW, SnapshotFileError, read_snapshot
 from tests.core.helpers import run
 
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from core.stats import ratio_of_medians
+from memlens.core.stats import ratio_of_medians
 
 
 def _noisy_steps(rng, n, base_ms, slow=1.0):

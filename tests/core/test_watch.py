@@ -10,8 +10,8 @@ import weakref
 import pytest
 import torch
 
-from core.run_files import load_run
-from core.watch.cli import run_script
+from memlens.core.run_files import load_run
+from memlens.core.watch.cli import run_script
 
 HEAD = """
 import sys
@@ -76,7 +76,7 @@ def test_watch_writes_a_run_folder_with_steps_phases_and_categories(tmp_path, ca
     history = load_run(folder)
     assert len(history.steps) == 4
     phases = [r[1] for r in history.samples.rows()]
-    from core.records import PHASE_CODE
+    from memlens.core.records import PHASE_CODE
 
     step1 = [p for r, p in zip(history.samples.rows(), phases, strict=True) if r[0] == 1]
     assert step1 == [PHASE_CODE[p] for p in ("zero_grad", "forward", "backward", "optimizer")]
@@ -119,7 +119,7 @@ def test_activations_match_saved_tensor_hooks_on_plain_torch(tmp_path):
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(x)
-    from core.records import PHASE_CODE
+    from memlens.core.records import PHASE_CODE
 
     history = load_run(folder)
     cols = history.samples.columns
@@ -231,7 +231,7 @@ def test_a_never_backwarded_graph_is_freed(tmp_path):
 
 
 def test_missing_and_non_python_scripts_exit_2(tmp_path, capsys):
-    from main import main
+    from memlens.__main__ import main
 
     assert main(["watch", str(tmp_path / "nope.py")]) == 2
     assert "no such file" in capsys.readouterr().err
@@ -287,7 +287,7 @@ for step in range(3):
     assert code == 0 and capsys.readouterr().out == expected
     history = load_run(folder)
     assert len(history.steps) == 3
-    from core.records import PHASE_CODE
+    from memlens.core.records import PHASE_CODE
 
     cols = history.samples.columns
     fwd = [r for r in history.samples.rows() if r[1] == PHASE_CODE["forward"]]
@@ -357,7 +357,7 @@ def test_precise_mode_tracks_every_storage_with_the_same_losses(tmp_path, capsys
 
 
 def test_an_error_of_memlens_own_stops_recording_not_the_script(tmp_path, capsys, monkeypatch):
-    from core.watch.session import Watch
+    from memlens.core.watch.session import Watch
 
     def broken(self, closing=False):
         raise ZeroDivisionError("a bug in memlens")

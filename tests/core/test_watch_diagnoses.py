@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from core.watch import diagnoses as dx
+from memlens.core.watch import diagnoses as dx
 from tests.core.test_watch import HEAD, diagnoses, watch_script
 
 MLP = HEAD + """

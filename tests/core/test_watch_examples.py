@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from core.run_files import load_run
-from core.watch.cli import run_script
+from memlens.core.run_files import load_run
+from memlens.core.watch.cli import run_script
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

@@ -22,7 +22,7 @@ VIEWER_OPCODES = {
     "BININT", "BININT1", "BININT2", "LONG1", "APPEND", "APPENDS", "SETITEM", "SETITEMS",
     "DICT", "LIST", "TUPLE", "TUPLE1", "TUPLE2", "TUPLE3", "NEWTRUE", "NEWFALSE", "NONE",
     "BINFLOAT",
-}  # fmt: skip
+}
 
 
 def annotated(trace: list[dict]) -> list[dict]:

@@ -1,0 +1,1 @@
+"""The autograd graph tab: the panel, its scene and its layout worker."""

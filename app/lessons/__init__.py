@@ -1,0 +1,1 @@
+"""The Lessons tab and the `lessons` command: the article's claims measured."""

@@ -1,0 +1,38 @@
+"""SVG text to a PNG file through Qt's SVG renderer: core writes charts as SVG by hand, and
+the PNG beside each comes from here (no display needed; imported lazily by the CLI)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from memlens.core.atomic import ExportError
+
+SCALE = 1.0  # PNG pixels per SVG unit
+
+
+def svg_to_png(svg: str, path: str | Path, scale: float = SCALE) -> None:
+    from PySide6.QtCore import QByteArray, QRectF
+    from PySide6.QtGui import QColor, QGuiApplication, QImage, QPainter
+    from PySide6.QtSvg import QSvgRenderer
+
+    if QGuiApplication.instance() is None:  # the CLI: fonts need a GUI application
+        _keep.append(QGuiApplication(["memlens"]))
+    renderer = QSvgRenderer(QByteArray(svg.encode("utf-8")))
+    if not renderer.isValid():
+        raise ExportError(f"cannot render {Path(path).name}: the chart's SVG is not valid")
+    size = renderer.defaultSize()
+    image = QImage(round(size.width() * scale), round(size.height() * scale),
+                   QImage.Format_ARGB32)
+    image.fill(QColor("white"))
+    painter = QPainter(image)
+    renderer.render(painter, QRectF(0, 0, image.width(), image.height()))
+    painter.end()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.tmp")
+    if not image.save(str(tmp), "PNG"):
+        raise ExportError(f"cannot write {str(path)!r}. Choose a folder you can write to.")
+    tmp.replace(path)
+
+
+_keep: list = []  # the CLI's application object lives as long as the process

@@ -1,0 +1,1 @@
+"""The run's controls and lists beside the plots: settings, techniques, events, pins, status."""

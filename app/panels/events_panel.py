@@ -1,0 +1,106 @@
+"""The events list: toggles, errors with their explanation, notes; a click shows that step."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
+
+from memlens.app.timeline.plot_style import event_color
+from memlens.core.records import RunEvent
+
+STEP_ROLE = Qt.UserRole
+PLACEHOLDER = "Toggles and errors appear here as the run goes; click one to see its step."
+
+
+def _dot(color: str) -> QIcon:
+    pix = QPixmap(12, 12)
+    pix.fill(Qt.transparent)
+    p = QPainter(pix)
+    p.setRenderHint(QPainter.Antialiasing)
+    p.setBrush(QColor(color))
+    p.setPen(Qt.NoPen)
+    p.drawEllipse(2, 2, 8, 8)
+    p.end()
+    return QIcon(pix)
+
+
+class EventsPanel(QWidget):
+    step_activated = Signal(int)
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.events: list[RunEvent] = []
+        self.list = QListWidget()
+        self.list.setObjectName("events_list")
+        self.list.setToolTip("Click an event to move the plots to its step")
+        self.list.setWordWrap(True)
+        self.list.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.list.itemClicked.connect(self._on_item_clicked)
+        self.list.currentRowChanged.connect(self._on_current_row_changed)
+        self.detail = QLabel(PLACEHOLDER)
+        self.detail.setObjectName("event_detail")
+        self.detail.setWordWrap(True)
+        self.detail.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.detail.setAlignment(Qt.AlignTop | Qt.AlignLeft)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addWidget(self.list, 3)
+        layout.addWidget(self.detail, 2)
+        self._icons: dict[str, QIcon] = {}
+
+    def clear(self) -> None:
+        self.events.clear()
+        self.list.clear()
+        self.detail.setText(PLACEHOLDER)
+
+    def add_event(self, event: RunEvent) -> QListWidgetItem:
+        self.events.append(event)
+        color = event_color(event.kind)
+        icon = self._icons.get(color) or self._icons.setdefault(color, _dot(color))
+        item = QListWidgetItem(icon, f"step {event.step}   {event.label()}")
+        item.setData(STEP_ROLE, event.step)
+        item.setToolTip(self._detail_text(event))
+        if event.kind == "error":
+            item.setForeground(QColor(color))
+        self.list.addItem(item)
+        if event.kind == "error":
+            self.list.setCurrentItem(item)  # an error explains itself without a click
+        else:
+            self.list.scrollToBottom()
+            if self.list.currentRow() < 0:  # nothing chosen: the pane shows the newest
+                self.detail.setText(item.toolTip())
+        return item
+
+    def set_effect(self, index: int, text: str, details: str) -> None:
+        """Attach the "what just happened" result to a toggle's row."""
+        item = self.list.item(index)
+        if item is None:
+            return
+        item.setToolTip(details)
+        event = self.events[index]
+        effect = text.removeprefix(event.label()).lstrip(": ")
+        item.setText(f"step {event.step}   {event.label()}\n        {effect}")
+        current = self.list.currentRow()
+        if current == index or (current < 0 and index == self.list.count() - 1):
+            self.detail.setText(details)
+
+    @staticmethod
+    def _detail_text(event: RunEvent) -> str:
+        lines = [f"Step {event.step}: {event.label()}"]
+        if event.message and event.message not in lines[0]:
+            lines.append(event.message)
+        if event.explanation:
+            lines.append(event.explanation)
+        if event.where:  # a diagnosis of a watched script
+            lines.append(f"At {event.where}")
+        if event.fix:
+            lines.append(f"Fix: {event.fix}")
+        return "\n\n".join(lines)
+
+    def _on_item_clicked(self, item: QListWidgetItem) -> None:
+        self.step_activated.emit(int(item.data(STEP_ROLE)))
+
+    def _on_current_row_changed(self, row: int) -> None:
+        if 0 <= row < len(self.events):
+            self.detail.setText(self.list.item(row).toolTip())

@@ -1,0 +1,93 @@
+"""The status bar: device, memory source, steps/s, progress with an ETA, step, total and
+peak memory."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+
+from PySide6.QtWidgets import QLabel, QStatusBar
+
+from memlens.core.units import format_bytes
+
+RATE_WINDOW_S = 1.5
+MIN_RATE_SPAN_S = 0.5
+
+
+class RunStatusBar(QStatusBar):
+    FIELDS = ("device", "memory_source", "rate", "progress", "step", "total", "peak")
+    SOURCE_TIP = ("Where the memory figures come from: CPU tensor bytes counted by category, "
+                  "every CPU allocation (precise mode) or the CUDA caching allocator")
+
+    def __init__(self, parent=None, clock=time.monotonic) -> None:
+        super().__init__(parent)
+        self.clock = clock  # tests give a fake one
+        self.planned: int | None = None  # steps the run was started for
+        self.labels: dict[str, QLabel] = {}
+        for name in self.FIELDS:
+            label = QLabel("")
+            label.setObjectName(f"status_{name}")
+            label.setContentsMargins(6, 0, 6, 0)
+            self.addPermanentWidget(label)
+            self.labels[name] = label
+        self.labels["memory_source"].setToolTip(self.SOURCE_TIP)
+        self.labels["peak"].setToolTip("Highest per-step peak so far (on CPU outside precise "
+                                       "mode, the highest phase sample: a lower bound)")
+        self._counts: deque[tuple[float, int]] = deque()
+        self.clear_run()
+
+    def clear_run(self) -> None:
+        self._counts.clear()
+        self.planned = None
+        self.set_environment({})
+        self.set_progress(None, 0, None, None, live=False)
+
+    def set_planned(self, steps: int | None) -> None:
+        """The steps the run was started for: progress and ETA count towards it."""
+        self.planned = steps
+
+    def set_environment(self, env: dict) -> None:
+        self.labels["device"].setText(f"device: {env.get('device', '–')}")
+        source = self.labels["memory_source"]
+        source.setText(env.get("memory_label", "memory: –"))
+        note = env.get("precise_note")
+        source.setToolTip(self.SOURCE_TIP + (
+            f"\nPrecise mode: {env.get('precise_backend', '')}, because {note}" if note else ""))
+
+    def set_progress(self, step: int | None, steps_done: int, total: float | None,
+                     peak: float | None, live: bool) -> None:
+        now = self.clock()
+        if live:
+            self._counts.append((now, steps_done))
+            while len(self._counts) > 2 and now - self._counts[0][0] > RATE_WINDOW_S:
+                self._counts.popleft()
+        else:
+            self._counts.clear()
+        rate = "–"
+        per_s = None
+        if len(self._counts) >= 2:
+            (t0, n0), (t1, n1) = self._counts[0], self._counts[-1]
+            if t1 - t0 >= MIN_RATE_SPAN_S:  # shorter spans only show how steps bunch up
+                per_s = (n1 - n0) / (t1 - t0)
+                rate = f"{per_s:.1f}"
+        self.labels["rate"].setText(f"steps/s: {rate}")
+        self.labels["progress"].setText(progress_text(steps_done, self.planned, per_s, live))
+        self.labels["step"].setText(f"step: {'–' if step is None or step < 0 else step}")
+        self.labels["total"].setText(f"total: {format_bytes(total) if total is not None else '–'}")
+        self.labels["peak"].setText(f"peak: {format_bytes(peak) if peak is not None else '–'}")
+
+
+def progress_text(done: int, planned: int | None, per_s: float | None, live: bool) -> str:
+    """"12 of 200 steps (6%), ETA 0:31": the ETA only while a run goes at a measured rate."""
+    if not planned:
+        return ""
+    text = f"{done:,} of {planned:,} steps ({100 * min(done, planned) // planned}%)"
+    if live and done < planned:
+        if per_s and per_s > 0:
+            left = round((planned - done) / per_s)
+            hours, rest = divmod(left, 3600)
+            text += f", ETA {hours}:{rest // 60:02d}:{rest % 60:02d}" if hours else \
+                f", ETA {rest // 60}:{rest % 60:02d}"
+        else:
+            text += ", ETA –"
+    return text

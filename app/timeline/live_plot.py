@@ -1,0 +1,401 @@
+"""What every timeline plot shares: the step axis, event markers, a hover line, pinned-run ghosts.
+
+Items are made once and fed with `setData` from numpy; each draw hands pyqtgraph only the
+visible slice, cut to about two points per pixel from the run's kept bins (app.series.run_series),
+so a draw costs the same at step 100 as at step 1,000,000. The title row doubles as legend
+and hover read-out.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pyqtgraph as pg
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtGui import QColor
+
+from memlens.app.series.run_series import RunSeries
+from memlens.app.theme import readable
+from memlens.app.timeline.grid_lines import GridLines
+from memlens.app.timeline.live_axis import LiveAxis
+from memlens.app.timeline.live_line import LiveLine
+from memlens.app.timeline.marker_labels import label_rows, row_position
+from memlens.app.timeline.plot_style import HOVER_COLOR, TOTAL_COLOR, event_color, lighten
+from memlens.app.timeline.stacked_area import AreaLayer, StackedArea
+
+MARKER_LABEL_ROWS = (0.92, 0.8, 0.68)
+AXIS_WIDTH = 62
+LEGEND_HEIGHT = 36
+# fit_y keeps a y range while the data fills at least this share of it (auto-range's own
+# padding leaves about 0.9 at the usual plot heights).
+KEEP_Y = 0.85
+
+
+class LiveCurve(pg.PlotCurveItem):
+    """A curve that lets a setData with the points it already shows pass: most frames of a
+    long live run change only the last bin, often not even that, and each real setData
+    repaints the whole view."""
+
+    y_map = None  # LivePlot.set_log_y: what the plot's values go through before drawing
+
+    def setData(self, *args, **kargs) -> None:
+        if len(args) == 2 and self.y_map is not None:
+            args = (args[0], self.y_map(np.asarray(args[1], dtype=np.float64)))
+        if len(args) == 2 and not kargs and self.xData is not None:
+            x, y = np.asarray(args[0]), np.asarray(args[1])
+            if _same(self.xData, x) and _same(self.yData, y):
+                return
+        super().setData(*args, **kargs)
+
+
+def _same(a: np.ndarray, b: np.ndarray) -> bool:
+    return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"
+                                                 and b.dtype.kind == "f")
+
+
+AXIS_TEXT = "#444444"
+
+
+class LivePlot(pg.PlotWidget):
+    hover_left = Signal()
+
+    def __init__(self, object_name: str, title: str, left_axis: pg.AxisItem | None = None,
+                 parent=None) -> None:
+        axes = {side: LiveAxis(side) for side in ("left", "bottom", "right", "top")}
+        if left_axis is not None:
+            axes["left"] = left_axis
+        super().__init__(parent=parent, background="w", axisItems=axes)
+        for side in ("right", "top"):  # made ours, shown only where a plot asks
+            self.getPlotItem().hideAxis(side)
+        self.setObjectName(object_name)
+        # Curves change shape every frame: Qt's BSP index would be rebuilt each time.
+        self.scene().setItemIndexMethod(self.scene().ItemIndexMethod.NoIndex)
+        self.title = title
+        item = self.getPlotItem()
+        # A light y grid of our own (see app.timeline.grid_lines); markers and the hover line give
+        # the x reference.
+        self.grid = GridLines(item.getAxis("left"))
+        item.vb.addItem(self.grid, ignoreBounds=True)
+        item.setMouseEnabled(x=True, y=False)  # y always fits the visible data (fit_y)
+        item.hideButtons()
+        item.setMenuEnabled(False)
+        # No pyqtgraph auto-range: it asks every item for its bounds (nanmin/nanmax over its
+        # data) at every paint; fit_y does the same sums once a draw.
+        item.vb.disableAutoRange()
+        item.vb.sigResized.connect(self._on_view_resized)
+        item.vb.sigXRangeChanged.connect(self.arrange_marker_labels)
+        self._fitted: dict[pg.ViewBox, tuple[float, float]] = {}
+        self._bounded: list[tuple[pg.GraphicsObject, pg.ViewBox]] = []
+        item.vb.setLimits(xMin=-5)
+        for side in ("left", "bottom", "right"):
+            axis = item.getAxis(side)
+            axis.setTextPen(AXIS_TEXT)
+            axis.setPen("#999999")
+            axis.setStyle(maxTickLevel=1)
+        # Equal axis widths line the view boxes up, so x-linked plots show the same steps;
+        # where there is no right axis its column stays, empty.
+        item.getAxis("left").setWidth(AXIS_WIDTH)
+        item.getAxis("right").setWidth(AXIS_WIDTH)
+        item.layout.setColumnFixedWidth(2, AXIS_WIDTH)
+        self.curves: dict[str, pg.GraphicsObject] = {}
+        self._own_colors: dict[str, str] = {}  # each line's colour before any theme
+        self._own_axis_text: dict[str, str] = {}  # each axis's text colour before any theme
+        self.log_y = False
+        self._y_map = None
+        self.markers: list[pg.InfiniteLine] = []
+        self.ghosts: dict[int, pg.PlotCurveItem] = {}
+        self.hover_line = pg.InfiniteLine(angle=90, movable=False,
+                                          pen=pg.mkPen(HOVER_COLOR, width=1, style=Qt.DashLine))
+        self.hover_line.setZValue(40)
+        self.hover_line.hide()
+        item.addItem(self.hover_line, ignoreBounds=True)
+        self._legend_html: str | None = None
+        self._legend_style = ""
+        self.set_legend("")
+
+    # --- items ----------------------------------------------------------------------------
+    def add_curve(self, key: str, color: str, *, fill: bool = False, width: float = 1.0,
+                  style=Qt.SolidLine, z: float = 0, view: pg.ViewBox | None = None,
+                  finite: bool = True) -> pg.GraphicsObject:
+        """Make a curve once; draws only ever call setData on it. `finite`: the data has no
+        NaN to break the line at (dashed curves only; solid ones check)."""
+        if fill:
+            curve = LiveCurve(pen=None, brush=pg.mkBrush(lighten(color, 0.3)),
+                              fillLevel=0, skipFiniteCheck=True)
+            curve.setSegmentedLineMode("off")
+        elif style == Qt.SolidLine:
+            # Repaints only its changed right edge (a dash pattern would restart per piece).
+            curve = LiveLine(pg.mkPen(color, width=width))
+        else:
+            curve = LiveCurve(pen=pg.mkPen(color, width=width, style=style),
+                              skipFiniteCheck=finite, connect="all" if finite else "finite")
+            # One cached path per setData; "segmented" lines are rebuilt at every paint.
+            curve.setSegmentedLineMode("off")
+        curve.setZValue(z)
+        view = view or self.getPlotItem().vb
+        view.addItem(curve)
+        self._bounded.append((curve, view))
+        self.curves[key] = curve
+        return curve
+
+    def add_area(self, keys: tuple[str, ...], colors: list[str], z: float = 0) -> StackedArea:
+        """Stacked areas; `curves[key]` reads each layer back as a curve would."""
+        area = StackedArea([lighten(c, 0.3) for c in colors])
+        area.setZValue(z)
+        self.getPlotItem().addItem(area)
+        self._bounded.append((area, self.getPlotItem().vb))
+        for i, key in enumerate(keys):
+            self.curves[key] = AreaLayer(area, i)
+        return area
+
+    def add_marker(self, step: float, label: str, kind: str) -> pg.InfiniteLine:
+        color = event_color(kind)
+        row = MARKER_LABEL_ROWS[len(self.markers) % len(MARKER_LABEL_ROWS)]
+        line = pg.InfiniteLine(
+            pos=step, angle=90, movable=False,
+            pen=pg.mkPen(color, width=1.5 if kind == "error" else 1),
+            label=label,
+            # pyqtgraph puts the label on the side of the line facing the view's centre,
+            # so labels near either edge stay readable.
+            labelOpts={"position": row, "color": color, "fill": pg.mkBrush(255, 255, 255, 210)},
+        )
+        line.setZValue(30)
+        self.getPlotItem().addItem(line, ignoreBounds=True)
+        self.markers.append(line)
+        self.arrange_marker_labels()
+        return line
+
+    def arrange_marker_labels(self, *_args) -> None:
+        """Labels of the markers in view in rows from the top, none over another and none
+        cut at the top edge (rows depend on the zoom: redone when the range changes)."""
+        vb = self.getPlotItem().vb
+        (x0, x1), _ = vb.viewRange()
+        width, height = vb.width(), vb.height()
+        if not self.markers or width <= 0 or height <= 0 or x1 <= x0:
+            return
+        scale = width / (x1 - x0)
+        shown = [m for m in self.markers if x0 <= m.value() <= x1]
+        spans, tallest = [], 0.0
+        for line in shown:
+            rect = line.label.boundingRect()
+            tallest = max(tallest, rect.height())
+            x = (line.value() - x0) * scale
+            # pyqtgraph draws the label on the side of the line facing the view's centre
+            spans.append((x, x + rect.width()) if x < width / 2 else (x - rect.width(), x))
+        for line, row in zip(shown, label_rows(spans), strict=True):
+            position = row_position(row, tallest, height)
+            if position is None:
+                if line.label.isVisible():
+                    line.label.setVisible(False)
+                continue
+            if not line.label.isVisible():
+                line.label.setVisible(True)
+            if abs(line.label.orthoPos - position) > 1e-6:
+                line.label.setPosition(position)
+
+    def clear_markers(self) -> None:
+        for line in self.markers:
+            self.getPlotItem().removeItem(line)
+        self.markers.clear()
+
+    def set_legend(self, html: str) -> None:
+        """Title, values and legend in the title row (two lines: exported images keep it)."""
+        if html == self._legend_html:
+            return
+        text = f"<b>{self.title}</b>&nbsp;&nbsp;{html}"
+        label = self.getPlotItem().titleLabel
+        if self._legend_html is not None:
+            # The title row's size is fixed and the text sits at its top left: new text
+            # only needs the text item's HTML. LabelItem.setText would also resize the
+            # label and relay out the whole plot, several ms a plot at every text refresh.
+            label.text = text
+            label.item.setHtml(f"<span style='{self._legend_style}'>{text}</span>")
+            self._legend_html = html
+            return
+        self._legend_html = html
+        item = self.getPlotItem()
+        item.setTitle(text, size="8.5pt", color=item.titleLabel.opts.get("color") or "#333333",
+                      justify="left")
+        item.titleLabel.setMaximumHeight(LEGEND_HEIGHT)
+        item.layout.setRowFixedHeight(0, LEGEND_HEIGHT)
+        # A long legend must not widen the plot (it would push the view past the widget
+        # and out of line with the other plots): it may run out to the right instead.
+        item.titleLabel.setMinimumWidth(0)
+        # The style LabelItem.setText wraps the text in (its colour and size options).
+        color = pg.mkColor(label.opts["color"]).name(QColor.NameFormat.HexArgb)
+        self._legend_style = f"color: {color}; font-size: {label.opts['size']}"
+
+    def set_theme(self, theme) -> None:
+        """Background, axes, grid, title text and the darkest line in `theme`'s colours
+        (an memlens.app.theme.Theme)."""
+        self.setBackground(theme.plot_background)
+        item = self.getPlotItem()
+        for side in ("left", "bottom", "right"):
+            axis = item.getAxis(side)
+            own = self._own_axis_text.setdefault(side, axis.textPen().color().name())
+            # An axis in a curve's colour (loss, grad norm) keeps it, readable.
+            axis.setTextPen(theme.plot_text if own.upper() == AXIS_TEXT.upper()
+                            else readable(own, theme.plot_background))
+            axis.setPen(theme.axis_line)
+        self.grid.set_color(theme.grid)
+        self.hover_line.setPen(pg.mkPen(theme.hover_line, width=1, style=Qt.DashLine))
+        for key, curve in self.curves.items():
+            if isinstance(curve, LiveLine):
+                pen = curve.pen
+            elif isinstance(curve, pg.PlotCurveItem):
+                pen = curve.opts.get("pen")
+            else:
+                continue  # filled areas keep their category colours
+            pen = pg.mkPen(pen)
+            if pen.style() == Qt.NoPen:
+                continue
+            own = self._own_colors.setdefault(key, pen.color().name())
+            # The total line is the strongest on either background; others keep their hue.
+            wanted = (theme.total_line if own.upper() == TOTAL_COLOR.upper()
+                      else readable(own, theme.plot_background))
+            pen.setColor(pg.mkColor(wanted))
+            if isinstance(curve, LiveLine):
+                curve.pen = pen
+                curve.update()
+            else:
+                curve.setPen(pen)
+        item.titleLabel.opts["color"] = theme.plot_text
+        html, self._legend_html = self._legend_html, None
+        self.set_legend(html or "")
+
+    # Log scale: values below this (in the plot's units) are drawn at it, the bottom edge.
+    log_floor = 1e-3
+
+    def set_log_y(self, on: bool) -> None:
+        """Draw y on a log scale (or back). Values are drawn as log10(value / log_floor),
+        so the bottom of a filled area sits at the floor; the axis labels the values."""
+        floor = self.log_floor
+        self.log_y = bool(on)
+        self._y_map = (lambda y: np.log10(np.maximum(y, floor) / floor)) if on else None
+        for item, _view in self._bounded:
+            item.y_map = self._y_map
+        for side in ("left", "right"):
+            axis = self.getPlotItem().getAxis(side)
+            axis.log_floor = floor
+            axis.logMode = self.log_y  # the labels only: the view box keeps linear units
+            axis.picture = None
+            axis.update()
+        self._fitted.clear()
+
+    # --- pinned runs ----------------------------------------------------------------------
+    ghost_x_shift = 0.0
+
+    def ghost_line(self, run: RunSeries, x0: float, x1: float, max_points: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        """The one line that stands for a pinned run on this plot, in [x0, x1] (x before the
+        shift), cut to max_points."""
+        raise NotImplementedError
+
+    def sync_ghosts(self, pins) -> None:
+        """Make or drop ghost curves so they match the pinned runs."""
+        wanted = {p.pin_id: p for p in pins}
+        for pin_id in list(self.ghosts):
+            if pin_id not in wanted:
+                curve = self.ghosts.pop(pin_id)
+                self.ghost_view().removeItem(curve)
+                self._bounded = [(c, v) for c, v in self._bounded if c is not curve]
+        for pin_id, pin in wanted.items():
+            curve = self.ghosts.get(pin_id)
+            if curve is None:
+                curve = LiveCurve(pen=pg.mkPen(pin.color, width=1, style=Qt.DashLine),
+                                  connect="finite")
+                curve.setSegmentedLineMode("off")
+                curve.setOpacity(0.75)
+                curve.setZValue(20)
+                self.ghost_view().addItem(curve)
+                self._bounded.append((curve, self.ghost_view().getViewBox()))
+                self.ghosts[pin_id] = curve
+                curve.y_map = self._y_map
+            curve.setVisible(pin.visible)
+
+    def ghost_view(self):
+        return self.getPlotItem()
+
+    def draw_ghosts(self, pins, x0: float, x1: float, max_points: int) -> None:
+        for pin in pins:
+            curve = self.ghosts.get(pin.pin_id)
+            if curve is None or not pin.visible:
+                continue
+            xs, ys = self.ghost_line(pin.series, x0, x1, max_points)
+            curve.setData(xs + self.ghost_x_shift, ys)
+
+    # --- drawing --------------------------------------------------------------------------
+    def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
+        raise NotImplementedError
+
+    def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
+        raise NotImplementedError
+
+    def fit_y(self) -> None:
+        """Fit each view's y range to what its visible items hold now, with the padding
+        pyqtgraph's auto-range adds; a view with nothing to show keeps its range."""
+        spans: dict[pg.ViewBox, list[float]] = {}
+        for item, view in self._bounded:
+            if not item.isVisible():
+                continue
+            span = spans.setdefault(view, [math.inf, -math.inf])
+            if isinstance(item, StackedArea):
+                if len(item.layer_data(0)[0]):
+                    span[0], span[1] = min(span[0], 0.0), max(span[1], item.top)
+                continue
+            y = item.yData
+            if y is None or not len(y):
+                continue
+            lo, hi = np.fmin.reduce(y), np.fmax.reduce(y)
+            if np.isfinite(lo):
+                span[0], span[1] = min(span[0], float(lo)), max(span[1], float(hi))
+        for view, (lo, hi) in spans.items():
+            if not math.isfinite(lo) or self._fitted.get(view) == (lo, hi):
+                continue
+            # A live run's extremes creep (a new highest step time, a new lowest loss) and a
+            # new y range redraws the axis and the grid: while the data stays inside the
+            # view and still fills most of it, the range stays.
+            v0, v1 = view.viewRange()[1]
+            if view in self._fitted and v0 <= lo and hi <= v1 and hi - lo >= KEEP_Y * (v1 - v0):
+                continue
+            self._fitted[view] = (lo, hi)
+            view.setYRange(lo, hi)
+
+    def apply_view_changes(self) -> None:
+        """Move the views to their new ranges now. pyqtgraph defers that to the start of
+        the next paint, where the new transform invalidates the scene again and every
+        view is painted twice for one change of range."""
+        for view in {v for _item, v in self._bounded}:
+            view.prepareForPaint()
+
+    def _on_view_resized(self) -> None:
+        # The padding depends on the view's height, as auto-range's does.
+        for view, (lo, hi) in self._fitted.items():
+            view.setYRange(lo, hi)
+        self.arrange_marker_labels()
+
+    def clear_data(self) -> None:
+        """A new run: empty curves."""
+        for curve in self.curves.values():
+            curve.setData([], [])
+
+    def pixel_width(self) -> int:
+        return max(int(self.getPlotItem().vb.width()), 100)
+
+    def leaveEvent(self, event) -> None:
+        self.hover_left.emit()
+        super().leaveEvent(event)
+
+
+def ghost_legend(pins, value_at) -> str:
+    """Legend entries for visible pins: `value_at(series)` gives the text or None."""
+    parts = []
+    for pin in pins:
+        if not pin.visible:
+            continue
+        text = value_at(pin.series)
+        if text is not None:
+            parts.append(f'<span style="color:{pin.color}">&#9477;&nbsp;{pin.label}</span> '
+                         f"<b>{text}</b>")
+    return "&nbsp;&nbsp;".join(parts)

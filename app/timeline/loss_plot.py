@@ -1,0 +1,76 @@
+"""Loss (left axis) and global grad norm (right axis) against steps."""
+
+from __future__ import annotations
+
+import numpy as np
+import pyqtgraph as pg
+
+from memlens.app.series.run_series import RunSeries
+from memlens.app.timeline.live_plot import LivePlot, ghost_legend
+from memlens.app.timeline.plot_style import GRAD_NORM_COLOR, LOSS_COLOR, swatch
+from memlens.core.units import format_number
+
+
+class LossPlot(LivePlot):
+    """`curves["loss"]` on the left axis; `curves["grad_norm"]` in `grad_view`, right axis."""
+
+    log_floor = 1e-4
+
+    def __init__(self, parent=None) -> None:
+        super().__init__("loss_plot", "Loss", parent=parent)
+        item = self.getPlotItem()
+        self.grad_view = pg.ViewBox(enableMouse=False)
+        self.grad_view.setZValue(-100)  # under the main view, so the main view gets the mouse
+        item.scene().addItem(self.grad_view)
+        item.showAxis("right")
+        right = item.getAxis("right")
+        right.linkToView(self.grad_view)
+        right.setTextPen(GRAD_NORM_COLOR)
+        right.setPen("#999999")
+        self.grad_view.setXLink(item)
+        self.grad_view.disableAutoRange()  # fit_y sets its y range from the curve
+        self.grad_view.sigResized.connect(self._on_view_resized)
+        item.vb.sigResized.connect(self._sync_views)
+        self.add_curve("loss", LOSS_COLOR, z=5, finite=False)
+        self.add_curve("grad_norm", GRAD_NORM_COLOR, z=5, view=self.grad_view,
+                       finite=False)
+        item.getAxis("left").setTextPen(LOSS_COLOR)
+
+    def _sync_views(self) -> None:
+        vb = self.getPlotItem().vb
+        self.grad_view.setGeometry(vb.sceneBoundingRect())
+        self.grad_view.linkedViewChanged(vb, self.grad_view.XAxis)
+
+    ghost_x_shift = 0.5
+
+    def ghost_line(self, run: RunSeries, x0: float, x1: float, max_points: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        xs, lines = run.steps.decimate("lines", run.steps.visible(x0, x1), max_points)
+        return xs, lines[0]
+
+    def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
+        if run is None or run.step_count == 0:
+            self.clear_data()
+            return
+        sl = run.steps.visible(x0 - 0.5, x1 - 0.5)
+        xs, rows = run.steps.decimate("lines", sl, max_points)
+        xs = xs + self.ghost_x_shift
+        self.curves["loss"].setData(xs, rows[0])
+        self.curves["grad_norm"].setData(xs, rows[1])
+
+    def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
+        loss = grad = head = ""
+        found = run.step_record_at(x) if run is not None else None
+        if found is not None:
+            step, values = found
+            loss, grad = format_number(values["loss"]), format_number(values["grad_norm"])
+            head = f"<i>step {step}</i>"
+        parts = [head, swatch(LOSS_COLOR, "loss", loss), swatch(GRAD_NORM_COLOR, "grad norm", grad)]
+        if x is not None:
+            parts.append(ghost_legend(pins, lambda s: _ghost_loss(s, x)))
+        return "&nbsp;&nbsp;".join(p for p in parts if p)
+
+
+def _ghost_loss(series: RunSeries, x: float) -> str | None:
+    i = series.step_row(int(np.floor(x)))
+    return None if i is None else format_number(series.loss_at(i))

@@ -1,0 +1,121 @@
+"""Memory against steps: stacked category areas from the phase samples, total, peak, reserved."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from PySide6.QtCore import Qt
+
+from memlens.app.series.run_series import STEP_LINES, RunSeries
+from memlens.app.timeline.bytes_axis import BytesAxis
+from memlens.app.timeline.live_plot import LivePlot, ghost_legend
+from memlens.app.timeline.plot_style import (
+    CATEGORY_COLORS,
+    PEAK_COLOR,
+    RESERVED_COLOR,
+    TOTAL_COLOR,
+    swatch,
+)
+from memlens.core.records import CATEGORY_HELP, MEMORY_CATEGORIES, SAMPLE_PHASES
+from memlens.core.units import format_bytes
+
+Y_UNIT = 2**20  # bytes per unit of the view (see memlens.app.timeline.bytes_axis)
+# The legend lists these always, and buffers, amp_casts and temporaries where they hold
+# bytes at the step shown: eight entries do not fit one line of a narrow window.
+ALWAYS_LISTED = MEMORY_CATEGORIES[:5]
+
+
+class MemoryPlot(LivePlot):
+    """`curves[category]` holds the cumulative layer (params, params+grads, ...); `total` the
+    sum; `peak` each step's peak at step + 0.5; `reserved`/`allocated` only on CUDA. All in
+    MiB (bytes / Y_UNIT); the axis labels them in whatever binary unit reads best."""
+
+    log_floor = 1024 / Y_UNIT  # 1 KiB
+
+    def __init__(self, parent=None) -> None:
+        super().__init__("memory_plot", "Memory", BytesAxis("left", unit=Y_UNIT), parent)
+        self.area = self.add_area(MEMORY_CATEGORIES,
+                                  [CATEGORY_COLORS[c] for c in MEMORY_CATEGORIES], z=5)
+        # Live curves: one pixel wide and solid, the raster engine's fast path.
+        self.add_curve("total", TOTAL_COLOR, z=15)
+        self.add_curve("peak", PEAK_COLOR, z=16, finite=False)
+        self.add_curve("allocated", TOTAL_COLOR, width=1, style=Qt.DashDotLine, z=14,
+                       finite=False)
+        self.add_curve("reserved", RESERVED_COLOR, z=14, finite=False)
+        # Before any data: an axis in MiB rather than "0 B .. 1 B"; data rescales it.
+        self.getPlotItem().setYRange(0, 1, padding=0)
+        # The legend (the title row) says what each band holds.
+        self.getPlotItem().titleLabel.setToolTip(category_tooltip())
+
+    def ghost_line(self, run: RunSeries, x0: float, x1: float, max_points: int
+                   ) -> tuple[np.ndarray, np.ndarray]:
+        xs, total = run.samples.decimate("total", run.samples.visible(x0, x1), max_points)
+        return xs, total[0] / Y_UNIT
+
+    def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
+        if run is None or run.sample_count == 0:
+            self.clear_data()
+            return
+        samples = run.samples
+        sl = samples.visible(x0, x1)
+        xs, layers = samples.decimate("layers", sl, max_points)
+        layers = layers / Y_UNIT
+        self.area.setData(xs, layers)
+        self.curves["total"].setData(xs, layers[-1])
+        if run.has_reserved:
+            xa, rows = samples.decimate("allocator", sl, max_points)
+            self.curves["allocated"].setData(xa, rows[0] / Y_UNIT)
+            self.curves["reserved"].setData(xa, rows[1] / Y_UNIT)
+        if run.step_count:
+            xp, lines = run.steps.decimate("lines", run.steps.visible(x0 - 1, x1), max_points)
+            peak = lines[STEP_LINES.index("peak_bytes")] / Y_UNIT
+            if len(xp) > 1 and np.all(np.diff(xp) >= 1):
+                # whole steps: a step's peak holds across it and changes at the boundary
+                xs = np.repeat(xp, 2)
+                xs[1::2] += 1.0
+                self.curves["peak"].setData(xs, np.repeat(peak, 2))
+            else:  # binned (min, max pairs share an x): a step shape would mean nothing
+                self.curves["peak"].setData(xp + 0.5, peak)
+
+    def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
+        row = None
+        if run is not None and run.sample_count:
+            i = (run.sample_row_at(run.samples.last_x) if x is None
+                 else run.sample_row_in_step(x))
+            if i is not None:
+                row = run.history.samples.rows(i, i + 1)[0]
+        head = ""
+        values = dict.fromkeys(MEMORY_CATEGORIES, "")
+        shown = set(ALWAYS_LISTED)
+        total = peak = ""
+        if row is not None:
+            idx = run.history.samples.index
+            head = f"step {int(row[idx['step']])} after {SAMPLE_PHASES[int(row[idx['phase']])]}"
+            values = {c: format_bytes(row[idx[c]]) for c in MEMORY_CATEGORIES}
+            shown.update(c for c in MEMORY_CATEGORIES if row[idx[c]])
+            total = format_bytes(row[idx["total"]])
+            step_row = run.step_row(int(row[idx["step"]]))
+            if step_row is not None:
+                peak = format_bytes(run.step_value(step_row, "peak_bytes"))
+            if not math.isnan(row[idx["reserved"]]):
+                total += f" &nbsp;reserved <b>{format_bytes(row[idx['reserved']])}</b>"
+        first = [f"<i>{head}</i>" if head else "", swatch(TOTAL_COLOR, "total", total),
+                 swatch(PEAK_COLOR, "peak", peak)]
+        if x is not None:
+            first.append(ghost_legend(pins, lambda s: _ghost_total(s, x)))
+        second = [swatch(CATEGORY_COLORS[c], c, values[c]) for c in MEMORY_CATEGORIES
+                  if c in shown]
+        return "&nbsp;&nbsp;".join(p for p in first if p) + "<br>" + "&nbsp;&nbsp;".join(second)
+
+
+def category_tooltip() -> str:
+    """What each memory band holds, from core's one definition."""
+    rows = "".join(f"<tr><td><b>{c}</b></td><td>{CATEGORY_HELP[c]}</td></tr>"
+                   for c in MEMORY_CATEGORIES)
+    return f"<table>{rows}</table>"
+
+
+def _ghost_total(series: RunSeries, x: float) -> str | None:
+    i = series.sample_row_in_step(x)
+    return None if i is None else format_bytes(series.total_at(i))

@@ -19,7 +19,7 @@ def _no_user_settings(tmp_path_factory):
     for fmt in (QSettings.IniFormat, QSettings.NativeFormat):
         QSettings.setPath(fmt, QSettings.UserScope, str(folder))
     yield
-    from memlens.app import units
+    from memlens.core import units
 
     units.set_exact_bytes(False)  # a test that switched it leaves the next one as usual
 

@@ -56,6 +56,9 @@ class Lesson:
     # At most this many steps an arm (0: no cap): a lesson whose `on` arm grows every step
     # must not fill the machine's memory on a long report.
     max_steps: int = 0
+    # At least this many steps an arm: a figure that appears only after some steps (the
+    # accumulate arm's peak needs a step after its first optimizer step) gets them.
+    min_steps: int = 0
     # Which model files it applies to: "any", "with_state" (files that define init_state),
     # "batch_size" (files whose make_batch follows the batch_size setting) or "none".
     model_files: str = "any"
@@ -120,6 +123,7 @@ LESSONS: tuple[Lesson, ...] = (
         f"one batch of {ACCUMULATE_K}·B", f"{ACCUMULATE_K} micro-batches of B",
         off={"accumulate": 1}, on={"accumulate": ACCUMULATE_K},
         base={"eval_every": 0}, off_batch_scale=ACCUMULATE_K, model_files="batch_size",
+        min_steps=2 * ACCUMULATE_K,
         metrics=(
             Metric("step peak", "memory", "step", "peak_bytes", reduce="max",
                    claim=Claim(f"{ACCUMULATE_K}× the batch at one micro-batch's memory",

@@ -26,8 +26,8 @@ from core.stats import ratio_of_medians
 
 FULL_STEPS, FULL_BLOCK = 40, 4
 # Quick: memory figures are exact from the second completed step on (optimizer state is
-# made at the first), so a few steps give the full report's bytes; time figures get too few
-# blocks to be judged and say so.
+# made at the first; a lesson that needs more says so in min_steps), so a few steps give
+# the full report's bytes; time figures get too few blocks to be judged and say so.
 QUICK_STEPS, QUICK_BLOCK = 4, 1
 
 
@@ -176,7 +176,8 @@ class LessonRunner:
         file's CONFIG, then the lesson's and the report's settings."""
         from core.model_file import with_model_file
 
-        steps = min(self.steps, lesson.max_steps) if lesson.max_steps else self.steps
+        steps = max(self.steps, lesson.min_steps)
+        steps = min(steps, lesson.max_steps) if lesson.max_steps else steps
 
         def build(cfg: RunConfig) -> RunConfig:
             return cfg.with_values({"preset": preset, "steps": steps, **lesson.base,

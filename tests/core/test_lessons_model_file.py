@@ -146,9 +146,9 @@ def test_quick_time_figures_have_too_few_samples_to_claim(monkeypatch):
 def test_quick_memory_figures_equal_the_full_reports(preset):
     """Quick's few steps give the bytes that more steps give (the sizes kept tiny)."""
     settings = TINY if preset == "mlp" else {}
-    names = ("zero_grad", "amp_bf16", "leak_loss_sum_eval")
+    names = ("zero_grad", "amp_bf16", "accumulate", "leak_loss_sum_eval")
     quick = LessonRunner([preset], quick=True, settings=settings, names=names).run()
-    longer = LessonRunner([preset], steps=10, block=2, settings=settings, names=names).run()
+    longer = LessonRunner([preset], steps=12, block=2, settings=settings, names=names).run()
     figures = {(r.lesson, r.metric): (r.off, r.on) for r in longer.rows if r.kind == "memory"}
     assert figures
     assert {(r.lesson, r.metric): (r.off, r.on) for r in quick.rows

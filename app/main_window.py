@@ -54,7 +54,7 @@ from memlens.core.config import RunConfig
 from memlens.core.effects import toggle_effect
 from memlens.core.history import RunHistory
 from memlens.core.model_file import preset_label
-from memlens.core.options import ConfigError, format_value
+from memlens.core.options import ConfigError, format_value, is_model_file
 from memlens.core.records import RunEvent
 from memlens.core.run_files import RunFolderError, load_run
 
@@ -241,6 +241,10 @@ class MainWindow(QMainWindow):
             lambda n: self.run_panel.set_value("capture_every", int(n)))
         self.run_panel.value_changed.connect(self._on_run_value_changed)
         self.lessons_tab.runs_picked.connect(self.pin_lesson_runs)
+        self.tabs.currentChanged.connect(
+            lambda i: self._offer_model_file() if self.tabs.widget(i) is self.lessons_tab
+            else None)
+        self._offer_model_file()
 
     # --- running -------------------------------------------------------------------------------
     @property
@@ -557,7 +561,7 @@ class MainWindow(QMainWindow):
     def _add_pin(self, series: RunSeries, name: str = "") -> PinnedRun:
         pin = PinnedRun(self._next_pin_id,
                         name or run_name(series.history.meta, series.step_count),
-                        series, pin_color(self._next_pin_id), fixed_name=bool(name))
+                        series, pin_color(self._next_pin_id), named=bool(name))
         self._next_pin_id += 1
         self.pins.append(pin)
         self._pins_changed()
@@ -587,11 +591,11 @@ class MainWindow(QMainWindow):
 
     def _pins_changed(self) -> None:
         # Compared runs are named by the settings in which they differ from each other.
-        names = compare_names([p.series.history.meta for p in self.pins],
-                              [p.series.step_count for p in self.pins])
-        for pin, name in zip(self.pins, names, strict=True):
-            if not pin.fixed_name:
-                pin.name = name
+        unnamed = [p for p in self.pins if not p.named]
+        names = compare_names([p.series.history.meta for p in unnamed],
+                              [p.series.step_count for p in unnamed])
+        for pin, name in zip(unnamed, names, strict=True):
+            pin.name = name
         self.pins_panel.set_pins(self.pins)
         self.plots.set_pins(self.pins)
         self.pin_compare.set_runs(self.pins, self.history)
@@ -738,6 +742,15 @@ class MainWindow(QMainWindow):
     def _on_run_value_changed(self, key: str, value) -> None:
         if key == "capture_every":
             self.graph_tab.set_capture_every(value)
+        elif key == "preset":
+            self._offer_model_file()
+
+    def _offer_model_file(self) -> None:
+        """The Lessons tab offers the model file the run panel holds (a file picked there, or
+        set by opening a run: that path sets the field without its signal)."""
+        preset = str(self.run_panel.fields["preset"].value())
+        if is_model_file(preset):
+            self.lessons_tab.offer_model_file(preset)
 
     def _on_capture_requested(self) -> None:
         if self.running:

@@ -71,16 +71,52 @@ def _syntax_error(path: Path, exc: SyntaxError) -> ModelFileError:
                           "start again")
 
 
+def _parse(path: Path) -> ast.Module:
+    source = _read_source(path)
+    try:
+        return ast.parse(source, filename=str(path))
+    except SyntaxError as exc:
+        raise _syntax_error(path, exc) from None
+
+
+@dataclass(frozen=True)
+class FileShape:
+    """What a model file defines, read from its source without running it."""
+
+    carries_state: bool  # it defines init_state(): the model carries state across batches
+    batch_size_arg: bool  # make_batch takes batch_size: it follows the batch_size setting
+    batch_size_default: int | None  # make_batch's default batch_size, where it is a literal
+
+
+def read_file_shape(preset: str) -> FileShape:
+    """The module-level functions a model file defines, as far as its source shows them."""
+    tree = _parse(Path(preset))
+    defs = {stmt.name: stmt for stmt in tree.body
+            if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef)}
+    assigned = {t.id for stmt in tree.body if isinstance(stmt, ast.Assign)
+                for t in stmt.targets if isinstance(t, ast.Name)}
+    make_batch = defs.get("make_batch")
+    arg, default = False, None
+    if make_batch is not None:
+        args = make_batch.args
+        params = [*args.posonlyargs, *args.args]
+        defaults = dict(zip([a.arg for a in params][len(params) - len(args.defaults):],
+                            args.defaults, strict=True))
+        defaults.update({a.arg: d for a, d in zip(args.kwonlyargs, args.kw_defaults,
+                                                   strict=True) if d is not None})
+        arg = any(a.arg == "batch_size" for a in [*params, *args.kwonlyargs])
+        node = defaults.get("batch_size")
+        if isinstance(node, ast.Constant) and isinstance(node.value, int):
+            default = node.value
+    return FileShape("init_state" in defs or "init_state" in assigned, arg, default)
+
+
 def read_file_config(preset: str) -> dict[str, Any]:
     """The model file's CONFIG, checked against the option table, read from the source
     without running it: CONFIG must be a literal dict of run settings (techniques are
     chosen per run, live). {} when the file has none."""
     path = Path(preset)
-    source = _read_source(path)
-    try:
-        tree = ast.parse(source, filename=str(path))
-    except SyntaxError as exc:
-        raise _syntax_error(path, exc) from None
+    tree = _parse(path)
     node = None
     for stmt in tree.body:
         targets = (stmt.targets if isinstance(stmt, ast.Assign)

@@ -9,8 +9,8 @@ import main
 def test_main_with_no_command_or_app_opens_the_window(monkeypatch):
     import memlens.app.main_window
 
-    opened: list[int] = []
-    monkeypatch.setattr(memlens.app.main_window, "launch", lambda **_: opened.append(1) or 0)
+    opened: list[dict] = []
+    monkeypatch.setattr(memlens.app.main_window, "launch", lambda **kw: opened.append(kw) or 0)
     assert main.main([]) == 0
     assert main.main(["app"]) == 0
-    assert opened == [1, 1]
+    assert opened == [{"open_path": None, "follow": None}] * 2

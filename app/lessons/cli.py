@@ -15,6 +15,7 @@ EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 130
 
 def add_parser(subparsers) -> None:
     from memlens.core.lessons.catalog import LESSON_NAMES
+    from memlens.core.lessons.runner import FULL_STEPS, QUICK_STEPS
     from memlens.core.options import PRESETS
 
     p = subparsers.add_parser(
@@ -23,12 +24,14 @@ def add_parser(subparsers) -> None:
         "process) and write lessons.json, lessons.md and a chart per lesson (PNG and SVG). "
         "Ctrl-C stops and writes what was measured.",
     )
-    p.add_argument("--preset", default="mlp", choices=(*PRESETS, "all"),
-                   help="the preset to measure on, or all (default: mlp)")
-    p.add_argument("--steps", type=int, help="steps an arm (default: 40; --quick: 8)")
+    p.add_argument("--preset", default="mlp", metavar="NAME|FILE.py|all",
+                   help=f"the preset to measure on: {', '.join(PRESETS)}, a model file "
+                   "(docs/model-files.md), or all the built-ins (default: mlp)")
+    p.add_argument("--steps", type=int, help=f"steps an arm (default: {FULL_STEPS}; --quick: "
+                   f"{QUICK_STEPS})")
     p.add_argument("--quick", action="store_true",
-                   help="few steps in short blocks: a first look in well under 2 minutes a "
-                   "preset (wide intervals on time)")
+                   help="a few steps: the memory figures of the full report in under 2 minutes "
+                   "a preset; time figures get too few samples to be judged")
     p.add_argument("--lesson", dest="lessons", action="extend", nargs="+", default=[],
                    metavar="NAME", help="only these lessons: " + ", ".join(LESSON_NAMES))
     p.add_argument("--set", dest="sets", action="extend", nargs="+", default=[],
@@ -50,6 +53,7 @@ def default_out() -> Path:
 def _settings(args) -> dict:
     from memlens.core.config import RunConfig
     from memlens.core.lessons.catalog import LESSON_NAMES
+    from memlens.core.model_file import resolve_preset, with_model_file
     from memlens.core.options import PRESETS, ConfigError
 
     if args.steps is not None and args.steps < 2:
@@ -66,8 +70,10 @@ def _settings(args) -> dict:
         values[key.strip()] = raw
     if "preset" in values or "steps" in values:
         raise ConfigError("--set: use --preset and --steps for those")
-    RunConfig().with_values(values)  # checks every key and value now
-    presets = list(PRESETS) if args.preset == "all" else [args.preset]
+    presets = list(PRESETS) if args.preset == "all" else [resolve_preset(args.preset)]
+    for preset in presets:  # every key and value, and a model file's CONFIG, checked now
+        with_model_file(RunConfig().with_values({"preset": preset, **values}),
+                        lambda base: base.with_values(values))
     return {"presets": presets, "settings": values}
 
 

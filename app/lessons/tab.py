@@ -37,6 +37,7 @@ COLUMNS = ("preset", "lesson", "metric", "off", "on", "change", "verdict", "clai
 VERDICT_COLORS = {"confirmed": "#2a8a3e", "larger": "#2a8a3e", "smaller": "#8a6d00",
                   "contradicted": "#c0392b"}
 POLL_MS = 100
+ALL = "all"  # the chooser's entry for every built-in preset
 
 
 class LessonsTab(QWidget):
@@ -54,7 +55,10 @@ class LessonsTab(QWidget):
 
         self.preset_box = QComboBox()
         self.preset_box.setObjectName("lessons_preset")
-        self.preset_box.addItems([*PRESETS, "all"])
+        for name in (*PRESETS, ALL):
+            self.preset_box.addItem(name, name)
+        self.preset_box.setItemData(self.preset_box.count() - 1,
+                                    "every built-in preset", Qt.ToolTipRole)
         self.quick_box = QCheckBox("Quick")
         self.quick_box.setObjectName("lessons_quick")
         self.quick_box.setChecked(True)
@@ -138,8 +142,8 @@ class LessonsTab(QWidget):
             return
         from memlens.core.options import PRESETS
 
-        choice = self.preset_box.currentText()
-        presets = list(PRESETS) if choice == "all" else [choice]
+        choice = self.preset_box.currentData()
+        presets = list(PRESETS) if choice == ALL else [choice]
         out = None
         if self.runs_dir is not None:
             out = Path(self.runs_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-lessons"
@@ -159,6 +163,28 @@ class LessonsTab(QWidget):
         self.session.start()
         self._timer.start()
         self._update_buttons()
+
+    def offer_model_file(self, path: str) -> None:
+        """Offer the model file chosen in the run panel, after the built-ins, in place of
+        the one offered before; chosen at once when the previous file was."""
+        box = self.preset_box
+        index = self._model_file_index()
+        was_chosen = index >= 0 and box.currentIndex() == index
+        with signals_blocked(box):
+            if index >= 0:
+                box.removeItem(index)
+            box.insertItem(box.count(), Path(path).name, path)
+            box.setItemData(box.count() - 1, path, Qt.ToolTipRole)
+            if was_chosen:
+                box.setCurrentIndex(box.count() - 1)
+
+    def _model_file_index(self) -> int:
+        from memlens.core.options import is_model_file
+
+        for i in range(self.preset_box.count()):
+            if is_model_file(str(self.preset_box.itemData(i))):
+                return i
+        return -1
 
     def stop(self) -> None:
         if self.running:

@@ -18,7 +18,9 @@ class PinnedRun:
     series: RunSeries
     color: str
     visible: bool = True
-    fixed_name: bool = False  # named by whoever pinned it (a lesson's arm), not by comparison
+    # A name its pinner gave (the Lessons tab's "mlp zero_grad: zeros"): kept, never
+    # replaced by the settings the pins differ in.
+    named: bool = False
 
     @property
     def label(self) -> str:
@@ -71,7 +73,7 @@ def compare_names(metas: list[dict], steps: list[int]) -> list[str]:
         return [run_name(m, n) for m, n in zip(metas, steps, strict=True)]
     names = []
     for flat, n in zip(flats, steps, strict=True):
-        parts = [str(flat.get("preset", "run"))]
+        parts = [preset_label(str(flat.get("preset", "run")))]
         for k in differ:
             v = flat.get(k)
             if k == "schedule":

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from memlens.core.options import is_model_file
+
 ALL_PRESETS = ("mlp", "cnn", "lstm", "gan", "transformer")
 # Memory metrics: `last` is the value at the last completed step's sample of `phase`;
 # `max` the largest over the run; `growth` bytes a step, from the first completed step's
@@ -54,6 +56,12 @@ class Lesson:
     # At most this many steps an arm (0: no cap): a lesson whose `on` arm grows every step
     # must not fill the machine's memory on a long report.
     max_steps: int = 0
+    # At least this many steps an arm: a figure that appears only after some steps (the
+    # accumulate arm's peak needs a step after its first optimizer step) gets them.
+    min_steps: int = 0
+    # Which model files it applies to: "any", "with_state" (files that define init_state),
+    # "batch_size" (files whose make_batch follows the batch_size setting) or "none".
+    model_files: str = "any"
 
 
 _LOWER_MEMORY = "lower"
@@ -114,7 +122,8 @@ LESSONS: tuple[Lesson, ...] = (
         "accumulate", f"Gradient accumulation, k={ACCUMULATE_K}",
         f"one batch of {ACCUMULATE_K}·B", f"{ACCUMULATE_K} micro-batches of B",
         off={"accumulate": 1}, on={"accumulate": ACCUMULATE_K},
-        base={"eval_every": 0}, off_batch_scale=ACCUMULATE_K,
+        base={"eval_every": 0}, off_batch_scale=ACCUMULATE_K, model_files="batch_size",
+        min_steps=2 * ACCUMULATE_K,
         metrics=(
             Metric("step peak", "memory", "step", "peak_bytes", reduce="max",
                    claim=Claim(f"{ACCUMULATE_K}× the batch at one micro-batch's memory",
@@ -126,7 +135,7 @@ LESSONS: tuple[Lesson, ...] = (
         "detach_state", "detach() of carried state",
         "no detach", "detach",
         off={"detach_state": False}, on={"detach_state": True},
-        base={"eval_every": 0}, presets=("lstm", "gan"),
+        base={"eval_every": 0}, presets=("lstm", "gan"), model_files="with_state",
         metrics=(
             Metric("training errors", "count", "errors",
                    claim=Claim("without detach: backward fails", "lower")),
@@ -177,7 +186,17 @@ LESSON_NAMES = tuple(lesson.name for lesson in LESSONS)
 
 def lessons_for(preset: str, cuda: bool, names: tuple[str, ...] | None = None
                 ) -> list[Lesson]:
-    """The lessons that apply to a preset on this device (fp16 only on CUDA)."""
-    return [lesson for lesson in LESSONS
-            if preset in lesson.presets and (cuda or not lesson.needs_cuda)
+    """The lessons that apply to a preset on this device (fp16 only on CUDA). A model file
+    gets the lessons every preset has, detach_state when it carries state, and accumulate
+    when its batches follow the batch_size setting (read from its source, not run)."""
+    if is_model_file(preset):
+        from memlens.core.model_file import read_file_shape
+
+        shape = read_file_shape(preset)
+        kinds = {"any", *(["with_state"] if shape.carries_state else []),
+                 *(["batch_size"] if shape.batch_size_arg else [])}
+        applies = [lesson for lesson in LESSONS if lesson.model_files in kinds]
+    else:
+        applies = [lesson for lesson in LESSONS if preset in lesson.presets]
+    return [lesson for lesson in applies if (cuda or not lesson.needs_cuda)
             and (names is None or lesson.name in names)]

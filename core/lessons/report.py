@@ -10,6 +10,8 @@ from pathlib import Path
 
 from memlens.core.atomic import atomic_write_text
 from memlens.core.lessons.chart import chart_svg, format_value
+from memlens.core.lessons.verdict import MIN_TIME_BLOCKS
+from memlens.core.model_file import preset_label
 
 REPORT_FORMAT = "memlens-lessons"
 REPORT_VERSION = 1
@@ -28,7 +30,8 @@ def report_dict(report) -> dict:
             "time": "off, on: the median of the arm's block medians (a block's steps "
                     "share one moment's load; the first 2 steps of each arm left out); "
                     "change: on / off; ci_low..ci_high: its 95% percentile bootstrap; "
-                    "within noise when the interval includes 1",
+                    "within noise when the interval includes 1, or when either arm has "
+                    f"fewer than {MIN_TIME_BLOCKS} blocks (no interval: too few samples)",
             "peak_cpu": "CPU step peak is the largest phase-boundary sample (a lower bound), "
                         "CUDA's is max_memory_allocated",
         },
@@ -76,6 +79,8 @@ def change_text(r) -> str:
     text = f"{(r.change - 1) * 100:+.0f}%"
     if r.kind == "time" and r.ci_low is not None and r.ci_high is not None:
         text += f" ({(r.ci_low - 1) * 100:+.0f}% to {(r.ci_high - 1) * 100:+.0f}%)"
+    elif r.kind == "time":
+        text += " (too few samples)"
     return text
 
 
@@ -83,13 +88,15 @@ def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
     charts = charts or {}
     lines = [
         "# memlens lessons report", "",
-        f"Presets: {', '.join(report.presets)}; {report.steps} steps an arm in blocks of "
-        f"{report.block}, interleaved; device {report.device or 'n/a'}; "
+        f"Presets: {', '.join(preset_label(p) for p in report.presets)}; "
+        f"{report.steps} steps an arm in blocks of {report.block}, interleaved; "
+        f"device {report.device or 'n/a'}; "
         f"{report.wall_s:.0f} s" + (" (stopped: partial)" if report.stopped else "") + ".",
         "",
         "Memory: exact bytes. Time: the median of each arm's block medians, change on/off "
         "with its 95% bootstrap interval; "
-        "\"within noise\" when the interval includes 0%.",
+        "\"within noise\" when the interval includes 0%, or when an arm ran fewer than "
+        f"{MIN_TIME_BLOCKS} blocks (too few samples for an interval).",
         "",
         *(["On CPU a step peak is the largest phase-boundary sample, a lower bound (CUDA's "
            "is max_memory_allocated).", ""] if report.device.startswith("cpu") else []),

@@ -20,11 +20,15 @@ from memlens.core.history import RunHistory
 from memlens.core.lessons.catalog import Lesson, Metric, lessons_for
 from memlens.core.lessons.interleave import Turns, TurnSink
 from memlens.core.lessons.measure import Reading, read_metric
-from memlens.core.lessons.verdict import SAME, exact_verdict, time_verdict
+from memlens.core.lessons.verdict import MIN_TIME_BLOCKS, SAME, exact_verdict, time_verdict
+from memlens.core.model_file import preset_label
 from memlens.core.stats import ratio_of_medians
 
 FULL_STEPS, FULL_BLOCK = 40, 4
-QUICK_STEPS, QUICK_BLOCK = 8, 2
+# Quick: memory figures are exact from the second completed step on (optimizer state is
+# made at the first; a lesson that needs more says so in min_steps), so a few steps give
+# the full report's bytes; time figures get too few blocks to be judged and say so.
+QUICK_STEPS, QUICK_BLOCK = 4, 1
 
 
 @dataclass
@@ -153,7 +157,8 @@ class LessonRunner:
                 if self.stopping:
                     break
                 arms = self._run_lesson(pool, lesson, preset, index, len(plan))
-                report.histories[(lesson.name, preset)] = {a.name: a.history for a in arms}
+                report.histories[(lesson.name, preset_label(preset))] = {
+                    a.name: a.history for a in arms}
                 report.rows.extend(self._rows(lesson, preset, arms))
                 if not report.environment:
                     report.environment = dict(arms[0].history.meta.get("environment", {}))
@@ -167,16 +172,22 @@ class LessonRunner:
         return report
 
     def _configs(self, lesson: Lesson, preset: str) -> dict[str, RunConfig]:
-        from memlens.core.presets import PRESET_CLASSES
+        """The two arms' settings, built as `run` builds a run's: memlens's defaults, a model
+        file's CONFIG, then the lesson's and the report's settings."""
+        from memlens.core.model_file import with_model_file
 
-        steps = min(self.steps, lesson.max_steps) if lesson.max_steps else self.steps
-        base = RunConfig().with_values({"preset": preset, "steps": steps, **lesson.base,
-                                        **self.settings})
+        steps = max(self.steps, lesson.min_steps)
+        steps = min(steps, lesson.max_steps) if lesson.max_steps else steps
+
+        def build(cfg: RunConfig) -> RunConfig:
+            return cfg.with_values({"preset": preset, "steps": steps, **lesson.base,
+                                    **self.settings})
+
+        base = with_model_file(build(RunConfig()), build)
         configs = {"off": base.with_values(lesson.off), "on": base.with_values(lesson.on)}
         if lesson.off_batch_scale > 1:
-            batch = base.batch_size or PRESET_CLASSES[preset].defaults["batch_size"]
             configs["off"] = configs["off"].with_values(
-                {"batch_size": batch * lesson.off_batch_scale})
+                {"batch_size": _batch_size(base) * lesson.off_batch_scale})
         return configs
 
     def _run_lesson(self, pool: ThreadPoolExecutor, lesson: Lesson, preset: str, index: int,
@@ -186,8 +197,9 @@ class LessonRunner:
         from memlens.core.sinks import FanOut
 
         configs = self._configs(lesson, preset)
+        label = preset_label(preset)
         arms = [_Arm(name, cfg, RunHistory(),
-                     self.out / "runs" / f"{preset}-{lesson.name}-{name}" if self.out else None)
+                     self.out / "runs" / f"{label}-{lesson.name}-{name}" if self.out else None)
                 for name, cfg in configs.items()]
         total = sum(a.config.steps for a in arms)
         done = [0]
@@ -198,7 +210,7 @@ class LessonRunner:
                 done[0] += 1
                 n = done[0]
             if self.progress is not None:
-                self.progress(Progress(index, count, lesson.name, preset, n, total))
+                self.progress(Progress(index, count, lesson.name, label, n, total))
 
         turns = Turns(len(arms))
         # Each arm's own controls: run_training reads the techniques from them.
@@ -252,8 +264,8 @@ class LessonRunner:
         for metric in lesson.metrics:
             off = read_metric(by["off"].history, metric, self.block)
             on = read_metric(by["on"].history, metric, self.block)
-            rows.append(self._row(lesson, preset, env.get("device", ""), metric, off, on,
-                                  runs, steps))
+            rows.append(self._row(lesson, preset_label(preset), env.get("device", ""), metric,
+                                  off, on, runs, steps))
         return rows
 
     @staticmethod
@@ -266,6 +278,10 @@ class LessonRunner:
             change, low, high, significant = d["ratio"], d["ci_low"], d["ci_high"], \
                 d["significant"]
             verdict = time_verdict(ci, claim)
+            if min(len(off.samples), len(on.samples)) < MIN_TIME_BLOCKS:
+                low = high = None
+                significant = False
+                verdict = "within noise" if verdict else ""
             exact = False
         else:
             change = (on.value / off.value if off.value and on.value is not None else None)
@@ -282,3 +298,22 @@ class LessonRunner:
             ci_low=low, ci_high=high, significant=bool(significant), exact=exact,
             claim=claim.text if claim else "", verdict=verdict, runs=runs, steps=steps,
         )
+
+
+def _batch_size(config: RunConfig) -> int:
+    """The batch size the run uses: the setting, else the preset's default (a model file's:
+    make_batch's default batch_size, read from its source)."""
+    from memlens.core.options import ConfigError, is_model_file
+    from memlens.core.presets import PRESET_CLASSES
+
+    if config.batch_size:
+        return config.batch_size
+    if not is_model_file(config.preset):
+        return PRESET_CLASSES[config.preset].defaults["batch_size"]
+    from memlens.core.model_file import read_file_shape
+
+    default = read_file_shape(config.preset).batch_size_default
+    if default is None:
+        raise ConfigError(f"{config.preset}: the accumulate lesson needs the batch size: set "
+                          "batch_size in the file's CONFIG or with --set batch_size=N")
+    return default

@@ -16,6 +16,10 @@ SIZE_FACTOR = 1.5
 # Exact figures closer than this (relative) are the same for a verdict: a few bytes of
 # bookkeeping are not what a claim is about.
 SAME = 0.01
+# A time figure from fewer blocks than this on either arm gets no interval and no claim:
+# with 3 blocks an arm, all three on one side of the other arm's happens by chance one time
+# in ten, and a percentile bootstrap of 3 medians calls that significant.
+MIN_TIME_BLOCKS = 5
 
 
 def exact_verdict(off: float | None, on: float | None, claim: Claim | None) -> str:

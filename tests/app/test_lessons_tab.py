@@ -102,3 +102,49 @@ def test_pin_compare_table_shows_the_pin_against_the_current_run(qtbot, window):
     assert table.item(i, 7).text() == format_bytes(0.0)  # run peak
     assert table.item(i, 3).text() == format_bytes(-float(np.max(grads)), signed=True)
     assert window.pin_compare.pin_box.count() == 1
+
+
+def test_the_tab_runs_the_model_file_chosen_in_the_run_panel(qtbot, monkeypatch, window,
+                                                             tmp_path):
+    import importlib.util
+    import os
+
+    from tests.app.test_model_file_app import CNN, pick
+
+    tab = window.lessons_tab
+    assert tab.preset_box.findData(str(CNN.resolve())) < 0
+    pick(qtbot, monkeypatch, window, CNN)
+    window.tabs.setCurrentWidget(tab)
+    index = tab.preset_box.findData(str(CNN.resolve()))
+    assert index >= 0 and tab.preset_box.itemText(index) == "cnn_classifier.py"
+    tab.preset_box.setCurrentIndex(index)
+    click(qtbot, tab.run_button)
+    with qtbot.waitSignal(tab.session.finished, timeout=240_000):
+        pass
+    report = tab.report
+    assert report is not None and not report.stopped
+    assert report.presets == [str(CNN.resolve())]
+    lessons = {r.lesson for r in report.rows}
+    assert {"zero_grad", "accumulate", "no_grad_eval"} <= lessons
+    assert "detach_state" not in lessons  # the file carries no state
+    row = next(i for i, r in enumerate(report.rows) if r.metric == "grads at zero_grad")
+    # independent: the file's parameters, counted in plain torch
+    spec = importlib.util.spec_from_file_location("plain_cnn", CNN)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    params = sum(p.numel() * p.element_size() for p in mod.build_model().parameters())
+    assert report.rows[row].off == params and report.rows[row].on == 0
+    assert tab.table.item(row, 0).text() == "cnn_classifier"
+    for arm, folder in report.rows[row].runs.items():
+        assert os.path.basename(folder) == f"cnn_classifier-zero_grad-{arm}"
+        assert str(tmp_path) in folder
+    tab.table.selectRow(row)
+    window.tabs.setCurrentWidget(tab)
+    assert [p.name for p in window.pins] == ["cnn_classifier zero_grad: zeros",
+                                            "cnn_classifier zero_grad: set_to_none"]
+    shot = os.environ.get("MEMLENS_LESSONS_SHOT")
+    if shot:  # for looking at the tab: MEMLENS_LESSONS_SHOT=/tmp/x.png pytest -k model_file
+        window.resize(1400, 900)
+        window.tabs.setCurrentWidget(tab)
+        qtbot.wait(50)
+        window.grab().save(shot)

@@ -27,7 +27,6 @@ if not _os.path.isdir(_os.path.join(_here, "core")) and _os.path.isfile(
         _os.path.join(_root, "core", "__init__.py")):
     __path__.append(_root)
 
-__version__ = "0.2.0"
 __all__ = ["Watch", "watch"]
 
 

@@ -49,6 +49,7 @@ from memlens.app.run_session import RunSession, TrainFn
 from memlens.app.series.pins import PinnedRun, compare_names, pin_color, run_name
 from memlens.app.series.run_series import RunSeries
 from memlens.app.timeline.plot_stack import PlotStack
+from memlens.app.window_state import WindowState
 from memlens.core.atomic import ExportError
 from memlens.core.config import RunConfig
 from memlens.core.effects import toggle_effect
@@ -118,7 +119,7 @@ class MainWindow(QMainWindow):
         self.conventions = WindowConventions(self, self.app_settings)
         self._build_menus()
         self._connect()
-        self._set_state("idle")
+        self._set_state(WindowState.IDLE)
 
         self._timer = QTimer(self)
         self._timer.setObjectName("refresh_timer")
@@ -259,7 +260,7 @@ class MainWindow(QMainWindow):
         try:
             config = self.run_panel.config(self.techniques_panel.toggles())
         except ConfigError as exc:
-            self._set_state("idle", str(exc))
+            self._set_state(WindowState.IDLE, str(exc))
             return
         self.start_config(config)
 
@@ -278,7 +279,7 @@ class MainWindow(QMainWindow):
         self._show_history(session.history)
         self.status.set_planned(config.steps)
         session.start()
-        self._set_state("starting")
+        self._set_state(WindowState.STARTING)
         return session
 
     def toggle_pause(self) -> None:
@@ -289,27 +290,27 @@ class MainWindow(QMainWindow):
             self._error_event = None
             self.error_banner.hide()
             controls.resume()
-            self._set_state("running")
+            self._set_state(WindowState.RUNNING)
         else:
             controls.pause()
-            self._set_state("paused")
+            self._set_state(WindowState.PAUSED)
 
     def stop_run(self) -> None:
         if self.running:
             self.session.stop()
-            self._set_state("stopping")
+            self._set_state(WindowState.STOPPING)
 
     def reset_run(self) -> None:
         """Stop the run (if any) and clear the plots; pins stay."""
         if self.running:
             self._reset_pending = True
             self.session.stop()
-            self._set_state("stopping")
+            self._set_state(WindowState.STOPPING)
             return
         self._reset_pending = False
         self.session = None
         self._show_history(None)
-        self._set_state("idle")
+        self._set_state(WindowState.IDLE)
 
     def _on_technique_changed(self, key: str, value) -> None:
         if not self.running:
@@ -336,7 +337,7 @@ class MainWindow(QMainWindow):
         self._error_event = None
         if summary is not None:  # a run that could not go on keeps saying why
             self.error_banner.hide()
-        self._set_state("finished", self._finished_text(summary))
+        self._set_state(WindowState.FINISHED, self._finished_text(summary))
         self.pin_compare.set_runs(self.pins, self.history)
 
     def _finished_text(self, summary) -> str:
@@ -369,7 +370,8 @@ class MainWindow(QMainWindow):
         timer = QElapsedTimer()
         timer.start()
         self._frame += 1
-        starting = self.state == "starting" and self.history is not None and self.history.meta
+        starting = (self.state == WindowState.STARTING and self.history is not None
+                    and self.history.meta)
         now = force_text or starting
         periodic = not now and self._frame % TEXT_EVERY == 0
         spreading = self.plots.spreading
@@ -455,15 +457,15 @@ class MainWindow(QMainWindow):
         self.plots.mark_dirty()
         self._refresh_text()
 
-    def _live_state(self) -> str:
+    def _live_state(self) -> WindowState:
         controls = self.session.controls
         if controls.stop_requested:
-            return "stopping"
+            return WindowState.STOPPING
         if controls.paused:
-            return "error" if self._error_event is not None else "paused"
+            return WindowState.ERROR if self._error_event is not None else WindowState.PAUSED
         if not self.history.meta:
-            return "starting"
-        return "running"
+            return WindowState.STARTING
+        return WindowState.RUNNING
 
     def _update_effects(self) -> None:
         if not self._measuring or self.history is None:
@@ -481,18 +483,12 @@ class MainWindow(QMainWindow):
         self._measuring = still
 
     # --- state -------------------------------------------------------------------------------
-    def _set_state(self, state: str, message: str = "") -> None:
+    def _set_state(self, state: WindowState, message: str = "") -> None:
+        state = WindowState(state)
         self.state = state
         if self.history is not None and self.history.meta:
             self.status.set_environment(self.history.meta.get("environment", {}))
-        text = message or {
-            "idle": "Ready: choose a preset and press Start",
-            "starting": "Starting (loading torch and the model)…",
-            "running": "Running",
-            "paused": "Paused",
-            "error": "Paused on an error",
-            "stopping": "Stopping after this step…",
-        }.get(state, state)
+        text = message or state.text
         config = self.session.config if self.session is not None else None
         self.run_panel.set_state(state, config, text)
         name = (self.history.meta.get("config") or {}).get("preset") if self.history else None
@@ -640,7 +636,7 @@ class MainWindow(QMainWindow):
                 self.techniques_panel.set_toggles(cfg.techniques)
             except (ConfigError, TypeError, ValueError):
                 pass  # an odd config does not stop the run from being shown
-        self._set_state("finished", f"Opened {folder} (read-only; pin it to compare)")
+        self._set_state(WindowState.FINISHED, f"Opened {folder} (read-only; pin it to compare)")
         return True
 
     # --- following a run another process writes (app.follow_run) --------------------------------
@@ -678,7 +674,7 @@ class MainWindow(QMainWindow):
         self.followed, self.session, self.loaded_from = followed, None, Path(folder)
         self._show_history(followed.history)
         followed.state_changed.connect(
-            lambda state: self._set_state("finished", state_text(state, Path(folder))))
+            lambda state: self._set_state(WindowState.FINISHED, state_text(state, Path(folder))))
         followed.failed.connect(lambda text: self._message(
             "Cannot follow this folder", text, QMessageBox.Warning, "follow_error"))
         followed.start()
@@ -772,8 +768,8 @@ class MainWindow(QMainWindow):
                 self._offer_quit_now()
                 return
             self._close_pending = True
-            self._set_state("stopping", "Stopping… the window closes when this step ends; "
-                            "close again to quit now")
+            self._set_state(WindowState.STOPPING, "Stopping… the window closes when this step "
+                            "ends; close again to quit now")
             return
         self.lessons_tab.shutdown(timeout_ms=3000)
         self._timer.stop()

@@ -109,6 +109,7 @@ def main(args) -> int:
 
     app = QApplication.instance() or QApplication(["memlens-shot"])
     from memlens.app.main_window import MainWindow
+    from memlens.app.window_state import WindowState
 
     train_fn = None
     if args.synthetic:
@@ -132,7 +133,7 @@ def main(args) -> int:
         while session.running and time.monotonic() < deadline:
             settle(50)
             window._on_frame(force_text=True)  # the error state is noticed now, not at 4 Hz
-            if window.state == "error":
+            if window.state == WindowState.ERROR:
                 if not args.resume:
                     break
                 window.toggle_pause()

@@ -15,8 +15,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from memlens.core.graph.snapshot import human_bytes
 from memlens.core.options import ConfigError
+from memlens.core.units import format_bytes
 
 # Optimizer state per parameter byte: SGD keeps its momentum buffer; Adam and AdamW keep two
 # moments (their step counters are a few bytes a tensor, left out).
@@ -39,9 +39,9 @@ class MemoryEstimate:
         return self.params + self.grads + self.optimizer + self.data + self.activations
 
     def text(self) -> str:
-        parts = ", ".join(f"{name} {human_bytes(getattr(self, name))}" for name in
+        parts = ", ".join(f"{name} {format_bytes(getattr(self, name))}" for name in
                           ("params", "grads", "optimizer", "data", "activations"))
-        return f"about {human_bytes(self.total)} ({parts})"
+        return f"about {format_bytes(self.total)} ({parts})"
 
 
 def _nbytes(tensors: Iterable[Tensor]) -> int:
@@ -110,7 +110,7 @@ def check_run_fits(config, device: torch.device) -> MemoryEstimate | None:
     free, source = available_memory(device)
     if free is not None and estimate.total > free and not config.force:
         raise ConfigError(
-            f"the run needs {estimate.text()} on {device.type}, but {human_bytes(free)} is "
+            f"the run needs {estimate.text()} on {device.type}, but {format_bytes(free)} is "
             f"available ({source}). Lower width, batch_size or seq_len, or pass "
             "--set force=true to start anyway."
         )

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 
 from memlens.app.panels.option_fields import OptionField
 from memlens.app.panels.preset_field import PresetField
+from memlens.app.window_state import WindowState
 from memlens.core.config import RunConfig, TechniqueToggles
 from memlens.core.model_file import ModelFileError, read_file_config
 from memlens.core.options import RUN_OPTIONS
@@ -150,15 +151,16 @@ class RunPanel(QGroupBox):
             hint.setVisible(running is not None and running[key] != value)
 
     # --- the run's state ----------------------------------------------------------------------
-    def set_state(self, state: str, running_config: RunConfig | None = None,
+    def set_state(self, state: WindowState, running_config: RunConfig | None = None,
                   message: str = "") -> None:
-        """state: idle | starting | running | paused | error | stopping | finished."""
-        active = state in ("starting", "running", "paused", "error", "stopping")
+        state = WindowState(state)
+        active = state.active
         self._running_config = running_config if active else None
         self.run_button.setEnabled(not active)
-        self.pause_button.setEnabled(state in ("starting", "running", "paused", "error"))
-        self.pause_button.setText("Resume" if state in ("paused", "error") else "Pause")
-        self.stop_button.setEnabled(state in ("starting", "running", "paused", "error"))
+        self.pause_button.setEnabled(state.controllable)
+        self.pause_button.setText("Resume" if state in (WindowState.PAUSED, WindowState.ERROR)
+                                  else "Pause")
+        self.stop_button.setEnabled(state.controllable)
         self.reset_button.setEnabled(state != "idle" or bool(message))
         self.state_label.setText(message or state.capitalize())
         self._update_hints()

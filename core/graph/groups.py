@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from memlens.core.graph.snapshot import GraphNode, GraphSnapshot, human_bytes, node_of_row
+from memlens.core.graph.snapshot import GraphNode, GraphSnapshot, node_of_row
+from memlens.core.units import format_bytes
 
 GROUP_ABOVE = 400  # snapshots with more nodes open grouped by module
 
@@ -118,7 +119,7 @@ def view_graph(
         ops = sum(1 for m in inside if m.kind == "op")
         params_only = all(m.kind == "param" or m.op == "AccumulateGrad" for m in inside)
         detail = ("parameters" if params_only
-                  else f"{ops} ops" + (f" · saved {human_bytes(saved)}" if saved else ""))
+                  else f"{ops} ops" + (f" · saved {format_bytes(saved)}" if saved else ""))
         nodes.append(ViewNode(
             id="group:" + key, kind="group",
             title=group_title(key, snapshot.module_type(module_of(key))), detail=detail,
@@ -143,9 +144,9 @@ def _plain(n: GraphNode, row: tuple) -> ViewNode:
     shape = "(" + ", ".join(str(s) for s in n.shape) + ")"
     if n.kind == "op":
         if n.saved_bytes:
-            detail = f"saved {human_bytes(n.saved_bytes)}"
+            detail = f"saved {format_bytes(n.saved_bytes)}"
         elif n.held_bytes:  # all of it already counted at another op (a shared storage)
-            detail = f"shares {human_bytes(n.held_bytes)}"
+            detail = f"shares {format_bytes(n.held_bytes)}"
         else:
             detail = ""
         problems = {t.problem for t in n.saved if t.problem}
@@ -153,7 +154,7 @@ def _plain(n: GraphNode, row: tuple) -> ViewNode:
             detail = "saved: " + ", ".join(sorted(problems))
     elif n.kind == "saved":
         t = n.saved[0] if n.saved else None
-        size = human_bytes(t.bytes) if t and not t.is_param else "param"
+        size = format_bytes(t.bytes) if t and not t.is_param else "param"
         detail = f"{shape} {size}"
     else:
         detail = shape

@@ -41,13 +41,13 @@ class SavedTensor:
             return f"{self.name}: {self.problem}"
         if not self.for_backward:
             what = "parameter" if self.is_param else "tensor"
-            return f"{self.name} {shape} {self.dtype}: {what}, {human_bytes(self.bytes)}"
+            return f"{self.name} {shape} {self.dtype}: {what}, {format_bytes(self.bytes)}"
         if self.is_param:
             note = "parameter storage, not counted"
         elif self.counted:
-            note = human_bytes(self.bytes)
+            note = format_bytes(self.bytes)
         else:
-            note = f"{human_bytes(self.bytes)}, shared storage counted once"
+            note = f"{format_bytes(self.bytes)}, shared storage counted once"
         return f"{self.name} {shape} {self.dtype}: {note}"
 
 
@@ -218,7 +218,7 @@ class GraphSnapshot:
         return (
             f"step {self.step} ({self.kind}): {self.node_count} nodes "
             f"({self.count('op')} ops, {self.count('param')} params, "
-            f"{self.count('saved')} saved tensors), saved {human_bytes(self.saved_bytes)}"
+            f"{self.count('saved')} saved tensors), saved {format_bytes(self.saved_bytes)}"
         )
 
     # --- persistence ----------------------------------------------------------------------
@@ -267,4 +267,3 @@ def _known(cls: type, data: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in data.items() if k in names}
 
 
-human_bytes = format_bytes  # the graph's name for the shared formatter

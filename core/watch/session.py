@@ -66,6 +66,12 @@ class _Found:
                     out.append(p)
         return out
 
+    def buffers(self) -> list[Tensor]:
+        """The models' buffers (BatchNorm running stats, a mask), each once."""
+        seen: set[int] = set()
+        return [b for m in self.model_list() for b in m.buffers()
+                if id(b) not in seen and not seen.add(id(b))]
+
     @staticmethod
     def carried_tensors() -> list[Tensor]:
         return []

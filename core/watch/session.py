@@ -9,7 +9,7 @@ exists, or at `Watch.step()` once the user calls it.
 
 Nothing here holds a user's tensor or graph: forward calls and backward roots are followed
 through markers kept in the autograd nodes' own metadata (they die with the node) and weak
-references to the saved-tensor holders.
+counts (the saved-tensor tracker's bytes before and after a call).
 """
 
 from __future__ import annotations
@@ -28,13 +28,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from core.loop import _PHASE_CATEGORY
-from core.memory import MemoryProbe, SavedTensorTracker, StorageTracker
+from core.loop import _PHASE_CATEGORY, GRAPH_NODE_LIMIT, count_graph_nodes
+from core.memory import MemoryProbe, StorageTracker
 from core.records import PHASES, MemorySample, RunSummary, StepRecord
 from core.watch import diagnoses as dx
 from core.watch.hooks import TorchHooks
 
-GRAPH_NODE_LIMIT = 20_000
 GROWING_STEPS = 3  # optimizer steps without clearing, each with a larger grad norm: diagnosis 3
 _EVAL_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
 _ACTIVE: list[Watch] = []  # at most one watch at a time: the hooks are process-wide
@@ -89,7 +88,7 @@ class _Mark:
 class _Call:
     """One root forward call: who, where, how long, and whether backward reached it."""
 
-    __slots__ = ("bytes", "fired", "grad", "holders", "mark", "model", "ms", "site", "step",
+    __slots__ = ("bytes", "fired", "grad", "mark", "model", "ms", "site", "step",
                  "train_layers", "watch")
 
     def __init__(self, watch: Watch, step: int, model: str, site: str, grad: bool,
@@ -99,7 +98,6 @@ class _Call:
         self.fired = 0
         self.ms = 0.0
         self.bytes = 0
-        self.holders: list = []
         self.mark: weakref.ref | None = None
 
     def __call__(self, _grad_outputs) -> None:  # a pre-hook on the output's node
@@ -142,7 +140,7 @@ class Watch:
         for o in _as_list(optimizers):
             self._add_optimizer(o, active=True)
         self._find_live_optimizers()
-        self.saved = SavedTensorTracker()
+        self.saved, self._count_nodes = _saved_tracker()
         self.probe: MemoryProbe | None = None
         self._probe_key: tuple = ()
         self.device = torch.device("cpu")
@@ -394,7 +392,7 @@ class Watch:
                 self.step_index % self.capture_every == 0
                 and self.step_index not in self._captured):
             self._begin_capture()
-        self._root = (module, call, self.saved.checkpoint(), self._clock())
+        self._root = (module, call, self.saved.step_saved_bytes, self._clock())
         self._enter("forward" if grad else "eval")
 
     def forward_post(self, module: nn.Module, output: Any) -> None:
@@ -409,10 +407,9 @@ class Watch:
         if root is None or root[0] is not module or self._depth:
             return
         self._root = None
-        _, call, mark, t_start = root
+        _, call, saved_before, t_start = root
         call.ms = (self._clock() - t_start) * 1e3
         if call.grad:
-            call.holders = self.saved.saved_since(mark)
             nodes = _output_nodes(output)
             if nodes:
                 m = _Mark(self.step_index, "forward", call.site)
@@ -424,8 +421,8 @@ class Watch:
                 call.grad = False  # nothing in it can be backwarded: an eval forward
         self._calls.append(call)
         self._leave()
-        if call.holders:
-            call.bytes = _holder_bytes(call.holders)
+        if call.grad:  # after the forward's sample: the Python tracker counts at a measure
+            call.bytes = max(0, self.saved.step_saved_bytes - saved_before)
         if not call.grad and call.train_layers:
             self._report_eval_in_train(call)
 
@@ -628,7 +625,7 @@ class Watch:
                 m = _Mark(self.step_index, "loss", dx.call_site(4))
                 fn.metadata["memlens"] = m
                 self._backward_marks.append(weakref.ref(m))
-        self._graph_nodes = _count_nodes(roots)
+        self._graph_nodes = self._count_nodes(roots, GRAPH_NODE_LIMIT)
 
     def _grad_norm_of(self, opt) -> None:
         grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
@@ -676,17 +673,15 @@ class Watch:
             if alive and not final and c.step == self.step_index:
                 keep.append(c)  # it may be backwarded by the next step still
                 continue
-            held = _holder_bytes(c.holders) if alive else 0
             self._report(
                 dx.GRAD_NOT_BACKWARDED, c.site,
                 f"{c.model} forward under grad is never backwarded: its graph held "
-                f"{dx.mib(max(c.bytes, held))} saved for backward"
-                + (f", {dx.mib(held)} still held" if held else ""),
+                f"{dx.mib(c.bytes)} saved for backward" + (", still alive" if alive else ""),
                 "A forward with grad enabled keeps every tensor its backward would need until "
                 "the output is dropped. If it is only evaluated (validation, a sample), that "
                 "memory and the time to save it are spent for nothing.",
                 "wrap it in `torch.no_grad()` (and call model.eval() for validation)",
-                max(c.bytes, held))
+                c.bytes)
             if c.train_layers:
                 self._report_eval_in_train(c)
         self._pending_calls = keep
@@ -903,23 +898,11 @@ def _output_nodes(output: Any, depth: int = 0) -> list:
     return seen
 
 
-def _holder_bytes(holders: list) -> int:
-    keys: dict = {}
-    for r in holders:
-        h = r()
-        if h is not None and h.key is not None:
-            keys[h.key] = h.nbytes
-    return sum(keys.values())
+def _saved_tracker():
+    """The saved-tensor tracker and graph-node counter of preset runs: the native helpers'
+    where built (a saved tensor costs autograd no Python frame), else Python's."""
+    from core.native import load
+    from core.native.tracker import make_saved_tracker
 
-
-def _count_nodes(roots: list[Tensor]) -> int:
-    stack = [r.grad_fn for r in roots if r.grad_fn is not None]
-    seen = set(stack)
-    while stack and len(seen) < GRAPH_NODE_LIMIT:
-        for nxt, _ in stack.pop().next_functions:
-            if nxt is not None and nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
-    return len(seen)
-
-
+    native = load(build=False)
+    return make_saved_tracker(), (native.count_graph_nodes if native else count_graph_nodes)

@@ -162,6 +162,11 @@ class RunWriter:
         self._mem.writerow(memory_row(sample_values(sample)))
         self._mem_fh.flush()
 
+    def on_samples(self, samples: list) -> None:
+        """Several samples (a step's, written with its row): one flush."""
+        self._mem.writerows([memory_row(sample_values(x)) for x in samples])
+        self._mem_fh.flush()
+
     def on_step(self, record) -> None:
         self._steps.writerow(steps_row(step_values(record)))
         self._steps_fh.flush()

@@ -183,6 +183,7 @@ class Watch:
         self._reported: set[tuple[str, str]] = set()
         self._summary_peak = 0
         self._losses: list[float] = []
+        self._samples: list[MemorySample] = []  # this step's, written with its row
         self._step_ms: list[float] = []
         self._saved_ctx = self.saved.hooks()
         self.writer.on_start(self._meta())
@@ -249,6 +250,7 @@ class Watch:
         )
         if self.precise is not None and self.precise.pending:
             self.writer.on_allocations(self.precise.drain())
+        self._write_samples()  # those after the last step's end (a final sample)
         self.writer.on_start({"finished": True})  # meta: a follower sees the end
         self.writer.on_finish(summary.to_dict())
 
@@ -351,23 +353,28 @@ class Watch:
         if self.probe is None:
             return None
         s = self.probe.sample(self.step_index, phase, self._clock() - self._t0, [])
-        self.writer.on_sample(s)
+        self._samples.append(s)
         total = s.allocated if s.allocated is not None else s.total
         self._last_total = total
         self._step_peak = max(self._step_peak, total)
         return s
 
+    def _write_samples(self) -> None:
+        """The step's samples reach memory.csv with its row, in one write: a follower reads
+        a step whole, and a sample costs the training thread no write of its own."""
+        if self._samples:
+            self.writer.on_samples(self._samples)
+            self._samples = []
+
     # --- listener callbacks (TorchHooks) -------------------------------------------------------
     def forward_pre(self, module: nn.Module) -> None:
         if _compiling():  # traced by torch.compile: add nothing to the user's graph
             return
-        if not self.broken:
+        self._depth += 1
+        if self._depth == 1 and self._root is None and not self.broken:  # a root call only
             self._guard(self._forward_pre, module)
 
     def _forward_pre(self, module: nn.Module) -> None:
-        self._depth += 1
-        if self._depth != 1 or self._root is not None:
-            return
         if self._explicit_models and id(module) not in self._model_names:
             return
         if not self._is_model(module):  # a loss module or another parameter-free callable
@@ -398,13 +405,13 @@ class Watch:
     def forward_post(self, module: nn.Module, output: Any) -> None:
         if _compiling():
             return
-        if not self.broken:
+        self._depth = max(0, self._depth - 1)
+        if not self._depth and self._root is not None and not self.broken:
             self._guard(self._forward_post, module, output)
 
     def _forward_post(self, module: nn.Module, output: Any) -> None:
-        self._depth = max(0, self._depth - 1)
         root = self._root
-        if root is None or root[0] is not module or self._depth:
+        if root[0] is not module:
             return
         self._root = None
         _, call, saved_before, t_start = root
@@ -590,6 +597,7 @@ class Watch:
             optimizer_stepped=bool(self._stepped), peak_is_exact=self.precise is not None,
         )
         self.saved.new_step()
+        self._write_samples()
         self.writer.on_step(record)
         self._summary_peak = max(self._summary_peak, peak)
         if self._loss == self._loss:

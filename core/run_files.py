@@ -40,12 +40,12 @@ from core.effects import events_with_effects
 from core.history import (
     ALLOC_COLUMNS,
     LEGACY_STEP_COLUMNS,
-    PHASES_PER_STEP,
     SAMPLE_COLUMNS,
     STEP_COLUMNS,
     RunHistory,
     sample_values,
     sample_x,
+    spread_x,
     step_values,
 )
 from core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES, RunEvent
@@ -663,7 +663,7 @@ def _read_memory_as(path: Path, header: tuple[str, ...]) -> np.ndarray:
     if fast is not None:
         out = np.empty((len(fast), width + 1), dtype=np.float64)
         out[:, :2] = fast[:, :2]
-        out[:, 2] = fast[:, 0] + fast[:, 1] / PHASES_PER_STEP  # sample_x
+        out[:, 2] = spread_x(fast[:, 0], fast[:, 1])
         out[:, 3:] = fast[:, 2:]
         return out
     rows = _read_csv(path, header)
@@ -677,6 +677,7 @@ def _read_memory_as(path: Path, header: tuple[str, ...]) -> np.ndarray:
     except (ValueError, KeyError, OverflowError):
         raise RunFolderError(f"{path}: line {i + 2} is not valid (a value is not a number, or "
                              "the phase is unknown); the file is damaged") from None
+    out[:, 2] = spread_x(out[:, 0], out[:, 1])
     return out
 
 

@@ -8,8 +8,9 @@ import sys
 import numpy as np
 import pytest
 
+from core.history import sample_values
 from core.records import MemorySample, StepRecord
-from core.run_files import MEMORY_CSV, RunFolderError, RunWriter, load_run
+from core.run_files import MEMORY_CSV, RunFolderError, RunWriter, load_run, memory_row
 from core.run_follow import FINISHED, GONE, LIVE, RunFollower
 
 
@@ -42,11 +43,12 @@ def test_poll_takes_only_new_complete_rows(tmp_path):
         assert f.poll() == (1, 1)
     assert f.history.steps.column("loss").tolist() == [1.0, 0.5, 0.25]
     assert f.history.samples.column("grads").tolist() == [0, 10, 20]
+    row = ",".join(memory_row(sample_values(sample(3, "forward")))) + "\n"
     with open(tmp_path / MEMORY_CSV, "a") as fh:  # a row being written: waits for its newline
-        fh.write("3,forward,0.3,100,3")
+        fh.write(row[:16])
     assert f.poll() == (0, 0)
     with open(tmp_path / MEMORY_CSV, "a") as fh:
-        fh.write("0,5,7,0,122,,,\n")
+        fh.write(row[16:])
     assert f.poll() == (0, 1) and f.history.samples.column("grads").tolist()[-1] == 30
     w.on_finish({"steps_done": 3})
     f.poll()

@@ -45,6 +45,12 @@ class _Found:
     def __init__(self) -> None:
         self.models: list[weakref.ref] = []
         self.optimizers_refs: list[weakref.ref] = []
+        # The tensors the models were called with this step and the last (data batches,
+        # carried state): `other`, as a preset's carried tensors are. Weak: memlens never
+        # keeps one alive.
+        self.inputs: list[weakref.ref] = []
+        self._earlier: list[weakref.ref] = []
+        self._inputs_step = -1
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -71,9 +77,19 @@ class _Found:
         return [b for m in self.model_list() for b in m.buffers()
                 if id(b) not in seen and not seen.add(id(b))]
 
-    @staticmethod
-    def carried_tensors() -> list[Tensor]:
-        return []
+    def carried_tensors(self) -> list[Tensor]:
+        return [t for r in (*self._earlier, *self.inputs) if (t := r()) is not None]
+
+    def note_inputs(self, step: int, args: tuple) -> None:
+        if step != self._inputs_step:
+            self._earlier = self.inputs if step == self._inputs_step + 1 else []
+            self.inputs = []
+            self._inputs_step = step
+        for a in args[:8]:
+            if isinstance(a, Tensor):
+                self.inputs.append(weakref.ref(a))
+            elif isinstance(a, (tuple, list)):  # an LSTM's (h, c)
+                self.inputs += [weakref.ref(t) for t in a[:4] if isinstance(t, Tensor)]
 
 
 class _Mark:
@@ -352,12 +368,19 @@ class Watch:
     def _sample(self, phase: str) -> MemorySample | None:
         if self.probe is None:
             return None
-        s = self.probe.sample(self.step_index, phase, self._clock() - self._t0, [])
+        s = self.probe.sample(self.step_index, phase, self._clock() - self._t0)
         self._samples.append(s)
         total = s.allocated if s.allocated is not None else s.total
         self._last_total = total
         self._step_peak = max(self._step_peak, total)
         return s
+
+    def _note_amp_casts(self, nodes: list) -> None:
+        """Autocast's weight copies this forward saved: amp_casts, not activations (as for
+        presets, core.amp_casts); the probe counts those still saved at each sample."""
+        from core.amp_casts import amp_cast_storages_of_nodes
+
+        self.probe.amp_casts.update(amp_cast_storages_of_nodes(nodes, self.probe.param_list))
 
     def _write_samples(self) -> None:
         """The step's samples reach memory.csv with its row, in one write: a follower reads
@@ -367,14 +390,14 @@ class Watch:
             self._samples = []
 
     # --- listener callbacks (TorchHooks) -------------------------------------------------------
-    def forward_pre(self, module: nn.Module) -> None:
+    def forward_pre(self, module: nn.Module, args: tuple) -> None:
         if _compiling():  # traced by torch.compile: add nothing to the user's graph
             return
         self._depth += 1
         if self._depth == 1 and self._root is None and not self.broken:  # a root call only
-            self._guard(self._forward_pre, module)
+            self._guard(self._forward_pre, module, args)
 
-    def _forward_pre(self, module: nn.Module) -> None:
+    def _forward_pre(self, module: nn.Module, args: tuple) -> None:
         if self._explicit_models and id(module) not in self._model_names:
             return
         if not self._is_model(module):  # a loss module or another parameter-free callable
@@ -399,6 +422,7 @@ class Watch:
                 self.step_index % self.capture_every == 0
                 and self.step_index not in self._captured):
             self._begin_capture()
+        self.found.note_inputs(self.step_index, args)
         self._root = (module, call, self.saved.step_saved_bytes, self._clock())
         self._enter("forward" if grad else "eval")
 
@@ -418,6 +442,8 @@ class Watch:
         call.ms = (self._clock() - t_start) * 1e3
         if call.grad:
             nodes = _output_nodes(output)
+            if nodes and torch.is_autocast_enabled(self.device.type):
+                self._note_amp_casts(nodes)
             if nodes:
                 m = _Mark(self.step_index, "forward", call.site)
                 call.mark = weakref.ref(m)
@@ -597,6 +623,9 @@ class Watch:
             optimizer_stepped=bool(self._stepped), peak_is_exact=self.precise is not None,
         )
         self.saved.new_step()
+        if self.probe is not None and self.probe.amp_casts:  # a freed copy's address may be
+            live = self.saved.live  # reused by an activation: keep only those still saved
+            self.probe.amp_casts = {k: n for k, n in self.probe.amp_casts.items() if k in live}
         self._write_samples()
         self.writer.on_step(record)
         self._summary_peak = max(self._summary_peak, peak)
@@ -798,7 +827,8 @@ class Watch:
                "memory_source": probe.source if probe else "",
                "memory_label": (probe.label if probe else "")
                + ("" if self.device.type == "cuda" else
-                  "; other = not counted on CPU (only what memlens can attribute)"),
+                  "; other = the tensors the models were called with (data batches, "
+                  "carried state), not the process's other tensors"),
                "precise": self.precise is not None,
                "precise_backend": self.precise.backend if self.precise is not None else "",
                "parameters": sum(p.numel() for p in self.found.parameters())}

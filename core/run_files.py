@@ -438,6 +438,21 @@ def _event_problem(e: Any) -> str:
     return ""
 
 
+def rank_folders(folder: str | Path) -> list[Path]:
+    """The per-rank run folders (rank0, rank1, ...) of a distributed watch's parent folder,
+    in rank order; [] for a folder that is a run itself or holds no rank folders."""
+    folder = Path(folder)
+    if (folder / RUN_JSON).exists():
+        return []
+    try:
+        found = [(int(p.name[4:]), p) for p in folder.iterdir()
+                 if p.name.startswith("rank") and p.name[4:].isdigit() and p.is_dir()
+                 and (p / RUN_JSON).exists()]
+    except OSError:
+        return []
+    return [p for _rank, p in sorted(found)]
+
+
 def load_run(folder: str | Path) -> RunHistory:
     """Read a run folder written by RunWriter or write_history into a RunHistory.
 

@@ -24,6 +24,7 @@ import threading
 import time
 
 from benchmarks._common import Figure, GcPauses, Settings, as_launched, median, percentile
+from benchmarks.watch import follow_latency
 
 STEPS_PER_S = 5000
 PRELOAD_SAMPLES = 1_000_000
@@ -378,4 +379,5 @@ def run(s: Settings) -> list[Figure]:
         Figure("gui_refresh_hz", "refresh rate achieved", refresh_hz, "Hz",
                REFRESH_HZ * REFRESH_TOLERANCE, "higher",
                note=f"timer asks for {1000 / window._timer.interval():.1f} Hz"),
+        *follow_latency(s),  # File > Follow run: a row written -> the plot holds it
     ]

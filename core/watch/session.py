@@ -827,8 +827,7 @@ class Watch:
                "memory_source": probe.source if probe else "",
                "memory_label": (probe.label if probe else "")
                + ("" if self.device.type == "cuda" else
-                  "; other = the tensors the models were called with (data batches, "
-                  "carried state), not the process's other tensors"),
+                  "; other = the models' inputs (batches, carried state)"),
                "precise": self.precise is not None,
                "precise_backend": self.precise.backend if self.precise is not None else "",
                "parameters": sum(p.numel() for p in self.found.parameters())}

@@ -92,9 +92,10 @@ def steps_row(values: Any) -> list[str]:
 
 def memory_row(values: Any) -> list[str]:
     # values in SAMPLE_COLUMNS order: step, phase code, x, time_s, categories..., total, ...
+    # _cell(v, True) inlined: a watch writes a row for every phase edge of the user's loop
     step, phase, _x, time_s, *rest = values
     return [str(int(step)), SAMPLE_PHASES[int(phase)], f"{time_s:.6f}",
-            *(_cell(v, True) for v in rest)]
+            *["" if v is None or v != v else str(int(v)) for v in rest]]
 
 
 def alloc_row(values: Any, frames: str) -> list[str]:

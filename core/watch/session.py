@@ -669,8 +669,13 @@ class Watch:
         if not grads:
             return
         with torch.no_grad():
-            sq = float(sum(float(torch.linalg.vector_norm(g.detach().float())) ** 2
-                           for g in grads))
+            try:  # one foreach kernel for all, as clip_grad_norm_ takes it
+                norms = torch._foreach_norm([g.detach() for g in grads])
+                sq = float(torch.linalg.vector_norm(
+                    torch.stack([n.float().to(norms[0].device) for n in norms]))) ** 2
+            except (RuntimeError, NotImplementedError):  # sparse gradients, say: one by one
+                sq = float(sum(float(torch.linalg.vector_norm(g.detach().float())) ** 2
+                               for g in grads))
         self._norm_sq = sq if self._norm_sq != self._norm_sq else self._norm_sq + sq
         self._check_grads_growing(opt, math.sqrt(sq))
 

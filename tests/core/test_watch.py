@@ -468,3 +468,14 @@ def test_amp_weight_copies_are_amp_casts_not_activations(tmp_path):
     assert all(r[cols.index("amp_casts")] == sum(copies.values()) for r in fwd)
     back = [r for r in history.samples.rows() if r[1] == PHASE_CODE["backward"]]
     assert all(r[cols.index("amp_casts")] == 0 for r in back)  # freed with the graph
+
+
+def test_grad_norm_is_the_norm_of_the_gradients_the_optimizer_steps_with(tmp_path):
+    """steps.csv's grad_norm at step 0, against the 2-norm taken by hand on plain torch."""
+    _, _, folder = watch_script(tmp_path, ADAM_LOOP, ["1"])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    norm = sum(float((p.grad.double() ** 2).sum()) for p in model.parameters()) ** 0.5
+    assert load_run(folder).steps.column("grad_norm")[0] == pytest.approx(norm, rel=1e-5)

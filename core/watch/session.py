@@ -368,7 +368,9 @@ class Watch:
     def _sample(self, phase: str) -> MemorySample | None:
         if self.probe is None:
             return None
-        s = self.probe.sample(self.step_index, phase, self._clock() - self._t0)
+        # The heap once a step, after its first forward (mallinfo2 walks malloc's lists).
+        heap = phase == "forward" and not any(x.phase == "forward" for x in self._samples)
+        s = self.probe.sample(self.step_index, phase, self._clock() - self._t0, heap=heap)
         self._samples.append(s)
         total = s.allocated if s.allocated is not None else s.total
         self._last_total = total

@@ -62,6 +62,9 @@ def test_dcgan_samples_of_one_step_each_have_their_own_x(tmp_path):
         # G once, D three times, and the sample from fixed noise after step 0's update
         assert phases.count(PHASE_CODE["forward"]) == 5
         assert phases.count(PHASE_CODE["zero_grad"]) == 2
+        heap = table.column("heap")[step == 1]  # read once a step, after its first forward
+        assert (~np.isnan(heap)).sum() == 1 and phases[int(np.flatnonzero(~np.isnan(heap))[0])
+                                                        ] == PHASE_CODE["forward"]
 
 
 def test_preset_like_steps_keep_their_phase_positions():

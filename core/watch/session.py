@@ -48,8 +48,10 @@ class _Found:
         # The tensors the models were called with this step and the last (data batches,
         # carried state): `other`, as a preset's carried tensors are. Weak: memlens never
         # keeps one alive.
-        self.inputs: list[weakref.ref] = []
-        self._earlier: list[weakref.ref] = []
+        # Storage pointer -> a weak reference to one tensor in it: a sample counts storages,
+        # so one tensor of each is enough (a GAN's fake and fake.detach() share one).
+        self.inputs: dict[int, weakref.ref] = {}
+        self._earlier: dict[int, weakref.ref] = {}
         self._inputs_step = -1
 
     @property
@@ -78,18 +80,30 @@ class _Found:
                 if id(b) not in seen and not seen.add(id(b))]
 
     def carried_tensors(self) -> list[Tensor]:
-        return [t for r in (*self._earlier, *self.inputs) if (t := r()) is not None]
+        return [t for refs in (self._earlier, self.inputs) for r in refs.values()
+                if (t := r()) is not None]
 
     def note_inputs(self, step: int, args: tuple) -> None:
         if step != self._inputs_step:
-            self._earlier = self.inputs if step == self._inputs_step + 1 else []
-            self.inputs = []
+            self._earlier = self.inputs if step == self._inputs_step + 1 else {}
+            self.inputs = {}
             self._inputs_step = step
         for a in args[:8]:
             if isinstance(a, Tensor):
-                self.inputs.append(weakref.ref(a))
+                self._note(a)
             elif isinstance(a, (tuple, list)):  # an LSTM's (h, c)
-                self.inputs += [weakref.ref(t) for t in a[:4] if isinstance(t, Tensor)]
+                for t in a[:4]:
+                    if isinstance(t, Tensor):
+                        self._note(t)
+
+    def _note(self, t: Tensor) -> None:
+        try:
+            ptr = t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):  # no storage (a tensor subclass, say)
+            return
+        old = self.inputs.get(ptr) or self._earlier.get(ptr)
+        if old is None or old() is None:  # a freed storage's address may be new memory
+            self.inputs[ptr] = weakref.ref(t)
 
 
 class _Mark:

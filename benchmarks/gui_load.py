@@ -86,8 +86,11 @@ class _Producer:
 
     def __call__(self, config, controls, sink, on_error="pause"):
         from app.synthetic import fill_history, synthetic_training
+        from core.history import RunHistory
 
-        fill_history(sink.history, self.preload_steps)
+        # the session's sink is a FanOut with the history first (app.run_session.session_sink)
+        history = next(x for x in getattr(sink, "sinks", [sink]) if isinstance(x, RunHistory))
+        fill_history(history, self.preload_steps)
         self.preloaded.set()
         while not self.go.wait(0.05):
             if controls.stop_requested:

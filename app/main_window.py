@@ -45,6 +45,7 @@ from memlens.app.panels.pins_panel import PinsPanel
 from memlens.app.panels.run_panel import RunPanel
 from memlens.app.panels.status_bar import RunStatusBar
 from memlens.app.panels.techniques_panel import TechniquesPanel
+from memlens.app.rank_chooser import RankChooser
 from memlens.app.run_session import RunSession, TrainFn
 from memlens.app.series.pins import PinnedRun, compare_names, pin_color, run_name
 from memlens.app.series.run_series import RunSeries
@@ -57,7 +58,7 @@ from memlens.core.history import RunHistory
 from memlens.core.model_file import preset_label
 from memlens.core.options import ConfigError, format_value, is_model_file
 from memlens.core.records import RunEvent
-from memlens.core.run_files import RunFolderError, load_run
+from memlens.core.run_files import RunFolderError, load_run, rank_folders
 
 pg.setConfigOptions(antialias=False, foreground="#333333", background="w")
 
@@ -115,6 +116,11 @@ class MainWindow(QMainWindow):
         self.pins_panel = PinsPanel()
         self.status = RunStatusBar()
         self.setStatusBar(self.status)
+        # A torchrun job's parent folder (rank0/, rank1/, ...): which rank is shown.
+        self.rank_chooser = RankChooser()
+        self.status.addPermanentWidget(self.rank_chooser)
+        self.rank_chooser.rank_chosen.connect(self._on_rank_chosen)
+        self._rank_mode = ""  # "open" or "follow": what choosing a rank does
         self._build_layout()
         self.conventions = WindowConventions(self, self.app_settings)
         self._build_menus()
@@ -607,7 +613,9 @@ class MainWindow(QMainWindow):
             self.open_run(Path(folder))
 
     def open_run(self, folder: Path) -> bool:
-        """Load a saved run folder: into the plots, or as a pin while a run is going."""
+        """Load a saved run folder: into the plots, or as a pin while a run is going. A
+        distributed watch's parent folder opens its first rank, the others a choice away."""
+        folder = self._rank_of(folder, "open")
         QApplication.setOverrideCursor(Qt.WaitCursor)
         try:
             history = load_run(folder)
@@ -639,6 +647,28 @@ class MainWindow(QMainWindow):
         self._set_state(WindowState.FINISHED, f"Opened {folder} (read-only; pin it to compare)")
         return True
 
+    def _rank_of(self, folder: Path, mode: str) -> Path:
+        """The folder to show: a rank folder the chooser offers as it is, a parent of rank
+        folders its first rank (offered in the chooser), any other folder as it is (and the
+        chooser goes)."""
+        folder = Path(folder)
+        if folder in self.rank_chooser.folders:
+            return folder
+        ranks = rank_folders(folder)
+        if ranks:
+            self.rank_chooser.set_ranks(folder, ranks)
+            self._rank_mode = mode
+            return ranks[0]
+        if not self.running:
+            self.rank_chooser.clear()
+        return folder
+
+    def _on_rank_chosen(self, folder: Path) -> None:
+        if self._rank_mode == "follow":
+            self.follow_run(folder)
+        else:
+            self.open_run(folder)
+
     # --- following a run another process writes (app.follow_run) --------------------------------
     @property
     def following(self) -> bool:
@@ -658,9 +688,11 @@ class MainWindow(QMainWindow):
             self.follow_run(Path(folder))
 
     def follow_run(self, folder: Path) -> bool:
-        """Show a run folder that another process is writing, growing as it grows."""
+        """Show a run folder that another process is writing, growing as it grows (a
+        distributed watch's parent folder: one rank at a time, chosen in the status bar)."""
         from memlens.app.follow_run import FollowedRun, state_text
 
+        folder = self._rank_of(folder, "follow")
         if self.running:
             self.statusBar().showMessage("Stop the run first to follow another", 6000)
             return False

@@ -24,6 +24,7 @@ import threading
 import time
 
 from benchmarks._common import Figure, GcPauses, Settings, as_launched, median, percentile
+from benchmarks.watch import follow_latency
 
 STEPS_PER_S = 5000
 PRELOAD_SAMPLES = 1_000_000
@@ -84,9 +85,12 @@ class _Producer:
         self.t_start = self.t_end = 0.0
 
     def __call__(self, config, controls, sink, on_error="pause"):
+        from memlens.core.history import RunHistory
         from memlens.core.synthetic import fill_history, synthetic_training
 
-        fill_history(sink.history, self.preload_steps)
+        # the session's sink is a FanOut with the history first (app.run_session.session_sink)
+        history = next(x for x in getattr(sink, "sinks", [sink]) if isinstance(x, RunHistory))
+        fill_history(history, self.preload_steps)
         self.preloaded.set()
         while not self.go.wait(0.05):
             if controls.stop_requested:
@@ -378,4 +382,5 @@ def run(s: Settings) -> list[Figure]:
         Figure("gui_refresh_hz", "refresh rate achieved", refresh_hz, "Hz",
                REFRESH_HZ * REFRESH_TOLERANCE, "higher",
                note=f"timer asks for {1000 / window._timer.interval():.1f} Hz"),
+        *follow_latency(s),  # File > Follow run: a row written -> the plot holds it
     ]

@@ -42,9 +42,15 @@ def _cast_param(node, params: dict[int, Tensor]) -> Tensor | None:
 def amp_cast_storages(roots: list[Tensor], params: list[Tensor]) -> dict:
     """Storage key -> bytes of every low-precision weight copy the graphs of `roots` saved
     for backward, each storage once."""
+    return amp_cast_storages_of_nodes(
+        [r.grad_fn for r in roots if r is not None and r.grad_fn is not None], params)
+
+
+def amp_cast_storages_of_nodes(nodes: list, params: list[Tensor]) -> dict:
+    """As amp_cast_storages, from the graphs' autograd nodes (a forward's outputs' nodes)."""
     by_id = {id(p): p for p in params}
     out: dict = {}
-    stack = [r.grad_fn for r in roots if r is not None and r.grad_fn is not None]
+    stack = list(nodes)
     seen = set(stack)
     while stack and len(seen) < NODE_LIMIT:
         node = stack.pop()

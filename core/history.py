@@ -31,7 +31,8 @@ STEP_COLUMNS: tuple[str, ...] = (
 )
 # The columns of runs written before `optimizer_stepped` and `peak_is_exact` (read as NaN).
 LEGACY_STEP_COLUMNS: tuple[str, ...] = STEP_COLUMNS[:-2]
-# `x` places a sample on the step axis: step + (phase index) / 6, so phases of a step spread
+# `x` places a sample on the step axis: step + (phase index) / PHASES_PER_STEP (spread_x for
+# steps whose phases repeat), so the samples of a step spread
 # across [step, step + 1) and every plot can share one axis.
 SAMPLE_COLUMNS: tuple[str, ...] = (
     "step", "phase", "x", "time_s", *MEMORY_CATEGORIES, "total", "allocated", "reserved", "heap",
@@ -50,6 +51,34 @@ ALLOC_COLUMNS: tuple[str, ...] = (
 
 def sample_x(step: int, phase: str) -> float:
     return step + PHASE_CODE[phase] / PHASES_PER_STEP
+
+
+def spread_x(steps: np.ndarray, codes: np.ndarray) -> np.ndarray:
+    """`x` for rows in the order written: sample_x where each step's phases rise (every
+    preset step); in a step where a phase repeats or comes back (a watched GAN: D called
+    three times, a second zero_grad), each sample at its own place in order, step + k / n
+    with n = max(PHASES_PER_STEP, the step's samples), so the curve never folds back."""
+    steps = np.asarray(steps, dtype=np.float64)
+    codes = np.asarray(codes, dtype=np.float64)
+    x = steps + codes / PHASES_PER_STEP
+    n = len(steps)
+    if n < 2:
+        return x
+    first = np.empty(n, dtype=bool)
+    first[0] = True
+    first[1:] = steps[1:] != steps[:-1]
+    starts = np.flatnonzero(first)
+    run = np.cumsum(first) - 1
+    folds = np.zeros(n, dtype=bool)
+    folds[1:] = ~first[1:] & (codes[1:] <= codes[:-1])
+    folded = np.zeros(len(starts), dtype=bool)
+    np.logical_or.at(folded, run, folds)
+    sel = folded[run]
+    if sel.any():
+        counts = np.diff(np.append(starts, n))[run]
+        ordinal = np.arange(n) - starts[run]
+        x[sel] = steps[sel] + ordinal[sel] / np.maximum(PHASES_PER_STEP, counts[sel])
+    return x
 
 
 def _num(v: float | int | None) -> float:

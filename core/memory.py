@@ -634,9 +634,11 @@ class MemoryProbe:
         self._opt_ids = ids
         return opt
 
-    def sample(self, step: int, phase: str, time_s: float, carried: list[Tensor] | None = None
-               ) -> MemorySample:
-        """`carried`: the preset's carried tensors, where the caller has them already."""
+    def sample(self, step: int, phase: str, time_s: float, carried: list[Tensor] | None = None,
+               heap: bool | None = None) -> MemorySample:
+        """`carried`: the preset's carried tensors, where the caller has them already.
+        `heap`: read the process heap (CPU) or not; by default at the phases that read it."""
+        read_heap = phase in self._HEAP_PHASES if heap is None else heap
         grads_changed = phase in self._GRADS_CHANGE
         if self.light is not None:
             states = ([o.state for o in self.preset.optimizers]
@@ -645,7 +647,7 @@ class MemoryProbe:
             grads, opt, act_bytes, other, heap = self.light(
                 grads_changed, states,
                 carried if carried is not None else self.preset.carried_tensors(),
-                phase in self._HEAP_PHASES)
+                read_heap)
             if grads_changed:
                 self._grad_list = None  # made if asked for (see grads())
             amp = self._amp_bytes(self.saved.live)
@@ -689,7 +691,7 @@ class MemoryProbe:
             self.precise.classify(found)
         else:
             other = self._other(carried, grads, opt)
-        if not self.cuda and phase in self._HEAP_PHASES:
+        if not self.cuda and read_heap:
             heap = process_heap_bytes()
         return MemorySample(step, phase, time_s, self.params.total, grads.total, opt.total,
                             act_bytes - amp, other, allocated, reserved, heap,

@@ -40,12 +40,12 @@ from memlens.core.effects import events_with_effects
 from memlens.core.history import (
     ALLOC_COLUMNS,
     LEGACY_STEP_COLUMNS,
-    PHASES_PER_STEP,
     SAMPLE_COLUMNS,
     STEP_COLUMNS,
     RunHistory,
     sample_values,
     sample_x,
+    spread_x,
     step_values,
 )
 from memlens.core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES, RunEvent
@@ -92,9 +92,10 @@ def steps_row(values: Any) -> list[str]:
 
 def memory_row(values: Any) -> list[str]:
     # values in SAMPLE_COLUMNS order: step, phase code, x, time_s, categories..., total, ...
+    # _cell(v, True) inlined: a watch writes a row for every phase edge of the user's loop
     step, phase, _x, time_s, *rest = values
     return [str(int(step)), SAMPLE_PHASES[int(phase)], f"{time_s:.6f}",
-            *(_cell(v, True) for v in rest)]
+            *["" if v is None or v != v else str(int(v)) for v in rest]]
 
 
 def alloc_row(values: Any, frames: str) -> list[str]:
@@ -160,6 +161,11 @@ class RunWriter:
 
     def on_sample(self, sample) -> None:
         self._mem.writerow(memory_row(sample_values(sample)))
+        self._mem_fh.flush()
+
+    def on_samples(self, samples: list) -> None:
+        """Several samples (a step's, written with its row): one flush."""
+        self._mem.writerows([memory_row(sample_values(x)) for x in samples])
         self._mem_fh.flush()
 
     def on_step(self, record) -> None:
@@ -433,6 +439,21 @@ def _event_problem(e: Any) -> str:
     return ""
 
 
+def rank_folders(folder: str | Path) -> list[Path]:
+    """The per-rank run folders (rank0, rank1, ...) of a distributed watch's parent folder,
+    in rank order; [] for a folder that is a run itself or holds no rank folders."""
+    folder = Path(folder)
+    if (folder / RUN_JSON).exists():
+        return []
+    try:
+        found = [(int(p.name[4:]), p) for p in folder.iterdir()
+                 if p.name.startswith("rank") and p.name[4:].isdigit() and p.is_dir()
+                 and (p / RUN_JSON).exists()]
+    except OSError:
+        return []
+    return [p for _rank, p in sorted(found)]
+
+
 def load_run(folder: str | Path) -> RunHistory:
     """Read a run folder written by RunWriter or write_history into a RunHistory.
 
@@ -658,7 +679,7 @@ def _read_memory_as(path: Path, header: tuple[str, ...]) -> np.ndarray:
     if fast is not None:
         out = np.empty((len(fast), width + 1), dtype=np.float64)
         out[:, :2] = fast[:, :2]
-        out[:, 2] = fast[:, 0] + fast[:, 1] / PHASES_PER_STEP  # sample_x
+        out[:, 2] = spread_x(fast[:, 0], fast[:, 1])
         out[:, 3:] = fast[:, 2:]
         return out
     rows = _read_csv(path, header)
@@ -672,6 +693,7 @@ def _read_memory_as(path: Path, header: tuple[str, ...]) -> np.ndarray:
     except (ValueError, KeyError, OverflowError):
         raise RunFolderError(f"{path}: line {i + 2} is not valid (a value is not a number, or "
                              "the phase is unknown); the file is damaged") from None
+    out[:, 2] = spread_x(out[:, 0], out[:, 1])
     return out
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memlens.core.history import RunHistory, sample_x
+from memlens.core.history import RunHistory, sample_x, spread_x
 from memlens.core.records import PHASE_CODE, RunEvent
 from memlens.core.run_files import (
     MEMORY_CSV,
@@ -108,7 +108,9 @@ class RunFollower:
             except (ValueError, KeyError) as exc:
                 raise RunFolderError(f"{self._memory.path}: a row is not valid ({exc})") from None
             if rows:
-                self.history.samples.extend(np.array(rows, dtype=np.float64))
+                block = np.array(rows, dtype=np.float64)
+                block[:, 2] = spread_x(block[:, 0], block[:, 1])  # a watch writes a step whole
+                self.history.samples.extend(block)
         self.state = self._state()
         return len(steps), len(samples)
 

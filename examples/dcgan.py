@@ -3,7 +3,8 @@ the discriminator's step, and a sample from fixed noise every few steps (under g
 many scripts do: memlens watch points out what that costs).
 
 Plain PyTorch, no memlens: record it with `python main.py watch examples/dcgan.py`.
-Options: --steps N, --sample-every N, --times FILE (each step's wall time in ms).
+Options: --steps N, --sample-every N, --times FILE (each step's wall and thread CPU time in
+ms, one step a line).
 """
 
 import argparse
@@ -40,7 +41,7 @@ ones, zeros = torch.ones(BATCH, 1), torch.zeros(BATCH, 1)
 samples = []
 times = []
 for step in range(args.steps):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     real = real_images[(step * BATCH) % 512:][:BATCH]
     # discriminator: real up, fake down (the fake detached: G is not trained here)
     optD.zero_grad()
@@ -57,9 +58,9 @@ for step in range(args.steps):
     if step % args.sample_every == 0:
         sample = netG(fixed_noise)  # a progress picture, under grad
         samples.append(sample.detach().mean().item())
-    times.append((time.perf_counter() - t0) * 1e3)
+    times.append(((time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3))
     if step % 50 == 0 or step == args.steps - 1:
         print(f"step {step}: loss D {errD.item():.4f} G {errG.item():.4f}")
 if args.times:
     with open(args.times, "w") as fh:
-        fh.write("\n".join(f"{t:.4f}" for t in times) + "\n")
+        fh.write("\n".join(f"{t:.4f} {c:.4f}" for t, c in times) + "\n")

@@ -3,7 +3,7 @@ truncated BPTT (the hidden state carried across batches, detached each batch), g
 clipping, and a hand-written SGD update instead of an optimizer.
 
 Plain PyTorch, no memlens: record it with `python main.py watch examples/rnn_lm.py`.
-Options: --steps N, --times FILE (each step's wall time in ms, one a line).
+Options: --steps N, --times FILE (each step's wall and thread CPU time in ms, one step a line).
 """
 
 import argparse
@@ -38,7 +38,7 @@ model = CharLM()
 hidden = (torch.zeros(1, BATCH, HIDDEN), torch.zeros(1, BATCH, HIDDEN))
 times = []
 for step in range(args.steps):
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.thread_time()
     i = (step * BPTT) % (text.shape[1] - BPTT - 1)
     x, y = text[:, i:i + BPTT], text[:, i + 1:i + 1 + BPTT]
     hidden = tuple(h.detach() for h in hidden)  # truncated BPTT: cut the previous batch off
@@ -49,9 +49,9 @@ for step in range(args.steps):
     torch.nn.utils.clip_grad_norm_(model.parameters(), CLIP)
     for p in model.parameters():  # plain SGD, by hand
         p.data.add_(p.grad, alpha=-LR)
-    times.append((time.perf_counter() - t0) * 1e3)
+    times.append(((time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3))
     if step % 50 == 0 or step == args.steps - 1:
         print(f"step {step}: loss {loss.item():.4f}")
 if args.times:
     with open(args.times, "w") as fh:
-        fh.write("\n".join(f"{t:.4f}" for t in times) + "\n")
+        fh.write("\n".join(f"{t:.4f} {c:.4f}" for t, c in times) + "\n")

@@ -20,7 +20,7 @@ from torch.optim import optimizer as _optimizer
 class TorchHooks:
     """Installs the listener's callbacks; `remove()` puts torch back as it was.
 
-    The listener has: forward_pre(module), forward_post(module, output),
+    The listener has: forward_pre(module, args), forward_post(module, output),
     optimizer_pre(opt, args, kwargs), optimizer_post(opt), optimizer_created(opt),
     backward(call, tensors), and zero_grad(call, owner) where `call` runs the original.
     """
@@ -33,7 +33,7 @@ class TorchHooks:
     def install(self) -> None:
         lst = self.listener
         self._handles = [
-            _module.register_module_forward_pre_hook(lambda m, _a: lst.forward_pre(m)),
+            _module.register_module_forward_pre_hook(lambda m, a: lst.forward_pre(m, a)),
             _module.register_module_forward_hook(
                 lambda m, _a, out: lst.forward_post(m, out), always_call=True),
             _optimizer.register_optimizer_step_pre_hook(lst.optimizer_pre),

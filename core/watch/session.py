@@ -9,7 +9,7 @@ exists, or at `Watch.step()` once the user calls it.
 
 Nothing here holds a user's tensor or graph: forward calls and backward roots are followed
 through markers kept in the autograd nodes' own metadata (they die with the node) and weak
-references to the saved-tensor holders.
+counts (the saved-tensor tracker's bytes before and after a call).
 """
 
 from __future__ import annotations
@@ -28,13 +28,12 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from memlens.core.loop import _PHASE_CATEGORY
-from memlens.core.memory import MemoryProbe, SavedTensorTracker, StorageTracker
+from memlens.core.loop import _PHASE_CATEGORY, GRAPH_NODE_LIMIT, count_graph_nodes
+from memlens.core.memory import MemoryProbe, StorageTracker
 from memlens.core.records import PHASES, MemorySample, RunSummary, StepRecord
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.hooks import TorchHooks
 
-GRAPH_NODE_LIMIT = 20_000
 GROWING_STEPS = 3  # optimizer steps without clearing, each with a larger grad norm: diagnosis 3
 _EVAL_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
 _ACTIVE: list[Watch] = []  # at most one watch at a time: the hooks are process-wide
@@ -46,6 +45,14 @@ class _Found:
     def __init__(self) -> None:
         self.models: list[weakref.ref] = []
         self.optimizers_refs: list[weakref.ref] = []
+        # The tensors the models were called with this step and the last (data batches,
+        # carried state): `other`, as a preset's carried tensors are. Weak: memlens never
+        # keeps one alive.
+        # Storage pointer -> a weak reference to one tensor in it: a sample counts storages,
+        # so one tensor of each is enough (a GAN's fake and fake.detach() share one).
+        self.inputs: dict[int, weakref.ref] = {}
+        self._earlier: dict[int, weakref.ref] = {}
+        self._inputs_step = -1
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -67,13 +74,36 @@ class _Found:
         return out
 
     def buffers(self) -> list[Tensor]:
+        """The models' buffers (BatchNorm running stats, a mask), each once."""
         seen: set[int] = set()
         return [b for m in self.model_list() for b in m.buffers()
                 if id(b) not in seen and not seen.add(id(b))]
 
-    @staticmethod
-    def carried_tensors() -> list[Tensor]:
-        return []
+    def carried_tensors(self) -> list[Tensor]:
+        return [t for refs in (self._earlier, self.inputs) for r in refs.values()
+                if (t := r()) is not None]
+
+    def note_inputs(self, step: int, args: tuple) -> None:
+        if step != self._inputs_step:
+            self._earlier = self.inputs if step == self._inputs_step + 1 else {}
+            self.inputs = {}
+            self._inputs_step = step
+        for a in args[:8]:
+            if isinstance(a, Tensor):
+                self._note(a)
+            elif isinstance(a, (tuple, list)):  # an LSTM's (h, c)
+                for t in a[:4]:
+                    if isinstance(t, Tensor):
+                        self._note(t)
+
+    def _note(self, t: Tensor) -> None:
+        try:
+            ptr = t.untyped_storage().data_ptr()
+        except (RuntimeError, NotImplementedError):  # no storage (a tensor subclass, say)
+            return
+        old = self.inputs.get(ptr) or self._earlier.get(ptr)
+        if old is None or old() is None:  # a freed storage's address may be new memory
+            self.inputs[ptr] = weakref.ref(t)
 
 
 class _Mark:
@@ -88,7 +118,7 @@ class _Mark:
 class _Call:
     """One root forward call: who, where, how long, and whether backward reached it."""
 
-    __slots__ = ("bytes", "fired", "grad", "holders", "mark", "model", "ms", "site", "step",
+    __slots__ = ("bytes", "fired", "grad", "mark", "model", "ms", "site", "step",
                  "train_layers", "watch")
 
     def __init__(self, watch: Watch, step: int, model: str, site: str, grad: bool,
@@ -98,7 +128,6 @@ class _Call:
         self.fired = 0
         self.ms = 0.0
         self.bytes = 0
-        self.holders: list = []
         self.mark: weakref.ref | None = None
 
     def __call__(self, _grad_outputs) -> None:  # a pre-hook on the output's node
@@ -141,7 +170,7 @@ class Watch:
         for o in _as_list(optimizers):
             self._add_optimizer(o, active=True)
         self._find_live_optimizers()
-        self.saved = SavedTensorTracker()
+        self.saved, self._count_nodes = _saved_tracker()
         self.probe: MemoryProbe | None = None
         self._probe_key: tuple = ()
         self.device = torch.device("cpu")
@@ -184,6 +213,7 @@ class Watch:
         self._reported: set[tuple[str, str]] = set()
         self._summary_peak = 0
         self._losses: list[float] = []
+        self._samples: list[MemorySample] = []  # this step's, written with its row
         self._step_ms: list[float] = []
         self._saved_ctx = self.saved.hooks()
         self.writer.on_start(self._meta())
@@ -250,6 +280,7 @@ class Watch:
         )
         if self.precise is not None and self.precise.pending:
             self.writer.on_allocations(self.precise.drain())
+        self._write_samples()  # those after the last step's end (a final sample)
         self.writer.on_start({"finished": True})  # meta: a follower sees the end
         self.writer.on_finish(summary.to_dict())
 
@@ -351,24 +382,38 @@ class Watch:
     def _sample(self, phase: str) -> MemorySample | None:
         if self.probe is None:
             return None
-        s = self.probe.sample(self.step_index, phase, self._clock() - self._t0, [])
-        self.writer.on_sample(s)
+        # The heap once a step, after its first forward (mallinfo2 walks malloc's lists).
+        heap = phase == "forward" and not any(x.phase == "forward" for x in self._samples)
+        s = self.probe.sample(self.step_index, phase, self._clock() - self._t0, heap=heap)
+        self._samples.append(s)
         total = s.allocated if s.allocated is not None else s.total
         self._last_total = total
         self._step_peak = max(self._step_peak, total)
         return s
 
+    def _note_amp_casts(self, nodes: list) -> None:
+        """Autocast's weight copies this forward saved: amp_casts, not activations (as for
+        presets, memlens.core.amp_casts); the probe counts those still saved at each sample."""
+        from memlens.core.amp_casts import amp_cast_storages_of_nodes
+
+        self.probe.amp_casts.update(amp_cast_storages_of_nodes(nodes, self.probe.param_list))
+
+    def _write_samples(self) -> None:
+        """The step's samples reach memory.csv with its row, in one write: a follower reads
+        a step whole, and a sample costs the training thread no write of its own."""
+        if self._samples:
+            self.writer.on_samples(self._samples)
+            self._samples = []
+
     # --- listener callbacks (TorchHooks) -------------------------------------------------------
-    def forward_pre(self, module: nn.Module) -> None:
+    def forward_pre(self, module: nn.Module, args: tuple) -> None:
         if _compiling():  # traced by torch.compile: add nothing to the user's graph
             return
-        if not self.broken:
-            self._guard(self._forward_pre, module)
-
-    def _forward_pre(self, module: nn.Module) -> None:
         self._depth += 1
-        if self._depth != 1 or self._root is not None:
-            return
+        if self._depth == 1 and self._root is None and not self.broken:  # a root call only
+            self._guard(self._forward_pre, module, args)
+
+    def _forward_pre(self, module: nn.Module, args: tuple) -> None:
         if self._explicit_models and id(module) not in self._model_names:
             return
         if not self._is_model(module):  # a loss module or another parameter-free callable
@@ -393,26 +438,28 @@ class Watch:
                 self.step_index % self.capture_every == 0
                 and self.step_index not in self._captured):
             self._begin_capture()
-        self._root = (module, call, self.saved.checkpoint(), self._clock())
+        self.found.note_inputs(self.step_index, args)
+        self._root = (module, call, self.saved.step_saved_bytes, self._clock())
         self._enter("forward" if grad else "eval")
 
     def forward_post(self, module: nn.Module, output: Any) -> None:
         if _compiling():
             return
-        if not self.broken:
+        self._depth = max(0, self._depth - 1)
+        if not self._depth and self._root is not None and not self.broken:
             self._guard(self._forward_post, module, output)
 
     def _forward_post(self, module: nn.Module, output: Any) -> None:
-        self._depth = max(0, self._depth - 1)
         root = self._root
-        if root is None or root[0] is not module or self._depth:
+        if root[0] is not module:
             return
         self._root = None
-        _, call, mark, t_start = root
+        _, call, saved_before, t_start = root
         call.ms = (self._clock() - t_start) * 1e3
         if call.grad:
-            call.holders = self.saved.saved_since(mark)
             nodes = _output_nodes(output)
+            if nodes and torch.is_autocast_enabled(self.device.type):
+                self._note_amp_casts(nodes)
             if nodes:
                 m = _Mark(self.step_index, "forward", call.site)
                 call.mark = weakref.ref(m)
@@ -423,8 +470,8 @@ class Watch:
                 call.grad = False  # nothing in it can be backwarded: an eval forward
         self._calls.append(call)
         self._leave()
-        if call.holders:
-            call.bytes = _holder_bytes(call.holders)
+        if call.grad:  # after the forward's sample: the Python tracker counts at a measure
+            call.bytes = max(0, self.saved.step_saved_bytes - saved_before)
         if not call.grad and call.train_layers:
             self._report_eval_in_train(call)
 
@@ -592,6 +639,10 @@ class Watch:
             optimizer_stepped=bool(self._stepped), peak_is_exact=self.precise is not None,
         )
         self.saved.new_step()
+        if self.probe is not None and self.probe.amp_casts:  # a freed copy's address may be
+            live = self.saved.live  # reused by an activation: keep only those still saved
+            self.probe.amp_casts = {k: n for k, n in self.probe.amp_casts.items() if k in live}
+        self._write_samples()
         self.writer.on_step(record)
         self._summary_peak = max(self._summary_peak, peak)
         if self._loss == self._loss:
@@ -627,15 +678,20 @@ class Watch:
                 m = _Mark(self.step_index, "loss", dx.call_site(4))
                 fn.metadata["memlens"] = m
                 self._backward_marks.append(weakref.ref(m))
-        self._graph_nodes = _count_nodes(roots)
+        self._graph_nodes = self._count_nodes(roots, GRAPH_NODE_LIMIT)
 
     def _grad_norm_of(self, opt) -> None:
         grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
             return
         with torch.no_grad():
-            sq = float(sum(float(torch.linalg.vector_norm(g.detach().float())) ** 2
-                           for g in grads))
+            try:  # one foreach kernel for all, as clip_grad_norm_ takes it
+                norms = torch._foreach_norm([g.detach() for g in grads])
+                sq = float(torch.linalg.vector_norm(
+                    torch.stack([n.float().to(norms[0].device) for n in norms]))) ** 2
+            except (RuntimeError, NotImplementedError):  # sparse gradients, say: one by one
+                sq = float(sum(float(torch.linalg.vector_norm(g.detach().float())) ** 2
+                               for g in grads))
         self._norm_sq = sq if self._norm_sq != self._norm_sq else self._norm_sq + sq
         self._check_grads_growing(opt, math.sqrt(sq))
 
@@ -675,17 +731,15 @@ class Watch:
             if alive and not final and c.step == self.step_index:
                 keep.append(c)  # it may be backwarded by the next step still
                 continue
-            held = _holder_bytes(c.holders) if alive else 0
             self._report(
                 dx.GRAD_NOT_BACKWARDED, c.site,
                 f"{c.model} forward under grad is never backwarded: its graph held "
-                f"{dx.mib(max(c.bytes, held))} saved for backward"
-                + (f", {dx.mib(held)} still held" if held else ""),
+                f"{dx.mib(c.bytes)} saved for backward" + (", still alive" if alive else ""),
                 "A forward with grad enabled keeps every tensor its backward would need until "
                 "the output is dropped. If it is only evaluated (validation, a sample), that "
                 "memory and the time to save it are spent for nothing.",
                 "wrap it in `torch.no_grad()` (and call model.eval() for validation)",
-                max(c.bytes, held))
+                c.bytes)
             if c.train_layers:
                 self._report_eval_in_train(c)
         self._pending_calls = keep
@@ -794,7 +848,7 @@ class Watch:
                "memory_source": probe.source if probe else "",
                "memory_label": (probe.label if probe else "")
                + ("" if self.device.type == "cuda" else
-                  "; other = not counted on CPU (only what memlens can attribute)"),
+                  "; other = the models' inputs (batches, carried state)"),
                "precise": self.precise is not None,
                "precise_backend": self.precise.backend if self.precise is not None else "",
                "parameters": sum(p.numel() for p in self.found.parameters())}
@@ -902,23 +956,11 @@ def _output_nodes(output: Any, depth: int = 0) -> list:
     return seen
 
 
-def _holder_bytes(holders: list) -> int:
-    keys: dict = {}
-    for r in holders:
-        h = r()
-        if h is not None and h.key is not None:
-            keys[h.key] = h.nbytes
-    return sum(keys.values())
+def _saved_tracker():
+    """The saved-tensor tracker and graph-node counter of preset runs: the native helpers'
+    where built (a saved tensor costs autograd no Python frame), else Python's."""
+    from memlens.core.native import load
+    from memlens.core.native.tracker import make_saved_tracker
 
-
-def _count_nodes(roots: list[Tensor]) -> int:
-    stack = [r.grad_fn for r in roots if r.grad_fn is not None]
-    seen = set(stack)
-    while stack and len(seen) < GRAPH_NODE_LIMIT:
-        for nxt, _ in stack.pop().next_functions:
-            if nxt is not None and nxt not in seen:
-                seen.add(nxt)
-                stack.append(nxt)
-    return len(seen)
-
-
+    native = load(build=False)
+    return make_saved_tracker(), (native.count_graph_nodes if native else count_graph_nodes)

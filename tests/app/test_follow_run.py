@@ -42,3 +42,44 @@ def test_following_a_folder_that_is_not_a_run_says_why(qtbot, window, tmp_path, 
     monkeypatch.setattr(window, "_message", lambda title, text, *a: shown.append(text))
     assert not window.follow_run(tmp_path / "nothing")
     assert shown and "not a folder" in shown[0]
+
+
+def test_a_torchrun_parent_folder_shows_one_rank_chosen_in_the_status_bar(qtbot, window,
+                                                                         tmp_path):
+    """Following (or opening) DIR of a watched torchrun job: rank 0 first, the rank chooser
+    lists every rank, and choosing one follows that rank's folder."""
+    import dataclasses
+    import os
+
+    writers = []
+    for rank in (0, 1):
+        w = RunWriter(tmp_path / "job" / f"rank{rank}")
+        w.on_start({"source": "watch", "pid": os.getpid(), "rank": rank, "world_size": 2})
+        for i in range(2):
+            w.on_sample(sample(i, "forward"))
+            w.on_step(dataclasses.replace(step_record(i), loss=10.0 * rank + i))
+        writers.append(w)
+    loss = lambda: plot(window, "loss_plot").curves["loss"].getData()[1]  # noqa: E731
+
+    assert window.follow_run(tmp_path / "job")
+    chooser = window.rank_chooser
+    assert chooser.isVisibleTo(window) and chooser.combo.count() == 2
+    assert window.loaded_from == tmp_path / "job" / "rank0" and window.following
+    qtbot.waitUntil(lambda: loss() is not None and loss().tolist() == [0.0, 1.0], timeout=5000)
+    chooser.select(1)
+    assert window.loaded_from == tmp_path / "job" / "rank1" and window.following
+    qtbot.waitUntil(lambda: loss() is not None and loss().tolist() == [10.0, 11.0],
+                    timeout=5000)
+    assert chooser.isVisibleTo(window) and chooser.combo.count() == 2  # still offered
+    for w in writers:
+        w.on_finish({"steps_done": 2})
+    assert window.open_run(tmp_path / "job")  # opened, not followed: the same choice
+    assert window.loaded_from == tmp_path / "job" / "rank0" and not window.following
+    chooser.select(1)
+    assert window.loaded_from == tmp_path / "job" / "rank1"
+    assert window.open_run(tmp_path / "job" / "rank0")  # an offered rank keeps the chooser
+    assert chooser.isVisibleTo(window)
+    single = tmp_path / "single"
+    RunWriter(single).on_finish({})
+    assert window.open_run(single)  # any other run: no ranks to choose
+    assert not chooser.isVisibleTo(window)

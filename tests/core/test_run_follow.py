@@ -8,8 +8,9 @@ import sys
 import numpy as np
 import pytest
 
+from memlens.core.history import sample_values
 from memlens.core.records import MemorySample, StepRecord
-from memlens.core.run_files import MEMORY_CSV, MEMORY_HEADER, RunFolderError, RunWriter, load_run
+from memlens.core.run_files import MEMORY_CSV, RunFolderError, RunWriter, load_run, memory_row
 from memlens.core.run_follow import FINISHED, GONE, LIVE, RunFollower
 
 
@@ -42,17 +43,12 @@ def test_poll_takes_only_new_complete_rows(tmp_path):
         assert f.poll() == (1, 1)
     assert f.history.steps.column("loss").tolist() == [1.0, 0.5, 0.25]
     assert f.history.samples.column("grads").tolist() == [0, 10, 20]
-    # A row in memory.csv's own layout, written in two pieces as a writer mid-row leaves it.
-    values = {"step": "3", "phase": "forward", "time_s": "0.3", "params_bytes": "100",
-              "grads_bytes": "30", "total_bytes": "130"}
-    row = ",".join(values.get(c, "0" if c.endswith("_bytes") and "cuda" not in c else "")
-                   for c in MEMORY_HEADER) + "\n"
-    cut = row.index("30,") + 1  # in the middle of the grads value
+    row = ",".join(memory_row(sample_values(sample(3, "forward")))) + "\n"
     with open(tmp_path / MEMORY_CSV, "a") as fh:  # a row being written: waits for its newline
-        fh.write(row[:cut])
+        fh.write(row[:16])
     assert f.poll() == (0, 0)
     with open(tmp_path / MEMORY_CSV, "a") as fh:
-        fh.write(row[cut:])
+        fh.write(row[16:])
     assert f.poll() == (0, 1) and f.history.samples.column("grads").tolist()[-1] == 30
     w.on_finish({"steps_done": 3})
     f.poll()

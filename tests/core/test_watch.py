@@ -388,3 +388,94 @@ with memlens.watch() as w:
     code, doc, folder = watch_script(tmp_path, source)
     assert code == 0 and doc["summary"]["steps_done"] == 3
     assert (load_run(folder).steps.column("optimizer_ms") > 0).all()
+
+
+INPUTS_LOOP = HEAD + """
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.lin = nn.Linear(8, 8)
+        self.register_buffer("scale", torch.full((64,), 2.0))
+
+    def forward(self, x, context):
+        return self.lin(x) + context  # add saves neither input: context is no activation
+
+model = Net()
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x, context = torch.randn(32, 8), torch.randn(32, 8)
+for step in range(3):
+    opt.zero_grad()
+    model(x, context).pow(2).mean().backward()
+    opt.step()
+"""
+
+
+def test_other_holds_the_batches_the_model_was_called_with_and_buffers_apart(tmp_path):
+    """On CPU `other` is the tensors the models were called with, as a preset's carried
+    tensors are, each storage once and not when saved for backward; buffers their own."""
+    from memlens.core.records import PHASE_CODE
+
+    _, _, folder = watch_script(tmp_path, INPUTS_LOOP)
+    history = load_run(folder)
+    cols = history.samples.columns
+    rows = {(int(r[0]), int(r[1])): r for r in history.samples.rows()}
+    batch = torch.randn(32, 8).untyped_storage().nbytes()  # x and context alike
+    # after the forward, linear saved x for backward: only context is `other`
+    assert rows[1, PHASE_CODE["forward"]][cols.index("other")] == batch
+    # after backward the graph is gone: x and context both
+    assert rows[1, PHASE_CODE["backward"]][cols.index("other")] == 2 * batch
+    assert rows[1, PHASE_CODE["backward"]][cols.index("buffers")] == torch.empty(64).nbytes
+
+
+AMP_LOOP = HEAD + """
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 4))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(32, 8)
+for step in range(3):
+    opt.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(x).float().pow(2).mean()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_amp_weight_copies_are_amp_casts_not_activations(tmp_path):
+    """bf16 autocast on CPU: the weight copies the forward saved, counted apart."""
+    from memlens.core.records import PHASE_CODE
+
+    _, _, folder = watch_script(tmp_path, AMP_LOOP)
+    history = load_run(folder)
+    cols = history.samples.columns
+    fwd = [r for r in history.samples.rows() if r[1] == PHASE_CODE["forward"]]
+    # counted independently: the bf16 tensors autograd saves that are a weight's copy (the
+    # first layer's is not saved: its input needs no gradient, so neither does its weight)
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 4))
+    shapes = {tuple(p.shape) for p in model.parameters()}
+    copies: dict[int, int] = {}
+
+    def pack(t):
+        if t.dtype == torch.bfloat16 and (tuple(t.shape) in shapes
+                                          or tuple(t.shape[::-1]) in shapes):
+            copies[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+        return t
+
+    with (torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+          torch.autocast("cpu", dtype=torch.bfloat16)):
+        model(torch.randn(32, 8))
+    assert sum(copies.values()) == 16 * 4 * 2
+    assert all(r[cols.index("amp_casts")] == sum(copies.values()) for r in fwd)
+    back = [r for r in history.samples.rows() if r[1] == PHASE_CODE["backward"]]
+    assert all(r[cols.index("amp_casts")] == 0 for r in back)  # freed with the graph
+
+
+def test_grad_norm_is_the_norm_of_the_gradients_the_optimizer_steps_with(tmp_path):
+    """steps.csv's grad_norm at step 0, against the 2-norm taken by hand on plain torch."""
+    _, _, folder = watch_script(tmp_path, ADAM_LOOP, ["1"])
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
+    x, y = torch.randn(32, 8), torch.randn(32, 1)
+    torch.nn.functional.mse_loss(model(x), y).backward()
+    norm = sum(float((p.grad.double() ** 2).sum()) for p in model.parameters()) ** 0.5
+    assert load_run(folder).steps.column("grad_norm")[0] == pytest.approx(norm, rel=1e-5)

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
+
 from memlens.core.run_files import load_run
 from memlens.core.watch.cli import run_script
 
@@ -40,3 +42,41 @@ def test_dcgan_two_models_two_optimizers_one_step_each_iteration(tmp_path):
     # the sample under grad, in train mode (BatchNorm): exactly what the script does
     assert found == {("forward under grad never backwarded", str(line)),
                      ("validation in train mode", str(line))}
+
+
+def test_dcgan_samples_of_one_step_each_have_their_own_x(tmp_path):
+    """D runs three times and zero_grad twice a step: each sample a place of its own on the
+    memory plot, in the order taken, as loaded and as followed."""
+    from memlens.core.records import PHASE_CODE
+    from memlens.core.run_follow import RunFollower
+
+    code, _doc, history = watched(tmp_path, "dcgan.py", "--steps", "3", "--sample-every", "100")
+    assert code == 0
+    follower = RunFollower(tmp_path / "dcgan.py")
+    follower.poll()
+    for table in (history.samples, follower.history.samples):
+        step, x = table.column("step"), table.column("x")
+        assert (np.diff(x) > 0).all()  # never folds back, never two samples at one place
+        assert ((x >= step) & (x < step + 1)).all()
+        phases = list(table.column("phase")[step == 1])
+        # G once, D three times, and the sample from fixed noise after step 0's update
+        assert phases.count(PHASE_CODE["forward"]) == 5
+        assert phases.count(PHASE_CODE["zero_grad"]) == 2
+        heap = table.column("heap")[step == 1]  # read once a step, after its first forward
+        assert (~np.isnan(heap)).sum() == 1 and phases[int(np.flatnonzero(~np.isnan(heap))[0])
+                                                        ] == PHASE_CODE["forward"]
+
+
+def test_preset_like_steps_keep_their_phase_positions():
+    from memlens.core.history import PHASES_PER_STEP, spread_x
+    from memlens.core.records import PHASE_CODE
+
+    phases = ["start", "zero_grad", "forward", "backward", "optimizer",
+              "zero_grad", "forward", "backward", "optimizer", "eval"]
+    steps = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
+    codes = np.array([PHASE_CODE[p] for p in phases])
+    assert np.array_equal(spread_x(steps, codes), steps + codes / PHASES_PER_STEP)
+    folded = spread_x(np.array([2, 2, 2, 2]), np.array([PHASE_CODE[p] for p in
+                                                        ["forward", "forward", "backward",
+                                                         "zero_grad"]]))
+    assert list(folded) == [2 + k / PHASES_PER_STEP for k in range(4)]

@@ -154,6 +154,8 @@ class MainWindow(QMainWindow):
         self.error_banner.hide()
         self.effect_label = QLabel("Flip a technique while a run goes: what it did shows here.")
         self.effect_label.setObjectName("effect_label")
+        # A long effect (every phase, an interval) wraps instead of widening the window.
+        self.effect_label.setWordWrap(True)
         self.effect_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
         timeline = QWidget()
         tl = QVBoxLayout(timeline)

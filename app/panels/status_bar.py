@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from collections import deque
 
+from PySide6.QtCore import QSize, Qt
+from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QStatusBar
 
 from memlens.core.units import format_bytes
@@ -25,7 +27,7 @@ class RunStatusBar(QStatusBar):
         self.planned: int | None = None  # steps the run was started for
         self.labels: dict[str, QLabel] = {}
         for name in self.FIELDS:
-            label = QLabel("")
+            label = _ElidedLabel("") if name == "memory_source" else QLabel("")
             label.setObjectName(f"status_{name}")
             label.setContentsMargins(6, 0, 6, 0)
             self.addPermanentWidget(label)
@@ -75,6 +77,25 @@ class RunStatusBar(QStatusBar):
         self.labels["step"].setText(f"step: {'–' if step is None or step < 0 else step}")
         self.labels["total"].setText(f"total: {format_bytes(total) if total is not None else '–'}")
         self.labels["peak"].setText(f"peak: {format_bytes(peak) if peak is not None else '–'}")
+
+
+class _ElidedLabel(QLabel):
+    """A label that gives up width before the window does: its text is cut with "…" when
+    the status bar is narrow (the whole text stays in the tooltip), so a long memory label
+    never makes the window wider than the screen."""
+
+    MIN_CHARS = 12
+
+    def minimumSizeHint(self) -> QSize:
+        hint = super().minimumSizeHint()
+        return QSize(self.fontMetrics().averageCharWidth() * self.MIN_CHARS, hint.height())
+
+    def paintEvent(self, _event) -> None:
+        painter = QPainter(self)
+        rect = self.contentsRect()
+        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight,
+                                             rect.width())
+        painter.drawText(rect, int(self.alignment()) | Qt.AlignmentFlag.AlignVCenter, text)
 
 
 def progress_text(done: int, planned: int | None, per_s: float | None, live: bool) -> str:

@@ -96,6 +96,7 @@ class PlotStack(QWidget):
         self.follow_button.toggled.connect(self._on_follow_button_toggled)
         hint = QLabel("Drag to pan, wheel to zoom the step axis; hover for values.")
         hint.setObjectName("plot_hint")
+        hint.setWordWrap(True)
         top = QHBoxLayout()
         top.setContentsMargins(4, 0, 4, 0)
         top.addWidget(hint, 1)

@@ -50,6 +50,18 @@ def test_a_new_run_and_reset_clear_the_previous_runs_graph(qtbot, window):
     stop(qtbot, window)
 
 
+# --- 2: the window fits 1280x800 whatever its texts say ---------------------------------------
+def test_long_status_and_effect_texts_never_widen_the_window(qtbot, window):
+    window.resize(1280, 800)
+    window.status.set_environment({
+        "device": "cpu", "memory_label": "CPU tensor bytes by category (exact for what it "
+        "counts; peak = lower bound) " * 3})
+    window.effect_label.setText("What just happened: " + "zero_grad: +2.53 MiB at zero_grad, "
+                                "step time +102% (95% CI +21% to +288%); " * 3)
+    qtbot.waitUntil(lambda: window.minimumSizeHint().width() <= 1280)
+    assert window.width() == 1280
+
+
 # --- 2: the left panel fits with its restart hints ------------------------------------------
 @pytest.mark.parametrize("size", [None, (1280, 800)])
 def test_restart_hints_fit_in_the_left_panel(qtbot, window, size):

@@ -3,6 +3,7 @@ GuardedSink drops a sink that fails (a full disk) instead of failing the run."""
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from typing import Any, Protocol
@@ -86,7 +87,11 @@ class GuardedSink:
     def __getattr__(self, name: str) -> Any:
         if name not in self._FORWARDED:
             raise AttributeError(name)
-        return lambda *args: self._call(name, *args)
+        # Made once per record kind, then found as an attribute: the writer is called for
+        # every sample and step, and __getattr__ runs only for names not yet set.
+        forward = functools.partial(self._call, name)
+        setattr(self, name, forward)
+        return forward
 
     def detach(self) -> Any:
         """Take the sink away: later records go nowhere. Returns it (None if already gone)."""

@@ -92,23 +92,25 @@ PyObject* light_sample_fast(PyObject* self, PyObject* const* args, Py_ssize_t na
   });
 }
 
-// LightProbe.edge(code, carried: list) as a C function.
+// LightProbe.edge(code, carried: list[, heap: int]) as a C function.
 PyObject* light_edge_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   return guarded([&]() -> PyObject* {
-    if (nargs != 2 || !PyLong_Check(args[0]) || !PyList_Check(args[1])) {
-      PyErr_SetString(PyExc_TypeError, "edge(code: int, carried: list)");
+    if (nargs < 2 || nargs > 3 || !PyLong_Check(args[0]) || !PyList_Check(args[1]) ||
+        (nargs == 3 && !PyLong_Check(args[2]))) {
+      PyErr_SetString(PyExc_TypeError, "edge(code: int, carried: list[, heap: int])");
       return nullptr;
     }
     const long code = PyLong_AsLong(args[0]);
-    if (code == -1 && PyErr_Occurred()) {
+    const long heap = nargs == 3 ? PyLong_AsLong(args[2]) : -1;
+    if ((code == -1 || heap == -1) && PyErr_Occurred()) {
       return nullptr;
     }
     bound_object<LightProbe>(self)->edge(static_cast<int>(code),
-                                          py::reinterpret_borrow<py::list>(args[1]));
+                                          py::reinterpret_borrow<py::list>(args[1]),
+                                          static_cast<int>(heap));
     Py_RETURN_NONE;
   });
 }
-
 PyObject* light_take_fast(PyObject* self, PyObject* /*unused*/) {
   return guarded([&]() -> PyObject* { return bound_object<LightProbe>(self)->take(); });
 }

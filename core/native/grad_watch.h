@@ -265,10 +265,14 @@ class LightProbe {
     seen.clear();
     int64_t other = 0;
     for (const auto& item : carried) {
-      if (!THPVariable_Check(item.ptr())) {
+      PyObject* obj = item.ptr();
+      if (PyWeakref_CheckRef(obj)) {  // a watch keeps weak references to the carried tensors
+        obj = PyWeakref_GetObject(obj);  // borrowed; Py_None once the tensor is gone
+      }
+      if (!THPVariable_Check(obj)) {
         continue;
       }
-      const at::Tensor& t = THPVariable_Unpack(item.ptr());
+      const at::Tensor& t = THPVariable_Unpack(obj);
       if (!t.defined() || !t.has_storage()) {
         continue;
       }
@@ -317,9 +321,14 @@ class LightProbe {
         .count();
   }
 
-  void edge(int code, const py::list& carried) {
+  // `heap`: -1 reads the process heap where the phase's rule says, 0 never, 1 always (a
+  // watch reads it once a step, after the step's first forward, however many it makes).
+  void edge(int code, const py::list& carried, int heap = -1) {
     const double t = clock() - t0_;
-    const int r = rule(code);
+    int r = rule(code);
+    if (heap >= 0) {
+      r = heap ? (r | kReadHeap) : (r & ~kReadHeap);
+    }
     py::object states = py::none();
     if ((r & kScanOptimizer) && preset_) {
       py::list list;

@@ -5,10 +5,12 @@
 //   GradWatch     each gradient's sum of squares as autograd writes it; the gradients'
 //                 storages in one pass
 //   count_graph_nodes  the autograd graph's size without a Python object per node
+//   CallTracker   a watch's forward calls: reached by backward (how often), still alive
 //
 // One translation unit in several files, by concern, each included below inside the
 // anonymous namespace: recorder.h (Recorder), saved_tracker.h (SavedTracker), grad_watch.h
-// (GradWatch, LightProbe, count_graph_nodes), fast_calls.h (the phase edges' C calls); this
+// (GradWatch, LightProbe, count_graph_nodes), fast_calls.h (the phase edges' C calls),
+// call_tracker.h (CallTracker); this
 // file holds the includes and the Python module.
 //
 // Built by core/native/__init__.py against the installed torch; core/ has the same code in
@@ -33,6 +35,7 @@
 #include <c10/util/Logging.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/graph_task.h>
 #include <torch/csrc/autograd/variable.h>
 #include <torch/csrc/autograd/python_variable.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -52,6 +55,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <type_traits>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -65,6 +69,7 @@ namespace {
 #include "saved_tracker.h"
 #include "grad_watch.h"
 #include "fast_calls.h"
+#include "call_tracker.h"
 
 }  // namespace
 
@@ -99,6 +104,15 @@ PYBIND11_MODULE(memlens_native, m) {
       .def("fast_edges", [](py::object self) {
         // (edge, take) as plain C functions: edge runs at every phase edge.
         return bound_functions<LightProbe>(self, {&light_edge_def, &light_take_def});
+      });
+
+  py::class_<CallTracker>(m, "CallTracker")
+      .def(py::init<>())
+      .def("__len__", &CallTracker::size)
+      .def("fast_functions", [](py::object self) {
+        // (track, fired, alive, release) as plain C functions: track runs at every forward.
+        return bound_functions<CallTracker>(
+            self, {&calls_track_def, &calls_fired_def, &calls_alive_def, &calls_release_def});
       });
 
   SavedHolderType.tp_name = "memlens_native.SavedHolder";

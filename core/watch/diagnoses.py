@@ -25,6 +25,9 @@ def is_user_file(filename: str) -> bool:
                 or filename.endswith(("runpy.py", "functools.py", "contextlib.py")))
 
 
+_USER_CODE: dict[Any, bool] = {}  # code object -> is_user_file(its file): asked at every call
+
+
 def user_frames(depth: int = 1) -> Iterator[Any]:
     """The user's frames on the stack now, innermost first."""
     f = sys._getframe(depth)
@@ -36,8 +39,18 @@ def user_frames(depth: int = 1) -> Iterator[Any]:
 
 def call_site(depth: int = 2) -> str:
     """file:line of the innermost user frame (the line that called into torch)."""
-    for f in user_frames(depth):
-        return f"{f.f_code.co_filename}:{f.f_lineno}"
+    f = sys._getframe(depth)
+    known = _USER_CODE
+    while f is not None:
+        code = f.f_code
+        user = known.get(code)
+        if user is None:
+            if len(known) > 50_000:  # code made at run time (exec, compile) stays bounded
+                known.clear()
+            user = known[code] = is_user_file(code.co_filename)
+        if user:
+            return f"{code.co_filename}:{f.f_lineno}"
+        f = f.f_back
     return ""
 
 

@@ -14,6 +14,7 @@ counts (the saved-tensor tracker's bytes before and after a call).
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import itertools
 import math
@@ -30,11 +31,17 @@ from torch import Tensor, nn
 
 from memlens.core.loop import _PHASE_CATEGORY, GRAPH_NODE_LIMIT, count_graph_nodes
 from memlens.core.memory import MemoryProbe, StorageTracker
-from memlens.core.records import PHASES, MemorySample, RunSummary, StepRecord
+from memlens.core.records import PHASE_CODE, PHASES, MemorySample, RunSummary, StepRecord
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.hooks import TorchHooks
+from memlens.core.watch.writes import Writes, write_samples
 
+# A step's rows are handed to the writer thread (core.watch.writes) at most this long after
+# the step ends, a batch at a time (a follower draws at 30 Hz anyway).
+FLUSH_S = 0.1
 GROWING_STEPS = 3  # optimizer steps without clearing, each with a larger grad norm: diagnosis 3
+_FORWARD = PHASE_CODE["forward"]
+_SAMPLED = {p: PHASE_CODE[p] for p in PHASES}  # phases whose end is a memory sample
 _EVAL_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
 _ACTIVE: list[Watch] = []  # at most one watch at a time: the hooks are process-wide
 
@@ -53,6 +60,7 @@ class _Found:
         self.inputs: dict[int, weakref.ref] = {}
         self._earlier: dict[int, weakref.ref] = {}
         self._inputs_step = -1
+        self.carried_refs: list[weakref.ref] = []  # both steps' (the native sample takes them)
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -80,14 +88,14 @@ class _Found:
                 if id(b) not in seen and not seen.add(id(b))]
 
     def carried_tensors(self) -> list[Tensor]:
-        return [t for refs in (self._earlier, self.inputs) for r in refs.values()
-                if (t := r()) is not None]
+        return [t for r in self.carried_refs if (t := r()) is not None]
 
     def note_inputs(self, step: int, args: tuple) -> None:
         if step != self._inputs_step:
             self._earlier = self.inputs if step == self._inputs_step + 1 else {}
             self.inputs = {}
             self._inputs_step = step
+            self.carried_refs = list(self._earlier.values())
         for a in args[:8]:
             if isinstance(a, Tensor):
                 self._note(a)
@@ -97,13 +105,27 @@ class _Found:
                         self._note(t)
 
     def _note(self, t: Tensor) -> None:
-        try:
-            ptr = t.untyped_storage().data_ptr()
-        except (RuntimeError, NotImplementedError):  # no storage (a tensor subclass, say)
-            return
-        old = self.inputs.get(ptr) or self._earlier.get(ptr)
-        if old is None or old() is None:  # a freed storage's address may be new memory
-            self.inputs[ptr] = weakref.ref(t)
+        # By object: a sample counts each storage once (LightProbe, MemoryProbe), so a GAN's
+        # fake and fake.detach() may both be here. A dead reference's id may be a new tensor.
+        old = self.inputs.get(id(t))
+        if old is None or old() is not t:
+            ref = self.inputs[id(t)] = weakref.ref(t)
+            self.carried_refs.append(ref)
+
+
+class _Model:
+    """What a root call needs to know of a module, looked up once (by id, checked by weak
+    reference: a freed module's id may be a new one's)."""
+
+    __slots__ = ("eval_layers", "is_model", "name", "param_ids", "ref")
+
+    def __init__(self, module: nn.Module, is_model: bool) -> None:
+        self.ref = weakref.ref(module)
+        self.is_model = is_model
+        self.name = ""
+        self.param_ids: frozenset = frozenset(map(id, module.parameters())) if is_model else (
+            frozenset())
+        self.eval_layers = is_model and _has_eval_layers(module)
 
 
 class _Mark:
@@ -116,9 +138,12 @@ class _Mark:
 
 
 class _Call:
-    """One root forward call: who, where, how long, and whether backward reached it."""
+    """One root forward call: who, where, how long, and whether backward reached it.
 
-    __slots__ = ("bytes", "fired", "grad", "mark", "model", "ms", "site", "step",
+    Followed by the native CallTracker where built (`handle`), else by a Python pre-hook on
+    each output's node (__call__) and a marker in its metadata (`mark`)."""
+
+    __slots__ = ("bytes", "fired", "grad", "handle", "mark", "model", "ms", "site", "step",
                  "train_layers", "watch")
 
     def __init__(self, watch: Watch, step: int, model: str, site: str, grad: bool,
@@ -126,13 +151,28 @@ class _Call:
         self.watch, self.step, self.model, self.site = watch, step, model, site
         self.grad, self.train_layers = grad, train_layers
         self.fired = 0
+        self.handle = -1
         self.ms = 0.0
         self.bytes = 0
         self.mark: weakref.ref | None = None
 
-    def __call__(self, _grad_outputs) -> None:  # a pre-hook on the output's node
+    def __call__(self, _grad_outputs) -> None:  # the Python pre-hook on an output's node
         self.fired += 1
-        self.watch._fired_now.append(self)
+
+    def reached(self) -> int:
+        """How many backward passes reached this call's graph."""
+        return self.watch._fired(self.handle) if self.handle >= 0 else self.fired
+
+    def alive(self) -> bool:
+        """Whether the call's graph is still alive."""
+        if self.handle >= 0:
+            return self.watch._alive(self.handle)
+        return self.mark is not None and self.mark() is not None
+
+    def release(self) -> None:
+        if self.handle >= 0:
+            self.watch._release(self.handle)
+            self.handle = -1
 
 
 class Watch:
@@ -153,6 +193,7 @@ class Watch:
         if self.world_size > 1:  # torchrun: one folder per rank under the run's folder
             self.folder = self.folder / f"rank{self.rank}"
         self.writer = RunWriter(self.folder, precise=precise)
+        self._writes = Writes(self.writer)  # its calls, made on a thread of their own
         self.precise_requested = precise
         # Precise mode: every storage, through the Python dispatch mode, for the whole run.
         self.precise = StorageTracker(time.perf_counter()) if precise else None
@@ -161,7 +202,6 @@ class Watch:
         self.found = _Found()
         self._explicit_models = models is not None
         self._model_names: dict[int, str] = {}
-        self._has_params: dict[int, bool] = {}
         self._candidates: list[weakref.ref] = []  # every optimizer known to exist
         self._models_seen: dict[str, dict] = {}  # kept after the models are gone
         self._optimizers_seen: dict[int, str] = {}
@@ -170,7 +210,9 @@ class Watch:
         for o in _as_list(optimizers):
             self._add_optimizer(o, active=True)
         self._find_live_optimizers()
-        self.saved, self._count_nodes = _saved_tracker()
+        self.saved, self._count_nodes, self._native = _saved_tracker()
+        # (bytes saved this step, bytes kept from earlier steps) in one C call where native
+        self._saved_counts = getattr(self.saved, "_counts", None)
         self.probe: MemoryProbe | None = None
         self._probe_key: tuple = ()
         self.device = torch.device("cpu")
@@ -190,18 +232,22 @@ class Watch:
         self._step_t0 = self._t0
         self._phase_ms = dict.fromkeys(PHASES, 0.0)
         self._custom_ms: dict[str, float] = {}
-        self._depth = 0
+        self.in_forward = False  # a root module call is running (TorchHooks reads it)
         self._root: tuple[nn.Module, _Call, tuple, float] | None = None
         self._calls: list[_Call] = []
         self._pending_calls: list[_Call] = []
         self._backward_depth = 0
         self._backward_marks: list[weakref.ref] = []
-        self._fired_now: list[_Call] = []
+        self._reached: list[_Call] = []  # backwarded calls whose graph may still be alive
+        calls = native.CallTracker() if (native := self._native) is not None else None
+        self._track, self._fired, self._alive, self._release = (
+            calls.fast_functions() if calls is not None else (None, None, None, None))
         self._stepped: set[int] = set()
         self._ever_stepped: set[int] = set()
         self._called_params: set[int] = set()  # ids of the parameters of models called
-        self._param_ids: dict[int, frozenset] = {}
-        self._eval_layers: dict[int, bool] = {}  # module id -> has Dropout/BatchNorm
+        self._called_models: set[int] = set()  # ids of the models called under grad
+        self._modules: dict[int, _Model] = {}  # every module called at the root, by id
+        self._probe_stale = True  # a model or an optimizer was found since the probe was made
         self._after_backward = False
         self._cleared = True
         self._grad_norms: list[float] = []
@@ -214,15 +260,27 @@ class Watch:
         self._summary_peak = 0
         self._losses: list[float] = []
         self._samples: list[MemorySample] = []  # this step's, written with its row
+        self._rows: list[tuple[StepRecord, list[MemorySample]]] = []  # not written yet
+        self._flushed_at = time.perf_counter()
+        self._heap_read = False  # this step's heap figure is taken (after its first forward)
+        # CPU light mode: a phase edge's sample is one C call that keeps its figures until
+        # the step's end (LightProbe.edge, see _use_edges); None where samples are Python's.
+        self._edge = None
+        self._amp_seen = False
+        self._norms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._step_ms: list[float] = []
         self._saved_ctx = self.saved.hooks()
-        self.writer.on_start(self._meta())
+        self._writes.post(self.writer.on_start, self._meta())
         self._saved_ctx.__enter__()
         if self.precise is not None:
             self.precise.__enter__()
         self.hooks = TorchHooks(self)
         self.hooks.install()
         _ACTIVE.append(self)
+        atexit.register(self._at_exit)  # a watch never closed still ends its files
+
+    def _at_exit(self) -> None:
+        self.close()
 
     # --- the public interface ----------------------------------------------------------------
     def __enter__(self) -> Watch:
@@ -279,10 +337,14 @@ class Watch:
                    "optimizers": list(self._optimizers_seen.values())},
         )
         if self.precise is not None and self.precise.pending:
-            self.writer.on_allocations(self.precise.drain())
+            self._writes.post(self.writer.on_allocations, self.precise.drain())
+        self._flush_edges()
+        self._write_rows(self._clock())
         self._write_samples()  # those after the last step's end (a final sample)
-        self.writer.on_start({"finished": True})  # meta: a follower sees the end
-        self.writer.on_finish(summary.to_dict())
+        self._writes.post(self.writer.on_start, {"finished": True})  # meta: a follower sees the end
+        self._writes.post(self.writer.on_finish, summary.to_dict())
+        self._writes.close()
+        atexit.unregister(self._at_exit)
 
     def _last_step(self) -> None:
         if self._stepped or self._after_backward:  # a last step cut short; forwards alone
@@ -306,6 +368,7 @@ class Watch:
                 name, k = f"{base}{k}", k + 1
             self._model_names[id(m)] = name
             self.found.models.append(weakref.ref(m))
+            self._probe_stale = True
             self._models_seen[name] = {"name": name, "class": type(m).__name__,
                                        "parameters": sum(p.numel() for p in m.parameters())}
         return name
@@ -317,6 +380,7 @@ class Watch:
             self._candidates.append(weakref.ref(o))
         if active and all(r() is not o for r in self.found.optimizers_refs):
             self.found.optimizers_refs.append(weakref.ref(o))
+            self._probe_stale = True
             self._optimizers_seen[id(o)] = type(o).__name__
 
     def _find_live_optimizers(self) -> None:
@@ -328,13 +392,18 @@ class Watch:
             if issubclass(type(obj), base):  # type(): never a lazy object's __class__
                 self._add_optimizer(obj, active=False)
 
-    def _is_model(self, module: nn.Module) -> bool:
-        known = self._has_params.get(id(module))
-        if known is None:
-            known = self._has_params[id(module)] = next(module.parameters(), None) is not None
-        return known
+    def _module(self, module: nn.Module) -> _Model:
+        info = self._modules.get(id(module))
+        if info is None or info.ref() is not module:
+            is_model = next(module.parameters(), None) is not None and (
+                not self._explicit_models or id(module) in self._model_names)
+            info = self._modules[id(module)] = _Model(module, is_model)
+            if is_model:
+                info.name = self._add_model(module)
+        return info
 
     def _ensure_probe(self) -> None:
+        self._probe_stale = False
         key = (len(self.found.models), len(self.found.optimizers_refs))  # grow only
         if key == self._probe_key and self.probe is not None:
             return
@@ -342,22 +411,63 @@ class Watch:
         params = self.found.parameters()
         if params:
             self.device = params[0].device
+        self._flush_edges()  # the old probe's figures first: samples stay in order
         self.probe = MemoryProbe(self.found, self.device, self.saved, self.precise)
         if self.precise is not None:
             for p in params:
                 self.precise.track(p, "params", at_start=True)
+        self._use_edges()
         # A new probe knows no gradients or optimizer state yet: "start" scans them all.
         self.probe.sample(self.step_index, "start", 0.0, [])
-        self.writer.on_start(self._meta())
+        self._writes.post(self.writer.on_start, self._meta())
+
+    def _use_edges(self) -> None:
+        """On CPU without precise mode, a phase edge's sample is LightProbe.edge: the figures
+        MemoryProbe.sample would give (the same rules, the tests hold the two together), kept
+        in C until the step's end. Python's sample made a MemorySample and rescanned every
+        gradient's storage in Python at each edge: most of a watch's cost on a small model."""
+        self._edge = None
+        native = self._native
+        if (native is None or self.device.type != "cpu" or self.precise is not None
+                or self._amp_seen or not hasattr(self.saved, "native")):
+            return
+        grads = native.GradWatch(self.probe.param_list)  # no hooks: it only scans
+        self.probe.use_grad_watch(grads)
+        self.probe.use_light_probe(native.LightProbe(grads, self.saved.native), self._t0)
+        self._edge = self.probe.edge
+
+    def _flush_edges(self) -> None:
+        """The native edges' figures since the last flush, as this step's samples (made
+        MemorySamples on the writer thread: writes.edge_samples)."""
+        if self._edge is None:
+            return
+        rows = self.probe._take_rows()
+        if not rows:
+            return
+        params, buffers = self.probe.params.total, self.probe.buffers.total
+        base, peak, total = params + buffers, self._step_peak, 0
+        for _, _, grads, opt, act, other, _ in rows:
+            total = base + grads + opt + act + other
+            if total > peak:
+                peak = total
+        self._last_total, self._step_peak = total, peak
+        self._samples.append((self.step_index, params, buffers, rows))
+
+    def _account(self, samples: list[MemorySample]) -> None:
+        for s in samples:
+            total = s.allocated if s.allocated is not None else s.total
+            self._last_total = total
+            self._step_peak = max(self._step_peak, total)
+        self._samples += samples
 
     # --- phases ------------------------------------------------------------------------------
     def _charge(self, now: float) -> None:
         name = self._stack[-1]
-        ms = (now - self._since) * 1e3
-        if name in self._phase_ms:
-            self._phase_ms[name] += ms
+        ms = self._phase_ms
+        if name in ms:
+            ms[name] += (now - self._since) * 1e3
         elif name != "other":
-            self._custom_ms[name] = self._custom_ms.get(name, 0.0) + ms
+            self._custom_ms[name] = self._custom_ms.get(name, 0.0) + (now - self._since) * 1e3
 
     def _enter(self, name: str) -> None:
         now = self._clock()
@@ -371,92 +481,105 @@ class Watch:
             self.precise.begin_phase(self.step_index, name, _PHASE_CATEGORY[name])
 
     def _leave(self) -> str:
-        now = self._clock()
-        self._charge(now)
-        name = self._stack.pop() if len(self._stack) > 1 else "other"
-        if name in PHASES:
-            self._sample(name)
+        self._charge(self._clock())
+        stack = self._stack
+        name = stack.pop() if len(stack) > 1 else "other"
+        code = _SAMPLED.get(name)
+        if code is not None and self.probe is not None:
+            # The heap once a step, after its first forward (mallinfo2 walks malloc's lists).
+            heap = code == _FORWARD and not self._heap_read
+            if heap:
+                self._heap_read = True
+            if self._edge is not None:
+                self._edge(code, self.found.carried_refs, heap)
+            else:
+                self._account([self.probe.sample(
+                    self.step_index, name, self._clock() - self._t0, heap=heap)])
         self._since = self._clock()  # a sample's own cost is no phase's time
         return name
-
-    def _sample(self, phase: str) -> MemorySample | None:
-        if self.probe is None:
-            return None
-        # The heap once a step, after its first forward (mallinfo2 walks malloc's lists).
-        heap = phase == "forward" and not any(x.phase == "forward" for x in self._samples)
-        s = self.probe.sample(self.step_index, phase, self._clock() - self._t0, heap=heap)
-        self._samples.append(s)
-        total = s.allocated if s.allocated is not None else s.total
-        self._last_total = total
-        self._step_peak = max(self._step_peak, total)
-        return s
 
     def _note_amp_casts(self, nodes: list) -> None:
         """Autocast's weight copies this forward saved: amp_casts, not activations (as for
         presets, memlens.core.amp_casts); the probe counts those still saved at each sample."""
         from memlens.core.amp_casts import amp_cast_storages_of_nodes
 
+        if self._edge is not None:  # the native edges do not take AMP copies apart: Python's
+            self._flush_edges()     # samples from here on
+            self._amp_seen = True
+            self._edge = None
         self.probe.amp_casts.update(amp_cast_storages_of_nodes(nodes, self.probe.param_list))
 
+    def _write_rows(self, now: float) -> None:
+        """The steps ended since the last write: their samples, then their rows (a follower
+        that reads a step's row finds its samples), one flush for each file."""
+        self._flushed_at = now
+        if self._writes.failed is not None:
+            self._fail(self._writes.failed)
+        if self._rows:
+            rows, self._rows = self._rows, []
+            self._writes.post_steps(rows)
+
     def _write_samples(self) -> None:
-        """The step's samples reach memory.csv with its row, in one write: a follower reads
-        a step whole, and a sample costs the training thread no write of its own."""
+        """Samples after the last step's row (a final sample), at the end."""
         if self._samples:
-            self.writer.on_samples(self._samples)
+            self._writes.post(write_samples, self.writer, self._samples)
             self._samples = []
 
     # --- listener callbacks (TorchHooks) -------------------------------------------------------
-    def forward_pre(self, module: nn.Module, args: tuple) -> None:
+    def root_call(self, original, module: nn.Module, args: tuple, kwargs: dict) -> Any:
+        """A module called outside any other's forward (TorchHooks): a model's forward, or a
+        loss module's call. Calls the original and returns (or raises) what it did."""
         if _compiling():  # traced by torch.compile: add nothing to the user's graph
-            return
-        self._depth += 1
-        if self._depth == 1 and self._root is None and not self.broken:  # a root call only
-            self._guard(self._forward_pre, module, args)
+            return original(module, *args, **kwargs)
+        self.in_forward = True
+        try:
+            if not self._guard(self._forward_pre, module, args) or self._root is None:
+                return original(module, *args, **kwargs)
+            output = None
+            try:
+                output = original(module, *args, **kwargs)
+            finally:  # a forward that raises is recorded up to there (no graph: eval)
+                self._guard(self._forward_post, module, output)
+            return output
+        finally:
+            self.in_forward = False
 
     def _forward_pre(self, module: nn.Module, args: tuple) -> None:
-        if self._explicit_models and id(module) not in self._model_names:
-            return
-        if not self._is_model(module):  # a loss module or another parameter-free callable
+        info = self._module(module)
+        if not info.is_model:  # a loss module or another parameter-free callable
             return
         grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
-        if grad and (self._after_backward and not self._has_optimizers()
-                     and not self._manual_steps):
+        if grad and self._after_backward and not self._manual_steps and (
+                not self._has_optimizers()):
             self._end_step()
-        name = self._add_model(module)
-        self._ensure_probe()
-        ids = self._param_ids.get(id(module))
-        if ids is None:
-            ids = self._param_ids[id(module)] = frozenset(map(id, module.parameters()))
-        if grad:
-            self._called_params |= ids
-        layers = self._eval_layers.get(id(module))
-        if layers is None:
-            layers = self._eval_layers[id(module)] = _has_eval_layers(module)
-        call = _Call(self, self.step_index, name, dx.call_site(3), grad,
-                     module.training and layers)
-        if grad and self._capture is None and self.capture_every and (
+        if self._probe_stale:
+            self._ensure_probe()
+        if grad and id(module) not in self._called_models:
+            self._called_models.add(id(module))
+            self._called_params |= info.param_ids
+        call = _Call(self, self.step_index, info.name, dx.call_site(3), grad,
+                     info.eval_layers and module.training)
+        if grad and self.capture_every and self._capture is None and (
                 self.step_index % self.capture_every == 0
                 and self.step_index not in self._captured):
             self._begin_capture()
         self.found.note_inputs(self.step_index, args)
-        self._root = (module, call, self.saved.step_saved_bytes, self._clock())
         self._enter("forward" if grad else "eval")
-
-    def forward_post(self, module: nn.Module, output: Any) -> None:
-        if _compiling():
-            return
-        self._depth = max(0, self._depth - 1)
-        if not self._depth and self._root is not None and not self.broken:
-            self._guard(self._forward_post, module, output)
+        self._root = (module, call, self.saved.step_saved_bytes, self._since)
 
     def _forward_post(self, module: nn.Module, output: Any) -> None:
-        root = self._root
-        if root[0] is not module:
+        root, self._root = self._root, None
+        if root is None or root[0] is not module:
             return
-        self._root = None
         _, call, saved_before, t_start = root
         call.ms = (self._clock() - t_start) * 1e3
-        if call.grad:
+        if call.grad and self._track is not None:
+            call.handle = self._track(output)
+            if call.handle < 0:
+                call.grad = False  # nothing in it can be backwarded: an eval forward
+            elif torch.is_autocast_enabled(self.device.type):
+                self._note_amp_casts(_output_nodes(output))
+        elif call.grad:
             nodes = _output_nodes(output)
             if nodes and torch.is_autocast_enabled(self.device.type):
                 self._note_amp_casts(nodes)
@@ -514,7 +637,6 @@ class Watch:
                 self._guard(self._after_backward_call)
 
     def _before_backward(self, tensors) -> None:
-        self._fired_now = []
         roots = [t for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])
                  if isinstance(t, Tensor)]
         self._note_roots(roots)
@@ -561,7 +683,7 @@ class Watch:
         except Exception as exc:  # a capture that fails costs the picture, never the run
             self._event("info", "graph capture", f"graph capture failed: {exc}", once=True)
             return
-        self.writer.on_graph(snapshot)
+        self._writes.post(self.writer.on_graph, snapshot)
 
     def optimizer_created(self, opt) -> None:
         self._guard(self._add_optimizer, opt, False)
@@ -574,7 +696,8 @@ class Watch:
 
     def _optimizer_pre(self, opt, args, kwargs) -> None:
         self._add_optimizer(opt, active=True)
-        self._ensure_probe()
+        if self._probe_stale:
+            self._ensure_probe()
         if not self._manual_steps and id(opt) in self._stepped:
             self._end_step()  # it steps again: the step before ended without the others
         self._grad_norm_of(opt)
@@ -613,37 +736,43 @@ class Watch:
         step = self.step_index
         step_ms = (now - self._step_t0) * 1e3
         self._step_t0 = now
-        moved = sum(c.ms for c in self._calls if c.grad and not c.fired)
+        moved = sum(c.ms for c in self._calls if c.grad and not c.reached())
         ms = self._phase_ms
         forward_ms, eval_ms = max(0.0, ms["forward"] - moved), ms["eval"] + moved
         cuda = self.device.type == "cuda"
         reserved = torch.cuda.memory_reserved(self.device) if cuda else None
+        self._flush_edges()
         peak = self._step_peak
         if self.precise is not None:
             peak = max(peak, self.precise.peak_bytes)
             self.precise.reset_peak()
             if self.precise.pending:
-                self.writer.on_allocations(self.precise.drain())
+                self._writes.post(self.writer.on_allocations, self.precise.drain())
         if cuda:
             peak = max(peak, torch.cuda.max_memory_allocated(self.device))
             torch.cuda.reset_peak_memory_stats(self.device)
-        self.saved.measure()
+        if self._saved_counts is None:  # the Python tracker counts at a measure
+            self.saved.measure()
+            saved_bytes, retained = self.saved.step_saved_bytes, self.saved.retained_bytes
+        else:
+            saved_bytes, retained = self._saved_counts()
         record = StepRecord(
             step=step, time_s=now - self._t0, loss=self._loss,
             grad_norm=math.sqrt(self._norm_sq) if self._norm_sq == self._norm_sq else math.nan,
             step_ms=step_ms, zero_grad_ms=ms["zero_grad"], forward_ms=forward_ms,
             backward_ms=ms["backward"], optimizer_ms=ms["optimizer"], eval_ms=eval_ms,
             allocated_bytes=self._last_total, peak_bytes=peak, reserved_bytes=reserved,
-            graph_nodes=self._graph_nodes, saved_bytes=self.saved.step_saved_bytes,
-            retained_bytes=self.saved.retained_bytes,
+            graph_nodes=self._graph_nodes, saved_bytes=saved_bytes, retained_bytes=retained,
             optimizer_stepped=bool(self._stepped), peak_is_exact=self.precise is not None,
         )
         self.saved.new_step()
         if self.probe is not None and self.probe.amp_casts:  # a freed copy's address may be
             live = self.saved.live  # reused by an activation: keep only those still saved
             self.probe.amp_casts = {k: n for k, n in self.probe.amp_casts.items() if k in live}
-        self._write_samples()
-        self.writer.on_step(record)
+        self._rows.append((record, self._samples))
+        self._samples = []
+        if now - self._flushed_at >= FLUSH_S:
+            self._write_rows(now)
         self._summary_peak = max(self._summary_peak, peak)
         if self._loss == self._loss:
             self._losses.append(self._loss)
@@ -660,10 +789,12 @@ class Watch:
         self._phase_ms = dict.fromkeys(PHASES, 0.0)
         self._stepped = set()
         self._called_params = set()
+        self._called_models = set()
         self._after_backward = False
         self._norm_sq = math.nan
         self._loss = math.nan
         self._step_peak = self._last_total
+        self._heap_read = False
         self._since = self._clock()
 
     # --- what is measured at a backward and an optimizer step -----------------------------------
@@ -673,7 +804,8 @@ class Watch:
             if fn is None:
                 continue
             if t.numel() == 1:
-                self._loss = float(t.detach().float().item())
+                v = t.item()  # the loss, as the user's own loss.item() reads it
+                self._loss = float(v.real if isinstance(v, complex) else v)
             if "memlens" not in fn.metadata:
                 m = _Mark(self.step_index, "loss", dx.call_site(4))
                 fn.metadata["memlens"] = m
@@ -681,9 +813,29 @@ class Watch:
         self._graph_nodes = self._count_nodes(roots, GRAPH_NODE_LIMIT)
 
     def _grad_norm_of(self, opt) -> None:
-        grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
-        if not grads:
+        if not any(p.grad is not None for g in opt.param_groups for p in g["params"]):
             return
+        sq = self._native_sum_of_squares(opt)
+        if sq < 0:
+            sq = self._sum_of_squares(opt)
+        self._norm_sq = sq if self._norm_sq != self._norm_sq else self._norm_sq + sq
+        self._check_grads_growing(opt, math.sqrt(sq))
+
+    def _native_sum_of_squares(self, opt) -> float:
+        """The optimizer's gradients' sum of squares read in C (CPU float gradients), or -1
+        where one is of a kind it does not read (then torch computes it)."""
+        if self._native is None:
+            return -1.0
+        n = sum(len(g["params"]) for g in opt.param_groups)
+        entry = self._norms.get(opt)
+        if entry is None or entry[0] != n:  # a param group added: read the new list
+            params = [p for g in opt.param_groups for p in g["params"]]
+            entry = self._norms[opt] = (n, self._native.GradWatch(params).fast_functions()[1])
+        return entry[1]()
+
+    @staticmethod
+    def _sum_of_squares(opt) -> float:
+        grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
         with torch.no_grad():
             try:  # one foreach kernel for all, as clip_grad_norm_ takes it
                 norms = torch._foreach_norm([g.detach() for g in grads])
@@ -692,8 +844,7 @@ class Watch:
             except (RuntimeError, NotImplementedError):  # sparse gradients, say: one by one
                 sq = float(sum(float(torch.linalg.vector_norm(g.detach().float())) ** 2
                                for g in grads))
-        self._norm_sq = sq if self._norm_sq != self._norm_sq else self._norm_sq + sq
-        self._check_grads_growing(opt, math.sqrt(sq))
+        return sq
 
     def _check_cleared(self) -> None:
         for o in self.found.optimizers:
@@ -724,10 +875,22 @@ class Watch:
     def _settle(self, final: bool) -> None:
         """Forward calls whose fate is known: backwarded, or not (diagnosis 1 and 5)."""
         keep = []
+        reached = []
+        for c in self._reached:
+            if c.alive():
+                reached.append(c)
+            else:
+                c.release()
         for c in self._pending_calls:
-            if not c.grad or c.fired:
+            if not c.grad:
                 continue
-            alive = c.mark is not None and c.mark() is not None
+            if c.reached():  # kept while its graph lives: a second backward (diagnosis 4)
+                if c.alive():
+                    reached.append(c)
+                else:
+                    c.release()
+                continue
+            alive = c.alive()
             if alive and not final and c.step == self.step_index:
                 keep.append(c)  # it may be backwarded by the next step still
                 continue
@@ -742,7 +905,9 @@ class Watch:
                 c.bytes)
             if c.train_layers:
                 self._report_eval_in_train(c)
+            c.release()
         self._pending_calls = keep
+        self._reached = reached
 
     def _report_eval_in_train(self, c: _Call) -> None:
         self._report(
@@ -803,7 +968,8 @@ class Watch:
         text = str(exc)
         if "backward through the graph a second time" not in text:
             return
-        origin = next((c for c in self._fired_now if c.fired > 1), None)
+        calls = self._reached + self._pending_calls + self._calls
+        origin = next((c for c in reversed(calls) if c.grad and c.reached() > 1), None)
         where = origin.site if origin else dx.call_site(4)
         self._report(
             dx.STATE_NOT_DETACHED, where,
@@ -825,7 +991,7 @@ class Watch:
         e = dx.diagnosis(self.step_index, self._clock() - self._t0, key, message, explanation,
                          nbytes=nbytes, where=where, fix=fix, phase=phase)
         self.events.append(e)
-        self.writer.on_event(e)
+        self._writes.post(self.writer.on_event, e)
 
     def _event(self, kind: str, key: str, message: str, explanation: str = "",
                once: bool = False) -> None:
@@ -838,7 +1004,7 @@ class Watch:
         e = RunEvent(step=self.step_index, time_s=self._clock() - self._t0, kind=kind, key=key,
                      message=message, explanation=explanation)
         self.events.append(e)
-        self.writer.on_event(e)
+        self._writes.post(self.writer.on_event, e)
 
     # --- run.json ------------------------------------------------------------------------------
     def _meta(self) -> dict:
@@ -907,6 +1073,16 @@ class _Joined:
 # --- helpers ----------------------------------------------------------------------------------
 
 
+def _forget_in_child() -> None:
+    """A forked child (a DataLoader worker) inherits the hooks: they must do nothing there,
+    and nothing of the parent's run is written from it."""
+    for w in _ACTIVE:
+        w.broken = w.closed = True
+
+
+os.register_at_fork(after_in_child=_forget_in_child)
+
+
 def _as_list(x) -> list:
     if x is None:
         return []
@@ -937,23 +1113,31 @@ def _has_eval_layers(module: nn.Module) -> bool:
     return any(isinstance(m, _EVAL_LAYERS) for m in module.modules())
 
 
-def _output_nodes(output: Any, depth: int = 0) -> list:
-    """The autograd nodes of a forward's tensor outputs (each once)."""
-    out: list = []
+def _output_nodes(output: Any) -> list:
+    """The autograd nodes of a forward's tensor outputs (each once): a tensor, or tensors in
+    tuples, lists and dicts nested up to three deep (16 items of each looked at)."""
     if isinstance(output, Tensor):
-        if output.grad_fn is not None:
-            out.append(output.grad_fn)
-    elif depth < 3 and isinstance(output, (list, tuple)):
-        for o in output[:16]:
-            out += _output_nodes(o, depth + 1)
-    elif depth < 3 and isinstance(output, dict):
-        for o in list(output.values())[:16]:
-            out += _output_nodes(o, depth + 1)
-    seen: list = []
-    for n in out:
-        if all(n is not s for s in seen):
-            seen.append(n)
-    return seen
+        fn = output.grad_fn
+        return [fn] if fn is not None else []
+    nodes: list = []
+    level = [output]
+    for _ in range(3):
+        inner = []
+        for x in level:
+            items = x.values() if isinstance(x, dict) else x
+            if not isinstance(items, (tuple, list)):
+                items = list(items) if isinstance(x, dict) else ()
+            for o in items[:16]:
+                if isinstance(o, Tensor):
+                    fn = o.grad_fn
+                    if fn is not None and all(fn is not n for n in nodes):
+                        nodes.append(fn)
+                elif isinstance(o, (tuple, list, dict)):
+                    inner.append(o)
+        if not inner:
+            break
+        level = inner
+    return nodes
 
 
 def _saved_tracker():
@@ -963,4 +1147,5 @@ def _saved_tracker():
     from memlens.core.native.tracker import make_saved_tracker
 
     native = load(build=False)
-    return make_saved_tracker(), (native.count_graph_nodes if native else count_graph_nodes)
+    return (make_saved_tracker(), native.count_graph_nodes if native else count_graph_nodes,
+            native)

@@ -87,6 +87,32 @@ def ratio_of_medians(before: Sequence[float], after: Sequence[float], *,
     return RatioCI(ratio, float(low), float(high), int(b.size), int(a.size), confidence)
 
 
+def median_pair_ratio(before: Sequence[float], after: Sequence[float], *,
+                      confidence: float = CONFIDENCE, n_boot: int = N_BOOT,
+                      seed: int = 0) -> RatioCI:
+    """The median of after[i] / before[i] over pairs measured side by side (two processes
+    run one after the other, say), with a percentile-bootstrap interval over the pairs.
+
+    Each pair's ratio cancels what both of its sides share (the machine's speed at that
+    moment); the interval reflects how much pairs disagree, which a bootstrap over the steps
+    of a few processes would not (a process's steps share its memory layout, its page-fault
+    regime). Pairs with a non-finite or non-positive side are dropped."""
+    pairs = [(b, a) for b, a in zip(before, after, strict=True)
+             if np.isfinite(b) and np.isfinite(a) and b > 0 and a > 0]
+    n = len(pairs)
+    if n == 0:
+        return RatioCI(float("nan"), float("nan"), float("nan"), 0, 0, confidence)
+    r = np.array([a / b for b, a in pairs])
+    ratio = float(np.median(r))
+    if n < MIN_SAMPLES:
+        return RatioCI(ratio, float("-inf"), float("inf"), n, n, confidence)
+    rng = np.random.default_rng(seed)
+    boots = np.median(r[rng.integers(0, n, size=(n_boot, n))], axis=1)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(boots, [tail, 1.0 - tail])
+    return RatioCI(ratio, float(low), float(high), n, n, confidence)
+
+
 def _clean(values: Sequence[float]) -> np.ndarray:
     arr = np.asarray(values, dtype=np.float64).ravel()
     return arr[np.isfinite(arr)]

@@ -1,13 +1,17 @@
-"""A small DCGAN on random 16x16 images: two models, two optimizers, D(fake.detach()) for
-the discriminator's step, and a sample from fixed noise every few steps (under grad, as
-many scripts do: memlens watch points out what that costs).
+"""A DCGAN on random 32x32 RGB images (CIFAR-10's size): two models, two optimizers,
+D(fake.detach()) for the discriminator's step, and a sample from fixed noise every few steps
+(under grad, as many scripts do: memlens watch points out what that costs). The paper's
+layout and latent size (100), at 32 feature maps and batch 32.
 
 Plain PyTorch, no memlens: record it with `python main.py watch examples/dcgan.py`.
 Options: --steps N, --sample-every N, --times FILE (each step's wall and thread CPU time in
-ms, one step a line).
+ms, one step a line), --tiny (16x16 grey images, 16 feature maps, latent 16: a step of a few
+milliseconds).
 """
 
 import argparse
+import itertools
+import math
 import time
 
 import torch
@@ -17,31 +21,47 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=200)
 parser.add_argument("--sample-every", type=int, default=10)
 parser.add_argument("--times", help="write each step's time (ms) to this file")
+parser.add_argument("--tiny", action="store_true", help="toy sizes: a step of a few ms")
 args = parser.parse_args()
 torch.manual_seed(0)
 
-NZ, NGF, NDF, BATCH = 16, 16, 16, 32
+NZ, NGF, NDF, BATCH, CH, SIZE = (16, 16, 16, 32, 1, 16) if args.tiny else (100, 32, 32, 32, 3, 32)
+
+
+def up(cin, cout, first=False):  # a transposed convolution that doubles the size (4x at first)
+    conv = nn.ConvTranspose2d(cin, cout, 4, 1, 0, bias=False) if first else (
+        nn.ConvTranspose2d(cin, cout, 4, 2, 1, bias=False))
+    return [conv, nn.BatchNorm2d(cout), nn.ReLU(True)]
+
+
+def down(cin, cout, norm=True):  # a convolution that halves the size
+    return [nn.Conv2d(cin, cout, 4, 2, 1, bias=False),
+            *([nn.BatchNorm2d(cout)] if norm else []), nn.LeakyReLU(0.2, inplace=True)]
+
+
+# 4x4 from the noise, doubled up to SIZE; D halves SIZE down to 4x4, then one 4x4 conv.
+widths = [NGF * 2 ** i for i in range(int(math.log2(SIZE)) - 2)][::-1]  # e.g. 128, 64, 32
 netG = nn.Sequential(
-    nn.ConvTranspose2d(NZ, NGF * 2, 4, 1, 0, bias=False), nn.BatchNorm2d(NGF * 2), nn.ReLU(True),
-    nn.ConvTranspose2d(NGF * 2, NGF, 4, 2, 1, bias=False), nn.BatchNorm2d(NGF), nn.ReLU(True),
-    nn.ConvTranspose2d(NGF, 1, 4, 2, 1, bias=False), nn.Tanh(),
+    *up(NZ, widths[0], first=True),
+    *[layer for a, b in itertools.pairwise(widths) for layer in up(a, b)],
+    nn.ConvTranspose2d(widths[-1], CH, 4, 2, 1, bias=False), nn.Tanh(),
 )
+dwidths = [NDF * 2 ** i for i in range(int(math.log2(SIZE)) - 2)]  # e.g. 32, 64, 128
 netD = nn.Sequential(
-    nn.Conv2d(1, NDF, 4, 2, 1, bias=False), nn.LeakyReLU(0.2, inplace=True),
-    nn.Conv2d(NDF, NDF * 2, 4, 2, 1, bias=False), nn.BatchNorm2d(NDF * 2),
-    nn.LeakyReLU(0.2, inplace=True),
-    nn.Conv2d(NDF * 2, 1, 4, 1, 0, bias=False), nn.Flatten(), nn.Sigmoid(),
+    *down(CH, dwidths[0], norm=False),
+    *[layer for a, b in itertools.pairwise(dwidths) for layer in down(a, b)],
+    nn.Conv2d(dwidths[-1], 1, 4, 1, 0, bias=False), nn.Flatten(), nn.Sigmoid(),
 )
 optD = torch.optim.Adam(netD.parameters(), lr=2e-4, betas=(0.5, 0.999))
 optG = torch.optim.Adam(netG.parameters(), lr=2e-4, betas=(0.5, 0.999))
 criterion = nn.BCELoss()
 fixed_noise = torch.randn(16, NZ, 1, 1)
-real_images = torch.rand(512, 1, 16, 16) * 2 - 1
+real_images = torch.rand(512, CH, SIZE, SIZE) * 2 - 1
 ones, zeros = torch.ones(BATCH, 1), torch.zeros(BATCH, 1)
 samples = []
-times = []
-for step in range(args.steps):
-    t0, c0 = time.perf_counter(), time.thread_time()
+
+
+def train_step(step):
     real = real_images[(step * BATCH) % 512:][:BATCH]
     # discriminator: real up, fake down (the fake detached: G is not trained here)
     optD.zero_grad()
@@ -58,9 +78,17 @@ for step in range(args.steps):
     if step % args.sample_every == 0:
         sample = netG(fixed_noise)  # a progress picture, under grad
         samples.append(sample.detach().mean().item())
-    times.append(((time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3))
-    if step % 50 == 0 or step == args.steps - 1:
-        print(f"step {step}: loss D {errD.item():.4f} G {errG.item():.4f}")
-if args.times:
-    with open(args.times, "w") as fh:
-        fh.write("\n".join(f"{t:.4f} {c:.4f}" for t, c in times) + "\n")
+    return errD, errG
+
+
+if __name__ == "__main__":
+    times = []
+    for step in range(args.steps):
+        t0, c0 = time.perf_counter(), time.thread_time()
+        errD, errG = train_step(step)
+        times.append(((time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3))
+        if step % 50 == 0 or step == args.steps - 1:
+            print(f"step {step}: loss D {errD.item():.4f} G {errG.item():.4f}")
+    if args.times:
+        with open(args.times, "w") as fh:
+            fh.write("\n".join(f"{t:.4f} {c:.4f}" for t, c in times) + "\n")

@@ -89,6 +89,9 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     finally:
         sys.argv, sys.path[:] = old_argv, old_path
         w.close(error=error, exit_code=code)
+    if w.write_error is not None:
+        print(f"memlens watch: writing {w.folder} failed ({w.write_error}); it holds what "
+              "was written before. The script ran unchanged.", file=sys.stderr)
     if not quiet:
         print(f"memlens watch: {w.step_index} steps recorded in {w.folder}", file=sys.stderr)
         for e in w.events:

@@ -246,6 +246,9 @@ class Watch:
         self._ever_stepped: set[int] = set()
         self._called_params: set[int] = set()  # ids of the parameters of models called
         self._called_models: set[int] = set()  # ids of the models called under grad
+        self._active_ids: dict[int, weakref.ref] = {}  # optimizers measured, by id
+        self._required: set[int] = set()  # _required_optimizers' answer for _required_key
+        self._required_key: tuple | None = None
         self._modules: dict[int, _Model] = {}  # every module called at the root, by id
         self._probe_stale = True  # a model or an optimizer was found since the probe was made
         self._after_backward = False
@@ -354,6 +357,11 @@ class Watch:
         self._settle(final=True)
 
     @property
+    def write_error(self) -> BaseException | None:
+        """The error that stopped the run folder's writes (a full disk), if one did."""
+        return self._writes.failed
+
+    @property
     def nothing_found(self) -> bool:
         return not self._models_seen and not self._optimizers_seen
 
@@ -376,9 +384,13 @@ class Watch:
     def _add_optimizer(self, o: torch.optim.Optimizer, active: bool) -> None:
         """A candidate may end steps (see _required_optimizers); an active optimizer (passed
         in, or one that stepped) is also measured."""
+        if active and id(o) in self._active_ids and self._active_ids[id(o)]() is o:
+            return  # the usual case, every step: known already
         if all(r() is not o for r in self._candidates):
             self._candidates.append(weakref.ref(o))
+            self._required_key = None
         if active and all(r() is not o for r in self.found.optimizers_refs):
+            self._active_ids[id(o)] = weakref.ref(o)
             self.found.optimizers_refs.append(weakref.ref(o))
             self._probe_stale = True
             self._optimizers_seen[id(o)] = type(o).__name__
@@ -528,26 +540,40 @@ class Watch:
     # --- listener callbacks (TorchHooks) -------------------------------------------------------
     def root_call(self, original, module: nn.Module, args: tuple, kwargs: dict) -> Any:
         """A module called outside any other's forward (TorchHooks): a model's forward, or a
-        loss module's call. Calls the original and returns (or raises) what it did."""
+        loss module's call. Calls the original and returns (or raises) what it did. (The
+        guards are written out: this runs at every root call, frames cost.)"""
         if _compiling():  # traced by torch.compile: add nothing to the user's graph
             return original(module, *args, **kwargs)
+        info = self._modules.get(id(module))
         self.in_forward = True
         try:
-            if not self._guard(self._forward_pre, module, args) or self._root is None:
+            started = False
+            if info is None or info.is_model or info.ref() is not module:  # else a loss module
+                try:
+                    started = self._forward_pre(module, args)
+                except Exception as exc:
+                    self._fail(exc)
+            if not started:
                 return original(module, *args, **kwargs)
             output = None
             try:
                 output = original(module, *args, **kwargs)
             finally:  # a forward that raises is recorded up to there (no graph: eval)
-                self._guard(self._forward_post, module, output)
+                try:
+                    self._forward_post(module, output)
+                except Exception as exc:
+                    self._fail(exc)
             return output
         finally:
             self.in_forward = False
 
-    def _forward_pre(self, module: nn.Module, args: tuple) -> None:
+    def _forward_pre(self, module: nn.Module, args: tuple) -> bool:
+        """A root call begins: True where it is a model's forward, recorded."""
+        if self.broken:
+            return False
         info = self._module(module)
         if not info.is_model:  # a loss module or another parameter-free callable
-            return
+            return False
         grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
         if grad and self._after_backward and not self._manual_steps and (
                 not self._has_optimizers()):
@@ -566,6 +592,7 @@ class Watch:
         self.found.note_inputs(self.step_index, args)
         self._enter("forward" if grad else "eval")
         self._root = (module, call, self.saved.step_saved_bytes, self._since)
+        return True
 
     def _forward_post(self, module: nn.Module, output: Any) -> None:
         root, self._root = self._root, None
@@ -640,7 +667,8 @@ class Watch:
         roots = [t for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])
                  if isinstance(t, Tensor)]
         self._note_roots(roots)
-        self._check_cleared()
+        if not self._cleared:  # cleared without zero_grad (p.grad = None)?
+            self._check_cleared()
         if self._capture is not None and roots:
             self._finish_capture(roots[0])
         self._enter("backward")
@@ -723,10 +751,15 @@ class Watch:
         """The optimizers a step waits for: those that have stepped in this run, and those
         that own a parameter of a model this step called (a GAN's second optimizer before
         its first step); an optimizer left over from earlier work is neither."""
-        called = self._called_params
-        return {id(o) for r in self._candidates if (o := r()) is not None
+        key = (len(self._called_models), len(self._ever_stepped), len(self._candidates))
+        if key != self._required_key:  # grows only within a step: unchanged, the same set
+            called = self._called_params
+            self._required = {
+                id(o) for r in self._candidates if (o := r()) is not None
                 if id(o) in self._ever_stepped
                 or any(id(p) in called for g in o.param_groups for p in g["params"][:1])}
+            self._required_key = key
+        return self._required
 
     # --- steps -------------------------------------------------------------------------------
     def _end_step(self, closing: bool = False) -> None:
@@ -790,6 +823,7 @@ class Watch:
         self._stepped = set()
         self._called_params = set()
         self._called_models = set()
+        self._required_key = None
         self._after_backward = False
         self._norm_sq = math.nan
         self._loss = math.nan
@@ -952,14 +986,17 @@ class Watch:
             self.saved.retained_bytes or None)
 
     def _old_marks(self) -> list[_Mark]:
-        """Marks of losses from earlier steps whose graph is still alive."""
+        """Marks of losses from two or more steps back whose graph is still alive. The last
+        step's loss may well be: `loss = train_step(batch)` holds it until the next step
+        returns, and this runs inside that step (harmless: backward freed what it saved).
+        An accumulated graph (`total += loss`, a list of losses) keeps them all."""
         old, alive = [], []
         for r in self._backward_marks:
             m = r()
             if m is None:
                 continue
             alive.append(r)
-            if m.step < self.step_index:
+            if m.step < self.step_index - 1:
                 old.append(m)
         self._backward_marks = alive
         return old

@@ -2,7 +2,7 @@
 
 import numpy as np
 
-from memlens.core.stats import ratio_of_medians
+from memlens.core.stats import median_pair_ratio, ratio_of_medians
 
 
 def _noisy_steps(rng, n, base_ms, slow=1.0):
@@ -54,3 +54,36 @@ def test_within_noise_text_names_the_width():
     text = effect.describe()
     assert text.startswith("step time within noise (±") and text.endswith("%)")
     assert effect.as_dict()["significant"] is False
+
+
+# --- median_pair_ratio: pairs measured side by side (the watch benchmark's blocks) -----------
+
+
+def test_pair_ratio_is_the_median_of_each_pairs_ratio():
+    before, after = [10.0, 20.0, 40.0, 5.0], [11.0, 26.0, 40.0, 5.5]
+    effect = median_pair_ratio(before, after)
+    assert effect.ratio == np.median(np.array(after) / np.array(before))
+    assert effect.n_before == effect.n_after == 4
+
+
+def test_pairs_cancel_a_drift_both_sides_share():
+    """The machine slows down and speeds up (a shared host): both sides of a pair see the
+    same speed, so a real 4% cost is found where ratio_of_medians over all steps is lost."""
+    found_paired = found_pooled = 0
+    for seed in range(10):
+        rng = np.random.default_rng(200 + seed)
+        speed = rng.uniform(0.7, 1.4, 24)  # each pair's moment
+        before = 10.0 * speed * rng.lognormal(0.0, 0.01, 24)
+        after = 10.4 * speed * rng.lognormal(0.0, 0.01, 24)
+        paired = median_pair_ratio(before, after, seed=seed)
+        pooled = ratio_of_medians(before, after, seed=seed)
+        assert paired.low <= 1.04 <= paired.high
+        found_paired += paired.significant and paired.low > 1.0
+        found_pooled += pooled.significant
+    assert found_paired >= 9 and found_pooled <= 2
+
+
+def test_pair_ratio_drops_broken_pairs_and_needs_three():
+    effect = median_pair_ratio([1.0, float("nan"), 0.0], [1.1, 2.0, 3.0])
+    assert effect.n_before == 1 and effect.ratio == 1.1 / 1.0
+    assert not effect.significant  # one pair: no interval

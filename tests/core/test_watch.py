@@ -479,3 +479,126 @@ def test_grad_norm_is_the_norm_of_the_gradients_the_optimizer_steps_with(tmp_pat
     torch.nn.functional.mse_loss(model(x), y).backward()
     norm = sum(float((p.grad.double() ** 2).sum()) for p in model.parameters()) ** 0.5
     assert load_run(folder).steps.column("grad_norm")[0] == pytest.approx(norm, rel=1e-5)
+
+
+# --- how the watch hooks in: what it changes of torch while on, and after ---------------------
+
+
+def test_module_call_is_torch_own_again_after_close_and_models_pickle_while_watched(tmp_path):
+    """The watch wraps nn.Module.__call__ (not global module hooks, not the models): a model
+    pickles and deep-copies while watched, its hook dicts stay empty, and closing puts
+    torch's own __call__ back."""
+    import copy
+    import io
+
+    from torch import nn
+
+    from memlens.core.watch.session import Watch
+
+    original = nn.Module.__dict__["__call__"]
+    model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
+    w = Watch(out=tmp_path / "run", script="t")
+    try:
+        assert nn.Module.__dict__["__call__"] is not original
+        model(torch.randn(2, 4)).sum().backward()
+        torch.save(model, buf := io.BytesIO())  # the whole module, as many scripts save it
+        clone = copy.deepcopy(model)
+        assert not any(m._forward_hooks or m._forward_pre_hooks for m in model.modules())
+    finally:
+        w.close()
+    assert nn.Module.__dict__["__call__"] is original
+    assert not torch.nn.modules.module._global_forward_hooks
+    buf.seek(0)
+    loaded = torch.load(buf, weights_only=False)
+    x = torch.randn(3, 4)
+    assert torch.equal(loaded(x), model(x)) and torch.equal(clone(x), model(x))
+
+
+def test_forward_calls_followed_natively_agree_with_torch_own_prehooks(tmp_path):
+    """Whether backward reached a forward's graph, counted by memlens (a C++ pre-hook where
+    the native helpers are built) and by torch's own Python pre-hooks on the same nodes."""
+    from memlens.core.native import load
+
+    native = load(build=False)
+    if native is None:
+        pytest.skip("native helpers not built")
+    track, fired, alive, release = native.CallTracker().fast_functions()
+    a = torch.randn(5, requires_grad=True)
+    cases = {"backwarded once": 1, "twice (retain_graph)": 2, "never": 0}
+    for what, passes in cases.items():
+        y, h = a * 2, (a + 1).tanh()  # a model's output and its carried state
+        reached = [0]
+
+        def count(_grads, reached=reached):
+            reached[0] += 1
+
+        for node in (y.grad_fn, h.grad_fn):
+            node.register_prehook(count)
+        del node
+        handle = track((y, {"state": [h, y]}))
+        for i in range(passes):
+            (y.sum() + h.sum()).backward(retain_graph=i < passes - 1)
+        # torch's hooks fire once per node a pass; memlens counts passes
+        assert fired(handle) * 2 == reached[0] == 2 * passes, what
+        markers = [weakref.ref(t.grad_fn.metadata.setdefault("m", type("M", (), {})()))
+                   for t in (y, h)]  # die with the nodes
+        assert alive(handle)
+        del y, h
+        gc.collect()
+        assert all(m() is None for m in markers)
+        assert not alive(handle), what
+        release(handle)
+    assert track(a.detach()) == -1  # nothing to backward: an eval forward
+
+
+def test_a_failing_write_stops_recording_and_never_the_script(tmp_path, capsys, monkeypatch):
+    """Rows are written on the watch's writer thread: a write that fails there (a full disk)
+    stops the recording, and the script runs on with the same results."""
+    from memlens.core.run_files import RunWriter
+
+    def full(self, rows):
+        raise OSError(28, "No space left on device")
+
+    plain(tmp_path, ADAM_LOOP, ["40"])
+    expected = capsys.readouterr().out
+    monkeypatch.setattr(RunWriter, "on_steps", full)
+    code, _doc, _ = watch_script(tmp_path, ADAM_LOOP, ["40"])
+    said = capsys.readouterr()
+    assert code == 0 and said.out == expected
+    assert "No space left on device" in said.err and "ran unchanged" in said.err
+
+
+def test_a_forked_child_records_nothing_into_the_parents_run(tmp_path):
+    """A DataLoader worker is a fork of the training process: the watch's hooks are in it,
+    and must neither record nor write there."""
+    import os
+
+    from torch import nn
+
+    from memlens.core.watch.session import Watch
+
+    model = nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    w = Watch(out=tmp_path / "run", script="t")
+    try:
+        for _ in range(3):
+            opt.zero_grad()
+            model(torch.randn(8, 4)).sum().backward()
+            opt.step()
+        pid = os.fork()
+        if pid == 0:  # the child: a worker that happens to run the model and a step
+            code = 1
+            try:
+                opt.zero_grad()
+                model(torch.randn(8, 4)).sum().backward()
+                opt.step()
+                code = 0
+            finally:
+                os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+        steps_in_parent = w.step_index
+    finally:
+        w.close()
+    history = load_run(tmp_path / "run")
+    assert steps_in_parent == 3 and len(history.steps) == 3

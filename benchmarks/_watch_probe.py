@@ -1,0 +1,62 @@
+"""Run in a process of its own by benchmarks/watch.py: an example script's `train_step`, in
+blocks of steps alternately plain and under `memlens.watch()` (the one-line API), in one
+process. Both sides share the process's memory layout and run seconds apart, which
+separate processes do not: on a shared machine a process's steps can be 20% slower than the
+next one's for reasons of its own (its heap's page-fault regime, the core it landed on).
+
+    python -m benchmarks._watch_probe SCRIPT BLOCKS STEPS_PER_BLOCK [-- SCRIPT_ARGS...]
+
+Prints one JSON object: {"plain": [[wall ms, ...] per block], "watched": [...],
+"plain_cpu": ..., "watched_cpu": ...}, the first steps of each block left out (a watch
+finds the models and makes its probe on its first steps).
+"""
+
+from __future__ import annotations
+
+import json
+import runpy
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+SKIP = 2  # steps dropped at the start of each block
+WARM_UP = 5
+
+
+def main(argv: list[str]) -> None:
+    script, blocks, per_block = argv[0], int(argv[1]), int(argv[2])
+    script_args = argv[4:] if argv[3:4] == ["--"] else argv[3:]
+    sys.argv = [script, *script_args]
+    sys.path.insert(0, str(Path(script).resolve().parent))
+    names = runpy.run_path(script, run_name="memlens_benchmark")  # the setup, not the loop
+    train_step = names["train_step"]
+
+    import memlens
+
+    step = 0
+    for _ in range(WARM_UP):
+        train_step(step)
+        step += 1
+    out: dict[str, list[list[float]]] = {k: [] for k in
+                                         ("plain", "watched", "plain_cpu", "watched_cpu")}
+    with tempfile.TemporaryDirectory(prefix="memlens-watch-probe-") as tmp:
+        for b in range(blocks):
+            for side in (("plain", "watched") if b % 2 == 0 else ("watched", "plain")):
+                w = memlens.watch(out=Path(tmp) / f"block{b}") if side == "watched" else None
+                wall, cpu = [], []
+                for _ in range(per_block):
+                    t0, c0 = time.perf_counter(), time.thread_time()
+                    train_step(step)
+                    wall.append((time.perf_counter() - t0) * 1e3)
+                    cpu.append((time.thread_time() - c0) * 1e3)
+                    step += 1
+                if w is not None:
+                    w.close()
+                out[side].append(wall[SKIP:])
+                out[f"{side}_cpu"].append(cpu[SKIP:])
+    print(json.dumps(out))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

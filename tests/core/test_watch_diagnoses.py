@@ -87,6 +87,24 @@ def test_2_clean_item(tmp_path):
     assert code == 0 and diagnoses(doc) == []
 
 
+def test_2_clean_when_the_loop_holds_the_last_steps_loss(tmp_path):
+    """`loss = train_step(batch)` keeps the last loss until the next step returns: while the
+    next step runs its graph is alive, and harmless (backward freed what it saved)."""
+    source = """
+def train_step():
+    opt.zero_grad()
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    return loss
+for step in range(5):
+    loss = train_step()
+    print(loss.item())
+"""
+    code, doc, _ = run(tmp_path, source)
+    assert code == 0 and diagnoses(doc) == []
+
+
 CLEARING = """
 for step in range(6):
     {zero}

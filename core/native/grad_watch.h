@@ -90,6 +90,11 @@ class SumSquaresHook : public torch::autograd::PostAccumulateGradHook {
   SumSquaresHook(std::shared_ptr<GradSlots> slots, size_t index)
       : slots_(std::move(slots)), index_(index) {}
 
+  // Compiled autograd asks each hook to register itself: this one only reads, so it
+  // registers nothing (the sum is then computed when asked). Not `override`: where a torch
+  // declares it otherwise this is an unrelated overload, not a build error.
+  void compiled_args(torch::dynamo::autograd::CompiledNodeArgs& /*args*/) const {}
+
   void operator()(const torch::autograd::Variable& param) override {
     const at::Tensor& g = param.grad();
     GradSlot& slot = slots_->slots[index_];

@@ -239,6 +239,7 @@ class Watch:
         self._backward_depth = 0
         self._backward_marks: list[weakref.ref] = []
         self._reached: list[_Call] = []  # backwarded calls whose graph may still be alive
+        self._backward_uncounted = False  # a backward ran under compiled autograd
         calls = native.CallTracker() if (native := self._native) is not None else None
         self._track, self._fired, self._alive, self._release = (
             calls.fast_functions() if calls is not None else (None, None, None, None))
@@ -312,6 +313,8 @@ class Watch:
             return
         self.closed = True
         self.hooks.remove()
+        for _n, _sum, grads in list(self._norms.values()):
+            grads.uninstall()  # only the hooks still memlens's own
         with contextlib.suppress(Exception):
             self._saved_ctx.__exit__(None, None, None)
         if self.precise is not None:
@@ -664,6 +667,10 @@ class Watch:
                 self._guard(self._after_backward_call)
 
     def _before_backward(self, tensors) -> None:
+        ca = sys.modules.get("torch._dynamo.compiled_autograd")
+        if ca is not None and getattr(ca, "compiled_autograd_enabled", False):
+            # compiled autograd runs no C++ node hooks: which forwards it reached is unknown
+            self._backward_uncounted = True
         roots = [t for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])
                  if isinstance(t, Tensor)]
         self._note_roots(roots)
@@ -863,8 +870,16 @@ class Watch:
         n = sum(len(g["params"]) for g in opt.param_groups)
         entry = self._norms.get(opt)
         if entry is None or entry[0] != n:  # a param group added: read the new list
+            if entry is not None:
+                entry[2].uninstall()
             params = [p for g in opt.param_groups for p in g["params"]]
-            entry = self._norms[opt] = (n, self._native.GradWatch(params).fast_functions()[1])
+            watch = self._native.GradWatch(params)
+            install, sum_of_squares = watch.fast_functions()
+            # Each gradient's sum of squares taken as autograd writes it, while it is in
+            # cache (a post-accumulate-grad hook, only where the parameter has none of its
+            # own; one the script adds later replaces it, and the sum is then read here).
+            install()
+            entry = self._norms[opt] = (n, sum_of_squares, watch)
         return entry[1]()
 
     @staticmethod
@@ -925,6 +940,9 @@ class Watch:
                     c.release()
                 continue
             alive = c.alive()
+            if self._backward_uncounted and c.handle >= 0:  # no diagnosis 1 without counts
+                c.release()
+                continue
             if alive and not final and c.step == self.step_index:
                 keep.append(c)  # it may be backwarded by the next step still
                 continue

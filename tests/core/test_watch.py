@@ -602,3 +602,32 @@ def test_a_forked_child_records_nothing_into_the_parents_run(tmp_path):
         w.close()
     history = load_run(tmp_path / "run")
     assert steps_in_parent == 3 and len(history.steps) == 3
+
+
+OPTIMIZER_IN_BACKWARD = HEAD + """
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)  # steps once a step, as usual
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+seen = []
+for step in range(int(sys.argv[1])):
+    opt.zero_grad()
+    if step == 2:  # the script adds its own post-accumulate-grad hooks once training runs
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(lambda p: seen.append(p.grad.norm().item()))
+    loss = nn.functional.mse_loss(model(x), y)
+    loss.backward()
+    opt.step()
+    print(repr(loss.item()), len(seen))
+print(repr(sum(seen)))
+"""
+
+
+def test_a_scripts_own_post_accumulate_grad_hooks_run_as_without_memlens(tmp_path, capsys):
+    """memlens's grad-norm hooks take a parameter's post-accumulate-grad slot: a hook the
+    script registers later runs all the same, with the same results."""
+    plain(tmp_path, OPTIMIZER_IN_BACKWARD, ["5"])
+    expected = capsys.readouterr().out
+    code, doc, _ = watch_script(tmp_path, OPTIMIZER_IN_BACKWARD, ["5"])
+    assert code == 0 and capsys.readouterr().out == expected
+    assert expected.splitlines()[-2].endswith(" 12")  # 4 parameters x 3 steps: they ran
+    assert doc["summary"]["steps_done"] == 5

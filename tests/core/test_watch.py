@@ -631,3 +631,24 @@ def test_a_scripts_own_post_accumulate_grad_hooks_run_as_without_memlens(tmp_pat
     assert code == 0 and capsys.readouterr().out == expected
     assert expected.splitlines()[-2].endswith(" 12")  # 4 parameters x 3 steps: they ran
     assert doc["summary"]["steps_done"] == 5
+
+
+def test_a_watch_never_closed_still_ends_its_files_at_exit(tmp_path):
+    """`w = memlens.watch(...)` with no close(): the interpreter's exit closes it, and every
+    step the writer thread had not written yet reaches the files."""
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2]
+    script = write(tmp_path, ADAM_LOOP.replace(
+        "torch.manual_seed(0)", f"torch.manual_seed(0)\nimport memlens\n"
+        f"w = memlens.watch(out={str(tmp_path / 'run')!r})"))
+    done = subprocess.run([sys.executable, str(script), "7"], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(root), "OMP_NUM_THREADS": "1"},
+                          timeout=300)
+    assert done.returncode == 0, done.stderr
+    doc = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert doc["finished"] is True and doc["summary"]["steps_done"] == 7
+    assert len(load_run(tmp_path / "run").steps) == 7

@@ -40,6 +40,9 @@ from memlens.core.watch.writes import Writes, write_samples
 # the step ends, a batch at a time (a follower draws at 30 Hz anyway).
 FLUSH_S = 0.1
 GROWING_STEPS = 3  # optimizer steps without clearing, each with a larger grad norm: diagnosis 3
+# The process heap (mallinfo2, memory.csv's heap_bytes) after a step's first forward, at
+# most this often: mallinfo2 walks malloc's free lists, 20-100 us in a training process.
+HEAP_EVERY_S = 0.2
 _FORWARD = PHASE_CODE["forward"]
 _SAMPLED = {p: PHASE_CODE[p] for p in PHASES}  # phases whose end is a memory sample
 _EVAL_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
@@ -267,6 +270,7 @@ class Watch:
         self._rows: list[tuple[StepRecord, list[MemorySample]]] = []  # not written yet
         self._flushed_at = time.perf_counter()
         self._heap_read = False  # this step's heap figure is taken (after its first forward)
+        self._heap_at = -math.inf
         # CPU light mode: a phase edge's sample is one C call that keeps its figures until
         # the step's end (LightProbe.edge, see _use_edges); None where samples are Python's.
         self._edge = None
@@ -505,6 +509,10 @@ class Watch:
             heap = code == _FORWARD and not self._heap_read
             if heap:
                 self._heap_read = True
+                now = self._clock()  # and at most HEAP_EVERY_S apart (see there)
+                heap = now - self._heap_at >= HEAP_EVERY_S
+                if heap:
+                    self._heap_at = now
             if self._edge is not None:
                 self._edge(code, self.found.carried_refs, heap)
             else:

@@ -203,7 +203,12 @@ class RunWriter:
         self._write_json()
 
     def on_graph(self, snapshot) -> None:
-        self._doc["graphs"].append(graph_summary(snapshot))
+        self.on_graph_summary(graph_summary(snapshot))
+
+    def on_graph_summary(self, summary: dict[str, int]) -> None:
+        """What run.json keeps of a capture (graph_summary), without the snapshot: a writer
+        on another thread must not hold a snapshot's graph (core.watch.writes)."""
+        self._doc["graphs"].append(summary)
 
     def on_finish(self, summary: dict) -> None:
         self._doc["summary"] = summary

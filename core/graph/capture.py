@@ -121,19 +121,23 @@ class GraphCapture:
         return hook
 
     # --- the result -----------------------------------------------------------------------
-    def finish(self, loss: torch.Tensor | None, step: int, kind: str = "train") -> GraphSnapshot:
-        """Remove the hooks and snapshot the graph from `loss` (before backward)."""
+    def finish(self, loss: torch.Tensor | None, step: int, kind: str = "train",
+               dot: bool = True) -> GraphSnapshot:
+        """Remove the hooks and snapshot the graph from `loss` (before backward). `dot`:
+        make the DOT text too (torchviz's make_dot); without it the snapshot has the nodes,
+        edges and bytes, no DOT."""
         handles_were = bool(self._handles)
         for h in self._handles:
             h.remove()
         self._handles.clear()
         started = self._began if handles_were else time.perf_counter()
         try:
-            return self._snapshot(loss, step, kind, started)
+            return self._snapshot(loss, step, kind, started, dot)
         finally:
             self.abort()
 
-    def _snapshot(self, loss, step: int, kind: str, started: float) -> GraphSnapshot:
+    def _snapshot(self, loss, step: int, kind: str, started: float,
+                  want_dot: bool = True) -> GraphSnapshot:
         models = tuple(self.models)
         if loss is None or not torch.is_tensor(loss) or loss.grad_fn is None:
             return GraphSnapshot(step=step, kind=kind, message=NO_GRAPH, models=models,
@@ -158,7 +162,7 @@ class GraphCapture:
         ids: dict[str, str] = {}
         dot, dot_by = "", "torchviz"
         try:
-            dot = torchviz_dot(loss, params, depth_hint=len(walk.nodes))
+            dot = torchviz_dot(loss, params, depth_hint=len(walk.nodes)) if want_dot else ""
         except Exception as exc:  # make_dot cannot read freed buffers, for one
             notes.append(f"torchviz make_dot failed ({type(exc).__name__}: "
                          f"{str(exc)[:120]}); the DOT is memlens' own, in the same form")
@@ -168,8 +172,10 @@ class GraphCapture:
             notes += problems
         nodes = walk.graph_nodes(ids)
         edges = [(ids.get(s, s), ids.get(d, d), style) for s, d, style in walk.edges]
-        if not dot:
+        if not dot and want_dot:
             dot, dot_by = memlens_dot(nodes, edges), "memlens"
+        elif not want_dot:
+            dot_by = ""
         saved_bytes = walk.saved_bytes
         del walk  # drop our references to the graph's tensors now
         called = {k.rpartition("#")[0] or k for n in nodes for k in n.scope}

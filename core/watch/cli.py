@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import sys
 import traceback
 from pathlib import Path
@@ -60,8 +61,6 @@ def main(args) -> int:
 def run_script(script: str, script_args: list[str], *, out=None, precise: bool = False,
                capture_every: int = 0, quiet: bool = False) -> int:
     """Run `script` under a watch; returns the exit code `python script ARGS` would have."""
-    import runpy
-
     from memlens.core.atomic import ExportError
     from memlens.core.watch.session import NOTHING_FOUND_HELP, Watch
 
@@ -79,7 +78,7 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
         return EXIT_BAD_INPUT
     code, error = 0, None
     try:
-        runpy.run_path(path, run_name="__main__")
+        _run_as_main(path)
     except SystemExit as exc:
         code = _exit_code(exc.code)
     except BaseException as exc:  # the script's own error: printed as Python prints it
@@ -113,10 +112,50 @@ def _exit_code(code) -> int:
     return 1
 
 
+def _run_as_main(path: str) -> None:
+    """Run the script as `python path` does: module `__main__` with `__file__` absolute (and
+    so its tracebacks), `sys.argv[0]` as typed. (runpy.run_path sets argv[0] to the path it
+    is given: one or the other would differ.)"""
+    import importlib.machinery
+    import types
+
+    fname = os.path.abspath(path)
+    with open(fname, "rb") as fh:
+        code = compile(fh.read(), fname, "exec", dont_inherit=True)
+    main = types.ModuleType("__main__")
+    main.__file__ = fname
+    main.__cached__ = None
+    main.__loader__ = importlib.machinery.SourceFileLoader("__main__", fname)
+    old = sys.modules.get("__main__")
+    sys.modules["__main__"] = main  # pickle finds the script's classes there, as it would
+    try:
+        exec(code, main.__dict__)
+    finally:
+        if old is not None:
+            sys.modules["__main__"] = old
+
+
 def _print_user_traceback(exc: BaseException, path: str) -> None:
-    """The traceback from the script's first frame on, as `python script.py` shows it."""
+    """The traceback from the script's first frame on, as `python script.py` shows it: the
+    watch's own wrappers (a backward that raises passes through them) left out."""
     tb = exc.__traceback__
     target = str(Path(path).resolve())
     while tb is not None and str(Path(tb.tb_frame.f_code.co_filename).resolve()) != target:
         tb = tb.tb_next
-    traceback.print_exception(type(exc), exc, tb or exc.__traceback__)
+    shown = traceback.TracebackException(type(exc), exc, tb or exc.__traceback__)
+    _drop_watch_frames(shown, set())
+    print("".join(shown.format()), end="", file=sys.stderr)
+
+
+_WATCH_DIR = str(Path(__file__).resolve().parent)
+
+
+def _drop_watch_frames(shown: traceback.TracebackException, seen: set[int]) -> None:
+    if id(shown) in seen:
+        return
+    seen.add(id(shown))
+    shown.stack = traceback.StackSummary.from_list(
+        [f for f in shown.stack if not str(Path(f.filename).resolve()).startswith(_WATCH_DIR)])
+    for chained in (shown.__cause__, shown.__context__):
+        if chained is not None:
+            _drop_watch_frames(chained, seen)

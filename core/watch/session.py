@@ -21,6 +21,7 @@ import math
 import os
 import platform
 import sys
+import threading
 import time
 import weakref
 from pathlib import Path
@@ -208,6 +209,13 @@ class Watch:
         self._candidates: list[weakref.ref] = []  # every optimizer known to exist
         self._models_seen: dict[str, dict] = {}  # kept after the models are gone
         self._optimizers_seen: dict[int, str] = {}
+        self._active_ids: dict[int, weakref.ref] = {}  # optimizers measured, by id
+        self._required: set[int] = set()  # _required_optimizers' answer for _required_key
+        self._required_key: tuple | None = None
+        self._probe_stale = True  # a model or an optimizer was found since the probe was made
+        # The training thread (the one that starts the watch): other threads' module calls
+        # pass through (a background evaluation is not this loop's phases).
+        self._thread = threading.get_ident()
         for m in _as_list(models):
             self._add_model(m)
         for o in _as_list(optimizers):
@@ -250,11 +258,7 @@ class Watch:
         self._ever_stepped: set[int] = set()
         self._called_params: set[int] = set()  # ids of the parameters of models called
         self._called_models: set[int] = set()  # ids of the models called under grad
-        self._active_ids: dict[int, weakref.ref] = {}  # optimizers measured, by id
-        self._required: set[int] = set()  # _required_optimizers' answer for _required_key
-        self._required_key: tuple | None = None
         self._modules: dict[int, _Model] = {}  # every module called at the root, by id
-        self._probe_stale = True  # a model or an optimizer was found since the probe was made
         self._after_backward = False
         self._cleared = True
         self._grad_norms: list[float] = []
@@ -271,6 +275,7 @@ class Watch:
         self._flushed_at = time.perf_counter()
         self._heap_read = False  # this step's heap figure is taken (after its first forward)
         self._heap_at = -math.inf
+        self._step_activity = False  # a phase entered since the last step ended
         # CPU light mode: a phase edge's sample is one C call that keeps its figures until
         # the step's end (LightProbe.edge, see _use_edges); None where samples are Python's.
         self._edge = None
@@ -307,9 +312,11 @@ class Watch:
             self._leave()
 
     def step(self) -> None:
-        """Mark a step boundary here; from now on only these calls end steps."""
+        """Mark a step boundary here; from now on only these calls end steps. (A step with
+        nothing in it is not one: the first call right after an automatic step end, say.)"""
         self._manual_steps = True
-        self._end_step()
+        if self._step_activity:
+            self._end_step()
 
     def close(self, error: BaseException | None = None, exit_code: int | None = None) -> None:
         """Stop recording: remove every hook, write the last step and the summary."""
@@ -489,6 +496,7 @@ class Watch:
             self._custom_ms[name] = self._custom_ms.get(name, 0.0) + (now - self._since) * 1e3
 
     def _enter(self, name: str) -> None:
+        self._step_activity = True
         now = self._clock()
         if self._idle:  # the first step starts at the program's first phase, not at import
             self._idle = False
@@ -553,7 +561,9 @@ class Watch:
         """A module called outside any other's forward (TorchHooks): a model's forward, or a
         loss module's call. Calls the original and returns (or raises) what it did. (The
         guards are written out: this runs at every root call, frames cost.)"""
-        if _compiling():  # traced by torch.compile: add nothing to the user's graph
+        if _compiling() or threading.get_ident() != self._thread:
+            # traced by torch.compile (add nothing to the user's graph), or another thread's
+            # call (a background evaluation: not this training loop's phases)
             return original(module, *args, **kwargs)
         info = self._modules.get(id(module))
         self.in_forward = True
@@ -681,11 +691,11 @@ class Watch:
             self._backward_uncounted = True
         roots = [t for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])
                  if isinstance(t, Tensor)]
+        if self._capture is not None and roots:  # before the loss is marked (see there)
+            self._finish_capture(roots[0])
         self._note_roots(roots)
         if not self._cleared:  # cleared without zero_grad (p.grad = None)?
             self._check_cleared()
-        if self._capture is not None and roots:
-            self._finish_capture(roots[0])
         self._enter("backward")
 
     def _after_backward_call(self) -> None:
@@ -722,11 +732,17 @@ class Watch:
         capture, self._capture = self._capture, None
         self._captured.add(self.step_index)
         try:
-            snapshot = capture.finish(loss, self.step_index)
+            # No DOT: run.json keeps a capture's nodes and bytes only, and torchviz's walk
+            # left the captured step's loss alive (a "graph kept" alarm on correct code).
+            snapshot = capture.finish(loss, self.step_index, dot=False)
         except Exception as exc:  # a capture that fails costs the picture, never the run
             self._event("info", "graph capture", f"graph capture failed: {exc}", once=True)
             return
-        self._writes.post(self.writer.on_graph, snapshot)
+        from memlens.core.run_files import graph_summary
+
+        # The summary, not the snapshot: queued for the writer thread, the snapshot's graph
+        # stayed alive until written, and looked like a graph kept across steps.
+        self._writes.post(self.writer.on_graph_summary, graph_summary(snapshot))
 
     def optimizer_created(self, opt) -> None:
         self._guard(self._add_optimizer, opt, False)
@@ -844,6 +860,7 @@ class Watch:
         self._loss = math.nan
         self._step_peak = self._last_total
         self._heap_read = False
+        self._step_activity = False
         self._since = self._clock()
 
     # --- what is measured at a backward and an optimizer step -----------------------------------
@@ -1004,12 +1021,17 @@ class Watch:
         self._event_diag(
             dx.GRAPH_KEPT, where,
             f"the autograd graph of step {old[0].step}'s loss is still alive at step {step}'s "
-            f"end ({len(old)} old losses), held by {holder}",
+            f"end ({self._earlier_losses_alive()} losses of earlier steps alive), held by "
+            f"{holder}",
             "A tensor that requires grad keeps its whole graph (and, before backward, every "
             "saved tensor): summing losses or keeping outputs in a list makes memory grow "
             "each step.",
             "use `loss.item()` (or `.detach()`) for what you keep across steps",
             self.saved.retained_bytes or None)
+
+    def _earlier_losses_alive(self) -> int:
+        return sum(1 for r in self._backward_marks
+                   if (m := r()) is not None and m.step < self.step_index)
 
     def _old_marks(self) -> list[_Mark]:
         """Marks of losses from two or more steps back whose graph is still alive. The last

@@ -319,12 +319,13 @@ for step in range(3):
 
 def test_capture_every_n_steps_from_the_loss(tmp_path, capsys):
     path = write(tmp_path, ADAM_LOOP)
-    plain(tmp_path, ADAM_LOOP, ["4"])
+    plain(tmp_path, ADAM_LOOP, ["8"])
     expected = capsys.readouterr().out
-    code = run_script(str(path), ["4"], out=tmp_path / "cap", capture_every=2, quiet=True)
+    code = run_script(str(path), ["8"], out=tmp_path / "cap", capture_every=3, quiet=True)
     assert code == 0 and capsys.readouterr().out == expected
     doc = json.loads((tmp_path / "cap" / "run.json").read_text())
-    assert [g["step"] for g in doc["graphs"]] == [0, 2]
+    assert [g["step"] for g in doc["graphs"]] == [0, 3, 6]
+    assert diagnoses(doc) == []  # a capture keeps no graph alive: no "graph kept" alarm
     # independent: the nodes reachable from this loop's loss on plain torch
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
@@ -652,3 +653,89 @@ def test_a_watch_never_closed_still_ends_its_files_at_exit(tmp_path):
     doc = json.loads((tmp_path / "run" / "run.json").read_text())
     assert doc["finished"] is True and doc["summary"]["steps_done"] == 7
     assert len(load_run(tmp_path / "run").steps) == 7
+
+
+def test_models_and_optimizers_passed_in_and_manual_steps_after_an_automatic_one(tmp_path):
+    """memlens.watch(model, opt): both measured from the start. The script's optimizer ends
+    step 0 by itself; its first watch.step() right after must not add an empty step."""
+    import memlens
+
+    torch.manual_seed(0)
+    model = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(16, 4), torch.randn(16, 1)
+    losses = []
+    with memlens.watch(model, opt, out=tmp_path / "given") as watch:
+        for _ in range(5):
+            opt.zero_grad()
+            loss = torch.nn.functional.mse_loss(model(x), y)
+            loss.backward()
+            opt.step()
+            losses.append(loss.item())
+            watch.step()
+    history = load_run(tmp_path / "given")
+    assert len(history.steps) == 5
+    assert history.steps.column("loss").tolist() == pytest.approx(losses, rel=1e-5)  # .6g
+    doc = json.loads((tmp_path / "given" / "run.json").read_text())
+    assert doc["summary"]["extra"]["optimizers"] == ["SGD"]
+
+
+def test_another_threads_module_calls_are_not_this_loops_phases(tmp_path):
+    """A background thread evaluating a model while the main thread trains: its calls pass
+    through, and the training loop's steps and models are as without it."""
+    import threading
+
+    from memlens.core.watch.session import Watch
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+    aux = torch.nn.Linear(4, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x = torch.randn(16, 4)
+    stop = threading.Event()
+    calls = [0]
+
+    def evaluate():
+        with torch.no_grad():
+            while not stop.is_set() or calls[0] < 50:
+                aux(x)
+                model(x)
+                calls[0] += 1
+
+    w = Watch(out=tmp_path / "run", script="t")
+    thread = threading.Thread(target=evaluate)
+    try:
+        thread.start()
+        for _ in range(6):
+            opt.zero_grad()
+            model(x).pow(2).mean().backward()
+            opt.step()
+    finally:
+        stop.set()
+        thread.join()
+        w.close()
+    doc = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert [m["name"] for m in doc["models"]] == ["model"]
+    history = load_run(tmp_path / "run")
+    assert len(history.steps) == 6 and (history.steps.column("eval_ms") == 0).all()
+
+
+def test_script_sees_its_absolute_file_and_a_traceback_without_memlens_frames(
+        tmp_path, capsys, monkeypatch):
+    """As `python script.py`: __file__ absolute (argv[0] as typed), and an error raised
+    through memlens's wrappers (backward) printed without their frames."""
+    script = write(tmp_path, HEAD + """
+print(__file__, sys.argv[0])
+x = torch.ones(2, requires_grad=True)
+y = (x * 2).sum()
+y.backward()
+y.backward()  # a second time: autograd raises
+""")
+    monkeypatch.chdir(tmp_path)
+    code = run_script(script.name, [], out=tmp_path / "run", quiet=True)
+    said = capsys.readouterr()
+    assert said.out.split() == [str(script), script.name]
+    assert code == 1 and "backward through the graph a second time" in said.err
+    assert "core/watch" not in said.err, said.err
+    line = next(i for i, t in enumerate(script.read_text().splitlines(), 1) if "second" in t)
+    assert f'"{script}", line {line}' in said.err

@@ -1165,7 +1165,8 @@ def _forget_in_child() -> None:
         w.broken = w.closed = True
 
 
-os.register_at_fork(after_in_child=_forget_in_child)
+if hasattr(os, "register_at_fork"):  # POSIX; where there is no fork there is no child
+    os.register_at_fork(after_in_child=_forget_in_child)
 
 
 def _as_list(x) -> list:

@@ -493,6 +493,14 @@ def _stack_texts(stacks: list) -> list[str]:
 # --- the probe: one sample at a phase boundary ---------------------------------------------------
 
 
+def edge_samples(step: int, params: int, buffers: int, rows: list[tuple]) -> list[MemorySample]:
+    """LightProbe edge rows (MemoryProbe.take_rows) as MemorySamples of `step`, with the
+    probe's parameter and buffer bytes."""
+    return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
+                         None, None, heap if heap >= 0 else None, buffers)
+            for code, t, grads, opt, act, other, heap in rows]
+
+
 class MemoryProbe:
     """Takes MemorySamples for a preset: categories by storage on CPU, allocator on CUDA.
 
@@ -583,14 +591,16 @@ class MemoryProbe:
                         _codes(self._HEAP_PHASES), self.preset, native_t0)
         self.edge, self._take_rows = light.fast_edges()
 
+    def take_rows(self) -> list[tuple]:
+        """The rows edge() recorded since the last take, in order, as LightProbe.take gives
+        them (code, time_s, grads, optimizer, activations, other, heap): for a caller that
+        makes them samples later (edge_samples)."""
+        return self._take_rows()
+
     def take_samples(self, step: int) -> list[MemorySample]:
         """The samples edge() recorded since the last take, in order (all of them `step`'s:
         the loop takes them at every step's end)."""
-        params = self.params.total
-        buffers = self.buffers.total
-        return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
-                             None, None, heap if heap >= 0 else None, buffers)
-                for code, t, grads, opt, act, other, heap in self._take_rows()]
+        return edge_samples(step, self.params.total, self.buffers.total, self._take_rows())
 
     def _amp_bytes(self, live) -> int:
         """Bytes of the AMP weight copies still saved for backward."""

@@ -177,9 +177,7 @@ class RunWriter:
     def on_steps(self, rows: list[tuple[Any, list]]) -> None:
         """Several steps, each (record, its samples): the samples first, then the rows, one
         flush a file (a follower that reads a step's row finds its samples)."""
-        self._mem.writerows([memory_row(sample_values(x)) for _, samples in rows
-                             for x in samples])
-        self._mem_fh.flush()
+        self.on_samples([x for _, samples in rows for x in samples])
         self._steps.writerows([steps_row(step_values(record)) for record, _ in rows])
         self._steps_fh.flush()
         if time.monotonic() - self._last_json > 2.0:

@@ -160,22 +160,21 @@ class GraphCapture:
             else:
                 notes.append(f"{count} saved tensors cannot be read: {problem}")
         ids: dict[str, str] = {}
-        dot, dot_by = "", "torchviz"
-        try:
-            dot = torchviz_dot(loss, params, depth_hint=len(walk.nodes)) if want_dot else ""
-        except Exception as exc:  # make_dot cannot read freed buffers, for one
-            notes.append(f"torchviz make_dot failed ({type(exc).__name__}: "
-                         f"{str(exc)[:120]}); the DOT is memlens' own, in the same form")
+        dot, dot_by = "", "torchviz" if want_dot else ""
+        if want_dot:
+            try:
+                dot = torchviz_dot(loss, params, depth_hint=len(walk.nodes))
+            except Exception as exc:  # make_dot cannot read freed buffers, for one
+                notes.append(f"torchviz make_dot failed ({type(exc).__name__}: "
+                             f"{str(exc)[:120]}); the DOT is memlens' own, in the same form")
         if dot:
             dot_nodes, dot_edges = parse_dot(dot)
             ids, problems = map_dot_ids(walk, dot_nodes, dot_edges)
             notes += problems
         nodes = walk.graph_nodes(ids)
         edges = [(ids.get(s, s), ids.get(d, d), style) for s, d, style in walk.edges]
-        if not dot and want_dot:
+        if want_dot and not dot:
             dot, dot_by = memlens_dot(nodes, edges), "memlens"
-        elif not want_dot:
-            dot_by = ""
         saved_bytes = walk.saved_bytes
         del walk  # drop our references to the graph's tensors now
         called = {k.rpartition("#")[0] or k for n in nodes for k in n.scope}

@@ -398,14 +398,15 @@ class Watch:
     def _add_optimizer(self, o: torch.optim.Optimizer, active: bool) -> None:
         """A candidate may end steps (see _required_optimizers); an active optimizer (passed
         in, or one that stepped) is also measured."""
-        if active and id(o) in self._active_ids and self._active_ids[id(o)]() is o:
-            return  # the usual case, every step: known already
+        known = self._active_ids.get(id(o))
+        if known is not None and known() is o:
+            return  # the usual case, every step: measured already (so a candidate too)
         if all(r() is not o for r in self._candidates):
             self._candidates.append(weakref.ref(o))
             self._required_key = None
-        if active and all(r() is not o for r in self.found.optimizers_refs):
-            self._active_ids[id(o)] = weakref.ref(o)
-            self.found.optimizers_refs.append(weakref.ref(o))
+        if active:
+            self._active_ids[id(o)] = ref = weakref.ref(o)
+            self.found.optimizers_refs.append(ref)
             self._probe_stale = True
             self._optimizers_seen[id(o)] = type(o).__name__
 
@@ -464,10 +465,10 @@ class Watch:
 
     def _flush_edges(self) -> None:
         """The native edges' figures since the last flush, as this step's samples (made
-        MemorySamples on the writer thread: writes.edge_samples)."""
+        MemorySamples on the writer thread: writes.samples_of)."""
         if self._edge is None:
             return
-        rows = self.probe._take_rows()
+        rows = self.probe.take_rows()
         if not rows:
             return
         params, buffers = self.probe.params.total, self.probe.buffers.total
@@ -544,7 +545,7 @@ class Watch:
         """The steps ended since the last write: their samples, then their rows (a follower
         that reads a step's row finds its samples), one flush for each file."""
         self._flushed_at = now
-        if self._writes.failed is not None:
+        if self._writes.failed is not None and not self.broken:
             self._fail(self._writes.failed)
         if self._rows:
             rows, self._rows = self._rows, []

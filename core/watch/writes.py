@@ -19,7 +19,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
-from memlens.core.records import SAMPLE_PHASES, MemorySample
+from memlens.core.memory import edge_samples
+from memlens.core.records import MemorySample
 
 
 class Writes:
@@ -37,7 +38,7 @@ class Writes:
 
     def post_steps(self, batch: list[tuple]) -> None:
         """Steps' (record, samples) to write, samples as the watch keeps them (see
-        steps_with_samples): made into rows on the writer thread."""
+        samples_of): made into rows on the writer thread."""
         self._queue.put((_write_steps, (self.writer, batch)))
 
     def close(self) -> None:
@@ -60,34 +61,22 @@ class Writes:
                 self.failed = exc
 
 
-def edge_samples(step: int, params: int, buffers: int, rows: list[tuple]) -> list[MemorySample]:
-    """The native edges' rows (LightProbe.take: code, time_s, grads, optimizer,
-    activations, other, heap) as MemorySamples of `step`, as MemoryProbe.take_samples
-    makes them."""
-    return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
-                         None, None, heap if heap >= 0 else None, buffers)
-            for code, t, grads, opt, act, other, heap in rows]
-
-
-def steps_with_samples(batch: list[tuple]) -> list[tuple]:
-    """(record, samples) pairs from the watch's batch, where samples may hold native row
-    blocks (step, params, buffers, rows) still to be made MemorySamples."""
-    out = []
-    for record, items in batch:
-        samples: list[MemorySample] = []
-        for item in items:
-            if isinstance(item, MemorySample):
-                samples.append(item)
-            else:
-                samples += edge_samples(*item)
-        out.append((record, samples))
-    return out
+def samples_of(items: list) -> list[MemorySample]:
+    """A watch's samples as it keeps them: MemorySamples, and native row blocks (step,
+    params, buffers, rows) still to be made MemorySamples (core.memory.edge_samples)."""
+    samples: list[MemorySample] = []
+    for item in items:
+        if isinstance(item, MemorySample):
+            samples.append(item)
+        else:
+            samples += edge_samples(*item)
+    return samples
 
 
 def _write_steps(writer: Any, batch: list[tuple]) -> None:
-    writer.on_steps(steps_with_samples(batch))
+    writer.on_steps([(record, samples_of(items)) for record, items in batch])
 
 
 def write_samples(writer: Any, items: list) -> None:
     """Samples with no step row after them (the last ones of a run)."""
-    writer.on_samples(steps_with_samples([(None, items)])[0][1])
+    writer.on_samples(samples_of(items))

@@ -71,7 +71,7 @@ def test_dry_run_imports_collects_and_summarises_without_qt_or_plugins(bare_env,
                                                 "tests/core/test_cuda_recorder.py")]
     expected = sum(s.count("\ndef test_") for s in sources) + 4
     assert checks["pytest"]["figures"]["collected"] == expected
-    watch = any((ROOT / "core").glob("watch*"))
+    watch = any((ROOT / "memlens" / "core").glob("watch*"))
     assert checks["watch"]["status"] == ("pass" if watch else "skip")
     assert (out / "gpu_check.txt").read_text().startswith("gpu_check dry run: passed")
 

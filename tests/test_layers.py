@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_importing_every_core_module_loads_no_qt():
     modules = sorted(
-        "memlens." + ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
-        for p in (ROOT / "core").rglob("*.py")
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in (ROOT / "memlens" / "core").rglob("*.py")
     )
     code = (
         "import importlib, sys\n"

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import tomllib
+import zipfile
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -33,16 +33,19 @@ def test_python_dash_m_memlens_is_the_cli(tmp_path):
     assert "run" in p.stdout and "graph" in p.stdout
 
 
-def test_every_package_folder_is_in_the_wheel():
-    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    listed = set(config["packages"])
-    mapped = config["package-dir"]
-    found = {"memlens"}
-    for name, folder in mapped.items():
-        base = ROOT / folder
-        for init in base.rglob("__init__.py"):
-            rel = init.parent.relative_to(base).parts
-            found.add(".".join((name, *rel)))
-    assert found == listed
-    assert "py-modules" not in config
-    assert not any(p.split(".")[0] != "memlens" for p in listed)
+def test_the_wheel_holds_every_module_and_resource_and_nothing_else(tmp_path):
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps",
+                            "--no-build-isolation", "-q", str(ROOT), "-w", str(tmp_path)],
+                           capture_output=True, text=True, timeout=300)
+    assert built.returncode == 0, built.stderr
+    (wheel,) = tmp_path.glob("memlens-*.whl")
+    names = set(zipfile.ZipFile(wheel).namelist())
+    tops = {n.split("/")[0] for n in names}
+    assert {t for t in tops if not t.endswith(".dist-info")} == {"memlens"}
+    tracked = subprocess.run(["git", "ls-files", "memlens"], cwd=ROOT, capture_output=True,
+                             text=True, check=True).stdout.split()
+    shipped = [f for f in tracked if Path(f).suffix in
+               {".py", ".cpp", ".h", ".qss", ".svg", ".html", ".typed"}]
+    assert "memlens/py.typed" in shipped and "memlens/core/native/recorder.h" in shipped
+    missing = sorted(set(shipped) - names)
+    assert not missing, missing

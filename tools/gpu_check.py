@@ -286,7 +286,7 @@ def check_amp(out: Path, dry_run: bool) -> dict:
 
 
 def watch_available() -> bool:
-    return any((ROOT / "core").glob("watch*"))
+    return any((ROOT / "memlens" / "core").glob("watch*"))
 
 
 def check_watch(out: Path, dry_run: bool) -> dict | None:

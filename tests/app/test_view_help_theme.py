@@ -262,7 +262,7 @@ def test_icon_and_stylesheet_come_from_the_resources_package(qtbot, window):
     assert not QApplication.windowIcon().isNull()
     assert window.windowIcon().availableSizes()  # the SVG rendered
     # No widget sets its own stylesheet: the roles are styled in resources/*.qss.
-    for path in (ROOT / "app").glob("*.py"):
+    for path in (ROOT / "memlens" / "app").glob("*.py"):
         if path.name != "theme.py":
             assert "setStyleSheet(" not in path.read_text(encoding="utf-8"), path.name
     qss = resource_text("light.qss")

@@ -1,0 +1,1 @@
+memlens/app

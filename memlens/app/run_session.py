@@ -74,9 +74,9 @@ class RunWorker(QObject):
             train = self._train_fn or core_training()
             if self._train_fn is None:  # the preset's memory check, as the CLI's
                 from memlens.core.loop import resolve_device
-                from memlens.core.preflight import check_run_fits
+                from memlens.core.preflight import check_run
 
-                check_run_fits(self._config, resolve_device(self._config.device))
+                check_run(self._config, resolve_device(self._config.device))
             result = train(self._config, self._controls, self._sink, on_error="pause")
             self.summary = result.to_dict() if hasattr(result, "to_dict") else result
         except ConfigError as exc:  # bad input (a model file): the message says it all

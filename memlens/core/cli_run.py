@@ -165,12 +165,12 @@ def _prepare(cfg, args):
     from memlens.core.history import RunHistory
     from memlens.core.loop import resolve_device
     from memlens.core.model_file import preset_label
-    from memlens.core.preflight import check_run_fits
+    from memlens.core.preflight import check_run
     from memlens.core.run_files import RunWriter
     from memlens.core.run_folder import claim_out_folder, new_run_folder
 
     device = resolve_device(cfg.device)
-    check_run_fits(cfg, device)
+    check_run(cfg, device)
     if args.out is not None:
         out = claim_out_folder(args.out, force=args.force)
     else:
@@ -215,3 +215,5 @@ def _print_summary(summary, history) -> None:
             print(f"  [toggle at step {e.step}] {toggle_effect(history, e).text()}")
         elif e.kind == "leak":
             print(f"  [leak at step {e.step}] {e.label()}")
+        elif e.kind == "refused":
+            print(f"  [refused at step {e.step}] {e.message}: {e.explanation}")

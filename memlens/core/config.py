@@ -89,6 +89,7 @@ class RunConfig:
     device: str = _default("device")
     seed: int = _default("seed")
     eval_every: int = _default("eval_every")
+    threads: int = _default("threads")
     precise: bool = _default("precise")
     lstm_cell: bool = _default("lstm_cell")
     capture_every: int = _default("capture_every")

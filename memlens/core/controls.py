@@ -95,6 +95,14 @@ class RunControls:
             return True
         return False
 
+    def refuse(self, key: str, value: Any) -> TechniqueToggles:
+        """Put a technique back to `value` now (the loop refused a change it cannot run here,
+        such as bf16 on a CPU without it); returns the toggles in force."""
+        with self._lock:
+            self._toggles = self._toggles.with_change(key, value)
+            self._pending.pop(key, None)
+            return self._toggles
+
     def begin_step(self, step: int) -> tuple[TechniqueToggles, list[tuple[str, Any, Any]]]:
         """Apply scheduled and pending changes for `step`; return the toggles and the changes.
 

@@ -23,6 +23,7 @@ from torch import Tensor
 from memlens.core.amp_casts import amp_cast_storages
 from memlens.core.config import RunConfig, TechniqueToggles
 from memlens.core.controls import RunControls, StopRequested
+from memlens.core.cpu_support import cpu_info
 from memlens.core.explain import error_title, explain_error, explain_leak
 from memlens.core.memory import MemoryProbe
 from memlens.core.presets import Preset, build_preset
@@ -73,6 +74,19 @@ def resolve_device(name: str) -> torch.device:
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     return torch.device(name)
+
+
+_TORCH_THREADS: list[int] = []  # torch's own default, read before memlens first changes it
+
+
+def use_threads(n: int) -> None:
+    """torch's CPU threads for a run: n, or for 0 torch's default (one per core). Process-wide,
+    as torch's setting is: a later run with 0 gets the default back."""
+    if not _TORCH_THREADS:
+        _TORCH_THREADS.append(torch.get_num_threads())
+    n = n or _TORCH_THREADS[0]
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
 
 
 def count_graph_nodes(roots: list[Tensor], limit: int = GRAPH_NODE_LIMIT) -> int:
@@ -180,8 +194,15 @@ class TrainingSession:
         self.sink = sink
         self.device = resolve_device(config.device)
         self._cuda = self.device.type == "cuda"
+        use_threads(config.threads)
         self.t0 = time.perf_counter()
         self.preset: Preset = preset if preset is not None else build_preset(config, self.device)
+        refusal = self.amp_refusal(config.techniques.amp)
+        if refusal is not None:
+            from memlens.core.options import ConfigError
+
+            raise ConfigError(f"amp=bf16: {refusal}")
+        self._amp_noted = False  # the note that this CPU emulates bf16, once a run
         native = self._wire_native()
         self.precise = None
         self.precise_note = None  # why precise mode is not on the native recorder, if not
@@ -257,6 +278,31 @@ class TrainingSession:
             self.probe.use_light_probe(native.LightProbe(self._grad_watch, self.saved.native),
                                        self.t0)
 
+    def amp_refusal(self, amp: str) -> str | None:
+        """Why autocast `amp` cannot run this preset on this device (a CPU whose oneDNN has no
+        bf16 LSTM, say), or None where it can."""
+        if amp != "bf16" or self.device.type != "cpu":
+            return None
+        from memlens.core.cpu_support import bf16_support, layer_kinds
+
+        support = bf16_support()
+        kind = support.blocked(layer_kinds(self.preset.models.values()))
+        return support.refusal(kind) if kind else None
+
+    def amp_note(self, amp: str) -> RunEvent | None:
+        """Once a run, where bf16 runs but is emulated by this CPU: the note saying so."""
+        if amp != "bf16" or self.device.type != "cpu" or self._amp_noted:
+            return None
+        from memlens.core.cpu_support import bf16_support
+
+        note = bf16_support().emulated_note()
+        if not note:
+            return None
+        self._amp_noted = True
+        return RunEvent(self._step, self.now(), "setup", key="bf16 emulated",
+                        message="bf16 is emulated on this CPU: its steps are slower than fp32",
+                        explanation=note[0].upper() + note[1:] + ".")
+
     # --- metadata -------------------------------------------------------------------------
     def meta(self) -> dict:
         n_params = sum(p.numel() for p in self.preset.parameters())
@@ -271,6 +317,8 @@ class TrainingSession:
             "precise_note": self.precise_note or "",
             "heap_source": "glibc mallinfo2 (process heap)" if self.device.type == "cpu" else "",
             "parameters": n_params,
+            "threads": torch.get_num_threads(),
+            **({"cpu": cpu_info()} if self.device.type == "cpu" else {}),
             "sizes": {"batch_size": self.preset.batch_size, "width": self.preset.width,
                       "seq_len": self.preset.seq_len},
         }
@@ -625,6 +673,51 @@ def _announce_cuda_only(config: RunConfig, sink: Any) -> None:
         ))
 
 
+def _apply_changes(session: TrainingSession, controls: RunControls, sink: Any, step: int,
+                   toggles: TechniqueToggles, changes: list) -> TechniqueToggles:
+    """The step boundary's technique changes, as toggle events; a change this machine cannot
+    run (AMP bf16 on a CPU without it for this model) is refused with an event saying why,
+    and the run goes on as it was."""
+    for key, old, new in changes:
+        refusal = session.amp_refusal(new) if key == "amp" else None
+        if refusal is not None:
+            toggles = controls.refuse(key, old)
+            sink.on_event(RunEvent(step, session.now(), "refused", key=key, old=old, new=new,
+                                   message=f"{key} -> {new} refused: the run goes on with "
+                                           f"{key}={old}",
+                                   explanation=refusal[0].upper() + refusal[1:] + "."))
+            continue
+        session.preset.on_toggle(key, old, new)
+        sink.on_event(RunEvent(step, session.now(), "toggle", key=key, old=old, new=new))
+        note = session.amp_note(new) if key == "amp" else None
+        if note is not None:
+            sink.on_event(note)
+    return toggles
+
+
+def _refuse_failed_amp(session: TrainingSession, controls: RunControls, sink: Any, step: int,
+                       toggles: TechniqueToggles, exc: Exception) -> bool:
+    """A step that failed because this CPU cannot run its bf16 kernels (a layer the probe did
+    not know): AMP goes off with an event saying why, and the step is run again in fp32.
+    False for any other error."""
+    from memlens.core.cpu_support import bf16_support, is_unsupported_error
+
+    if toggles.amp != "bf16" or session.device.type != "cpu" or not is_unsupported_error(exc):
+        return False
+    first = (str(exc).strip().splitlines() or [""])[0]
+    controls.refuse("amp", "off")
+    session.preset.recover()
+    session.held = None
+    session.reset_accumulation()
+    sink.on_event(RunEvent(
+        step, session.now(), "refused", key="amp", old="off", new="bf16",
+        message="amp=bf16 failed on this CPU: the run goes on with amp=off",
+        explanation=f"This CPU ({bf16_support().cpu_text()}) cannot run this model under bf16 "
+                    f"autocast in oneDNN ({first}). The step was run again in fp32; AMP on "
+                    "this model needs a CPU with AVX512-BF16/AMX or CUDA."))
+    return True
+
+
 def run_training(
     config: RunConfig,
     controls: RunControls | None = None,
@@ -650,6 +743,9 @@ def run_training(
             raise
         raise setup_out_of_memory(exc, config) from None
     sink.on_start(session.meta())
+    note = session.amp_note(config.techniques.amp)
+    if note is not None:
+        sink.on_event(note)
     session.sample(0, "start")
     session.flush_allocations()
     # Running figures, not lists: a run's memory must not grow with its length.
@@ -662,9 +758,7 @@ def run_training(
                 stopped_by = "stopped"
                 break
             toggles, changes = controls.begin_step(step)
-            for key, old, new in changes:
-                session.preset.on_toggle(key, old, new)
-                sink.on_event(RunEvent(step, session.now(), "toggle", key=key, old=old, new=new))
+            toggles = _apply_changes(session, controls, sink, step, toggles, changes)
             every = config.capture_every
             capture = controls.take_capture_request() or bool(every and step % every == 0)
             recorder = session.cuda_recorder
@@ -681,6 +775,8 @@ def run_training(
             except Exception as exc:  # a training error is data, not a crash
                 session.take_step_samples()  # what the step measured before the error
                 session.flush_allocations()
+                if _refuse_failed_amp(session, controls, sink, step, toggles, exc):
+                    continue  # the same step again, in fp32
                 phase = session.current_phase
                 error = RunEvent(step, session.now(), "error", key=error_title(exc),
                                  phase=phase, message=f"{type(exc).__name__}: {exc}",

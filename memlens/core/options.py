@@ -151,6 +151,9 @@ RUN_OPTIONS: tuple[Option, ...] = (
     Option("seed", int, 0, "random seed for model and data", minimum=0, maximum=MAX_SEED),
     Option("eval_every", int, 10, "run an eval phase every N steps; 0 = never", minimum=0,
            maximum=MAX_STEPS),
+    Option("threads", int, 0,
+           "torch CPU threads for the run; 0 = torch's default (one per core; on a shared "
+           "machine fewer are often faster)", minimum=0, maximum=1024),
     Option("precise", bool, False, "track every storage (exact in-step peak; slower)"),
     Option("lstm_cell", bool, False, "lstm: unroll an LSTMCell in Python (a large graph)"),
     Option("capture_every", int, 0, "capture the autograd graph every N steps; 0 = on request",

@@ -101,6 +101,48 @@ def available_memory(device: torch.device) -> tuple[int | None, str]:
     return None, "unknown on this system"
 
 
+def check_run(config, device: torch.device) -> MemoryEstimate | None:
+    """Raise ConfigError when the run cannot start here: AMP this CPU cannot run for the
+    model (check_amp), or a model, optimizer and batch that do not fit (check_run_fits)."""
+    check_amp(config, device)
+    return check_run_fits(config, device)
+
+
+def check_amp(config, device: torch.device) -> None:
+    """AMP bf16 on a CPU whose oneDNN cannot run one of the model's layers under it: the one
+    line saying so and what works instead (memlens.core.cpu_support). The model is built on
+    the meta device for its layers; a model file that cannot be built there is checked when
+    its run builds it."""
+    if config.techniques.amp != "bf16" or device.type != "cpu":
+        return
+    from memlens.core.cpu_support import bf16_support, layer_kinds
+
+    models = _meta_models(config)
+    kind = bf16_support().blocked(layer_kinds(models)) if models else None
+    if kind is not None:
+        raise ConfigError(f"amp=bf16: {bf16_support().refusal(kind)}")
+
+
+def _meta_models(config) -> list:
+    from memlens.core.options import is_model_file
+
+    meta = torch.device("meta")
+    if not is_model_file(config.preset):
+        from memlens.core.presets import build_preset
+
+        with meta:
+            return list(build_preset(config, meta).models.values())
+    from memlens.core.model_file import load_model_file
+
+    file = load_model_file(config.preset)
+    try:
+        with meta:
+            model = file.build_model()
+    except (Exception, SystemExit):  # the run's own build reports what is wrong
+        return []
+    return [model] if isinstance(model, torch.nn.Module) else []
+
+
 def check_run_fits(config, device: torch.device) -> MemoryEstimate | None:
     """Raise ConfigError (with the estimate) when the run cannot fit in free memory, unless
     `config.force`. Returns the estimate."""

@@ -112,9 +112,10 @@ class RunEvent:
 
     step: int
     time_s: float
-    # "toggle" | "error" | "leak" | "info" | "diagnosis" | "setup" (about the machine or the
-    # set-up, such as a first build of the native helpers: listed, but it marks no step on
-    # the timeline)
+    # "toggle" | "refused" (a technique change this machine cannot run: `old` is the value
+    # kept, `new` the one refused) | "error" | "leak" | "info" | "diagnosis" | "setup" (about
+    # the machine or the set-up, such as a first build of the native helpers: listed, but it
+    # marks no step on the timeline)
     kind: str
     key: str = ""
     old: Any = None

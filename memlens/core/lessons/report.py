@@ -103,12 +103,20 @@ def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
         "| preset | lesson | metric | off | on | change | claim | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
+    notes: list[str] = []  # each note once, numbered in the verdict column
     for r in report.rows:
         growth = "growth" in r.metric
+        mark = ""
+        if r.note:
+            if r.note not in notes:
+                notes.append(r.note)
+            mark = f" [{notes.index(r.note) + 1}]"
         lines.append(
             f"| {r.preset} | {r.lesson} ({r.off_label} → {r.on_label}) | {r.metric} | "
             f"{format_value(r.kind, r.off, growth)} | {format_value(r.kind, r.on, growth)} | "
-            f"{change_text(r)} | {r.claim or '—'} | {r.verdict or '—'} |")
+            f"{change_text(r)} | {r.claim or '—'} | {r.verdict or '—'}{mark} |")
+    if notes:
+        lines += ["", *(f"[{i}] {n[0].upper() + n[1:]}." for i, n in enumerate(notes, 1))]
     if charts:
         lines += ["", "## Charts", ""]
         for (lesson, preset), rel in charts.items():

@@ -29,6 +29,7 @@ FULL_STEPS, FULL_BLOCK = 40, 4
 # made at the first; a lesson that needs more says so in min_steps), so a few steps give
 # the full report's bytes; time figures get too few blocks to be judged and say so.
 QUICK_STEPS, QUICK_BLOCK = 4, 1
+NOT_MEASURABLE = "not measurable on this CPU"
 
 
 @dataclass
@@ -70,6 +71,9 @@ class LessonRow:
     verdict: str
     runs: dict[str, str]
     steps: dict[str, int]
+    # Why the figures are not what they seem, for a learner: "not measurable on this CPU"
+    # and the reason, or that this CPU emulates bf16 (its time figures are this CPU's).
+    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -156,6 +160,10 @@ class LessonRunner:
             for index, (lesson, preset) in enumerate(plan):
                 if self.stopping:
                     break
+                reason = self._unmeasurable(lesson, preset)
+                if reason is not None:
+                    report.rows.extend(self._unmeasured_rows(lesson, preset, reason))
+                    continue
                 arms = self._run_lesson(pool, lesson, preset, index, len(plan))
                 report.histories[(lesson.name, preset_label(preset))] = {
                     a.name: a.history for a in arms}
@@ -189,6 +197,31 @@ class LessonRunner:
             configs["off"] = configs["off"].with_values(
                 {"batch_size": _batch_size(base) * lesson.off_batch_scale})
         return configs
+
+    def _unmeasurable(self, lesson: Lesson, preset: str) -> str | None:
+        """Why this machine cannot run one of the lesson's arms (AMP bf16 on a CPU whose
+        oneDNN lacks one of the model's layers), or None."""
+        from memlens.core.loop import resolve_device
+        from memlens.core.options import ConfigError
+        from memlens.core.preflight import check_amp
+
+        for cfg in self._configs(lesson, preset).values():
+            try:
+                check_amp(cfg, resolve_device(cfg.device))
+            except ConfigError as exc:
+                return str(exc).removeprefix("amp=bf16: ")
+        return None
+
+    def _unmeasured_rows(self, lesson: Lesson, preset: str, reason: str) -> list[LessonRow]:
+        from memlens.core.loop import resolve_device
+
+        device = str(resolve_device(RunConfig().with_values(self.settings).device))
+        return [LessonRow(
+            lesson=lesson.name, title=lesson.title, preset=preset_label(preset), device=device,
+            metric=m.name, kind=m.kind, off_label=lesson.off_label, on_label=lesson.on_label,
+            off=None, on=None, change=None, ci_low=None, ci_high=None, significant=False,
+            exact=m.kind != "time", claim=m.claim.text if m.claim else "",
+            verdict=NOT_MEASURABLE, runs={}, steps={}, note=reason) for m in lesson.metrics]
 
     def _run_lesson(self, pool: ThreadPoolExecutor, lesson: Lesson, preset: str, index: int,
                     count: int) -> list[_Arm]:
@@ -260,12 +293,15 @@ class LessonRunner:
         env = by["off"].history.meta.get("environment", {})
         runs = {a.name: str(a.folder) if a.folder is not None else "" for a in arms}
         steps = {a.name: len(a.history.steps) for a in arms}
+        note = _amp_note(lesson, env)
         rows = []
         for metric in lesson.metrics:
             off = read_metric(by["off"].history, metric, self.block)
             on = read_metric(by["on"].history, metric, self.block)
-            rows.append(self._row(lesson, preset_label(preset), env.get("device", ""), metric,
-                                  off, on, runs, steps))
+            row = self._row(lesson, preset_label(preset), env.get("device", ""), metric,
+                            off, on, runs, steps)
+            row.note = note
+            rows.append(row)
         return rows
 
     @staticmethod
@@ -298,6 +334,16 @@ class LessonRunner:
             ci_low=low, ci_high=high, significant=bool(significant), exact=exact,
             claim=claim.text if claim else "", verdict=verdict, runs=runs, steps=steps,
         )
+
+
+def _amp_note(lesson: Lesson, env: dict) -> str:
+    """For a bf16 lesson on a CPU without native bf16: that its figures are emulated bf16's."""
+    if "bf16" not in (str(v) for v in lesson.on.values()) or not str(
+            env.get("device", "")).startswith("cpu"):
+        return ""
+    from memlens.core.cpu_support import bf16_support
+
+    return bf16_support().emulated_note()
 
 
 def _batch_size(config: RunConfig) -> int:

@@ -47,6 +47,7 @@ from memlens.app.panels.status_bar import RunStatusBar
 from memlens.app.panels.techniques_panel import TechniquesPanel
 from memlens.app.rank_chooser import RankChooser
 from memlens.app.run_session import RunSession, TrainFn
+from memlens.app.screen_fit import fit_first_size
 from memlens.app.series.pins import PinnedRun, compare_names, pin_color, run_name
 from memlens.app.series.run_series import RunSeries
 from memlens.app.timeline.plot_stack import PlotStack
@@ -187,7 +188,7 @@ class MainWindow(QMainWindow):
         self.splitDockWidget(events_dock, pins_dock, Qt.Vertical)
         self.resizeDocks([events_dock, pins_dock], [1, 1], Qt.Vertical)
         self.resizeDocks([events_dock], [300], Qt.Horizontal)
-        self.resize(1480, 920)
+        fit_first_size(self)
 
     def _dock(self, title: str, widget: QWidget, area, name: str) -> QDockWidget:
         dock = QDockWidget(title, self)

@@ -30,6 +30,7 @@ def indicator(box) -> list[int]:
 
 
 def report(window) -> dict:
+    from PySide6.QtWidgets import QDockWidget
 
     start = window.run_panel.run_button
     toggle = window.techniques_panel.fields[TOGGLE].widget
@@ -42,7 +43,22 @@ def report(window) -> dict:
         "toggles": [[e.step, e.key, str(e.old), str(e.new)] for e in history.events()
                     if e.kind == "toggle"] if history is not None else [],
         "markers": [[m.value() for m in p.markers] for p in window.plots.plots],
+        "screen": rect(window.screen().availableGeometry()),
+        "frame": rect(window.frameGeometry()),
+        # where each part a user needs lies on the screen: the docks and the status bar
+        "parts": {w.objectName() or type(w).__name__: global_rect(w)
+                  for w in [*window.findChildren(QDockWidget), window.statusBar()]
+                  if w.isVisible()},
     }
+
+
+def rect(r) -> list[int]:
+    return [r.x(), r.y(), r.width(), r.height()]
+
+
+def global_rect(widget) -> list[int]:
+    top_left = widget.mapToGlobal(widget.rect().topLeft())
+    return [top_left.x(), top_left.y(), widget.width(), widget.height()]
 
 
 def main() -> int:

@@ -77,15 +77,17 @@ class LineReader:
 
 
 @pytest.fixture
-def xvfb():
-    """A fresh Xvfb on a free display (-displayfd picks it and says when it is ready)."""
+def xvfb(request):
+    """A fresh Xvfb on a free display (-displayfd picks it and says when it is ready), of
+    SCREEN's size or the test's parameter."""
+    screen = getattr(request, "param", SCREEN)
     reason = _skip_reason()
     if reason:
         print(reason)
         pytest.skip(reason)
     read, write = os.pipe()
     server = subprocess.Popen(
-        ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{SCREEN[0]}x{SCREEN[1]}x24",
+        ["Xvfb", "-displayfd", str(write), "-screen", "0", f"{screen[0]}x{screen[1]}x24",
          "-nolisten", "tcp"], pass_fds=(write,), stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE)
     os.close(write)
@@ -109,18 +111,37 @@ def xdotool(display: str, *args: str) -> None:
                    timeout=20)
 
 
-def test_the_window_opens_runs_on_a_real_click_marks_a_toggle_and_closes(xvfb, tmp_path):
+def start_child(display: str, tmp_path: Path, config: Path | None = None):
+    """main.py's start-up in a child on `display`, with a settings store of its own (the
+    app remembers settings between launches: nothing may carry into the next test or into
+    the user's app). Returns the child, its output's reader and its stderr's file."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}  # no forced platform: xcb
-    # A settings store of its own: the app remembers settings between launches, and the
-    # toggle this test clicks must not carry into its next run (or into the user's app).
-    env.update(DISPLAY=xvfb, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
-               XDG_CONFIG_HOME=str(tmp_path / "config"))
+    env.update(DISPLAY=display, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
+               XDG_CONFIG_HOME=str(config or tmp_path / "config"))
     log = tmp_path / "child-stderr.txt"
     with log.open("wb") as err:  # a file, not a pipe: Qt's warnings can never block the child
         child = subprocess.Popen([sys.executable, "-m", "tests.app.real_window_child"],
                                  cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=err)
-    out = LineReader(child.stdout)
+    return child, LineReader(child.stdout), log
+
+
+def end_child(child, log: Path) -> None:
+    if child.poll() is None:
+        child.kill()
+        child.wait(timeout=10)
+    text = log.read_text(errors="replace").strip()
+    if text:
+        print("child stderr:\n" + text[-3000:])
+
+
+def inside(outer: list[int], r: list[int]) -> bool:
+    x, y, w, h = outer
+    return x <= r[0] and y <= r[1] and r[0] + r[2] <= x + w and r[1] + r[3] <= y + h
+
+
+def test_the_window_opens_runs_on_a_real_click_marks_a_toggle_and_closes(xvfb, tmp_path):
+    child, out, log = start_child(xvfb, tmp_path)
     try:
         first = out.until(lambda s: "qpa" in s or "exit" in s, 60, "the window")
         assert first.get("qpa") == "xcb", first  # {"exit": 1}: main.py's check said no
@@ -162,12 +183,42 @@ def test_the_window_opens_runs_on_a_real_click_marks_a_toggle_and_closes(xvfb, t
         # The run went to disk in the child's folder as the worker wrote it.
         assert any((tmp_path / "runs").glob("*/steps.csv"))
     finally:
-        if child.poll() is None:
-            child.kill()
-            child.wait(timeout=10)
-        text = log.read_text(errors="replace").strip()
-        if text:
-            print("child stderr:\n" + text[-3000:])
+        end_child(child, log)
+
+
+SMALL = (1280, 800)
+
+
+@pytest.mark.parametrize("xvfb", [SMALL], indirect=True)
+def test_on_a_1280x800_screen_every_part_of_the_window_is_on_it_first_and_when_remembered(
+        xvfb, tmp_path):
+    """No window manager: the window's frame is its geometry. Its first size fits the
+    screen; a geometry remembered from a larger screen (here: the window moved and grown
+    past the screen's edges before it closed) is brought back onto it."""
+    config = tmp_path / "config"
+    frames = []
+    for launch in ("first", "remembered"):
+        child, out, log = start_child(xvfb, tmp_path, config)
+        try:
+            state = out.until(lambda s: s.get("exposed"), 60, "the window exposed")
+            screen = state["screen"]
+            assert screen[2:] == list(SMALL), state["screen"]
+            assert inside(screen, state["frame"]), (launch, state["frame"])
+            assert "RunStatusBar" in state["parts"] and "run_dock" in state["parts"]
+            for name, r in state["parts"].items():
+                assert inside(screen, r), (launch, name, r, screen)
+            frames.append(state["frame"])
+            if launch == "first":  # as a larger screen would have left it
+                xdotool(xvfb, "search", "--sync", "--pid", str(child.pid), "--name", "memlens",
+                        "windowmove", "%@", "600", "300", "windowsize", "%@", "1800", "1100")
+                state = out.until(lambda s: s["frame"][2] > SMALL[0], 30, "the larger window")
+            x, y, w, h = state["parts"]["RunStatusBar"]  # a click gives the window focus
+            x, y = min(x + w // 2, SMALL[0] - 5), min(y + h // 2, SMALL[1] - 5)
+            xdotool(xvfb, "mousemove", str(x), str(y), "click", "1", "key", "ctrl+q")
+            assert out.until(lambda s: "exit" in s, 30, "the window to close")["exit"] == 0
+            assert child.wait(timeout=30) == 0
+        finally:
+            end_child(child, log)
 
 
 def test_without_the_x_tools_the_reason_names_what_to_install(monkeypatch):

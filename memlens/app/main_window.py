@@ -32,6 +32,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from memlens.app.amp_support import AmpSupport
 from memlens.app.app_settings import AppSettings
 from memlens.app.conventions import WindowConventions, remembered_config
 from memlens.app.exporting import export_run, unavailable_formats
@@ -125,6 +126,8 @@ class MainWindow(QMainWindow):
         self._build_layout()
         self.conventions = WindowConventions(self, self.app_settings)
         self._build_menus()
+        self.amp_support = AmpSupport(self)
+        self.amp_support.checked.connect(self._on_amp_checked)
         self._connect()
         self._set_state(WindowState.IDLE)
 
@@ -421,6 +424,9 @@ class MainWindow(QMainWindow):
                 self.techniques_panel.show_note("")
                 self._measuring.append((item_row, event))
                 self._toggle_rows.append((item_row, event))
+            elif event.kind == "refused":  # the panel shows what the run kept, and why
+                self.techniques_panel.set_value(event.key, event.old)
+                self.techniques_panel.show_note(f"{event.message}. {event.explanation}")
             elif event.kind == "error" and self.running and event.key != "run failed":
                 self._error_event = event
                 self._show_error(event)
@@ -775,6 +781,20 @@ class MainWindow(QMainWindow):
             self.graph_tab.set_capture_every(value)
         elif key == "preset":
             self._offer_model_file()
+        if key in ("preset", "device", "lstm_cell"):
+            self.check_amp()
+
+    def check_amp(self) -> None:
+        """Grey out the AMP choices this machine cannot run for the panel's preset (an LSTM
+        under bf16 on a CPU without AVX512-BF16/AMX), found off the GUI thread."""
+        self.amp_support.check(self.run_panel.config())
+
+    def _on_amp_checked(self, preset: str, refusals: dict) -> None:
+        if preset != str(self.run_panel.fields["preset"].value()):
+            return  # an answer for a preset the panel no longer shows
+        field = self.techniques_panel.fields["amp"]
+        for choice, reason in refusals.items():
+            field.set_choice_unavailable(choice, reason)
 
     def _offer_model_file(self) -> None:
         """The Lessons tab offers the model file the run panel holds (a file picked there, or
@@ -842,6 +862,7 @@ def finish_start_up(window: MainWindow) -> None:
     """Show the window and settle the interpreter for a session (launch() does this before
     it enters the event loop; the benchmarks mirror it)."""
     window.show()
+    QTimer.singleShot(0, window.check_amp)  # after the first paint: it imports torch
     gc.freeze()  # start-up objects live for the whole session: keep GC passes short
     # After the freeze the collector sees almost no old objects, so its guard against full
     # collections (old survivors must grow by a quarter) no longer holds them back: a full

@@ -120,6 +120,19 @@ class OptionField(QObject):
                 w.setText(f"{value:g}" if isinstance(value, float) else str(value))
         self._show_valid(True)
 
+    def set_choice_unavailable(self, choice: str, reason: str | None) -> None:
+        """Grey one choice of a combo box out with `reason` as its tooltip (None: available
+        again). A greyed choice cannot be picked; one already shown stays until changed."""
+        w = self.widget
+        if not isinstance(w, QComboBox):
+            return
+        index = w.findText(choice)
+        item = w.model().item(index) if index >= 0 else None
+        if item is None:
+            return
+        item.setEnabled(reason is None)
+        item.setToolTip(reason or "")
+
     def _on_editor_changed(self, *_args) -> None:
         try:
             value = self.value()

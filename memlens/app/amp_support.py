@@ -1,0 +1,38 @@
+"""Which AMP choices this machine can run for the preset in the run panel, found off the GUI
+thread (the probe imports torch and runs a few tiny layers: memlens.core.cpu_support)."""
+
+from __future__ import annotations
+
+import threading
+
+from PySide6.QtCore import QObject, Signal
+
+from memlens.core.config import RunConfig
+from memlens.core.options import ConfigError
+
+
+def amp_refusals(config: RunConfig) -> dict[str, str | None]:
+    """{amp choice: why this machine cannot run it for `config`'s model, or None}."""
+    from memlens.core.loop import resolve_device
+    from memlens.core.preflight import check_amp
+
+    try:
+        device = resolve_device(config.device)
+        check_amp(config.with_values({"amp": "bf16"}), device)
+    except ConfigError as exc:
+        return {"bf16": str(exc).removeprefix("amp=bf16: ")}
+    except Exception:  # a model file that does not build: its run says what is wrong
+        pass
+    return {"bf16": None}
+
+
+class AmpSupport(QObject):
+    """`check(config)` answers with `checked(preset, refusals)` on the GUI thread."""
+
+    checked = Signal(str, object)
+
+    def check(self, config: RunConfig) -> None:
+        def work() -> None:
+            self.checked.emit(config.preset, amp_refusals(config))
+
+        threading.Thread(target=work, name="memlens-amp-check", daemon=True).start()

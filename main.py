@@ -28,8 +28,12 @@ def _hand_over_if_missing() -> None:
     os.execv(bash, [bash, str(dev), "app", *sys.argv[1:]])
 
 
-if __name__ == "__main__":
+def main(argv: list[str] | None = None) -> int:
     _hand_over_if_missing()
-    from memlens.__main__ import main
+    from memlens.__main__ import main as memlens_main
 
+    return memlens_main(argv)
+
+
+if __name__ == "__main__":
     sys.exit(main())

@@ -144,7 +144,7 @@ class _Breakdown:
 
 def _run_folder(history, folder: Path) -> float:
     """Leave the run folder as the run would have streamed it; the seconds it took."""
-    from memlens.core.run_files import write_history
+    from memlens.core.runfolder.history_files import write_history
 
     t0 = time.perf_counter()
     write_history(history, folder)

@@ -125,7 +125,7 @@ def follow_latency(s: Settings) -> list[Figure]:
 
     from memlens.app.main_window import MainWindow
     from memlens.core.records import MemorySample, StepRecord
-    from memlens.core.run_files import RunWriter
+    from memlens.core.runfolder.writer import RunWriter
 
     app = QApplication.instance() or QApplication([])
     lat: list[float] = []

@@ -47,7 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command in (None, "app"):
         open_path = getattr(args, "open_path", None)
         if open_path is not None:
-            from memlens.core.open_target import OpenError, check_openable
+            from memlens.core.runfolder.open_target import OpenError, check_openable
 
             try:
                 check_openable(open_path)

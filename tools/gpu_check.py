@@ -204,7 +204,7 @@ def check_snapshot(out: Path, dry_run: bool) -> dict:
     done = _run(cmd, 600)
     if done.returncode != 0:
         raise CheckFailed(f"memlens run exit {done.returncode}:\n{_tail(done.stderr)}")
-    from memlens.core.run_files import CUDA_SNAPSHOT
+    from memlens.core.runfolder.format import CUDA_SNAPSHOT
 
     snapshot = run_dir / CUDA_SNAPSHOT
     if not snapshot.exists():

@@ -3,6 +3,7 @@ thread (the probe imports torch and runs a few tiny layers: memlens.core.cpu_sup
 
 from __future__ import annotations
 
+import contextlib
 import threading
 
 from PySide6.QtCore import QObject, Signal
@@ -33,6 +34,10 @@ class AmpSupport(QObject):
 
     def check(self, config: RunConfig) -> None:
         def work() -> None:
-            self.checked.emit(config.preset, amp_refusals(config))
+            refusals = amp_refusals(config)
+            with contextlib.suppress(RuntimeError):  # the window closed meanwhile
+                self.checked.emit(config.preset, refusals)
 
-        threading.Thread(target=work, name="memlens-amp-check", daemon=True).start()
+        # Not a daemon: a window closed at once must not end the interpreter while this
+        # thread is inside torch's import (a crash at exit); it ends in a few seconds.
+        threading.Thread(target=work, name="memlens-amp-check").start()

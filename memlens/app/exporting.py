@@ -9,8 +9,8 @@ import os
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
-from memlens.core.atomic import ExportError
-from memlens.core.run_files import export_run_files
+from memlens.core.runfolder.atomic import ExportError
+from memlens.core.runfolder.history_files import export_run_files
 
 RUN_FILES = "run files"
 PNG = "png"

@@ -6,8 +6,8 @@ from pathlib import Path
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
-from memlens.core.run_files import RunFolderError
-from memlens.core.run_follow import FINISHED, GONE, RunFollower
+from memlens.core.runfolder.follow import FINISHED, GONE, RunFollower
+from memlens.core.runfolder.format import RunFolderError
 
 POLL_MS = 100  # a row reaches the plots within one poll and one frame
 

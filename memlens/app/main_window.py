@@ -53,14 +53,15 @@ from memlens.app.series.pins import PinnedRun, compare_names, pin_color, run_nam
 from memlens.app.series.run_series import RunSeries
 from memlens.app.timeline.plot_stack import PlotStack
 from memlens.app.window_state import WindowState
-from memlens.core.atomic import ExportError
 from memlens.core.config import RunConfig
 from memlens.core.effects import toggle_effect
 from memlens.core.history import RunHistory
 from memlens.core.model_file import preset_label
 from memlens.core.options import ConfigError, format_value, is_model_file
 from memlens.core.records import RunEvent
-from memlens.core.run_files import RunFolderError, load_run, rank_folders
+from memlens.core.runfolder.atomic import ExportError
+from memlens.core.runfolder.format import RunFolderError
+from memlens.core.runfolder.reader import load_run, rank_folders
 
 pg.setConfigOptions(antialias=False, foreground="#333333", background="w")
 

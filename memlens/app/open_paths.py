@@ -9,7 +9,7 @@ from PySide6.QtCore import QEvent, QObject, Qt
 from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QMessageBox
 
 from memlens.app.app_settings import AppSettings
-from memlens.core.open_target import OpenError, resolve
+from memlens.core.runfolder.open_target import OpenError, resolve
 from memlens.core.snapshot_file import SnapshotFileError, read_snapshot
 
 FILTERS = ("Runs and snapshots (run.json steps.csv memory.csv *.pickle *.pkl)",

@@ -22,8 +22,8 @@ from memlens.core.history import RunHistory
 from memlens.core.model_file import preset_label
 from memlens.core.options import ConfigError
 from memlens.core.records import RunEvent
-from memlens.core.run_files import RunWriter
-from memlens.core.run_folder import new_run_folder
+from memlens.core.runfolder.claim import new_run_folder
+from memlens.core.runfolder.writer import RunWriter
 from memlens.core.sinks import FanOut, GuardedSink
 
 TrainFn = Callable[..., object]

@@ -183,7 +183,7 @@ def _set_theme(window, name: str) -> None:
 
 def _shot_of_opened(path: str, out: Path, size: tuple[int, int], tab: str, theme: str) -> int:
     """`shot --open PATH`: the window showing a run folder or a snapshot, no run."""
-    from memlens.core.open_target import OpenError, check_openable
+    from memlens.core.runfolder.open_target import OpenError, check_openable
 
     try:
         kind, _target = check_openable(path)

@@ -79,8 +79,8 @@ def build_config(args):
 
 
 def main(args) -> int:
-    from memlens.core.atomic import ExportError
     from memlens.core.options import ConfigError
+    from memlens.core.runfolder.atomic import ExportError
 
     try:
         cfg = build_config(args)
@@ -166,8 +166,8 @@ def _prepare(cfg, args):
     from memlens.core.loop import resolve_device
     from memlens.core.model_file import preset_label
     from memlens.core.preflight import check_run
-    from memlens.core.run_files import RunWriter
-    from memlens.core.run_folder import claim_out_folder, new_run_folder
+    from memlens.core.runfolder.claim import claim_out_folder, new_run_folder
+    from memlens.core.runfolder.writer import RunWriter
 
     device = resolve_device(cfg.device)
     check_run(cfg, device)

@@ -22,9 +22,9 @@ from memlens.core.records import (
     ALLOC_FRAME_COLUMN,
     MEMORY_CATEGORIES,
     PHASE_CODE,
-    SAMPLE_PHASES,
     AllocBlock,
     MemorySample,
+    edge_samples,
 )
 
 CATEGORY_CODE = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
@@ -491,14 +491,6 @@ def _stack_texts(stacks: list) -> list[str]:
 
 
 # --- the probe: one sample at a phase boundary ---------------------------------------------------
-
-
-def edge_samples(step: int, params: int, buffers: int, rows: list[tuple]) -> list[MemorySample]:
-    """LightProbe edge rows (MemoryProbe.take_rows) as MemorySamples of `step`, with the
-    probe's parameter and buffer bytes."""
-    return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
-                         None, None, heap if heap >= 0 else None, buffers)
-            for code, t, grads, opt, act, other, heap in rows]
 
 
 class MemoryProbe:

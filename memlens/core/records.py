@@ -201,3 +201,12 @@ class AllocBlock:
         """The rows as the Python tracker gives them: ints, the frames text last."""
         ints = self.table[:, :ALLOC_FRAME_COLUMN].astype("int64").tolist()
         return [(*r, f) for r, f in zip(ints, self.frame_texts(), strict=True)]
+
+
+def edge_samples(step: int, params: int, buffers: int, rows: list[tuple]) -> list[MemorySample]:
+    """The native LightProbe's edge rows (memory.MemoryProbe.take_rows: code, time_s, grads,
+    optimizer, activations, other, heap) as MemorySamples of `step`, with the probe's
+    parameter and buffer bytes."""
+    return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
+                         None, None, heap if heap >= 0 else None, buffers)
+            for code, t, grads, opt, act, other, heap in rows]

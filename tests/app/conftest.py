@@ -5,6 +5,11 @@ from __future__ import annotations
 import os
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+if os.environ["QT_QPA_PLATFORM"] == "offscreen":
+    # A desktop-sized screen (Qt's offscreen default is 800x800): the first window takes its
+    # size from the screen it opens on (app/screen_fit.py), and the tests drive a full one.
+    os.environ["QT_QPA_PLATFORM"] = "offscreen:configfile=" + os.path.join(
+        os.path.dirname(os.path.abspath(__file__)), "offscreen-screen.json")
 
 import pytest
 

@@ -4,8 +4,13 @@ from __future__ import annotations
 
 from PySide6.QtWidgets import QPushButton
 
-from memlens.core.allocations_file import ALLOCATIONS_NPY, FRAMES_JSONL
-from memlens.core.run_files import MEMORY_CSV, RUN_JSON, STEPS_CSV
+from memlens.core.runfolder.format import (
+    ALLOCATIONS_NPY,
+    FRAMES_JSONL,
+    MEMORY_CSV,
+    RUN_JSON,
+    STEPS_CSV,
+)
 from tests.app.drive import choose, click
 
 RUN_FILES = (STEPS_CSV, MEMORY_CSV, ALLOCATIONS_NPY, FRAMES_JSONL, RUN_JSON)

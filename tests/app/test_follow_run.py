@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyqtgraph as pg
 
-from memlens.core.run_files import RunWriter
+from memlens.core.runfolder.writer import RunWriter
 from tests.core.test_run_follow import sample, step_record
 
 
@@ -18,6 +18,7 @@ def test_following_a_folder_shows_rows_as_they_are_written(qtbot, window, tmp_pa
     folder = tmp_path / "watched"
     w = RunWriter(folder)
     w.on_start({"source": "watch", "pid": os.getpid()})
+    w.flush()
     assert window.follow_run(folder)
     assert window.following
     assert window.run_panel.state_label.text().endswith(": live")
@@ -25,6 +26,7 @@ def test_following_a_folder_shows_rows_as_they_are_written(qtbot, window, tmp_pa
         for phase in ("zero_grad", "forward", "backward", "optimizer"):
             w.on_sample(sample(i, phase))
         w.on_step(step_record(i))
+        w.flush()
         qtbot.waitUntil(lambda i=i: len(plot(window, "loss_plot").curves["loss"].getData()[0])
                         == i + 1, timeout=5000)
     _, loss = plot(window, "loss_plot").curves["loss"].getData()
@@ -58,6 +60,7 @@ def test_a_torchrun_parent_folder_shows_one_rank_chosen_in_the_status_bar(qtbot,
         for i in range(2):
             w.on_sample(sample(i, "forward"))
             w.on_step(dataclasses.replace(step_record(i), loss=10.0 * rank + i))
+        w.flush()
         writers.append(w)
     loss = lambda: plot(window, "loss_plot").curves["loss"].getData()[1]  # noqa: E731
 

@@ -12,7 +12,7 @@ from PySide6.QtWidgets import QCheckBox, QComboBox, QListWidget, QMessageBox, QP
 from memlens.app.panels.export_dialog import ExportDialog
 from memlens.app.timeline.memory_plot import Y_UNIT
 from memlens.core.history import STEP_COLUMNS
-from memlens.core.run_files import load_run
+from memlens.core.runfolder.reader import load_run
 from tests.app.drive import choose, click, wait_frames, wait_steps
 
 PLOTS = ("memory_plot", "time_plot", "loss_plot")

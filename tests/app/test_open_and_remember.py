@@ -25,7 +25,7 @@ from PySide6.QtWidgets import (
 from memlens.app.app_settings import AppSettings
 from memlens.app.snapshot_view import Y_UNIT
 from memlens.core.exports.snapshot import write_snapshot
-from memlens.core.run_files import write_history
+from memlens.core.runfolder.history_files import write_history
 from tests.app.drive import choose, click
 from tests.core.helpers import run
 

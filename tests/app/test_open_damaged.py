@@ -8,7 +8,7 @@ import json
 import pytest
 from PySide6.QtWidgets import QApplication, QMessageBox
 
-from memlens.core.run_files import write_history
+from memlens.core.runfolder.history_files import write_history
 from tests.core.helpers import run
 
 

@@ -114,7 +114,8 @@ def test_steps_csv_says_when_the_optimizer_stepped_and_whether_the_peak_is_exact
     import csv
 
     from memlens.core.loop import run_training
-    from memlens.core.run_files import RunWriter, load_run
+    from memlens.core.runfolder.reader import load_run
+    from memlens.core.runfolder.writer import RunWriter
 
     for precise in (False, True):
         out = tmp_path / f"p{precise}"

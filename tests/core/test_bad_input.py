@@ -17,7 +17,7 @@ import torch
 
 import main as memlens_main
 from memlens.core.options import OPTIONS
-from memlens.core.run_files import RunWriter
+from memlens.core.runfolder.writer import RunWriter
 
 ROOT = Path(__file__).resolve().parents[2]
 TINY = ["--set", "batch_size=16", "width=32", "eval_every=0"]
@@ -170,16 +170,18 @@ def test_out_of_memory_while_building_the_model_exits_2(capsys, tmp_path, monkey
 
 def test_a_full_disk_during_a_run_stops_it_with_exit_2_and_keeps_the_rows(capsys, tmp_path,
                                                                           monkeypatch):
-    written = []
-    real = RunWriter.on_step
+    from memlens.core.runfolder.writer import FolderFiles
 
-    def on_step(self, record):
+    written = []
+    real = FolderFiles.on_steps
+
+    def on_steps(self, rows):  # on the writer's thread, where a real disk fills up
         if len(written) == 3:
             raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
-        written.append(record.step)
-        real(self, record)
+        written.extend(record.step for record, _ in rows)
+        real(self, rows)
 
-    monkeypatch.setattr(RunWriter, "on_step", on_step)
+    monkeypatch.setattr(FolderFiles, "on_steps", on_steps)
     out = tmp_path / "r"
     code, err = run_cli(capsys, "run", "--steps", "50", *TINY, "--quiet", "--out", out)
     assert code == 2 and "No space left on device" in err and "Traceback" not in err
@@ -229,7 +231,7 @@ def test_a_signal_stops_the_run_with_one_line_and_a_final_run_json(tmp_path, sig
 
 
 def test_new_run_folders_are_made_fresh_even_in_the_same_second(tmp_path):
-    from memlens.core.run_folder import new_run_folder
+    from memlens.core.runfolder.claim import new_run_folder
 
     folders = [new_run_folder(tmp_path, "mlp") for _ in range(3)]
     assert len(set(folders)) == 3

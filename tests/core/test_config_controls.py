@@ -131,7 +131,7 @@ def test_atomic_files_get_the_usual_permissions(tmp_path):
     import os
     import stat
 
-    from memlens.core.atomic import atomic_write_text
+    from memlens.core.runfolder.atomic import atomic_write_text
 
     atomic_write_text(tmp_path / "a.txt", "x")
     with open(tmp_path / "b.txt", "w") as fh:

@@ -10,8 +10,8 @@ import pickle
 
 import pytest
 
-from memlens.core.atomic import ExportError
 from memlens.core.exports.cuda_recorder import CudaSnapshotRecorder, CudaUnavailable
+from memlens.core.runfolder.atomic import ExportError
 
 
 class FakeCudaMemory:

@@ -13,9 +13,11 @@ import numpy as np
 import pytest
 
 import main as memlens_main
-from memlens.core.atomic import atomic_write_text
 from memlens.core.history import RunHistory
-from memlens.core.run_files import RunFolderError, RunWriter, load_run
+from memlens.core.runfolder.atomic import atomic_write_text
+from memlens.core.runfolder.format import RunFolderError
+from memlens.core.runfolder.reader import load_run
+from memlens.core.runfolder.writer import RunWriter
 from memlens.core.sinks import FanOut
 from tests.core.helpers import run, tiny_config
 
@@ -138,7 +140,9 @@ def test_a_cut_header_lists_the_expected_columns_once(base, tmp_path):
     with pytest.raises(RunFolderError) as info:
         load_run(damaged(base, tmp_path, cut))
     text = str(info.value)
-    assert "cut short after 3 of 17 columns" in text
+    from memlens.core.runfolder.format import STEPS_HEADER
+
+    assert f"cut short after 3 of {len(STEPS_HEADER)} columns" in text
     assert text.count("grad_norm") == 1 and text.count("eval_loss") == 1
 
 

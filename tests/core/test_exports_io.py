@@ -13,10 +13,10 @@ import pytest
 
 import memlens.core.exports.chrome_trace as chrome_trace
 from memlens.__main__ import main as memlens
-from memlens.core.atomic import ExportError
 from memlens.core.exports import export_run, parse_formats
 from memlens.core.history import RunHistory
-from memlens.core.run_files import write_history
+from memlens.core.runfolder.atomic import ExportError
+from memlens.core.runfolder.history_files import write_history
 from tests.core.export_histories import small_history
 from tests.core.helpers import run
 

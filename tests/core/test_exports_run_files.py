@@ -11,27 +11,21 @@ import numpy as np
 import pytest
 
 from memlens.__main__ import main as memlens
-from memlens.core.allocations_file import (
-    ALLOC_DTYPE,
-    ALLOCATIONS_NPY,
-    FRAMES_JSONL,
-    HEADER_BYTES,
-    AllocationsStream,
-)
-from memlens.core.exports import export_run
 from memlens.core.history import ALLOC_COLUMNS
 from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
-from memlens.core.run_files import (
+from memlens.core.runfolder.allocations import ALLOC_DTYPE, HEADER_BYTES, AllocationsStream
+from memlens.core.runfolder.format import (
     ALLOCATIONS_CSV,
+    ALLOCATIONS_NPY,
+    FRAMES_JSONL,
     MEMORY_CSV,
     RUN_JSON,
     STEPS_CSV,
     RunFolderError,
-    RunWriter,
-    export_run_files,
-    load_run,
-    write_history,
 )
+from memlens.core.runfolder.history_files import export_run_files, write_history
+from memlens.core.runfolder.reader import load_run
+from memlens.core.runfolder.writer import RunWriter
 from tests.core.helpers import run
 
 RUN_FILES = (STEPS_CSV, MEMORY_CSV, ALLOCATIONS_NPY, FRAMES_JSONL, RUN_JSON)
@@ -85,19 +79,6 @@ def test_allocations_csv_holds_what_the_binary_table_holds(streamed, tmp_path):
     # "all" is every viewer format, not the text table
     assert memlens(["export", str(folder), "--out", str(tmp_path / "all")]) == 0
     assert not (tmp_path / "all" / ALLOCATIONS_CSV).exists()
-
-
-def test_a_version_1_folder_with_allocations_csv_still_loads(streamed, tmp_path):
-    folder, history = streamed
-    old = tmp_path / "old"
-    old.mkdir()
-    for name in (STEPS_CSV, MEMORY_CSV, RUN_JSON):
-        (old / name).write_bytes((folder / name).read_bytes())
-    export_run(history, old, ["allocations"])
-    back = load_run(old)
-    np.testing.assert_array_equal(back.allocs.rows()[:, :-1], history.allocs.rows()[:, :-1])
-    assert [back.frames[int(i)] for i in back.allocs.column("frame")] == \
-        [history.frames[int(i)] for i in history.allocs.column("frame")]
 
 
 def test_export_copies_the_streamed_files_byte_for_byte(streamed, tmp_path):
@@ -210,7 +191,7 @@ def test_write_history_round_trips_a_loaded_run(streamed, tmp_path):
 def test_allocations_csv_is_what_the_csv_module_writes(tmp_path):
     from memlens.core.exports.allocations_csv import write_allocations_csv
     from memlens.core.history import RunHistory
-    from memlens.core.run_files import ALLOC_HEADER, alloc_row
+    from memlens.core.runfolder.format import ALLOC_HEADER, alloc_row
 
     frames = ["", 'C:\\odd, "quoted"\\train.py:12:f|x.py:1:g', "ünï\ncode.py:3:h", "a.py:7:k"]
     rows = [(t * 997, t % 2, t // 2, 0x7F00_0000_0000 + 4096 * t, 64 * t, t % 5, t // 3,
@@ -227,10 +208,10 @@ def test_allocations_csv_is_what_the_csv_module_writes(tmp_path):
 
 def test_torn_last_lines_are_dropped_and_a_bad_value_is_named(streamed, tmp_path):
     folder, history = streamed
-    import memlens.core.run_files as run_files
+    from memlens.core.runfolder.format import STEPS_HEADER, parse_numbers
 
     # whole files take numpy's one-pass reader, not the row-by-row one
-    assert run_files._read_numbers(folder / STEPS_CSV, run_files.STEPS_HEADER) is not None
+    assert parse_numbers((folder / STEPS_CSV).read_bytes(), STEPS_HEADER) is not None
     torn = tmp_path / "torn"
     _copy_folder(folder, torn)
     for name in (STEPS_CSV, MEMORY_CSV):

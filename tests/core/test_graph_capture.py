@@ -16,7 +16,6 @@ import pytest
 import torch
 from torch import nn
 
-from memlens.core.atomic import ExportError
 from memlens.core.config import RunConfig
 from memlens.core.controls import RunControls
 from memlens.core.graph import graphviz
@@ -28,6 +27,7 @@ from memlens.core.graph.layout import LayoutRequest, layered_layout, layout_grap
 from memlens.core.graph.snapshot import GraphSnapshot
 from memlens.core.loop import run_training
 from memlens.core.presets import build_preset
+from memlens.core.runfolder.atomic import ExportError
 from tests.core.helpers import TINY, run, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,7 +9,7 @@ import tracemalloc
 import numpy as np
 
 from memlens.core.history import RunHistory, SpillFile
-from memlens.core.run_files import write_history
+from memlens.core.runfolder.history_files import write_history
 from tests.core.helpers import run
 
 BLOCK = 8192

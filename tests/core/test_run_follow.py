@@ -10,8 +10,10 @@ import pytest
 
 from memlens.core.history import sample_values
 from memlens.core.records import MemorySample, StepRecord
-from memlens.core.run_files import MEMORY_CSV, RunFolderError, RunWriter, load_run, memory_row
-from memlens.core.run_follow import FINISHED, GONE, LIVE, RunFollower
+from memlens.core.runfolder.follow import FINISHED, GONE, LIVE, RunFollower
+from memlens.core.runfolder.format import MEMORY_CSV, RunFolderError, memory_row
+from memlens.core.runfolder.reader import load_run
+from memlens.core.runfolder.writer import RunWriter
 
 
 def step_record(i: int) -> StepRecord:
@@ -30,6 +32,7 @@ def writer(folder, pid=None) -> RunWriter:
     import os
 
     w.on_start({"source": "watch", "pid": pid if pid is not None else os.getpid()})
+    w.flush()
     return w
 
 
@@ -40,6 +43,7 @@ def test_poll_takes_only_new_complete_rows(tmp_path):
     for i in range(3):
         w.on_sample(sample(i, "forward"))
         w.on_step(step_record(i))
+        w.flush()  # the writer's thread has written them
         assert f.poll() == (1, 1)
     assert f.history.steps.column("loss").tolist() == [1.0, 0.5, 0.25]
     assert f.history.samples.column("grads").tolist() == [0, 10, 20]
@@ -63,6 +67,7 @@ def test_a_writer_whose_process_ended_without_finishing_is_gone(tmp_path):
     p.wait()
     w = writer(tmp_path, pid=p.pid)
     w.on_step(step_record(0))
+    w.flush()
     f = RunFollower(tmp_path)
     f.poll()
     assert f.state == GONE and len(f.history.steps) == 1

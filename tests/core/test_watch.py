@@ -10,7 +10,7 @@ import weakref
 import pytest
 import torch
 
-from memlens.core.run_files import load_run
+from memlens.core.runfolder.reader import load_run
 from memlens.core.watch.cli import run_script
 
 HEAD = """
@@ -555,14 +555,14 @@ def test_forward_calls_followed_natively_agree_with_torch_own_prehooks(tmp_path)
 def test_a_failing_write_stops_recording_and_never_the_script(tmp_path, capsys, monkeypatch):
     """Rows are written on the watch's writer thread: a write that fails there (a full disk)
     stops the recording, and the script runs on with the same results."""
-    from memlens.core.run_files import RunWriter
+    from memlens.core.runfolder.writer import FolderFiles
 
     def full(self, rows):
         raise OSError(28, "No space left on device")
 
     plain(tmp_path, ADAM_LOOP, ["40"])
     expected = capsys.readouterr().out
-    monkeypatch.setattr(RunWriter, "on_steps", full)
+    monkeypatch.setattr(FolderFiles, "on_steps", full)
     code, _doc, _ = watch_script(tmp_path, ADAM_LOOP, ["40"])
     said = capsys.readouterr()
     assert code == 0 and said.out == expected

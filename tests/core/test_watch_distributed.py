@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from memlens.core.run_files import load_run
+from memlens.core.runfolder.reader import load_run
 
 ROOT = Path(__file__).resolve().parents[2]
 

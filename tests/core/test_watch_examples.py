@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from memlens.core.run_files import load_run
+from memlens.core.runfolder.reader import load_run
 from memlens.core.watch.cli import run_script
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -48,7 +48,7 @@ def test_dcgan_samples_of_one_step_each_have_their_own_x(tmp_path):
     """D runs three times and zero_grad twice a step: each sample a place of its own on the
     memory plot, in the order taken, as loaded and as followed."""
     from memlens.core.records import PHASE_CODE
-    from memlens.core.run_follow import RunFollower
+    from memlens.core.runfolder.follow import RunFollower
     from memlens.core.watch.session import HEAP_EVERY_S
 
     code, _doc, history = watched(tmp_path, "dcgan.py", "--steps", "3", "--sample-every", "100")

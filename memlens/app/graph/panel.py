@@ -741,9 +741,9 @@ class GraphPanel(QWidget):
     def export_to(self, path: str | Path, fmt: str | None = None) -> None:
         """Write the snapshot (DOT as captured; SVG/PNG via Graphviz, see docs/graph.md) on
         a worker; `export_finished` reports the result. PNG without Graphviz: the scene."""
-        from memlens.core.atomic import ExportError
         from memlens.core.graph import graphviz
         from memlens.core.graph.export import format_of
+        from memlens.core.runfolder.atomic import ExportError
 
         if self.snapshot is None:
             return
@@ -760,7 +760,7 @@ class GraphPanel(QWidget):
             _ExportTask(self.snapshot, path, fmt, self._export_signals))
 
     def _export_scene_png(self, path: Path) -> None:
-        from memlens.core.atomic import ExportError, atomic_open
+        from memlens.core.runfolder.atomic import ExportError, atomic_open
 
         rect = self.scene.sceneRect()
         scale = min(2.0, 16000 / max(rect.width(), rect.height(), 1))

@@ -90,10 +90,10 @@ def png_renderer(notes: list[str]):
 
 
 def main(args) -> int:
-    from memlens.core.atomic import ExportError
     from memlens.core.lessons.report import write_report
     from memlens.core.lessons.runner import LessonRunner
     from memlens.core.options import ConfigError
+    from memlens.core.runfolder.atomic import ExportError
 
     try:
         chosen = _settings(args)

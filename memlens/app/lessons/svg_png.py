@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memlens.core.atomic import ExportError
+from memlens.core.runfolder.atomic import ExportError
 
 SCALE = 1.0  # PNG pixels per SVG unit
 

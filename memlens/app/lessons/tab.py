@@ -278,8 +278,8 @@ class LessonsTab(QWidget):
         """Write lessons.json, lessons.md and the charts (SVG and PNG) into `folder`; never
         over a report already there."""
         from memlens.app.lessons.svg_png import svg_to_png
-        from memlens.core.atomic import ExportError
         from memlens.core.lessons.report import write_report
+        from memlens.core.runfolder.atomic import ExportError
 
         if self.report is None:
             return []

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from memlens.core.history import SAMPLE_COLUMNS
-from memlens.core.run_files import MEMORY_HEADER, STEPS_HEADER, memory_row, steps_row
+from memlens.core.runfolder.format import MEMORY_HEADER, STEPS_HEADER, memory_row, steps_row
 from memlens.core.units import format_bytes
 
 REFRESH_MS = 1000  # a live run's new rows, while the tables are open

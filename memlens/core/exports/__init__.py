@@ -7,7 +7,8 @@ allocation events, so it gets no snapshot (`unavailable(history)` says why). Ask
 snapshot by name from such a run raises SnapshotUnavailable before anything is written.
 "allocations" (allocations.csv: precise mode's events as text, ~200 bytes an event where the
 run folder's allocations.npy takes 43) is written only when named; "all" leaves it out.
-Every file is written atomically (memlens.core.atomic): a failure leaves no partial file behind.
+Every file is written atomically (memlens.core.runfolder.atomic): a failure leaves no
+partial file behind.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from memlens.core.atomic import ExportError
+from memlens.core.runfolder.atomic import ExportError
 
 if TYPE_CHECKING:  # numpy and the history load only when something is exported
     from memlens.core.history import RunHistory

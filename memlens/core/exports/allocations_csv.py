@@ -14,12 +14,11 @@ import csv
 import io
 from pathlib import Path
 
-from memlens.core.allocations_file import ACTIONS
-from memlens.core.atomic import atomic_open
 from memlens.core.exports import _text
 from memlens.core.history import RunHistory
 from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
-from memlens.core.run_files import ALLOC_HEADER
+from memlens.core.runfolder.atomic import atomic_open
+from memlens.core.runfolder.format import ACTIONS, ALLOC_HEADER
 
 ALLOCATIONS_FILE = "allocations.csv"
 _CHUNK = 1 << 20  # table rows read at a time

@@ -26,10 +26,10 @@ from typing import Any
 
 import numpy as np
 
-from memlens.core.atomic import atomic_open
 from memlens.core.exports import _text
 from memlens.core.history import RunHistory
 from memlens.core.records import MEMORY_CATEGORIES, PHASE_CODE, PHASES
+from memlens.core.runfolder.atomic import atomic_open
 
 TRACE_FILE = "trace.json"
 PID, TID = 1, 1

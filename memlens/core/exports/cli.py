@@ -58,9 +58,10 @@ def add_parser(subparsers) -> None:
 
 
 def main(args) -> int:
-    from memlens.core.atomic import ExportError
     from memlens.core.exports import export_run
-    from memlens.core.run_files import RunFolderError, load_run
+    from memlens.core.runfolder.atomic import ExportError
+    from memlens.core.runfolder.format import RunFolderError
+    from memlens.core.runfolder.reader import load_run
 
     try:
         history = load_run(args.run_dir)

@@ -13,8 +13,8 @@ import pickle
 from pathlib import Path
 from typing import Any
 
-from memlens.core.atomic import ExportError, atomic_open
 from memlens.core.exports import DEFAULT_MAX_ENTRIES
+from memlens.core.runfolder.atomic import ExportError, atomic_open
 
 PICKLE_PROTOCOL = 4  # pytorch.org/memory_viz's unpickler stops at protocol 4
 

@@ -26,11 +26,11 @@ from pathlib import Path
 
 import numpy as np
 
-from memlens.core.atomic import atomic_open
 from memlens.core.exports import DEFAULT_MAX_ROWS, _text
 from memlens.core.exports._allocs import AllocationEvents, allocation_events
 from memlens.core.history import RunHistory
 from memlens.core.records import MEMORY_CATEGORIES
+from memlens.core.runfolder.atomic import atomic_open
 
 TIMELINE_FILE = "memory_timeline.json"
 # torch.profiler._memory_profiler._CATEGORY_TO_COLORS order (None, uncategorised, last).

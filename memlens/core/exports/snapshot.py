@@ -30,11 +30,11 @@ from pathlib import Path
 
 import numpy as np
 
-from memlens.core.atomic import ExportError, atomic_open
 from memlens.core.exports import DEFAULT_MAX_ENTRIES
 from memlens.core.exports._allocs import AllocationEvents, allocation_events, parse_frames
 from memlens.core.history import RunHistory
 from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
+from memlens.core.runfolder.atomic import ExportError, atomic_open
 
 SNAPSHOT_FILE = "snapshot.pickle"
 PICKLE_PROTOCOL = 4  # the viewer's unpickler rejects protocol 5

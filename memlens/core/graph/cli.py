@@ -79,8 +79,8 @@ class _CaptureAt:
 
 
 def main(args) -> int:
-    from memlens.core.atomic import ExportError
     from memlens.core.options import ConfigError
+    from memlens.core.runfolder.atomic import ExportError
 
     try:
         cfg = build_config(args)

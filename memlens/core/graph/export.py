@@ -16,10 +16,10 @@ from dataclasses import dataclass
 from html import escape
 from pathlib import Path
 
-from memlens.core.atomic import ExportError, atomic_write_bytes, atomic_write_text
 from memlens.core.graph import graphviz
 from memlens.core.graph.layout import DOT_MAX_NODES, Layout, LayoutRequest, layered_layout
 from memlens.core.graph.snapshot import TORCHVIZ_COLOURS, GraphNode, GraphSnapshot
+from memlens.core.runfolder.atomic import ExportError, atomic_write_bytes, atomic_write_text
 from memlens.core.units import format_bytes
 
 FORMATS = ("dot", "svg", "png")

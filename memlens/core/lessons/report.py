@@ -8,10 +8,10 @@ from collections.abc import Callable
 from itertools import groupby
 from pathlib import Path
 
-from memlens.core.atomic import atomic_write_text
 from memlens.core.lessons.chart import chart_svg, format_value
 from memlens.core.lessons.verdict import MIN_TIME_BLOCKS
 from memlens.core.model_file import preset_label
+from memlens.core.runfolder.atomic import atomic_write_text
 
 REPORT_FORMAT = "memlens-lessons"
 REPORT_VERSION = 1

@@ -226,7 +226,7 @@ class LessonRunner:
     def _run_lesson(self, pool: ThreadPoolExecutor, lesson: Lesson, preset: str, index: int,
                     count: int) -> list[_Arm]:
         from memlens.core.loop import run_training
-        from memlens.core.run_files import RunWriter
+        from memlens.core.runfolder.writer import RunWriter
         from memlens.core.sinks import FanOut
 
         configs = self._configs(lesson, preset)

@@ -61,7 +61,7 @@ def main(args) -> int:
 def run_script(script: str, script_args: list[str], *, out=None, precise: bool = False,
                capture_every: int = 0, quiet: bool = False) -> int:
     """Run `script` under a watch; returns the exit code `python script ARGS` would have."""
-    from memlens.core.atomic import ExportError
+    from memlens.core.runfolder.atomic import ExportError
     from memlens.core.watch.session import NOTHING_FOUND_HELP, Watch
 
     path = str(Path(script))

@@ -35,7 +35,6 @@ from memlens.core.memory import MemoryProbe, StorageTracker
 from memlens.core.records import PHASE_CODE, PHASES, MemorySample, RunSummary, StepRecord
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.hooks import TorchHooks
-from memlens.core.watch.writes import Writes, write_samples
 
 # A step's rows are handed to the writer thread (core.watch.writes) at most this long after
 # the step ends, a batch at a time (a follower draws at 30 Hz anyway).
@@ -185,7 +184,7 @@ class Watch:
     def __init__(self, models=None, optimizers=None, *, out=None, precise: bool = False,
                  capture_every: int = 0, script: str | None = None,
                  argv: list[str] | None = None) -> None:
-        from memlens.core.run_files import RunWriter
+        from memlens.core.runfolder.writer import RunWriter
 
         if _ACTIVE:
             raise RuntimeError("memlens.watch: a watch is already recording in this process; "
@@ -196,8 +195,7 @@ class Watch:
         self.folder = Path(out) if out else _default_folder(script)
         if self.world_size > 1:  # torchrun: one folder per rank under the run's folder
             self.folder = self.folder / f"rank{self.rank}"
-        self.writer = RunWriter(self.folder, precise=precise)
-        self._writes = Writes(self.writer)  # its calls, made on a thread of their own
+        self.writer = RunWriter(self.folder, precise=precise)  # writes on its own thread
         self.precise_requested = precise
         # Precise mode: every storage, through the Python dispatch mode, for the whole run.
         self.precise = StorageTracker(time.perf_counter()) if precise else None
@@ -283,7 +281,7 @@ class Watch:
         self._norms: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._step_ms: list[float] = []
         self._saved_ctx = self.saved.hooks()
-        self._writes.post(self.writer.on_start, self._meta())
+        self._post("on_start", self._meta())
         self._saved_ctx.__enter__()
         if self.precise is not None:
             self.precise.__enter__()
@@ -354,13 +352,16 @@ class Watch:
                    "optimizers": list(self._optimizers_seen.values())},
         )
         if self.precise is not None and self.precise.pending:
-            self._writes.post(self.writer.on_allocations, self.precise.drain())
+            self._post("on_allocations", self.precise.drain())
         self._flush_edges()
         self._write_rows(self._clock())
         self._write_samples()  # those after the last step's end (a final sample)
-        self._writes.post(self.writer.on_start, {"finished": True})  # meta: a follower sees the end
-        self._writes.post(self.writer.on_finish, summary.to_dict())
-        self._writes.close()
+        self._post("on_start", {"finished": True})  # meta: a follower sees the end
+        self._post("on_finish", summary.to_dict())
+        try:
+            self.writer.close()
+        except Exception as exc:  # a write that failed at the end: said, never raised
+            self._fail(exc)
         atexit.unregister(self._at_exit)
 
     def _last_step(self) -> None:
@@ -373,7 +374,7 @@ class Watch:
     @property
     def write_error(self) -> BaseException | None:
         """The error that stopped the run folder's writes (a full disk), if one did."""
-        return self._writes.failed
+        return self.writer.failed
 
     @property
     def nothing_found(self) -> bool:
@@ -446,7 +447,7 @@ class Watch:
         self._use_edges()
         # A new probe knows no gradients or optimizer state yet: "start" scans them all.
         self.probe.sample(self.step_index, "start", 0.0, [])
-        self._writes.post(self.writer.on_start, self._meta())
+        self._post("on_start", self._meta())
 
     def _use_edges(self) -> None:
         """On CPU without precise mode, a phase edge's sample is LightProbe.edge: the figures
@@ -545,16 +546,25 @@ class Watch:
         """The steps ended since the last write: their samples, then their rows (a follower
         that reads a step's row finds its samples), one flush for each file."""
         self._flushed_at = now
-        if self._writes.failed is not None and not self.broken:
-            self._fail(self._writes.failed)
+        if self.writer.failed is not None and not self.broken:
+            self._fail(self.writer.failed)
         if self._rows:
             rows, self._rows = self._rows, []
-            self._writes.post_steps(rows)
+            self._post("on_steps", rows)
+
+    def _post(self, method: str, *args) -> None:
+        """A record for the run folder's writer (its own thread); a write that failed there
+        stops the recording, never the script."""
+        try:
+            getattr(self.writer, method)(*args)
+        except Exception as exc:
+            if not self.broken:
+                self._fail(exc)
 
     def _write_samples(self) -> None:
         """Samples after the last step's row (a final sample), at the end."""
         if self._samples:
-            self._writes.post(write_samples, self.writer, self._samples)
+            self._post("on_samples", self._samples)
             self._samples = []
 
     # --- listener callbacks (TorchHooks) -------------------------------------------------------
@@ -739,11 +749,11 @@ class Watch:
         except Exception as exc:  # a capture that fails costs the picture, never the run
             self._event("info", "graph capture", f"graph capture failed: {exc}", once=True)
             return
-        from memlens.core.run_files import graph_summary
+        from memlens.core.runfolder.format import graph_summary
 
         # The summary, not the snapshot: queued for the writer thread, the snapshot's graph
         # stayed alive until written, and looked like a graph kept across steps.
-        self._writes.post(self.writer.on_graph_summary, graph_summary(snapshot))
+        self._post("on_graph_summary", graph_summary(snapshot))
 
     def optimizer_created(self, opt) -> None:
         self._guard(self._add_optimizer, opt, False)
@@ -812,7 +822,7 @@ class Watch:
             peak = max(peak, self.precise.peak_bytes)
             self.precise.reset_peak()
             if self.precise.pending:
-                self._writes.post(self.writer.on_allocations, self.precise.drain())
+                self._post("on_allocations", self.precise.drain())
         if cuda:
             peak = max(peak, torch.cuda.max_memory_allocated(self.device))
             torch.cuda.reset_peak_memory_stats(self.device)
@@ -1077,7 +1087,7 @@ class Watch:
         e = dx.diagnosis(self.step_index, self._clock() - self._t0, key, message, explanation,
                          nbytes=nbytes, where=where, fix=fix, phase=phase)
         self.events.append(e)
-        self._writes.post(self.writer.on_event, e)
+        self._post("on_event", e)
 
     def _event(self, kind: str, key: str, message: str, explanation: str = "",
                once: bool = False) -> None:
@@ -1090,7 +1100,7 @@ class Watch:
         e = RunEvent(step=self.step_index, time_s=self._clock() - self._t0, kind=kind, key=key,
                      message=message, explanation=explanation)
         self.events.append(e)
-        self._writes.post(self.writer.on_event, e)
+        self._post("on_event", e)
 
     # --- run.json ------------------------------------------------------------------------------
     def _meta(self) -> dict:

@@ -13,18 +13,19 @@ import json
 import os
 from pathlib import Path
 
-import numpy as np
-
-from memlens.core.history import RunHistory, sample_x, spread_x
-from memlens.core.records import PHASE_CODE, RunEvent
-from memlens.core.run_files import (
+from memlens.core.history import RunHistory
+from memlens.core.runfolder.format import (
     MEMORY_CSV,
     MEMORY_HEADER,
-    RUN_FORMAT,
     RUN_JSON,
     STEPS_CSV,
     STEPS_HEADER,
     RunFolderError,
+    check_run_doc,
+    is_run_doc,
+    memory_table,
+    meta_of,
+    steps_table,
 )
 
 LIVE, FINISHED, GONE, WAITING = "live", "finished", "writer gone", "waiting"
@@ -36,34 +37,35 @@ class _Tail:
     def __init__(self, path: Path, header: tuple[str, ...]) -> None:
         self.path, self.header = path, header
         self.offset = 0
+        self.line = 1  # the file's line number of the next row read
         self.checked = False
 
-    def new_rows(self) -> list[list[str]]:
+    def new_rows(self) -> tuple[list[list[str]], int]:
+        """The rows appended since the last call, and the file's line number of the first."""
         try:
             with open(self.path, "rb") as fh:
                 fh.seek(self.offset)
                 data = fh.read()
         except FileNotFoundError:
-            return []
+            return [], self.line
         except OSError as exc:
             raise RunFolderError(f"{self.path}: cannot be read ({exc.strerror or exc})") from None
         end = data.rfind(b"\n")
         if end < 0:
-            return []
+            return [], self.line
         self.offset += end + 1
         lines = data[: end + 1].decode("utf-8", "replace").splitlines()
         rows = list(csv.reader(lines))
+        first = self.line
+        self.line += len(rows)
         if not self.checked:
             self.checked = True
             if not rows or tuple(rows[0][: len(self.header)]) != self.header:
-                raise RunFolderError(f"{self.path}: not a memlens {self.path.name} (columns "
-                                     f"{rows[0][:4] if rows else []})")
+                raise RunFolderError(f"{self.path}: not a memlens {self.path.name}; expected "
+                                     f"the columns: {', '.join(self.header)}")
             rows = rows[1:]
-        return rows
-
-
-def _float(text: str) -> float:
-    return float("nan") if text == "" else float(text)
+            first += 1
+        return rows, first
 
 
 class RunFollower:
@@ -85,32 +87,12 @@ class RunFollower:
     def poll(self) -> tuple[int, int]:
         """Take in what was written since the last poll: (new steps, new samples)."""
         self._read_json()
-        steps = self._steps.new_rows()
+        steps, first = self._steps.new_rows()
         if steps:
-            n = len(STEPS_HEADER)
-            try:
-                self.history.steps.extend(np.array(
-                    [[_float(v) for v in r[:n]] for r in steps if len(r) >= n],
-                    dtype=np.float64).reshape(-1, n))
-            except ValueError as exc:
-                raise RunFolderError(f"{self._steps.path}: a value is not a number ({exc})"
-                                     ) from None
-        samples = self._memory.new_rows()
-        if samples:
-            rows = []
-            try:
-                for r in samples:
-                    if len(r) < len(MEMORY_HEADER):
-                        continue
-                    step, phase, time_s, *rest = r[: len(MEMORY_HEADER)]
-                    rows.append((int(step), PHASE_CODE[phase], sample_x(int(step), phase),
-                                 float(time_s), *(_float(v) for v in rest)))
-            except (ValueError, KeyError) as exc:
-                raise RunFolderError(f"{self._memory.path}: a row is not valid ({exc})") from None
-            if rows:
-                block = np.array(rows, dtype=np.float64)
-                block[:, 2] = spread_x(block[:, 0], block[:, 1])  # a watch writes a step whole
-                self.history.samples.extend(block)
+            self.history.steps.extend(steps_table(steps, self._steps.path, first))
+        samples, first = self._memory.new_rows()
+        if samples:  # a watch writes a step's samples whole: x spread within the batch
+            self.history.samples.extend(memory_table(samples, self._memory.path, first))
         self.state = self._state()
         return len(steps), len(samples)
 
@@ -127,20 +109,17 @@ class RunFollower:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             return  # written atomically, so a bad read is a passing moment: next poll
-        if not isinstance(doc, dict) or doc.get("format") != RUN_FORMAT:
+        if not is_run_doc(doc):
             raise RunFolderError(f"{path}: not a memlens run.json (no format tag)")
+        events = check_run_doc(doc, path)  # the same checks as load_run's
         self._json_stamp = stamp
         self.meta_reads += 1
         h = self.history
-        h.meta = {k: v for k, v in doc.items() if k not in ("events", "summary", "graphs")}
+        h.meta = meta_of(doc)
         h.summary = doc.get("summary")
         self.pid = doc.get("pid") if isinstance(doc.get("pid"), int) else None
-        events = doc.get("events") or []
         for e in events[self._events_seen:]:
-            try:
-                h.on_event(RunEvent(**e))
-            except TypeError:
-                continue
+            h.on_event(e)
         self._events_seen = len(events)
 
     def _state(self) -> str:

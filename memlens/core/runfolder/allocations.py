@@ -21,7 +21,6 @@ from typing import IO
 
 import numpy as np
 
-from memlens.core.atomic import atomic_open
 from memlens.core.history import (
     ALLOC_COLUMNS,
     ColumnTable,
@@ -30,10 +29,9 @@ from memlens.core.history import (
     remap_frames,
 )
 from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASES, AllocBlock
+from memlens.core.runfolder.atomic import atomic_open
+from memlens.core.runfolder.format import ACTIONS, ALLOCATIONS_NPY, FRAMES_JSONL
 
-ALLOCATIONS_NPY = "allocations.npy"
-FRAMES_JSONL = "allocation_frames.jsonl"
-ACTIONS = ("alloc", "free")
 # Each field on its natural alignment and 48 bytes a row, so numpy reads a column at memory
 # speed (a packed 43-byte row took twice as long to convert). The file's dtype lists the
 # fields by offset, as .npy needs.

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from memlens.core.run_files import RUN_JSON, RunFolderError, load_run
+from memlens.core.runfolder.format import RUN_JSON, RunFolderError
+from memlens.core.runfolder.reader import load_run
 from memlens.core.snapshot_file import SnapshotFileError, read_snapshot
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")

@@ -1,0 +1,274 @@
+"""The run folder's format, once: its file names, run.json's tag and the parts readers use,
+the CSV headers, and the row codecs both ways (a record to text, text to the history's
+numbers). The writer, the reader, the follower, the exports and the app's rows table all
+take them from here.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from memlens.core.history import SAMPLE_COLUMNS, STEP_COLUMNS, spread_x
+from memlens.core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES, RunEvent
+
+# --- file names -------------------------------------------------------------------------------
+STEPS_CSV = "steps.csv"
+MEMORY_CSV = "memory.csv"
+RUN_JSON = "run.json"
+ALLOCATIONS_NPY = "allocations.npy"  # precise mode (runfolder.allocations)
+FRAMES_JSONL = "allocation_frames.jsonl"
+CUDA_SNAPSHOT = "cuda_snapshot.pickle"  # PyTorch's own recording (CUDA runs)
+# What the exports write into a run's folder (memlens.core.exports)
+SNAPSHOT_PICKLE = "snapshot.pickle"
+TRACE_JSON = "trace.json"
+TIMELINE_JSON = "memory_timeline.json"
+ALLOCATIONS_CSV = "allocations.csv"
+# Every file a run or its exports write into the run's folder. A folder holding any of them
+# holds a run: writing another into it would mix the two (an old allocations.npy beside new
+# steps) or truncate the old one's CSVs.
+RUN_FILE_NAMES: tuple[str, ...] = (
+    STEPS_CSV, MEMORY_CSV, RUN_JSON, ALLOCATIONS_NPY, FRAMES_JSONL, ALLOCATIONS_CSV,
+    CUDA_SNAPSHOT, SNAPSHOT_PICKLE, TRACE_JSON, TIMELINE_JSON,
+)
+
+RUN_FORMAT = "memlens-run"
+RUN_FORMAT_VERSION = 2
+
+# --- CSV headers: the history's columns, with `_bytes` on memory figures (the unit) -----------
+STEPS_HEADER: tuple[str, ...] = STEP_COLUMNS
+MEMORY_HEADER: tuple[str, ...] = (
+    "step", "phase", "time_s", *(f"{c}_bytes" for c in MEMORY_CATEGORIES), "total_bytes",
+    "allocated_bytes", "reserved_bytes", "heap_bytes",
+)
+# allocations.csv (an export made on request): precise mode's events as text
+ACTIONS = ("alloc", "free")
+ALLOC_HEADER: tuple[str, ...] = (
+    "t_us", "action", "storage", "addr", "bytes", "category", "step", "phase", "frames",
+)
+INT_STEP_COLUMNS = frozenset({
+    "step", "allocated_bytes", "peak_bytes", "reserved_bytes", "graph_nodes", "saved_bytes",
+    "retained_bytes", "optimizer_stepped", "peak_is_exact"})
+
+
+class RunFolderError(ValueError):
+    """A run folder that cannot be read; the message says what is wrong with it."""
+
+
+# --- writing: a record's values to text ---------------------------------------------------------
+def _cell(value: float, as_int: bool) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return ""
+    if as_int:
+        return str(int(value))
+    return f"{value:.6g}"
+
+
+def steps_row(values: Any) -> list[str]:
+    """A row of STEP_COLUMNS values as steps.csv's cells."""
+    return [_cell(v, c in INT_STEP_COLUMNS) for c, v in zip(STEP_COLUMNS, values, strict=True)]
+
+
+def memory_row(values: Any) -> list[str]:
+    """A row of SAMPLE_COLUMNS values (step, phase code, x, time_s, categories, ...) as
+    memory.csv's cells (x is not written: a reader spreads it again)."""
+    step, phase, _x, time_s, *rest = values  # _cell(v, True) inlined: a row per phase edge
+    return [str(int(step)), SAMPLE_PHASES[int(phase)], f"{time_s:.6f}",
+            *["" if v is None or v != v else str(int(v)) for v in rest]]
+
+
+def alloc_row(values: Any, frames: str) -> list[str]:
+    """An alloc/free row (ALLOC_COLUMNS values) and its stack's text as allocations.csv's
+    cells."""
+    t_us, action, storage, addr, nbytes, category, step, phase, *_ = values
+    return [str(int(t_us)), ACTIONS[int(action)], str(int(storage)), str(int(addr)),
+            str(int(nbytes)), MEMORY_CATEGORIES[int(category)], str(int(step)),
+            SAMPLE_PHASES[int(phase)], frames]
+
+
+def graph_summary(snapshot) -> dict[str, int]:
+    """What run.json keeps of a graph capture."""
+    return {"step": snapshot.step, "nodes": len(snapshot.nodes),
+            "saved_bytes": snapshot.saved_bytes}
+
+
+# --- reading: text to the history's numbers ----------------------------------------------------
+def number(text: str) -> float:
+    """A cell as a float; an empty cell is no value (NaN)."""
+    return math.nan if text == "" else float(text)
+
+
+def steps_table(rows: list[list[str]], path: Path, first_line: int = 2) -> np.ndarray:
+    """steps.csv's rows (cells) as STEP_COLUMNS numbers. Rows shorter than the header (a
+    torn last line) are left out; a cell that is not a number is a RunFolderError naming
+    its line (`first_line`: the file's line of rows[0])."""
+    n = len(STEPS_HEADER)
+    out = np.empty((len(rows), n), dtype=np.float64)
+    kept = 0
+    for i, r in enumerate(rows):
+        if len(r) < n:
+            continue
+        try:
+            out[kept] = [number(v) for v in r[:n]]
+        except ValueError:
+            raise RunFolderError(f"{path}: line {first_line + i}: a value is not a number; "
+                                 "the file is damaged") from None
+        kept += 1
+    return out[:kept]
+
+
+def memory_table(rows: list[list[str]], path: Path, first_line: int = 2) -> np.ndarray:
+    """memory.csv's rows (cells) as SAMPLE_COLUMNS numbers, x spread as the writer placed
+    them. Short rows are left out; a bad cell or an unknown phase is a RunFolderError
+    naming its line."""
+    width = len(MEMORY_HEADER)
+    out = np.empty((len(rows), len(SAMPLE_COLUMNS)), dtype=np.float64)
+    kept = 0
+    for i, r in enumerate(rows):
+        if len(r) < width:
+            continue
+        step, phase, time_s, *rest = r[:width]
+        try:
+            out[kept] = (int(step), PHASE_CODE[phase], 0.0, float(time_s),
+                         *(number(v) for v in rest))
+        except (ValueError, KeyError, OverflowError):
+            raise RunFolderError(f"{path}: line {first_line + i} is not valid (a value is not "
+                                 "a number, or the phase is unknown); the file is damaged"
+                                 ) from None
+        kept += 1
+    out = out[:kept]
+    out[:, 2] = spread_x(out[:, 0], out[:, 1])
+    return out
+
+
+def parse_numbers(data: bytes, header: tuple[str, ...], phase_column: int | None = None
+                  ) -> np.ndarray | None:
+    """A whole CSV file's complete rows parsed by numpy in one pass (a 100,000-step run's
+    memory.csv in well under a second, where row by row took seconds), or None when
+    anything is unusual (quoting, a bad value, a short row), for the row-by-row codecs
+    above to deal with and name. `phase_column`: the column holding phase names."""
+    first = data.find(b"\n")
+    if first < 0:
+        return None
+    got = data[:first].decode("utf-8", "replace").removeprefix("\ufeff").strip().split(",")
+    if tuple(got[: len(header)]) != header:
+        return None
+    body = data[first + 1 : data.rfind(b"\n") + 1]  # a torn last line is left out
+    if b'"' in body:
+        return None
+    if phase_column is not None:  # "12,forward,..." -> "12,2,...": the phase is column 1
+        for name, code in PHASE_CODE.items():
+            body = body.replace(f",{name},".encode(), f",{code},".encode())
+    body = body.replace(b"\r\n", b"\n").replace(b"\n", b",\n")
+    for _ in range(2):  # empty cells (no value: NaN), also two in a row
+        body = body.replace(b",,", b",nan,")
+    lines = body.count(b"\n")
+    with warnings.catch_warnings():  # numpy warns, then stops, at text it cannot parse
+        warnings.simplefilter("error", DeprecationWarning)
+        try:
+            values = np.fromstring(body.replace(b",\n", b","), dtype=np.float64, sep=",")
+        except (DeprecationWarning, ValueError):
+            return None
+    if len(values) != lines * len(got):
+        return None
+    return values.reshape(lines, len(got))[:, : len(header)]
+
+
+def memory_from_numbers(fast: np.ndarray) -> np.ndarray:
+    """parse_numbers' memory.csv table (step, phase code, time_s, ...) laid out as
+    SAMPLE_COLUMNS, x spread."""
+    out = np.empty((len(fast), len(SAMPLE_COLUMNS)), dtype=np.float64)
+    out[:, :2] = fast[:, :2]
+    out[:, 2] = spread_x(fast[:, 0], fast[:, 1])
+    out[:, 3:] = fast[:, 2:]
+    return out
+
+
+def header_problem(path: Path, got: tuple[str, ...], header: tuple[str, ...]) -> str:
+    """What is wrong with a CSV's header, in memlens's words: the expected columns are listed
+    once, and nothing of the file's own text is repeated (it may not be ours: a link)."""
+    expected = ", ".join(header)
+    if 0 < len(got) < len(header) and got[:-1] == header[: len(got) - 1] \
+            and header[len(got) - 1].startswith(got[-1]):
+        return (f"{path}: the header is cut short after {len(got)} of {len(header)} "
+                f"columns; expected: {expected}")
+    return f"{path}: the first line is not a {path.name} header; expected the columns: {expected}"
+
+
+# --- run.json: the parts readers use -------------------------------------------------------------
+# The keys readers use, with the JSON type each must have when present.
+_DOC_TYPES: dict[str, tuple[type, ...]] = {
+    "config": (dict,), "environment": (dict,), "schedule": (list,), "events": (list,),
+    "graphs": (list,), "summary": (dict, type(None)), "allocations": (dict,),
+    "cuda_snapshot": (dict,),
+}
+_JSON_NAMES = {dict: "an object", list: "a list", str: "text", type(None): "null"}
+_EVENT_TEXT = ("kind", "key", "phase", "message", "explanation", "where", "fix")
+_EVENT_FIELDS = frozenset(RunEvent.__dataclass_fields__)  # others (a newer writer's) dropped
+_NOT_META = ("events", "summary", "graphs")
+
+
+def is_run_doc(doc: Any) -> bool:
+    return isinstance(doc, dict) and doc.get("format") == RUN_FORMAT
+
+
+def meta_of(doc: dict) -> dict:
+    """What a history keeps as its meta: run.json without its events, summary and graphs."""
+    return {k: v for k, v in doc.items() if k not in _NOT_META}
+
+
+def check_run_doc(doc: dict, path: Path) -> list[RunEvent]:
+    """run.json's parts that readers use have the types they expect; its events as RunEvents.
+    RunFolderError names the part and what it should be, never the file's content."""
+    for key, types in _DOC_TYPES.items():
+        if key in doc and not isinstance(doc[key], types):
+            want = " or ".join(_JSON_NAMES[t] for t in types)
+            raise RunFolderError(f"{path}: {key!r} should be {want}, not "
+                                 f"{_json_kind(doc[key])}; the file is damaged")
+    events = []
+    for i, e in enumerate(doc.get("events") or ()):
+        bad = _event_problem(e)
+        if bad:
+            raise RunFolderError(f"{path}: event {i}: {bad}; the file is damaged")
+        events.append(RunEvent(**{k: v for k, v in e.items() if k in _EVENT_FIELDS}))
+    for i, g in enumerate(doc.get("graphs") or ()):
+        if not isinstance(g, dict):
+            raise RunFolderError(f"{path}: graph {i} should be an object, not "
+                                 f"{_json_kind(g)}; the file is damaged")
+    return events
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    return _JSON_NAMES.get(type(value), type(value).__name__)
+
+
+def _event_problem(e: Any) -> str:
+    if not isinstance(e, dict):
+        return f"should be an object, not {_json_kind(e)}"
+    for name in ("step", "time_s", "kind"):
+        if name not in e:
+            return f"no {name!r}"
+    step = e["step"]
+    if isinstance(step, bool) or not isinstance(step, int) or not 0 <= step < 2**53:
+        return "'step' should be a whole number >= 0"
+    t = e["time_s"]
+    if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t):
+        return "'time_s' should be a number of seconds"
+    for name in _EVENT_TEXT:
+        if name in e and not isinstance(e[name], str):
+            return f"{name!r} should be text, not {_json_kind(e[name])}"
+    for name in ("old", "new"):
+        if isinstance(e.get(name), dict | list):
+            return f"{name!r} should be a single value, not {_json_kind(e[name])}"
+    if "bytes" in e and e["bytes"] is not None and (
+            isinstance(e["bytes"], bool) or not isinstance(e["bytes"], int)):
+        return "'bytes' should be a whole number"
+    return ""

@@ -1,0 +1,199 @@
+"""A history's run files written whole: `write_history` (the formats RunWriter streams,
+each file atomically), and `export_run_files` (the app's Export), which copies the files a
+run streamed where they hold what the history holds, and writes only the others."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+from pathlib import Path
+
+from memlens.core.effects import events_with_effects
+from memlens.core.history import RunHistory
+from memlens.core.runfolder.allocations import (
+    HEADER_BYTES,
+    header_rows,
+    read_frames,
+    records,
+    write_allocations,
+)
+from memlens.core.runfolder.allocations import describe as describe_allocations
+from memlens.core.runfolder.atomic import (
+    ExportError,
+    atomic_open,
+    atomic_write_bytes,
+    atomic_write_text,
+)
+from memlens.core.runfolder.format import (
+    ALLOCATIONS_NPY,
+    FRAMES_JSONL,
+    MEMORY_CSV,
+    MEMORY_HEADER,
+    RUN_FORMAT,
+    RUN_FORMAT_VERSION,
+    RUN_JSON,
+    STEPS_CSV,
+    STEPS_HEADER,
+    graph_summary,
+    memory_row,
+    steps_row,
+)
+
+
+def write_history(history: RunHistory, folder: str | Path) -> list[Path]:
+    """Write a history's run files (the same formats RunWriter streams), atomically."""
+    folder = Path(folder)
+    written = [_write_csv(folder / STEPS_CSV, STEPS_HEADER, map(steps_row, history.steps.rows())),
+               _write_csv(folder / MEMORY_CSV, MEMORY_HEADER,
+                          map(memory_row, history.samples.rows()))]
+    if len(history.allocs):
+        written += write_allocations(history, folder)
+    written.append(_write_run_json(history, folder))
+    return written
+
+
+def _write_csv(path: Path, header: tuple[str, ...], rows) -> Path:
+    with atomic_open(path) as fh:
+        w = csv.writer(fh)
+        w.writerow(header)
+        w.writerows(rows)
+    return path
+
+
+def _write_run_json(history: RunHistory, folder: Path) -> Path:
+    doc = {"format": RUN_FORMAT, **history.meta, "version": RUN_FORMAT_VERSION,
+           "events": events_with_effects(history),
+           "graphs": [graph_summary(g) for g in history.graphs],
+           "summary": history.summary}
+    doc.pop("allocations", None)
+    if len(history.allocs):
+        doc["allocations"] = describe_allocations()
+    atomic_write_text(folder / RUN_JSON, json.dumps(doc, indent=1, default=str))
+    return folder / RUN_JSON
+
+
+# --- Export's run files: copy what the run streamed ------------------------------------------
+
+
+class _Mismatch(Exception):
+    """A file in the run's folder does not hold what the history holds."""
+
+
+def export_run_files(history: RunHistory, folder: str | Path, source: str | Path | None = None,
+                     copied: list[str] | None = None) -> list[Path]:
+    """The run files of `history` in `folder`, as write_history writes them.
+
+    `source` is the folder the run streamed its files into (or was loaded from). A file
+    there that holds exactly what the history holds (same rows, header and last row; for
+    run.json a finished run's same summary and events) is copied byte for byte: the rows
+    are not formatted a second time. Any other file (a run still going, a writer that
+    stopped on a full disk, a torn last line) is written from the history. The names of the
+    copied files go into `copied` when it is given.
+    """
+    folder = Path(folder)
+    src = Path(source) if source is not None else None
+    if src is not None and not src.is_dir():
+        src = None
+    same = src is not None and folder.is_dir() and os.path.samefile(src, folder)
+    written: list[Path] = []
+
+    def attempt(names: list[str], copy, write) -> None:
+        if src is not None:
+            try:
+                written.extend(copy(src, folder, history, same))
+                if copied is not None:
+                    copied.extend(names)
+                return
+            except ExportError:  # the destination failed: writing would fail the same way
+                raise
+            except (OSError, ValueError, _Mismatch):
+                pass
+        written.extend(write())
+
+    attempt([STEPS_CSV], _csv_copier(STEPS_CSV, STEPS_HEADER, lambda h: h.steps, steps_row),
+            lambda: [_write_csv(folder / STEPS_CSV, STEPS_HEADER,
+                                map(steps_row, history.steps.rows()))])
+    attempt([MEMORY_CSV],
+            _csv_copier(MEMORY_CSV, MEMORY_HEADER, lambda h: h.samples, memory_row),
+            lambda: [_write_csv(folder / MEMORY_CSV, MEMORY_HEADER,
+                                map(memory_row, history.samples.rows()))])
+    if len(history.allocs):
+        attempt([ALLOCATIONS_NPY, FRAMES_JSONL], _copy_allocations,
+                lambda: write_allocations(history, folder))
+    attempt([RUN_JSON], _copy_run_json, lambda: [_write_run_json(history, folder)])
+    return written
+
+
+def _csv_copier(name: str, header: tuple[str, ...], table_of, row_of):
+    def copy(src: Path, folder: Path, history: RunHistory, same: bool) -> list[Path]:
+        data = (src / name).read_bytes()
+        table = table_of(history)
+        n = len(table)
+        text = io.StringIO(newline="")
+        w = csv.writer(text)
+        w.writerow(header)
+        head = text.getvalue().encode()
+        if n:
+            text.seek(0)
+            text.truncate()
+            w.writerow(row_of(table.rows(n - 1)[0]))
+        last = text.getvalue().encode()
+        if not (data.startswith(head) and data.endswith(last)
+                and data.count(b"\n") == n + 1):
+            raise _Mismatch(name)
+        if not same:
+            atomic_write_bytes(folder / name, data)
+        return [folder / name]
+
+    return copy
+
+
+def _copy_allocations(src: Path, folder: Path, history: RunHistory, same: bool) -> list[Path]:
+    frames_bytes = (src / FRAMES_JSONL).read_bytes()
+    if read_frames(src / FRAMES_JSONL) != history.frames:
+        raise _Mismatch(FRAMES_JSONL)
+    n = len(history.allocs)
+    last = records(history.allocs.rows(n - 1)).tobytes()
+    size = HEADER_BYTES + n * len(last)
+
+    def check(fd: int) -> None:
+        if (os.fstat(fd).st_size != size or header_rows(os.pread(fd, HEADER_BYTES, 0)) != n
+                or os.pread(fd, len(last), size - len(last)) != last):
+            raise _Mismatch(ALLOCATIONS_NPY)
+
+    with open(src / ALLOCATIONS_NPY, "rb") as inp:
+        if same:
+            check(inp.fileno())
+        else:
+            with atomic_open(folder / ALLOCATIONS_NPY, "wb") as out:
+                out.flush()
+                offset, end = 0, os.fstat(inp.fileno()).st_size
+                while offset < end:
+                    sent = os.sendfile(out.fileno(), inp.fileno(), offset, end - offset)
+                    if not sent:
+                        break
+                    offset += sent
+                check(out.fileno())
+            atomic_write_bytes(folder / FRAMES_JSONL, frames_bytes)
+    return [folder / ALLOCATIONS_NPY, folder / FRAMES_JSONL]
+
+
+def _copy_run_json(src: Path, folder: Path, history: RunHistory, same: bool) -> list[Path]:
+    data = (src / RUN_JSON).read_bytes()
+    doc = json.loads(data)
+    summary = json.loads(json.dumps(history.summary, default=str))
+    if (not isinstance(doc, dict) or doc.get("summary") is None or doc["summary"] != summary
+            or len(doc.get("events") or ()) != history.event_count
+            or doc.get("version") != RUN_FORMAT_VERSION):
+        raise _Mismatch(RUN_JSON)
+    out = [folder / RUN_JSON]
+    cuda = Path(str((doc.get("cuda_snapshot") or {}).get("file") or "")).name  # in the folder
+    if cuda and (src / cuda).is_file():
+        if not same:
+            atomic_write_bytes(folder / cuda, (src / cuda).read_bytes())
+        out.append(folder / cuda)
+    if not same:
+        atomic_write_bytes(folder / RUN_JSON, data)
+    return out

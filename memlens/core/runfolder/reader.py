@@ -1,0 +1,193 @@
+"""Reading a run folder back into a RunHistory, with a clear error for a bad or partial one.
+
+The one reader of the format (runfolder.format's codecs): `load_run` here, the follower
+(runfolder.follow), export, `shot --open` and the app all come through it.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from pathlib import Path
+
+import numpy as np
+
+from memlens.core.history import SAMPLE_COLUMNS, STEP_COLUMNS, RunHistory
+from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
+from memlens.core.runfolder.allocations import AllocationsFileError, load_allocations
+from memlens.core.runfolder.format import (
+    ALLOCATIONS_NPY,
+    INT_STEP_COLUMNS,
+    MEMORY_CSV,
+    MEMORY_HEADER,
+    RUN_JSON,
+    STEPS_CSV,
+    STEPS_HEADER,
+    RunFolderError,
+    check_run_doc,
+    header_problem,
+    is_run_doc,
+    memory_from_numbers,
+    memory_table,
+    meta_of,
+    parse_numbers,
+    steps_table,
+)
+
+
+def load_run(folder: str | Path) -> RunHistory:
+    """Read a run folder into a RunHistory.
+
+    A partial folder (a run that crashed) loads what is complete: a torn last CSV line is
+    dropped, and allocations.npy gives the rows its header counts. A folder that is not a
+    run, or a damaged file, raises RunFolderError with the reason.
+    """
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise RunFolderError(f"{str(folder)!r} is not a folder; choose a run folder")
+    missing = [n for n in (STEPS_CSV, MEMORY_CSV, RUN_JSON) if not (folder / n).is_file()]
+    if missing:
+        raise RunFolderError(
+            f"{str(folder)!r} is not a memlens run folder: {', '.join(missing)} missing. "
+            "A run folder holds steps.csv, memory.csv and run.json."
+        )
+    doc = read_run_json(folder / RUN_JSON)
+    events = check_run_doc(doc, folder / RUN_JSON)
+    history = RunHistory()
+    history.meta = meta_of(doc)
+    history.summary = doc.get("summary")
+    for e in events:
+        history.on_event(e)
+    history.steps.extend(_read_steps(folder / STEPS_CSV))
+    history.samples.extend(_read_memory(folder / MEMORY_CSV))
+    if (folder / ALLOCATIONS_NPY).is_file():
+        try:
+            load_allocations(folder, history)
+        except AllocationsFileError as exc:
+            raise RunFolderError(str(exc)) from None
+    return history
+
+
+def read_run_json(path: Path) -> dict:
+    """run.json as a dict of our format, or RunFolderError saying why not."""
+    try:
+        doc = json.loads(path.read_text(encoding="utf-8-sig"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise RunFolderError(f"{path}: not readable JSON ({exc})") from None
+    except RecursionError:
+        raise RunFolderError(f"{path}: nested too deeply to be a run.json; "
+                             "the file is damaged") from None
+    if not is_run_doc(doc):
+        raise RunFolderError(f"{path}: not a memlens run.json (no format tag)")
+    return doc
+
+
+def rank_folders(folder: str | Path) -> list[Path]:
+    """The per-rank run folders (rank0, rank1, ...) of a distributed watch's parent folder,
+    in rank order; [] for a folder that is a run itself or holds no rank folders."""
+    folder = Path(folder)
+    if (folder / RUN_JSON).exists():
+        return []
+    try:
+        found = [(int(p.name[4:]), p) for p in folder.iterdir()
+                 if p.name.startswith("rank") and p.name[4:].isdigit() and p.is_dir()
+                 and (p / RUN_JSON).exists()]
+    except OSError:
+        return []
+    return [p for _rank, p in sorted(found)]
+
+
+def _read_csv(path: Path, header: tuple[str, ...]) -> list[list[str]]:
+    try:
+        with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: a BOM is dropped
+            rows = list(csv.reader(fh))
+    except UnicodeDecodeError:
+        raise RunFolderError(f"{path}: not UTF-8 text; the file is damaged") from None
+    except csv.Error:
+        raise RunFolderError(f"{path}: not CSV text; the file is damaged") from None
+    except OSError as exc:
+        raise RunFolderError(f"{path}: cannot be read ({exc.strerror or exc})") from None
+    if not rows:
+        raise RunFolderError(f"{path}: empty file, no header")
+    got = tuple(rows[0])
+    if got[: len(header)] != header:
+        raise RunFolderError(header_problem(path, got, header))
+    body = rows[1:]
+    # A crash mid-write can leave a torn last line: keep only complete rows.
+    while body and len(body[-1]) != len(got):
+        body.pop()
+    return body
+
+
+def _fast(path: Path, header: tuple[str, ...], phase_column: int | None = None):
+    try:
+        data = path.read_bytes()
+    except OSError:
+        return None  # the row-by-row reader names the problem
+    return parse_numbers(data, header, phase_column)
+
+
+# Whole numbers (steps, bytes, counts) are exact in a float64 below 2**53; a larger, an
+# infinite or (where a value is required) a missing one is damage, not a measurement.
+_WHOLE_LIMIT = 2.0**53
+_TIME_LIMIT_S = 1e9  # seconds or milliseconds: a run's times are far below this
+
+
+def _check_values(path: Path, table: np.ndarray, columns: tuple[str, ...],
+                  whole: set[str] | frozenset[str], required: set[str],
+                  times: set[str]) -> np.ndarray:
+    """RunFolderError naming the first bad value's line in the file and its column; the
+    table itself when every value is one a run could have written."""
+    for j, name in enumerate(columns):
+        col = table[:, j]
+        missing = np.isnan(col)
+        if name in whole:
+            bad = ~missing & ((np.abs(col) >= _WHOLE_LIMIT) | (col != np.floor(col)))
+            what = "a whole number"
+        elif name in times:
+            bad = ~missing & ~(np.abs(col) < _TIME_LIMIT_S)
+            what = "a time"
+        else:
+            continue
+        if name in required:
+            bad |= missing
+        if bad.any():
+            i = int(np.flatnonzero(bad)[0])
+            raise RunFolderError(f"{path}: line {i + 2}, column {name!r}: not {what} "
+                                 f"({_describe(col[i])}); the file is damaged")
+    return table
+
+
+def _describe(value: float) -> str:
+    if math.isnan(value):
+        return "empty"
+    if math.isinf(value):
+        return "infinite"
+    return "too large" if abs(value) >= _WHOLE_LIMIT else "has a fraction"
+
+
+_STEP_TIMES = {c for c in STEP_COLUMNS if c.endswith("_ms") or c == "time_s"}
+_SAMPLE_WHOLE = {"step", "phase", *MEMORY_CATEGORIES, "total", "allocated", "reserved", "heap"}
+_SAMPLE_REQUIRED = {"step", "phase", *MEMORY_CATEGORIES, "total", "time_s"}
+
+
+def _read_steps(path: Path) -> np.ndarray:
+    table = _fast(path, STEPS_HEADER)
+    if table is None:
+        table = steps_table(_read_csv(path, STEPS_HEADER), path)
+    return _check_values(path, table, STEP_COLUMNS, INT_STEP_COLUMNS, {"step", "time_s"},
+                         _STEP_TIMES)
+
+
+def _read_memory(path: Path) -> np.ndarray:
+    fast = _fast(path, MEMORY_HEADER, phase_column=1)
+    table = (memory_from_numbers(fast) if fast is not None
+             else memory_table(_read_csv(path, MEMORY_HEADER), path))
+    _check_values(path, table, SAMPLE_COLUMNS, _SAMPLE_WHOLE, _SAMPLE_REQUIRED, {"time_s"})
+    phase = table[:, SAMPLE_COLUMNS.index("phase")]
+    bad = np.flatnonzero((phase < 0) | (phase >= len(SAMPLE_PHASES)))
+    if len(bad):
+        raise RunFolderError(f"{path}: line {int(bad[0]) + 2}, column 'phase': not one of "
+                             f"{', '.join(SAMPLE_PHASES)}; the file is damaged")
+    return table

@@ -20,13 +20,13 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from memlens.core.amp_casts import amp_cast_storages
 from memlens.core.config import RunConfig, TechniqueToggles
 from memlens.core.controls import RunControls, StopRequested
 from memlens.core.cpu_support import cpu_info
 from memlens.core.explain import error_title, explain_error, explain_leak
-from memlens.core.memory import MemoryProbe
 from memlens.core.presets import Preset, build_preset
+from memlens.core.recorder.amp_casts import amp_cast_storages
+from memlens.core.recorder.probe import MemoryProbe
 from memlens.core.records import (
     NATIVE_BUILD_EVENT,
     PHASE_CODE,

@@ -11,9 +11,9 @@ import torch
 import memlens.core.native
 from memlens.core.config import RunConfig
 from memlens.core.history import RunHistory
-from memlens.core.memory import SavedTensorTracker
 from memlens.core.native.tracker import NativeSavedTracker
 from memlens.core.presets import build_preset
+from memlens.core.recorder.saved import SavedTensorTracker
 from memlens.core.records import SAMPLE_PHASES
 from tests.core.helpers import run, samples_at, steps_col, tiny_config
 
@@ -391,7 +391,7 @@ def test_precise_tracker_skips_alias_only_ops_but_sees_a_resize():
     (it aliases self, yet grows the storage), so a grown storage is still an alloc event."""
     import time
 
-    from memlens.core.memory import StorageTracker, _alias_only
+    from memlens.core.recorder.precise import StorageTracker, _alias_only
 
     aten = torch.ops.aten
     assert _alias_only(aten.view.default) and _alias_only(aten.add_.Tensor)

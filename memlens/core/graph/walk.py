@@ -13,7 +13,7 @@ from typing import Any
 import torch
 
 from memlens.core.graph.snapshot import GraphEdge, GraphNode, SavedTensor
-from memlens.core.memory import storage_key as memory_storage_key
+from memlens.core.recorder.keys import storage_key as memory_storage_key
 
 SAVED_PREFIX = "_saved_"
 ACCUMULATE = "AccumulateGrad"

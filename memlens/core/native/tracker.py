@@ -26,7 +26,8 @@ import weakref
 import torch
 from torch import Tensor
 
-from memlens.core.memory import _HERE, CATEGORY_CODE
+from memlens.core.recorder.keys import CATEGORY_CODE
+from memlens.core.recorder.precise import RECORDER_DIR
 from memlens.core.records import PHASE_CODE, AllocBlock
 
 
@@ -44,7 +45,7 @@ class NativeStorageTracker:
     def __init__(self, module, t0: float, with_frames: bool = True) -> None:
         # Frames left out of stacks, as the Python tracker leaves them out: torch's own and
         # memlens' measuring code (a trailing * makes a prefix).
-        self._rec = module.Recorder(int(t0 * 1e6), with_frames, ["/torch/", _HERE + "/memory*"])
+        self._rec = module.Recorder(int(t0 * 1e6), with_frames, ["/torch/", RECORDER_DIR + "/*"])
         self._starts: dict = {}  # key -> _StartFree
         self._frames: list[str] = []  # stack texts by the recorder's stack id
 
@@ -120,8 +121,8 @@ class NativeStorageTracker:
 def make_precise_tracker(t0: float, device, with_frames: bool = True):
     """The native tracker for a CPU run where it builds, else the Python dispatch mode.
     Returns (tracker, why not native or None)."""
-    from memlens.core.memory import StorageTracker
     from memlens.core.native import load, unavailable_reason
+    from memlens.core.recorder.precise import StorageTracker
 
     if device.type != "cpu":
         return StorageTracker(t0, with_frames), "the native recorder covers CPU runs"
@@ -197,8 +198,8 @@ class NativeSavedTracker:
 
 def make_saved_tracker():
     """The native saved-tensor tracker where the helpers are built, else the Python one."""
-    from memlens.core.memory import SavedTensorTracker
     from memlens.core.native import load
+    from memlens.core.recorder.saved import SavedTensorTracker
 
     module = load(build=False)
     return NativeSavedTracker(module) if module is not None else SavedTensorTracker()

@@ -31,7 +31,8 @@ import torch
 from torch import Tensor, nn
 
 from memlens.core.loop import _PHASE_CATEGORY, GRAPH_NODE_LIMIT, count_graph_nodes
-from memlens.core.memory import MemoryProbe, StorageTracker
+from memlens.core.recorder.precise import StorageTracker
+from memlens.core.recorder.probe import MemoryProbe
 from memlens.core.records import PHASE_CODE, PHASES, MemorySample, RunSummary, StepRecord
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.hooks import TorchHooks
@@ -533,8 +534,8 @@ class Watch:
 
     def _note_amp_casts(self, nodes: list) -> None:
         """Autocast's weight copies this forward saved: amp_casts, not activations (as for
-        presets, memlens.core.amp_casts); the probe counts those still saved at each sample."""
-        from memlens.core.amp_casts import amp_cast_storages_of_nodes
+        presets, recorder.amp_casts); the probe counts those still saved at each sample."""
+        from memlens.core.recorder.amp_casts import amp_cast_storages_of_nodes
 
         if self._edge is not None:  # the native edges do not take AMP copies apart: Python's
             self._flush_edges()     # samples from here on

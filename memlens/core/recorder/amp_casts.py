@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from torch import Tensor
 
-from memlens.core.memory import storage_key
+from memlens.core.recorder.keys import storage_key
 
 _CAST = "ToCopyBackward0"
 # Nodes that only re-view their input and save no tensor: the cast copy reaches the op that

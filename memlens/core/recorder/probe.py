@@ -1,0 +1,244 @@
+"""Measuring memory truthfully at a phase boundary: tensor bytes by category on CPU, the
+allocator on CUDA.
+
+Every figure counts storages, each once (views and aliases share one), keyed by device and
+data pointer. Parameters' storages are never counted again as activations or grads.
+"""
+
+from __future__ import annotations
+
+import time
+
+import torch
+from torch import Tensor
+
+from memlens.core.recorder.heap import process_heap_bytes
+from memlens.core.recorder.keys import StorageBytes, storage_key
+from memlens.core.recorder.precise import StorageTracker
+from memlens.core.recorder.saved import SavedTensorTracker
+from memlens.core.records import PHASE_CODE, MemorySample, edge_samples
+
+
+def _codes(phases) -> list[int]:
+    return sorted(PHASE_CODE[p] for p in phases)
+
+
+class MemoryProbe:
+    """Takes MemorySamples for a preset: categories by storage on CPU, allocator on CUDA.
+
+    A sample runs four times a step on the training thread, so it re-reads only what the
+    phase just finished can have changed: gradients after zero_grad and backward, optimizer
+    state after the optimizer step (and there only if its tensors are not the same ones as
+    last time), carried tensors always.
+    """
+
+    _GRADS_CHANGE = frozenset({"start", "zero_grad", "backward"})
+    _OPT_CHANGES = frozenset({"start", "optimizer"})
+    # mallinfo2 walks malloc's free lists (tens of microseconds in a busy heap): read the
+    # process heap once a step, at the end of forward, when activations are at their height.
+    _HEAP_PHASES = frozenset({"start", "forward"})
+
+    def __init__(self, preset, device: torch.device, saved: SavedTensorTracker,
+                 precise: StorageTracker | None = None) -> None:
+        self.preset = preset
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.saved = saved
+        self.precise = precise
+        self.param_list = preset.parameters()
+        self.params = StorageBytes()
+        for p in self.param_list:
+            self.params.add(p)
+        self.params.keys = frozenset(self.params.keys)
+        # Buffers (BatchNorm running stats, a causal mask) are updated in place, never
+        # replaced, by the presets: counted once here. One saved for backward is still a
+        # buffer, not an activation.
+        self.buffers = StorageBytes()
+        for b in preset.buffers():
+            self.buffers.add(b, self.params.keys)
+        self.buffers.keys = frozenset(self.buffers.keys)
+        saved.set_params(self.params.keys | self.buffers.keys,
+                         (frozenset(p.data_ptr() for p in self.param_list)
+                          | frozenset(b.data_ptr() for b in preset.buffers())) - {0})
+        # Storage key -> bytes of the AMP weight copies the last forward saved (set by the
+        # recorder, recorder.amp_casts); counted apart from activations while alive.
+        self.amp_casts: dict = {}
+        self._grads = StorageBytes()
+        self._grad_list: list[Tensor] | None = []
+        self.grad_watch = None
+        self.light = None  # LightProbe.sample as a C function, where used (use_light_probe)
+        self.edge = None  # and LightProbe.edge
+        self._take_rows = None
+        self._opt = StorageBytes()
+        self._opt_ids: list[int] = []
+
+    @property
+    def source(self) -> str:
+        if self.cuda:
+            return "cuda_allocator"
+        return "cpu_tracked_storages" if self.precise else "cpu_tensor_bytes"
+
+    @property
+    def label(self) -> str:
+        if self.cuda:
+            return "CUDA allocator (memory_allocated / reserved)"
+        if self.precise:
+            if self.precise.backend.startswith("allocator"):
+                return "CPU allocator: every allocation tracked (exact, incl. in-step peak)"
+            return "CPU tensor bytes, every storage tracked (Python dispatch mode; exact peak)"
+        return "CPU tensor bytes by category (exact for what it counts; peak = lower bound)"
+
+    def grads(self) -> list[Tensor]:
+        """The gradients as of the last sample after zero_grad or backward (ask right after
+        it: with the native scan the list is made when first asked for)."""
+        if self._grad_list is None or self.edge is not None:  # the edges keep no list
+            self._grad_list = [g for p in self.param_list if (g := p.grad) is not None]
+        return self._grad_list
+
+    def use_grad_watch(self, watch) -> None:
+        """Scan gradients through the native helpers' GradWatch (CPU; see memlens.core.loop)."""
+        watch.set_param_keys(list(self.params.keys))
+        self.grad_watch = watch
+
+    def use_light_probe(self, light, t0: float) -> None:
+        """Take a CPU light-mode sample's gradient, optimizer and carried-tensor figures
+        from the native helpers' LightProbe: the same rules as below in one call (a plain C
+        function: see bind_fast in core/native/fast_calls.h). The loop's phase edges then call
+        `edge(code, carried)`, which keeps the figures until take_samples(). `t0`: the run's
+        start on time.perf_counter (a sample's time_s counts from it)."""
+        self.light = light.fast_sample()
+        # t0 on the native clock: the same instant, whatever origin either clock has.
+        native_t0 = t0 + (light.clock() - time.perf_counter())
+        light.set_rules(_codes(self._GRADS_CHANGE), _codes(self._OPT_CHANGES),
+                        _codes(self._HEAP_PHASES), self.preset, native_t0)
+        self.edge, self._take_rows = light.fast_edges()
+
+    def take_rows(self) -> list[tuple]:
+        """The rows edge() recorded since the last take, in order, as LightProbe.take gives
+        them (code, time_s, grads, optimizer, activations, other, heap): for a caller that
+        makes them samples later (edge_samples)."""
+        return self._take_rows()
+
+    def take_samples(self, step: int) -> list[MemorySample]:
+        """The samples edge() recorded since the last take, in order (all of them `step`'s:
+        the loop takes them at every step's end)."""
+        return edge_samples(step, self.params.total, self.buffers.total, self._take_rows())
+
+    def _amp_bytes(self, live) -> int:
+        """Bytes of the AMP weight copies still saved for backward."""
+        if not self.amp_casts:
+            return 0
+        return sum(n for key, n in self.amp_casts.items() if key in live)
+
+    def _scan_grads(self) -> StorageBytes:
+        grads = StorageBytes()
+        watch = self.grad_watch
+        if watch is not None:  # the native helpers' one pass over the parameters
+            grads.total, keys = watch.grad_storages()
+            grads.keys = set(keys)
+            self._grad_list = None  # made if asked for (see grads())
+            return grads
+        found = [g for p in self.param_list if (g := p.grad) is not None]
+        pkeys = self.params.keys
+        for g in found:
+            grads.add(g, pkeys)
+        self._grad_list = found
+        return grads
+
+    def _scan_optimizer(self, grads: StorageBytes) -> StorageBytes:
+        state = [v for o in self.preset.optimizers for s in o.state.values()
+                 for v in s.values() if isinstance(v, Tensor)]
+        ids = [id(v) for v in state]
+        # Optimizers update their state in place: the same tensors, the same storages. (None
+        # of them shares a storage with a gradient; if one did, scan again.)
+        if ids == self._opt_ids and self._opt.keys.isdisjoint(grads.keys):
+            return self._opt
+        opt = StorageBytes()
+        pkeys = self.params.keys
+        for v in state:
+            opt.add(v, pkeys)
+        if not opt.keys.isdisjoint(grads.keys):
+            opt = StorageBytes()
+            exclude = pkeys | grads.keys
+            for v in state:
+                opt.add(v, exclude)
+            ids = []  # never reuse a scan that had to leave gradients out
+        self._opt_ids = ids
+        return opt
+
+    def sample(self, step: int, phase: str, time_s: float, carried: list[Tensor] | None = None,
+               heap: bool | None = None) -> MemorySample:
+        """`carried`: the preset's carried tensors, where the caller has them already.
+        `heap`: read the process heap (CPU) or not; by default at the phases that read it."""
+        read_heap = phase in self._HEAP_PHASES if heap is None else heap
+        grads_changed = phase in self._GRADS_CHANGE
+        if self.light is not None:
+            states = ([o.state for o in self.preset.optimizers]
+                      if phase in self._OPT_CHANGES else None)
+            # heap: mallinfo2 read in C, -1 when not asked for or where glibc has none
+            grads, opt, act_bytes, other, heap = self.light(
+                grads_changed, states,
+                carried if carried is not None else self.preset.carried_tensors(),
+                read_heap)
+            if grads_changed:
+                self._grad_list = None  # made if asked for (see grads())
+            amp = self._amp_bytes(self.saved.live)
+            return MemorySample(step, phase, time_s, self.params.total, grads, opt,
+                                act_bytes - amp, other, None, None,
+                                heap if heap >= 0 else None, self.buffers.total, amp)
+        if grads_changed:
+            self._grads = self._scan_grads()
+        grads = self._grads
+        opt_before = self._opt
+        if phase in self._OPT_CHANGES:
+            self._opt = self._scan_optimizer(grads)
+        opt = self._opt
+        act_bytes, live = self.saved.measure()
+        amp = self._amp_bytes(live)
+        known = self.params.total + grads.total + opt.total + act_bytes + self.buffers.total
+        allocated = reserved = heap = None
+        temporaries = 0
+        if carried is None:
+            carried = self.preset.carried_tensors()
+        if self.cuda or self.precise is not None:
+            # `other` as light mode sees it (what the loop carries); the rest of what the
+            # allocator or the tracker sees and no category holds: temporaries.
+            other = self._other(carried, grads, opt)
+            if self.cuda:
+                allocated = torch.cuda.memory_allocated(self.device)
+                reserved = torch.cuda.memory_reserved(self.device)
+                temporaries = max(0, allocated - known - other)
+            else:
+                temporaries = max(0, self.precise.live_bytes - known - other)
+            # Only what can have changed: parameters once, optimizer state when rescanned.
+            found = {"activations": live}
+            if grads_changed:
+                found["grads"] = grads.keys
+            if opt is not opt_before or phase == "start":
+                found["optimizer"] = opt.keys
+            if phase == "start":
+                found["params"] = self.params.keys
+            if phase == "start":
+                found["buffers"] = self.buffers.keys
+            self.precise.classify(found)
+        else:
+            other = self._other(carried, grads, opt)
+        if not self.cuda and read_heap:
+            heap = process_heap_bytes()
+        return MemorySample(step, phase, time_s, self.params.total, grads.total, opt.total,
+                            act_bytes - amp, other, allocated, reserved, heap,
+                            self.buffers.total, amp, temporaries)
+
+    def _other(self, carried: list[Tensor], grads: StorageBytes, opt: StorageBytes) -> int:
+        """Bytes of the tensors the loop carries between steps, not counted elsewhere."""
+        seen: set = set()
+        total = 0
+        pk, gk, ok, live = self.params.keys, grads.keys, opt.keys, self.saved.live
+        bk = self.buffers.keys
+        for t in carried:
+            key, n = storage_key(t)
+            if key in seen or key in pk or key in gk or key in ok or key in live or key in bk:
+                continue
+            seen.add(key)
+            total += n
+        return total

@@ -47,8 +47,8 @@ def _capture(config):
 def _node_count(config) -> int:
     import torch
 
-    from memlens.core.loop import count_graph_nodes
     from memlens.core.presets import build_preset
+    from memlens.core.recorder.recorder import count_graph_nodes
 
     preset = build_preset(config, torch.device("cpu"))
     result = preset.forward_train(config.techniques)

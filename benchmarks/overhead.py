@@ -138,7 +138,7 @@ class Memlens(_Variant):
     def __init__(self, name: str, config, preset) -> None:
         from memlens.core.controls import RunControls
         from memlens.core.history import RunHistory
-        from memlens.core.loop import TrainingSession
+        from memlens.core.training import TrainingSession
 
         super().__init__(name, config)
         self.history = RunHistory()

@@ -14,8 +14,8 @@ from memlens.core.options import ConfigError
 
 def amp_refusals(config: RunConfig) -> dict[str, str | None]:
     """{amp choice: why this machine cannot run it for `config`'s model, or None}."""
-    from memlens.core.loop import resolve_device
     from memlens.core.preflight import check_amp
+    from memlens.core.training import resolve_device
 
     try:
         device = resolve_device(config.device)

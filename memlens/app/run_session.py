@@ -73,8 +73,8 @@ class RunWorker(QObject):
         try:
             train = self._train_fn or core_training()
             if self._train_fn is None:  # the preset's memory check, as the CLI's
-                from memlens.core.loop import resolve_device
                 from memlens.core.preflight import check_run
+                from memlens.core.training import resolve_device
 
                 check_run(self._config, resolve_device(self._config.device))
             result = train(self._config, self._controls, self._sink, on_error="pause")

@@ -163,11 +163,11 @@ def _prepare(cfg, args):
     run's history (its older rows spill to a hidden file beside the run's; the writer reads
     it for the effects of toggles)."""
     from memlens.core.history import RunHistory
-    from memlens.core.loop import resolve_device
     from memlens.core.model_file import preset_label
     from memlens.core.preflight import check_run
     from memlens.core.runfolder.claim import claim_out_folder, new_run_folder
     from memlens.core.runfolder.writer import RunWriter
+    from memlens.core.training import resolve_device
 
     device = resolve_device(cfg.device)
     check_run(cfg, device)

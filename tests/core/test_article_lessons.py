@@ -7,6 +7,7 @@ import pytest
 import torch
 
 import memlens.core.native
+import memlens.core.recorder.recorder
 from memlens.core.config import TechniqueToggles
 from memlens.core.presets import build_preset
 from memlens.core.units import format_bytes
@@ -241,7 +242,8 @@ def _effect_with_fake_clock(monkeypatch, seed: int, slowdown: bool):
     rng = np.random.default_rng(seed)
     slow_from = [10] if slowdown else []
     tick, state = _fake_clock(rng, slow_from)
-    monkeypatch.setattr(memlens.core.loop, "_timing", lambda device: (tick, "fake clock (test)"))
+    monkeypatch.setattr(memlens.core.recorder.recorder, "phase_clock",
+                        lambda device, synchronize=True: (tick, "fake clock (test)"))
     history, summary = run("mlp", steps=20, at=("10:zero_grad=zeros",),
                            sink=_StepCounter(state))
     assert summary.stopped_by == "completed"

@@ -155,12 +155,12 @@ def test_headers_and_a_preliminary_run_json_are_on_disk_before_the_first_step(tm
 
 
 def test_out_of_memory_while_building_the_model_exits_2(capsys, tmp_path, monkeypatch):
-    import memlens.core.loop
+    import memlens.core.training
 
     def build_too_big(config, device):
         return torch.empty(2**50, dtype=torch.uint8)  # the CPU allocator's own refusal
 
-    monkeypatch.setattr(memlens.core.loop, "build_preset", build_too_big)
+    monkeypatch.setattr(memlens.core.training, "build_preset", build_too_big)
     code, err = run_cli(capsys, "run", "--steps", "2", *TINY, "--out", tmp_path / "r")
     assert code == 2
     assert "out of memory while building the mlp model" in err and "Traceback" not in err

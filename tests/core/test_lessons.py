@@ -13,6 +13,7 @@ import pytest
 import torch
 
 import memlens.core.loop
+import memlens.core.recorder.recorder
 from memlens.core.lessons.catalog import LESSONS, Claim
 from memlens.core.lessons.interleave import Turns, TurnSink
 from memlens.core.lessons.runner import LessonRunner
@@ -140,11 +141,11 @@ def _fake_timing(monkeypatch, slower_arm: str, rate: float) -> None:
     `slower_arm` one `rate` times slower (arms run in threads named lesson-<arm>)."""
     seeds = iter(range(100))
 
-    def timing(device):
+    def timing(device, synchronize=True):
         slow = threading.current_thread().name == f"lesson-{slower_arm}"
         return FakeStepClock(rate if slow else 1.0, next(seeds)), "fake clock"
 
-    monkeypatch.setattr(memlens.core.loop, "_timing", timing)
+    monkeypatch.setattr(memlens.core.recorder.recorder, "phase_clock", timing)
 
 
 def test_the_runner_finds_a_20_percent_slower_arm_on_a_fake_clock(monkeypatch):

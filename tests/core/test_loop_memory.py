@@ -280,13 +280,14 @@ def test_stop_asked_mid_step_aborts_before_the_optimizer_steps(monkeypatch):
     would) ends it at the next phase edge: the step is not recorded, the optimizer does not
     step on a half-done step, and what the step measured before the stop is kept."""
     import memlens.core.loop
+    import memlens.core.training
     from memlens.core.controls import RunControls
 
     cfg = tiny_config("mlp", steps=5)
     controls = RunControls(cfg.techniques, cfg.schedule)
     built = []
     at_stop: list[torch.Tensor] = []
-    build = memlens.core.loop.build_preset
+    build = memlens.core.training.build_preset
 
     def build_and_hook(config, device):
         preset = build(config, device)
@@ -302,7 +303,7 @@ def test_stop_asked_mid_step_aborts_before_the_optimizer_steps(monkeypatch):
                 module.register_forward_hook(during_forward)
         return preset
 
-    monkeypatch.setattr(memlens.core.loop, "build_preset", build_and_hook)
+    monkeypatch.setattr(memlens.core.training, "build_preset", build_and_hook)
     history = RunHistory()
     summary = memlens.core.loop.run_training(cfg, controls, history)
     assert summary.stopped_by == "stopped"
@@ -320,7 +321,7 @@ def test_stop_hooks_come_off_for_short_steps_and_answer_a_stop_inside_long_ones(
     SHORT_STEP_MS the phase edges answer soon enough and the hooks (which take the
     model off PyTorch's fast call path) come off; a long step puts them back."""
     from memlens.core.controls import RunControls, StopRequested
-    from memlens.core.loop import LONG_STEP_MS, SHORT_STEP_MS, TrainingSession
+    from memlens.core.training import LONG_STEP_MS, SHORT_STEP_MS, TrainingSession
 
     cfg = tiny_config("gan", steps=3)
     controls = RunControls(cfg.techniques)
@@ -346,7 +347,7 @@ def test_long_steps_hand_each_sample_on_as_its_phase_ends_short_ones_at_the_step
     step (native helpers) hands its samples on together at its end, the same samples in the
     same order; a long step after it goes back to handing each on at once."""
     from memlens.core.controls import RunControls
-    from memlens.core.loop import LONG_STEP_MS, SHORT_STEP_MS, TrainingSession
+    from memlens.core.training import LONG_STEP_MS, SHORT_STEP_MS, TrainingSession
 
     cfg = tiny_config("mlp", steps=3)
     seen: list[tuple] = []
@@ -476,20 +477,29 @@ def test_a_leak_that_grows_once_per_eval_period_is_still_named():
     assert not [e for e in fixed.events() if e.kind == "leak"]
 
 
-def test_global_grad_norm_matches_torch_on_every_path():
-    from memlens.core.loop import global_grad_norm
+def test_the_sum_of_squares_matches_torch_on_every_path():
+    from memlens.core.recorder.recorder import sum_of_squares
+
+    def norm(grads):
+        return math.sqrt(sum_of_squares(grads))
 
     g = torch.Generator().manual_seed(0)
     grads = [torch.randn(300, 200, generator=g), torch.randn(7, generator=g) * 1e3,
              torch.randn(5, 9, generator=g).t()]  # a non-contiguous one too
     expected = torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).item()
-    assert global_grad_norm(grads) == pytest.approx(expected, rel=1e-6)
+    assert norm(grads) == pytest.approx(expected, rel=1e-6)
     as_f64 = [t.double() for t in grads]
-    assert global_grad_norm(as_f64) == pytest.approx(expected, rel=1e-6)
+    assert norm(as_f64) == pytest.approx(expected, rel=1e-6)
     half = [t.to(torch.bfloat16) for t in grads]  # not numpy's: torch's path
-    assert global_grad_norm(half) == pytest.approx(expected, rel=1e-2)
-    assert global_grad_norm([]) == 0.0
-    assert math.isnan(global_grad_norm([torch.tensor([1.0, math.nan])]))
+    assert norm(half) == pytest.approx(expected, rel=1e-2)
+    sparse = [grads[0].to_sparse(), grads[1]]  # one by one
+    assert norm(sparse) == pytest.approx(expected_of(grads[:2]), rel=1e-6)
+    assert norm([]) == 0.0
+    assert math.isnan(norm([torch.tensor([1.0, math.nan])]))
+
+
+def expected_of(grads):
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(grads))).item()
 
 
 @pytest.mark.parametrize("techniques", [
@@ -501,7 +511,7 @@ def test_reported_grad_norm_is_the_norm_of_the_gradients_the_step_left(technique
     optimizers here do not write gradients; with fp16 the scaler unscales them in place,
     which the recorded norm reports too), in every zero_grad mode."""
     from memlens.core.controls import RunControls
-    from memlens.core.loop import TrainingSession
+    from memlens.core.training import TrainingSession
 
     cfg = tiny_config("gan", steps=4, **techniques)
     history = RunHistory()

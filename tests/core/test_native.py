@@ -148,8 +148,8 @@ def test_without_a_compiler_precise_mode_uses_the_dispatch_mode(monkeypatch):
 @needs_native
 @pytest.mark.parametrize("preset", ["mlp", "cnn", "lstm", "gan", "transformer"])
 def test_native_graph_node_count_equals_the_python_walk(preset):
-    from memlens.core.loop import GRAPH_NODE_LIMIT, count_graph_nodes
     from memlens.core.presets import build_preset
+    from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, count_graph_nodes
 
     cfg = tiny_config(preset)
     p = build_preset(cfg, torch.device("cpu"))

@@ -140,7 +140,7 @@ class LessonRunner:
 
     def plan(self) -> list[tuple[Lesson, str]]:
         """(lesson, preset) pairs in the order they run (settings checked here)."""
-        from memlens.core.loop import resolve_device
+        from memlens.core.training import resolve_device
 
         device = resolve_device(RunConfig().with_values(self.settings).device)
         return [(lesson, preset) for preset in self.presets
@@ -201,9 +201,9 @@ class LessonRunner:
     def _unmeasurable(self, lesson: Lesson, preset: str) -> str | None:
         """Why this machine cannot run one of the lesson's arms (AMP bf16 on a CPU whose
         oneDNN lacks one of the model's layers), or None."""
-        from memlens.core.loop import resolve_device
         from memlens.core.options import ConfigError
         from memlens.core.preflight import check_amp
+        from memlens.core.training import resolve_device
 
         for cfg in self._configs(lesson, preset).values():
             try:
@@ -213,7 +213,7 @@ class LessonRunner:
         return None
 
     def _unmeasured_rows(self, lesson: Lesson, preset: str, reason: str) -> list[LessonRow]:
-        from memlens.core.loop import resolve_device
+        from memlens.core.training import resolve_device
 
         device = str(resolve_device(RunConfig().with_values(self.settings).device))
         return [LessonRow(

@@ -30,9 +30,9 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
-from memlens.core.loop import _PHASE_CATEGORY, GRAPH_NODE_LIMIT, count_graph_nodes
 from memlens.core.recorder.precise import StorageTracker
 from memlens.core.recorder.probe import MemoryProbe
+from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, PHASE_CATEGORY, count_graph_nodes
 from memlens.core.records import PHASE_CODE, PHASES, MemorySample, RunSummary, StepRecord
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.hooks import TorchHooks
@@ -507,8 +507,8 @@ class Watch:
         self._charge(now)
         self._stack.append(name)
         self._since = now
-        if self.precise is not None and name in _PHASE_CATEGORY:
-            self.precise.begin_phase(self.step_index, name, _PHASE_CATEGORY[name])
+        if self.precise is not None and name in PHASE_CATEGORY:
+            self.precise.begin_phase(self.step_index, name, PHASE_CATEGORY[name])
 
     def _leave(self) -> str:
         self._charge(self._clock())

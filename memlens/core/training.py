@@ -1,0 +1,447 @@
+"""The lab's driver of the recorder: a preset's step (zero_grad, forward, backward, optimizer,
+eval) with the live techniques applied, measured by the one recorder (core.recorder).
+
+A `TrainingSession` is a preset plus its recording; `core.loop.run_training` runs its steps.
+What is measured, and how, is the recorder's; what makes a step is this module's.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import time
+from typing import Any
+
+import torch
+
+from memlens.core.config import RunConfig, TechniqueToggles
+from memlens.core.controls import RunControls, StopRequested
+from memlens.core.leaks import LeakWatch
+from memlens.core.presets import Preset, build_preset
+from memlens.core.recorder.amp_casts import amp_cast_storages
+from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, Recorder
+from memlens.core.records import PHASE_CODE, SAMPLE_PHASES, MemorySample, RunEvent, StepRecord
+
+_AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
+# A do-nothing context the step enters where no AMP or precise mode is on: one object made
+# once (nullcontext keeps no state), not one a step.
+_NO_CONTEXT = contextlib.nullcontext()
+_ZERO_GRAD, _FORWARD, _BACKWARD, _OPTIMIZER, _EVAL_FORWARD, _EVAL = (
+    PHASE_CODE[p] for p in ("zero_grad", "forward", "backward", "optimizer", "eval_forward",
+                            "eval"))
+# Steps shorter than SHORT_STEP_MS are "short" until one takes longer than LONG_STEP_MS
+# (hysteresis). A long step has stop hooks on its models (a stop answered inside a long
+# phase) and hands each sample on as its phase ends (a live view sees forward's rise before
+# backward runs). A short step answers a stop at its next phase edge soon enough, and in
+# light mode hands its samples on at its end: the GUI draws at 30 Hz, and a sample handed
+# on right after a phase's kernels costs several times what it costs at the step's end.
+SHORT_STEP_MS = 30.0
+LONG_STEP_MS = 60.0
+ALLOC_FLUSH_ROWS = 2048  # precise mode: alloc/free rows held before handing them on
+ALLOC_FLUSH_S = 0.25
+_TORCH_THREADS: list[int] = []  # torch's own default, read before memlens first changes it
+
+
+def resolve_device(name: str) -> torch.device:
+    if name == "cuda" and not torch.cuda.is_available():
+        from memlens.core.options import ConfigError
+
+        raise ConfigError("device: 'cuda' was asked for but torch sees no CUDA GPU; "
+                          "use device=auto or device=cpu")
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    return torch.device(name)
+
+
+def use_threads(n: int) -> None:
+    """torch's CPU threads for a run: n, or for 0 torch's default (one per core). Process-wide,
+    as torch's setting is: a later run with 0 gets the default back."""
+    if not _TORCH_THREADS:
+        _TORCH_THREADS.append(torch.get_num_threads())
+    n = n or _TORCH_THREADS[0]
+    if torch.get_num_threads() != n:
+        torch.set_num_threads(n)
+
+
+class TrainingSession:
+    """A preset plus its recording; runs steps. Use run_training() unless you need steps."""
+
+    def __init__(self, config: RunConfig, controls: RunControls, sink: Any,
+                 preset: Preset | None = None) -> None:
+        """`preset`: an already built preset for this config (the benchmarks time several
+        ways of running one model); by default the session builds its own."""
+        self.config, self.controls, self.sink = config, controls, sink
+        self.device = resolve_device(config.device)
+        use_threads(config.threads)
+        self.t0 = time.perf_counter()
+        self.preset: Preset = preset if preset is not None else build_preset(config, self.device)
+        refusal = self.amp_refusal(config.techniques.amp)
+        if refusal is not None:
+            from memlens.core.options import ConfigError
+
+            raise ConfigError(f"amp=bf16: {refusal}")
+        self._amp_noted = False  # the note that this CPU emulates bf16, once a run
+        self.rec = rec = Recorder(self.device, self.t0, precise=config.precise)
+        self.probe = rec.make_probe(self.preset)
+        self.saved, self.precise, self.tick = rec.saved, rec.precise, rec.tick
+        # The probe's native grad scan also sums each gradient's squares as autograd writes
+        # it (core/native/grad_watch.h): put on at each step (a no-op while on), off at close.
+        grads = self.probe.grad_watch
+        self._grad_watch = grads
+        self._watch_install, self._watch_sumsq = (grads.fast_functions() if grads is not None
+                                                  else (None, None))
+        # A phase edge's sample: taken and handed on at once, or, in light mode once steps
+        # are short, kept by the native LightProbe until the step's end (take_step_samples).
+        self._edge = self._sample_now
+        self._step = 0
+        self.phase = ""
+        self._step_samples: list[MemorySample] = []
+        self.sample_peak = 0  # the largest total of any sample handed on (measured_peak)
+        # The last training forward's result (losses, outputs), held as a user's loop holds
+        # `loss = ...` and `logits = ...`: until the next forward rebinds them.
+        self.held = None
+        self.scaler = None
+        self.micro = 0  # micro-batches since the last optimizer step
+        self.leaks = LeakWatch(config.eval_every or 1)
+        self.cuda_recorder = None
+        self._flushed_at = time.perf_counter()
+        if self.device.type == "cuda" and config.cuda_snapshot_steps:
+            from memlens.core.exports.cuda_recorder import CudaSnapshotRecorder
+
+            self.cuda_recorder = CudaSnapshotRecorder(
+                config.cuda_snapshot_start, config.cuda_snapshot_steps, device=self.device)
+        self._stop_hooks: list = []
+        self._short_steps = False  # until a step shows phase edges come often enough
+        self.install_stop_hooks()
+        # One saved-tensor hooks context for every step (it keeps no state between uses).
+        self._saved_hooks = self.saved.hooks()
+        if self.precise is not None:
+            for t in self.preset.carried_tensors():
+                self.precise.track(t, "other", at_start=True)
+            for b in self.preset.buffers():
+                self.precise.track(b, "buffers", at_start=True)
+
+    # --- AMP on this machine -----------------------------------------------------------------
+    def amp_refusal(self, amp: str) -> str | None:
+        """Why autocast `amp` cannot run this preset on this device (a CPU whose oneDNN has no
+        bf16 LSTM, say), or None where it can."""
+        if amp != "bf16" or self.device.type != "cpu":
+            return None
+        from memlens.core.cpu_support import bf16_support, layer_kinds
+
+        support = bf16_support()
+        kind = support.blocked(layer_kinds(self.preset.models.values()))
+        return support.refusal(kind) if kind else None
+
+    def amp_note(self, amp: str) -> RunEvent | None:
+        """Once a run, where bf16 runs but is emulated by this CPU: the note saying so."""
+        if amp != "bf16" or self.device.type != "cpu" or self._amp_noted:
+            return None
+        from memlens.core.cpu_support import bf16_support
+
+        note = bf16_support().emulated_note()
+        if not note:
+            return None
+        self._amp_noted = True
+        return RunEvent(self._step, self.now(), "setup", key="bf16 emulated",
+                        message="bf16 is emulated on this CPU: its steps are slower than fp32",
+                        explanation=note[0].upper() + note[1:] + ".")
+
+    # --- metadata ------------------------------------------------------------------------------
+    def meta(self) -> dict:
+        p = self.preset
+        env = self.rec.environment(
+            parameters=sum(t.numel() for t in p.parameters()),
+            sizes={"batch_size": p.batch_size, "width": p.width, "seq_len": p.seq_len})
+        cfg = self.config.to_dict()
+        return {"source": "lab", "config": cfg, "schedule": cfg["schedule"],
+                "environment": env}
+
+    def now(self) -> float:
+        return time.perf_counter() - self.t0
+
+    # --- samples -------------------------------------------------------------------------------
+    def sample(self, step: int, phase: str, carried: list | None = None):
+        s = self.probe.sample(step, phase, self.now(), carried)
+        self.sink.on_sample(s)
+        self.sample_peak = max(self.sample_peak, s.total)
+        return s
+
+    def _sample_now(self, code: int, carried: list) -> None:
+        """A phase edge's sample, taken and handed to the sink at once."""
+        self._step_samples.append(self.sample(self._step, SAMPLE_PHASES[code], carried))
+
+    def take_step_samples(self) -> list[MemorySample]:
+        """The samples of the current step's edges so far, in order. Those the native edge
+        kept reach the sink here: at the step's end, or (run_training) at an error or a stop
+        inside it, so that nothing measured before either is lost."""
+        if self.probe.edge is not None:
+            kept = self.probe.take_samples(self._step)
+            on_sample = self.sink.on_sample
+            for s in kept:
+                on_sample(s)
+            self._step_samples.extend(kept)
+        out, self._step_samples = self._step_samples, []
+        if out:
+            self.sample_peak = max(self.sample_peak, max(s.total for s in out))
+        return out
+
+    def measured_peak(self) -> int:
+        """The largest memory any sample so far saw, with the in-step peaks where they are
+        known (CUDA, precise mode): a failed or stopped step's count too, so a summary's
+        peak is never below a total it printed."""
+        return self.rec.measured_peak(self.sample_peak)
+
+    def flush_allocations(self) -> None:
+        if self.precise is not None and hasattr(self.sink, "on_allocations"):
+            self._flushed_at = time.perf_counter()
+            rows = self.precise.drain()
+            if rows:
+                self.sink.on_allocations(rows)
+
+    def _maybe_flush_allocations(self) -> None:
+        """Precise mode hands alloc/free rows on in batches of many steps: turning stacks
+        into text and storing rows costs less per row in one go, and a viewer a quarter of
+        a second behind loses nothing. run_training flushes at every end of a run."""
+        if self.precise is not None and (
+                self.precise.pending >= ALLOC_FLUSH_ROWS
+                or time.perf_counter() - self._flushed_at >= ALLOC_FLUSH_S):
+            self.flush_allocations()
+
+    # --- phases and stops ------------------------------------------------------------------------
+    def _enter_phase(self, step: int, phase: str) -> None:
+        """A phase edge: names the phase (for an error's event), aborts here if a stop was
+        asked, and has precise mode file new storages under the phase."""
+        self.phase = phase
+        if self.controls.stopping:
+            raise StopRequested
+        if self.precise is not None:
+            self.rec.begin_phase(step, phase)
+
+    def install_stop_hooks(self) -> None:
+        """A stop asked for mid-step aborts at the next model call or phase. Hooks go on the
+        top-level models only: a module with any hook leaves PyTorch's fast call path, and
+        hooking every child cost more than the rest of the stop machinery together. Where
+        steps are short, the phase edges alone answer a stop within a few milliseconds and
+        the hooks come off (see SHORT_STEP_MS)."""
+        if not self._short_steps and not self._stop_hooks:
+            check = self.controls.check_stop
+            self._stop_hooks = [model.register_forward_pre_hook(lambda *_: check())
+                                for model in self.preset.models.values()]
+
+    def tune_for_step_length(self, step_ms: float) -> None:
+        """Short steps: no stop hooks, samples kept to the step's end where the native
+        LightProbe keeps them; long steps: hooks on, each sample handed on at once."""
+        if step_ms < SHORT_STEP_MS and not self._short_steps:
+            self._short_steps = True
+            self._remove_stop_hooks()
+            if self.probe.edge is not None:
+                self._edge = self.probe.edge
+        elif step_ms > LONG_STEP_MS and self._short_steps:
+            self._short_steps = False
+            self.install_stop_hooks()
+            self._edge = self._sample_now
+
+    def close(self) -> None:
+        """Remove the session's hooks from the models and stop precise mode's listening, on
+        the training thread (install_stop_hooks() and the next step put them back)."""
+        self._remove_stop_hooks()
+        if self._grad_watch is not None:
+            self._grad_watch.uninstall()
+        self.rec.close()
+
+    @property
+    def current_phase(self) -> str:
+        """The phase the step is in (or ended in): where an error happened."""
+        return self.phase
+
+    def reset_accumulation(self) -> None:
+        """Start a new accumulation cycle: after a failed step its micro-batches are gone."""
+        self.micro = 0
+
+    def _remove_stop_hooks(self) -> None:
+        for h in self._stop_hooks:
+            h.remove()
+        self._stop_hooks = []
+
+    # --- one step --------------------------------------------------------------------------------
+    def step(self, step: int, toggles: TechniqueToggles, capture: bool) -> StepRecord:
+        """One step (one micro-batch): its phases, timed, and a memory sample after each.
+
+        The phase clock is a bare function (time.perf_counter on CPU) and the contexts are
+        made once, not per step: between kernels the interpreter runs with cold caches, and
+        each Python call here costs several microseconds.
+        """
+        p = self.preset
+        p.step_index = step
+        self._step = step
+        self.rec.begin_step()
+        if self._watch_install is not None:
+            self._watch_install()
+        if toggles.amp == "fp16" and self.scaler is None:
+            self.scaler = torch.amp.GradScaler(self.device.type)
+        elif toggles.amp != "fp16":
+            self.scaler = None
+        amp_dtype = _AMP_DTYPES.get(toggles.amp)
+        # AMP's weight copies are told apart from activations at each sample (the native
+        # edge keeps figures without them): sample as each phase ends.
+        edge = self._edge if amp_dtype is None else self._sample_now
+        ms = {"zero_grad": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0, "eval": 0.0}
+        precise = self.precise
+        with self._saved_hooks, (precise if precise is not None else _NO_CONTEXT):
+            self._zero_grad(step, toggles, ms, edge)
+            result, loss_value, nodes, saved_bytes = self._forward(
+                step, toggles, amp_dtype, capture, ms, edge)
+            self._backward(step, toggles, result, ms, edge)
+            del result
+            grad_norm = self._grad_norm()
+            stepped = self._optimizer(step, toggles, ms, edge)
+            eval_loss = math.nan
+            every = self.config.eval_every
+            if every and (step + 1) % every == 0:
+                self._enter_phase(step, "eval")
+                eval_loss, ms["eval"] = self._eval(step, toggles, amp_dtype, capture)
+                edge(_EVAL, p.carried_tensors())
+        return self._finish(step, toggles, ms, loss_value, grad_norm, nodes, saved_bytes,
+                            eval_loss, stepped)
+
+    def _zero_grad(self, step: int, toggles: TechniqueToggles, ms: dict, edge) -> None:
+        """At the start of each accumulation cycle, unless switched off."""
+        self._enter_phase(step, "zero_grad")
+        t = self.tick()
+        if self.micro == 0 and toggles.zero_grad != "off":
+            for opt in self.preset.optimizers:
+                opt.zero_grad(set_to_none=toggles.zero_grad == "set_to_none")
+        ms["zero_grad"] = (self.tick() - t) * 1e3
+        edge(_ZERO_GRAD, self.preset.carried_tensors())
+
+    def _forward(self, step: int, toggles: TechniqueToggles, amp_dtype, capture: bool,
+                 ms: dict, edge):
+        """(the forward's result, its loss, graph nodes, bytes saved for backward)."""
+        p = self.preset
+        self._enter_phase(step, "forward")
+        graph = self.rec.begin_capture(p.models) if capture else None
+        try:
+            t = self.tick()
+            with self._autocast(amp_dtype):
+                result = p.forward_train(toggles)
+            ms["forward"] = (self.tick() - t) * 1e3
+            # The new forward rebinds `loss` and `logits`: the last step's go only now.
+            self.held = result
+        except BaseException:
+            if graph is not None:
+                graph.abort()
+            raise
+        loss_value = result.report_loss.item()
+        if graph is not None:
+            self.sink.on_graph(graph.finish(result.report_loss, step))
+        if toggles.leak_cache:
+            p.cache.extend(result.intermediates)
+        roots = [loss for loss, _ in result.backward]
+        nodes = self.rec.count_nodes(roots, GRAPH_NODE_LIMIT)
+        self.probe.amp_casts = (amp_cast_storages(roots, self.probe.param_list)
+                                if amp_dtype is not None else {})
+        p.account_loss(result.report_loss, toggles, train=True, value=loss_value)
+        edge(_FORWARD, p.carried_tensors())  # forward replaces lstm's state, a leak adds
+        saved_bytes = self.saved.step_saved_bytes  # all packed by now
+        if not math.isfinite(loss_value):
+            raise FloatingPointError(f"loss = {loss_value}")
+        return result, loss_value, nodes, saved_bytes
+
+    def _backward(self, step: int, toggles: TechniqueToggles, result, ms: dict,
+                  edge) -> None:
+        self._enter_phase(step, "backward")
+        k = toggles.accumulate
+        t = self.tick()
+        for loss, inputs in result.backward:
+            scaled = loss / k if k > 1 else loss
+            if self.scaler is not None:
+                scaled = self.scaler.scale(scaled)
+            scaled.backward(retain_graph=toggles.retain_graph, inputs=inputs)
+        ms["backward"] = (self.tick() - t) * 1e3
+        # A plain loop keeps `loss` and its outputs bound until the next forward
+        # (self.held): with retain_graph its saved tensors stay alive that long.
+        edge(_BACKWARD, self.preset.carried_tensors())
+
+    def _optimizer(self, step: int, toggles: TechniqueToggles, ms: dict, edge) -> bool:
+        """The optimizer step once every `accumulate` micro-batches; whether it stepped."""
+        self._enter_phase(step, "optimizer")
+        self.micro += 1
+        stepped = self.micro >= toggles.accumulate
+        t = self.tick()
+        if stepped:
+            for opt in self.preset.optimizers:
+                if self.scaler is not None:
+                    self.scaler.step(opt)
+                else:
+                    opt.step()
+            if self.scaler is not None:
+                self.scaler.update()
+            self.micro = 0
+        ms["optimizer"] = (self.tick() - t) * 1e3
+        edge(_OPTIMIZER, self.preset.carried_tensors())
+        return stepped
+
+    def _finish(self, step: int, toggles: TechniqueToggles, ms: dict, loss_value: float,
+                grad_norm: float, nodes: int, saved_bytes: int, eval_loss: float,
+                stepped: bool) -> StepRecord:
+        samples = self.take_step_samples()
+        end = samples[-1]
+        if self.precise is not None:
+            self._maybe_flush_allocations()
+        record = self.rec.step_record(
+            step=step, loss=loss_value, grad_norm=grad_norm, phase_ms=ms, nodes=nodes,
+            peak_seen=max([s.total for s in samples]), end_total=end.total,
+            saved_bytes=saved_bytes, eval_loss=eval_loss, stepped=stepped)
+        self.tune_for_step_length(record.step_ms)
+        leak = self.leaks.update(end.total, end.activations, end.other, toggles)
+        if leak:
+            self.sink.on_event(RunEvent(step, self.now(), "leak", key="memory growth",
+                                        message="memory keeps growing", explanation=leak))
+        return record
+
+    def _eval(self, step: int, toggles: TechniqueToggles, amp_dtype, capture: bool
+              ) -> tuple[float, float]:
+        """The eval phase: (its loss, its forward's time in ms)."""
+        p = self.preset
+        self.rec.prune_amp_casts()
+        if toggles.eval_mode:
+            p.set_train(False)
+        grad_ctx = torch.no_grad() if toggles.no_grad_eval else contextlib.nullcontext()
+        # A capture shows the eval graph too: empty under no_grad, a full graph without it.
+        graph = self.rec.begin_capture(p.models) if capture else None
+        try:
+            t = self.tick()
+            with grad_ctx, self._autocast(amp_dtype):
+                loss = p.forward_eval(toggles)
+                value = loss.item()
+                p.account_loss(loss, toggles, train=False, value=value)
+            ms = (self.tick() - t) * 1e3
+            # Memory as a validation loop holds it: the loss bound, its graph alive under grad.
+            if amp_dtype is not None:
+                if not toggles.no_grad_eval:
+                    self.rec.note_amp_casts(amp_cast_storages([loss], self.probe.param_list))
+                self._sample_now(_EVAL_FORWARD, p.carried_tensors())
+            else:
+                self._edge(_EVAL_FORWARD, p.carried_tensors())
+            if graph is not None:
+                self.sink.on_graph(graph.finish(loss, step, kind="eval"))
+                graph = None
+        finally:
+            if graph is not None:
+                graph.abort()
+            p.set_train(True)
+        return value, ms
+
+    def _autocast(self, dtype):
+        """Autocast to `dtype` on this device, or, for dtype None, a context that does
+        nothing."""
+        if dtype is None:
+            return _NO_CONTEXT
+        return torch.autocast(self.device.type, dtype=dtype)
+
+    def _grad_norm(self) -> float:
+        total = self._watch_sumsq() if self._watch_sumsq is not None else -1.0
+        scale = self.scaler.get_scale() if self.scaler is not None else 1.0
+        # the true gradient's norm, not the scaled one
+        return self.rec.grad_norm(total, self.probe.grads, scale)

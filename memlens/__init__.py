@@ -20,16 +20,17 @@ __version__ = "0.3.0"
 __all__ = ["Watch", "__version__", "watch"]
 
 if TYPE_CHECKING:
-    from memlens.core.watch.session import Watch, watch
+    from memlens.core.watch.api import watch
+    from memlens.core.watch.session import Watch
 
 _LAZY = {"Watch", "watch"}
 
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        import memlens.core.watch.session as session
+        import memlens.core.watch.api as api
 
-        value = getattr(session, name)
+        value = api.watch if name == "watch" else api.Watch
         globals()[name] = value
         return value
     raise AttributeError(f"module 'memlens' has no attribute {name!r}")

@@ -13,10 +13,15 @@ from memlens.core.options import ConfigError
 
 
 def amp_refusals(config: RunConfig) -> dict[str, str | None]:
-    """{amp choice: why this machine cannot run it for `config`'s model, or None}."""
+    """{amp choice: why this machine cannot run it for `config`'s model, or None}. A model
+    file is not looked into (choosing one runs none of its code): its run refuses what this
+    machine cannot run."""
+    from memlens.core.options import is_model_file
     from memlens.core.preflight import check_amp
     from memlens.core.training import resolve_device
 
+    if is_model_file(config.preset):
+        return {"bf16": None}
     try:
         device = resolve_device(config.device)
         check_amp(config.with_values({"amp": "bf16"}), device)

@@ -410,6 +410,10 @@ class MainWindow(QMainWindow):
         if interval is not None:
             self._timer.setInterval(interval)
 
+    def refresh_now(self) -> None:
+        """Draw what is new and refresh every text now, not at the next timer tick."""
+        self._on_frame(force_text=True)
+
     def _pull_events(self) -> None:
         events = self.history.events(self._events_seen)
         if not events:

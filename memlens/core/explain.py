@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from memlens.core.config import TechniqueToggles
 from memlens.core.options import is_model_file
+from memlens.core.units import format_bytes
 
 
 def error_title(exc: BaseException) -> str:
@@ -135,13 +136,14 @@ def explain_leak(toggles: TechniqueToggles, grew: str, per_step: float,
     holds: saved tensors (eval under grad, a cache) in tensor bytes, or autograd nodes in the
     process heap (training, where backward has freed the saved tensors). `period`: steps
     between evals (growth through eval comes once a period)."""
-    size = f"{_mib(per_step)} per step"
+    size = f"{format_bytes(per_step)} per step"
     causes = []
     if toggles.leak_loss_sum:
         if not toggles.no_grad_eval:
             causes.append(
                 "`total_loss += loss` in eval, run under grad, keeps each eval forward's "
-                f"saved tensors alive through the sum ({_mib(per_step * period)} per eval); "
+                "saved tensors alive through the sum "
+                f"({format_bytes(per_step * period)} per eval); "
                 "use `loss.item()`, or run eval under torch.no_grad()")
         causes.append(
             "`total_loss += loss` in training keeps every step's autograd nodes alive through "
@@ -154,13 +156,10 @@ def explain_leak(toggles: TechniqueToggles, grew: str, per_step: float,
                       "state")
     if toggles.leak_cache:
         causes.append("the loss keeps its intermediates in a list that is never cleared "
-                      f"({_mib(per_step)} of tensors a step); store .detach() copies or "
-                      ".item() values, or clear the list")
+                      f"({format_bytes(per_step)} of tensors a step); store .detach() copies "
+                      "or .item() values, or clear the list")
     if not causes:
         causes.append("something holds tensors across steps: a list of losses or outputs, "
                       "a graph kept by retain_graph, or a state tensor without detach")
     return f"Memory ({grew}) grows {size}. Likely cause: " + "; ".join(causes) + "."
 
-
-def _mib(n: float) -> str:
-    return f"{n / 2**20:.2f} MiB"

@@ -8,7 +8,7 @@ import signal
 import threading
 from typing import Any
 
-EXIT_SIGNAL_BASE = 128  # the shell's convention: a run ended by signal N exits 128 + N
+from memlens.core.exits import EXIT_SIGNAL_BASE
 
 
 class SignalStop:

@@ -20,7 +20,7 @@ def test_cli_start_up_imports_no_qt_and_no_torch():
     r = run_python(
         "import argparse, sys, main\n"
         "p = argparse.ArgumentParser(); sub = p.add_subparsers()\n"
-        "import memlens.app.shot; memlens.app.shot.add_parser(sub)\n"
+        "import memlens.cli.shot; memlens.cli.shot.add_parser(sub)\n"
         "heavy = [m for m in sys.modules if m.split('.')[0] in ('PySide6', 'torch', 'pyqtgraph')]\n"
         "print(heavy)\n"
     )

@@ -198,7 +198,7 @@ def test_leak_texts_say_what_is_held_with_the_bytes():
     (leak,) = [e for e in history.events() if e.kind == "leak"]
     per_eval = plain_eval_saved_bytes("mlp")
     assert "saved tensors" in leak.explanation
-    assert f"{per_eval / 2**20:.2f} MiB per eval" in leak.explanation
+    assert f"{format_bytes(per_eval)} per eval" in leak.explanation
     cache = explain_leak(TechniqueToggles(leak_cache=True), "other", 3 * 2**20)
     assert "intermediates in a list that is never cleared (3.00 MiB of tensors a step)" in cache
 

@@ -11,7 +11,7 @@ from types import SimpleNamespace
 
 import torch
 
-from memlens.core.cli_progress import LOG_EVERY_S, Progress
+from memlens.cli.progress import LOG_EVERY_S, Progress
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -138,7 +138,7 @@ def test_cli_bad_folder_or_arguments_exit_2(run_folders, tmp_path, capsys):
 
 
 def test_cli_module_imports_nothing_heavy():
-    code = ("import sys, memlens.core.exports.cli; "
+    code = ("import sys, memlens.cli.export; "
             "print(sorted(m for m in ('numpy', 'torch', 'PySide6') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parents[2]).stdout

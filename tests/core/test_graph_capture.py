@@ -378,7 +378,7 @@ def test_graph_command_writes_the_step_and_rejects_bad_input(tmp_path, capsys):
 
 
 def test_graph_command_imports_nothing_heavy():
-    code = ("import sys, memlens.core.graph.cli, memlens.core.graph; "
+    code = ("import sys, memlens.cli.graph, memlens.core.graph; "
             "print(','.join(m for m in ('torch', 'torchviz', 'numpy', 'PySide6') "
             "if m in sys.modules))")
     p = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True,
@@ -390,11 +390,11 @@ def test_graph_command_imports_nothing_heavy():
 def test_graph_command_config_keeps_user_settings():
     from argparse import Namespace
 
-    from memlens.core.graph.cli import build_config
+    from memlens.cli.graph import graph_config
 
     args = Namespace(config=None, preset="cnn", sets=["amp=bf16", "eval_every=3"], step=4,
                      eval=True)
-    cfg = build_config(args)
+    cfg = graph_config(args)
     assert cfg.preset == "cnn" and cfg.techniques.amp == "bf16"
     assert cfg.steps == 5 and cfg.eval_every == 5 and cfg.capture_every == 0
     assert isinstance(cfg, RunConfig)

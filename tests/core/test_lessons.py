@@ -254,7 +254,7 @@ def test_cli_quick_writes_the_report_and_never_overwrites_one(tmp_path):
     assert "| mlp | zero_grad" in md
     before = (out / "lessons.json").read_bytes()
     p = cli("lessons", "--quick", "--steps", "4", "--out", str(out), "--quiet")
-    assert p.returncode == 2 and "already holds a report" in p.stderr
+    assert p.returncode == 2 and "already holds a lessons report" in p.stderr
     assert (out / "lessons.json").read_bytes() == before
 
 
@@ -310,7 +310,7 @@ def test_ctrl_c_in_the_cli_writes_what_was_measured(tmp_path):
 
     out = tmp_path / "rep"
     p = subprocess.Popen(
-        [sys.executable, str(ROOT / "main.py"), "lessons", "--preset", "mlp", "--steps", "400",
+        [sys.executable, str(ROOT / "main.py"), "lessons", "--preset", "mlp", "--steps", "50000",
          "--set", "batch_size=32", "width=64", "--lesson", "zero_grad", "amp_bf16",
          "--out", str(out)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -318,8 +318,9 @@ def test_ctrl_c_in_the_cli_writes_what_was_measured(tmp_path):
         # Python then installs no KeyboardInterrupt handler
         preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     seen = b""
-    first_blocks = re.compile(rb"lesson 1/2: zero_grad on mlp, step ([2-9]|\d\d)")
-    while not first_blocks.search(seen):  # the first blocks ran
+    # a log gets a line as each lesson starts and every few seconds while it runs
+    first_blocks = re.compile(rb"lesson 1/2: zero_grad on mlp, step ([2-9]|\d\d+)/100000")
+    while not first_blocks.search(seen):
         chunk = p.stderr.read1(256)
         assert chunk, seen.decode(errors="replace")
         seen += chunk
@@ -333,4 +334,4 @@ def test_ctrl_c_in_the_cli_writes_what_was_measured(tmp_path):
     assert row["off"] > 0 and row["on"] == 0
     for arm in ("off", "on"):
         with open(out / "runs" / f"mlp-zero_grad-{arm}" / "steps.csv") as fh:
-            assert 0 < len(list(csv.DictReader(fh))) < 400
+            assert 0 < len(list(csv.DictReader(fh))) < 50000

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 
 from memlens.core.runfolder.reader import load_run
-from memlens.core.watch.cli import run_script
+from memlens.core.watch.script import run_script
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 

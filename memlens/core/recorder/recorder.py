@@ -130,8 +130,15 @@ class Recorder:
             from memlens.core.native.tracker import make_precise_tracker
 
             self.precise, self.precise_note = make_precise_tracker(t0, device)
+        self._synchronize = synchronize
         self.tick, self.timing_label = phase_clock(device, synchronize)
         self.probe: MemoryProbe | None = None
+
+    def set_device(self, device: torch.device) -> None:
+        """The device the run trains on, where it is known only later (a watch finds it from
+        the first model's parameters)."""
+        self.device, self.cuda = device, device.type == "cuda"
+        self.tick, self.timing_label = phase_clock(device, self._synchronize)
 
     # --- the probe ------------------------------------------------------------------------------
     def make_probe(self, source: Any, *, light: bool = True) -> MemoryProbe:
@@ -156,7 +163,7 @@ class Recorder:
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    # --- within a step ----------------------------------------------------------------------------
+    # --- within a step --------------------------------------------------------------------------
     def begin_step(self) -> None:
         """A step starts: its peak and its saved-for-backward bytes count from here."""
         if self.cuda:
@@ -246,7 +253,7 @@ class Recorder:
             peak = max(peak, torch.cuda.max_memory_allocated(self.device))
         return peak
 
-    # --- run.json ---------------------------------------------------------------------------------
+    # --- run.json -------------------------------------------------------------------------------
     def environment(self, *, parameters: int, sizes: dict | None = None,
                     memory_label: str = "") -> dict:
         """run.json's environment block: the same keys for every producer of a run."""

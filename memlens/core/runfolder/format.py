@@ -199,7 +199,7 @@ def header_problem(path: Path, got: tuple[str, ...], header: tuple[str, ...]) ->
     return f"{path}: the first line is not a {path.name} header; expected the columns: {expected}"
 
 
-# --- run.json: the parts readers use -------------------------------------------------------------
+# --- run.json: the parts readers use -----------------------------------------------------------
 # The keys readers use, with the JSON type each must have when present.
 _DOC_TYPES: dict[str, tuple[type, ...]] = {
     "config": (dict,), "environment": (dict,), "schedule": (list,), "events": (list,),

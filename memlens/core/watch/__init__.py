@@ -1,7 +1,4 @@
-"""Recording a user's own, unmodified training: `watch()` hooks it, `Watch` records it."""
-
-from __future__ import annotations
-
-from memlens.core.watch.session import Watch, watch
-
-__all__ = ["Watch", "watch"]
+"""Recording a user's own, unmodified training: `api.watch()` starts it, `session.Watch`
+records it (the one recorder driven by the script's calls), `script.run_script` runs a
+script under it as `python SCRIPT` would. Nothing is imported here: torch loads with the
+modules that need it."""

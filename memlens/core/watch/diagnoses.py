@@ -188,6 +188,3 @@ def diagnosis(step: int, time_s: float, key: str, message: str, explanation: str
                     message=message, explanation=explanation, bytes=nbytes, where=where,
                     fix=fix)
 
-
-def mib(n: int | None) -> str:
-    return "?" if n is None else f"{n / 2**20:.2f} MiB"

@@ -3,10 +3,18 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_TRAINING_ERROR = 0, 2, 3
-EXIT_INTERRUPTED = 130  # Ctrl-C before the run started (128 + SIGINT)
+from memlens.cli.args import (
+    EXIT_BAD_INPUT,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TRAINING_ERROR,
+    add_config_arguments,
+    add_out,
+    add_quiet,
+    build_config,
+)
+
 MODEL_FILE_ERROR = "ModelFileError"  # the error event's key (memlens.core.explain.error_title)
 
 
@@ -23,59 +31,13 @@ def add_parser(subparsers) -> None:
     add_config_arguments(p)
     p.add_argument("--steps", type=int, help="number of steps")
     p.add_argument("--precise", action="store_true", help="track every storage (exact peak)")
-    p.add_argument("--out", metavar="DIR", help="run folder (default: a new folder in runs/); "
-                   "refused if it holds another run")
-    p.add_argument("--force", action="store_true",
-                   help="with --out: delete the run files already in that folder first")
+    add_out(p)
     p.add_argument("--export", metavar="FORMATS", default="",
                    help="also write snapshot,trace,timeline (comma-separated, or all); "
                    "allocations: allocations.csv, only when named")
     p.add_argument("--on-error", choices=("stop", "continue"), default="stop",
                    help="at a training error: stop (exit 3), or record it and go on")
-    p.add_argument("--quiet", action="store_true", help="no progress line")
-
-
-def add_config_arguments(p, *, at: bool = True) -> None:
-    """--preset, --config, --set and --at, the same for every command that runs a loop."""
-    from memlens.core.options import PRESETS
-
-    p.add_argument("--preset", metavar="NAME|FILE.py",
-                   help=f"model and data: {', '.join(PRESETS)} (default: mlp), or a model file "
-                   "(docs/model-files.md)")
-    p.add_argument("--config", metavar="F.toml", help="settings file ([techniques] table, at=[])")
-    p.add_argument("--set", dest="sets", action="extend", nargs="+", default=[],
-                   metavar="KEY=VALUE",
-                   help="override settings: --set batch_size=64 zero_grad=off (or repeat --set)")
-    if at:
-        p.add_argument("--at", dest="ats", action="extend", nargs="+", default=[],
-                       metavar="STEP:KEY=VALUE",
-                       help="change a technique at a step, as a live toggle does: "
-                       "--at 50:zero_grad=off")
-
-
-def build_config(args):
-    """RunConfig from --config, --preset, --set, --steps, --precise, --at (in that order)."""
-    from memlens.core.config import RunConfig, ScheduledChange
-    from memlens.core.model_file import with_model_file
-
-    def build(base):
-        cfg = RunConfig.from_toml(args.config, base) if args.config else base
-        values: dict = {}
-        if args.preset:
-            values["preset"] = args.preset
-        if args.steps is not None:
-            values["steps"] = args.steps
-        if args.precise:
-            values["precise"] = True
-        cfg = cfg.with_values(values).with_sets(args.sets)
-        ats = getattr(args, "ats", [])
-        if ats:
-            cfg = cfg.with_schedule([ScheduledChange.parse(a) for a in ats])
-        return cfg
-
-    return with_model_file(build(RunConfig()), build)
-
-
+    add_quiet(p)
 
 
 def main(args) -> int:
@@ -97,7 +59,7 @@ def main(args) -> int:
         print("memlens run: stopped before the first step", file=sys.stderr)
         return EXIT_INTERRUPTED
 
-    from memlens.core.cli_progress import Progress
+    from memlens.cli.progress import Progress
     from memlens.core.controls import RunControls
     from memlens.core.loop import run_training
     from memlens.core.model_file import preset_label
@@ -165,20 +127,16 @@ def _prepare(cfg, args):
     from memlens.core.history import RunHistory
     from memlens.core.model_file import preset_label
     from memlens.core.preflight import check_run
-    from memlens.core.runfolder.claim import claim_out_folder, new_run_folder
+    from memlens.core.recorder.output import choose_folder
     from memlens.core.runfolder.writer import RunWriter
     from memlens.core.training import resolve_device
 
-    device = resolve_device(cfg.device)
-    check_run(cfg, device)
-    if args.out is not None:
-        out = claim_out_folder(args.out, force=args.force)
-    else:
-        out = new_run_folder(Path("runs"), preset_label(cfg.preset))
-    history = RunHistory(spill_dir=out)
-    return out, RunWriter(out, precise=cfg.precise, history=history,
-                          meta={"config": cfg.to_dict(), "schedule": cfg.to_dict()["schedule"]}
-                          ), history
+    check_run(cfg, resolve_device(cfg.device))
+    out = choose_folder(args.out, preset_label(cfg.preset), force=args.force)
+    history = RunHistory(spill_dir=out)  # made at the first spill, after the writer's files
+    writer = RunWriter(out, precise=cfg.precise, history=history,
+                       meta={"config": cfg.to_dict(), "schedule": cfg.to_dict()["schedule"]})
+    return out, writer, history
 
 
 def _check_formats(formats: list[str]) -> None:

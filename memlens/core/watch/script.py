@@ -1,4 +1,5 @@
-"""`python main.py watch SCRIPT.py [-- ARGS]`: run a script as Python would, recording it."""
+"""Running a user's script as `python SCRIPT ARGS` would, recorded by a Watch (the engine
+of `main.py watch`, memlens.cli.watch)."""
 
 from __future__ import annotations
 
@@ -8,22 +9,6 @@ import traceback
 from pathlib import Path
 
 EXIT_BAD_INPUT = 2
-
-
-def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "watch", help="run your own training script unchanged and record it",
-        description="Run SCRIPT.py as `python SCRIPT.py ARGS` would (same sys.argv, "
-        "__name__ == '__main__', its folder on sys.path, its exit code), finding its models "
-        "and optimizers, and write a run folder as it goes. Script arguments go after --.",
-    )
-    p.add_argument("script", metavar="SCRIPT.py", help="the training script")
-    p.add_argument("--out", metavar="DIR", help="run folder (default: a new folder in runs/)")
-    p.add_argument("--precise", action="store_true",
-                   help="track every storage (exact in-step peak, allocations.npy); slower")
-    p.add_argument("--capture-every", type=int, default=0, metavar="N",
-                   help="capture the autograd graph from the loss passed to backward every N "
-                   "steps (run.json `graphs`: nodes, bytes saved for backward)")
 
 
 def check_script(path: str) -> str | None:
@@ -45,21 +30,8 @@ def check_script(path: str) -> str | None:
     return None
 
 
-def main(args) -> int:
-    why = check_script(args.script)
-    if why:
-        print(f"memlens watch: {why}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if args.capture_every < 0:
-        print(f"memlens watch: --capture-every must be 0 or more, got {args.capture_every}",
-              file=sys.stderr)
-        return EXIT_BAD_INPUT
-    return run_script(args.script, getattr(args, "passthrough", []), out=args.out,
-                      precise=args.precise, capture_every=args.capture_every)
-
-
 def run_script(script: str, script_args: list[str], *, out=None, precise: bool = False,
-               capture_every: int = 0, quiet: bool = False) -> int:
+               capture_every: int = 0, quiet: bool = False, force: bool = False) -> int:
     """Run `script` under a watch; returns the exit code `python script ARGS` would have."""
     from memlens.core.runfolder.atomic import ExportError
     from memlens.core.watch.session import NOTHING_FOUND_HELP, Watch
@@ -71,8 +43,8 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     sys.path.insert(0, str(Path(path).resolve().parent))
     try:
         w = Watch(out=out, precise=precise, capture_every=capture_every, script=path,
-                  argv=argv)
-    except (ExportError, OSError, ValueError) as exc:
+                  argv=argv, force=force)
+    except (ExportError, OSError, ValueError) as exc:  # ConfigError: a folder holding a run
         sys.argv, sys.path[:] = old_argv, old_path
         print(f"memlens watch: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

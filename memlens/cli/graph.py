@@ -5,12 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-EXIT_OK, EXIT_NOT_CAPTURED, EXIT_BAD_INPUT = 0, 1, 2
+from memlens.cli.args import EXIT_BAD_INPUT, EXIT_OK, add_config_arguments, build_config
+
+EXIT_NOT_CAPTURED = 1
 
 
 def add_parser(subparsers) -> None:
-    from memlens.core.cli_run import add_config_arguments
-
     p = subparsers.add_parser(
         "graph", help="write the autograd graph of a training step (DOT, SVG or PNG)",
         description="Run a preset up to step N and write the autograd graph of that step, "
@@ -28,25 +28,16 @@ def add_parser(subparsers) -> None:
                    help="where to write: .dot (torchviz make_dot source), .svg or .png")
 
 
-def build_config(args):
+def graph_config(args):
     """The run: settings as given, then only as many steps as needed to reach --step."""
-    from memlens.core.config import RunConfig
     from memlens.core.options import MAX_STEPS, ConfigError
 
     if not 0 <= args.step < MAX_STEPS:
         raise ConfigError(f"--step {args.step}: the step must be from 0 to {MAX_STEPS - 1:_} "
                           "(the run goes through every step before it)")
-    from memlens.core.model_file import with_model_file
-
-    def build(base):
-        cfg = RunConfig.from_toml(args.config, base) if args.config else base
-        values: dict = {"preset": args.preset} if args.preset else {}
-        return cfg.with_values(values).with_sets(args.sets)
-
-    cfg = with_model_file(build(RunConfig()), build)
     # Captures come from --step alone; eval runs only when its graph is wanted.
-    return cfg.with_values({"steps": args.step + 1, "capture_every": 0,
-                            "eval_every": args.step + 1 if args.eval else 0})
+    return build_config(args, extra={"steps": args.step + 1, "capture_every": 0,
+                                     "eval_every": args.step + 1 if args.eval else 0})
 
 
 class _CaptureAt:
@@ -83,10 +74,13 @@ def main(args) -> int:
     from memlens.core.runfolder.atomic import ExportError
 
     try:
-        cfg = build_config(args)
+        cfg = graph_config(args)
         from memlens.core.graph.export import format_of
+        from memlens.core.preflight import check_run
+        from memlens.core.training import resolve_device
 
         fmt = format_of(args.out)
+        check_run(cfg, resolve_device(cfg.device))  # never allocate what cannot fit
     except (ConfigError, ExportError) as exc:
         print(f"memlens graph: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT

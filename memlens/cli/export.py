@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-EXIT_OK, EXIT_BAD_INPUT = 0, 2
+from memlens.cli.args import EXIT_BAD_INPUT, EXIT_OK, count
 
 
 def _formats(text: str) -> list[str]:
@@ -20,16 +20,6 @@ def _formats(text: str) -> list[str]:
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
     return names
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text.replace("_", ""))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"{value} is negative; use 0 for no limit")
-    return value
 
 
 def add_parser(subparsers) -> None:
@@ -49,10 +39,10 @@ def add_parser(subparsers) -> None:
                    help="snapshot, trace, timeline (comma-separated) or all (default: all); "
                    "allocations writes allocations.csv, only when named")
     p.add_argument("--out", metavar="DIR", help="where to write the files (default: RUN_DIR)")
-    p.add_argument("--max-entries", type=_count, default=DEFAULT_MAX_ENTRIES, metavar="N",
+    p.add_argument("--max-entries", type=count, default=DEFAULT_MAX_ENTRIES, metavar="N",
                    help="snapshot: keep the last N trace entries, as CUDA's ring buffer "
                    f"does (default {DEFAULT_MAX_ENTRIES:,}; 0: all)")
-    p.add_argument("--max-rows", type=_count, default=DEFAULT_MAX_ROWS, metavar="N",
+    p.add_argument("--max-rows", type=count, default=DEFAULT_MAX_ROWS, metavar="N",
                    help="timeline: at most N rows, thinned keeping each stretch's peak "
                    f"(default {DEFAULT_MAX_ROWS:,}; 0: one row per event time)")
 

@@ -1,16 +1,29 @@
 """`python main.py lessons`: the article's claims measured headless, a report written to a folder.
 
-It lives in app/ for one reason: the charts' PNGs are the SVGs rendered by Qt (imported only
-when a PNG is written); the measuring is memlens.core.lessons, Qt-free.
+The measuring is memlens.core.lessons (Qt-free); the charts' PNGs are their SVGs rendered by
+Qt offscreen (memlens.app.lessons.svg_png, imported only when a PNG is written): no display
+is needed.
 """
 
 from __future__ import annotations
 
+import os
+import shutil
 import sys
 import time
 from pathlib import Path
 
-EXIT_OK, EXIT_BAD_INPUT, EXIT_INTERRUPTED = 0, 2, 130
+from memlens.cli.args import (
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    add_out,
+    add_quiet,
+    add_sets,
+    parse_sets,
+    refuse,
+)
+
+REPORT_FILES = ("lessons.json", "lessons.md")
 
 
 def add_parser(subparsers) -> None:
@@ -34,20 +47,41 @@ def add_parser(subparsers) -> None:
                    "a preset; time figures get too few samples to be judged")
     p.add_argument("--lesson", dest="lessons", action="extend", nargs="+", default=[],
                    metavar="NAME", help="only these lessons: " + ", ".join(LESSON_NAMES))
-    p.add_argument("--set", dest="sets", action="extend", nargs="+", default=[],
-                   metavar="KEY=VALUE",
-                   help="settings for every run, e.g. --set device=cpu batch_size=64")
-    p.add_argument("--out", metavar="DIR", help="report folder (default: a new folder in runs/)")
-    p.add_argument("--quiet", action="store_true", help="no progress line")
+    add_sets(p, "settings for every run, e.g. --set device=cpu batch_size=64 threads=1")
+    add_out(p, "report folder")
+    add_quiet(p)
 
 
-def default_out() -> Path:
-    base = Path("runs") / f"{time.strftime('%Y%m%d-%H%M%S')}-lessons"
-    out, n = base, 1
-    while out.exists():
-        n += 1
-        out = base.with_name(f"{base.name}-{n}")
-    return out
+def claim_report_folder(out: str | None, force: bool) -> Path:
+    """The report's folder: a new one in runs/, or --out when it holds no report (with
+    --force, that report's files and its arms' run files are deleted first). Checked
+    before anything is measured."""
+    from memlens.core.options import ConfigError
+    from memlens.core.runfolder.claim import claim_out_folder, new_run_folder
+
+    if out is None:
+        return new_run_folder(Path("runs"), "lessons")
+    folder = Path(out).expanduser()
+    if not out.strip():
+        raise ConfigError("--out '': give a folder name, or leave --out out for a new folder "
+                          "in runs/")
+    if os.path.lexists(folder) and not folder.is_dir():
+        raise ConfigError(f"--out {out!r} is a file, not a folder; choose a folder")
+    held = [n for n in (*REPORT_FILES, "charts", "runs") if os.path.lexists(folder / n)]
+    if held and not force:
+        raise ConfigError(f"--out {out!r} already holds a lessons report ({', '.join(held)}); "
+                          "choose another folder, or pass --force to delete that report first")
+    for name in held:
+        path = folder / name
+        if name == "runs" and path.is_dir() and not path.is_symlink():
+            for arm in path.iterdir():
+                if arm.is_dir() and not arm.is_symlink():
+                    claim_out_folder(str(arm), force=True)
+        elif name == "charts" and path.is_dir() and not path.is_symlink():
+            shutil.rmtree(path)
+        elif not path.is_dir() or path.is_symlink():
+            path.unlink()
+    return folder
 
 
 def _settings(args) -> dict:
@@ -62,12 +96,7 @@ def _settings(args) -> dict:
     if unknown:
         raise ConfigError(f"--lesson {unknown[0]!r}: no such lesson; lessons: "
                           f"{', '.join(LESSON_NAMES)}")
-    values = {}
-    for text in args.sets:
-        key, sep, raw = text.partition("=")
-        if not sep:
-            raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. batch_size=32")
-        values[key.strip()] = raw
+    values = parse_sets(args.sets)
     if "preset" in values or "steps" in values:
         raise ConfigError("--set: use --preset and --steps for those")
     presets = list(PRESETS) if args.preset == "all" else [resolve_preset(args.preset)]
@@ -97,51 +126,26 @@ def main(args) -> int:
 
     try:
         chosen = _settings(args)
-    except ConfigError as exc:
-        print(f"memlens lessons: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    out = Path(args.out) if args.out else default_out()
-    if (out / "lessons.json").exists():
-        print(f"memlens lessons: {out} already holds a report; choose another --out "
-              "(nothing is overwritten)", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    last = [0.0]
-
-    def progress(p) -> None:
-        now = time.monotonic()
-        if args.quiet or (now - last[0] < 0.2 and p.steps_done < p.steps_total):
-            return
-        last[0] = now
-        sys.stderr.write("\r  " + p.text().ljust(70))
-        sys.stderr.flush()
-
-    runner = LessonRunner(chosen["presets"], steps=args.steps, quick=args.quick, out=out,
-                          settings=chosen["settings"], names=tuple(args.lessons) or None,
-                          progress=progress)
-    try:
+        runner = LessonRunner(chosen["presets"], steps=args.steps, quick=args.quick,
+                              settings=chosen["settings"], names=tuple(args.lessons) or None,
+                              progress=_progress(args.quiet))
         plan = runner.plan()
-    except ConfigError as exc:
-        print(f"memlens lessons: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if not plan:
-        print("memlens lessons: no lesson applies to that preset and lesson choice",
-              file=sys.stderr)
-        return EXIT_BAD_INPUT
+        if not plan:
+            raise ConfigError("no lesson applies to that preset and lesson choice")
+        out = runner.out = claim_report_folder(args.out, args.force)
+    except (ConfigError, OSError) as exc:
+        return refuse("lessons", exc)
     print(f"memlens lessons: {len(plan)} lessons, {runner.steps} steps an arm -> {out}",
           file=sys.stderr)
     try:
         report = runner.run()
     except ConfigError as exc:
-        print(f"\nmemlens lessons: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
-    if not args.quiet:
-        sys.stderr.write("\r" + " " * 74 + "\r")
+        return refuse("lessons", exc)
     notes: list[str] = []
     try:
         written = write_report(report, out, png=png_renderer(notes))
     except ExportError as exc:
-        print(f"memlens lessons: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return refuse("lessons", exc)
     _print_table(report)
     for note in notes:
         print(f"  note: {note}")
@@ -151,6 +155,32 @@ def main(args) -> int:
         print("stopped: the report holds what was measured before the stop", file=sys.stderr)
         return EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def _progress(quiet: bool):
+    """On a terminal one line, redrawn; in a log a line as each lesson starts, every
+    LOG_EVERY_S while it runs, and as it ends (no carriage returns), as `run` does."""
+    from memlens.cli.progress import LOG_EVERY_S, TTY_EVERY_S
+
+    tty = sys.stderr.isatty()
+    last = {"at": 0.0, "lesson": None}
+
+    def progress(p) -> None:
+        if quiet:
+            return
+        now = time.monotonic()
+        done = p.steps_done >= p.steps_total
+        new = last["lesson"] != (p.index, p.lesson)
+        if not (new or done or now - last["at"] >= (TTY_EVERY_S if tty else LOG_EVERY_S)):
+            return
+        last["at"], last["lesson"] = now, (p.index, p.lesson)
+        if tty:
+            sys.stderr.write("\r  " + p.text().ljust(70) + ("\n" if done else ""))
+            sys.stderr.flush()
+        else:
+            print("  " + p.text(), file=sys.stderr, flush=True)
+
+    return progress
 
 
 def _print_table(report) -> None:

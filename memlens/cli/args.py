@@ -1,0 +1,106 @@
+"""What the commands share: their exit codes, their arguments' shapes, and the one line a
+refused input gets."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from memlens.core.exits import (  # noqa: F401 - the commands take them from here
+    EXIT_BAD_INPUT,
+    EXIT_FAILED,
+    EXIT_INTERRUPTED,
+    EXIT_OK,
+    EXIT_TRAINING_ERROR,
+)
+
+
+def refuse(command: str, message: object) -> int:
+    """Bad input: one line on stderr naming the command, and exit status 2."""
+    print(f"memlens {command}: {message}", file=sys.stderr)
+    return EXIT_BAD_INPUT
+
+
+def add_config_arguments(p: argparse.ArgumentParser, *, at: bool = True,
+                         sets_help: str | None = None) -> None:
+    """--preset, --config, --set and --at, the same for every command that runs a loop."""
+    from memlens.core.options import PRESETS
+
+    p.add_argument("--preset", metavar="NAME|FILE.py",
+                   help=f"model and data: {', '.join(PRESETS)} (default: mlp), or a model file "
+                   "(docs/model-files.md)")
+    p.add_argument("--config", metavar="F.toml", help="settings file ([techniques] table, at=[])")
+    add_sets(p, sets_help)
+    if at:
+        p.add_argument("--at", dest="ats", action="extend", nargs="+", default=[],
+                       metavar="STEP:KEY=VALUE",
+                       help="change a technique at a step, as a live toggle does: "
+                       "--at 50:zero_grad=off")
+
+
+def add_sets(p: argparse.ArgumentParser, help_text: str | None = None) -> None:
+    p.add_argument("--set", dest="sets", action="extend", nargs="+", default=[],
+                   metavar="KEY=VALUE", help=help_text or
+                   "override settings: --set batch_size=64 zero_grad=off (or repeat --set)")
+
+
+def add_out(p: argparse.ArgumentParser, what: str = "run folder", *,
+            force: bool = True) -> None:
+    """--out DIR (a folder that holds a run is refused) and --force."""
+    p.add_argument("--out", metavar="DIR", help=f"{what} (default: a new folder in runs/); "
+                   "refused if it holds another run")
+    if force:
+        p.add_argument("--force", action="store_true",
+                       help="with --out: delete the run files already in that folder first")
+
+
+def add_quiet(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def count(text: str) -> int:
+    """A whole number >= 0 for argparse (1_000 and 1000 alike)."""
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{value} is negative; use 0 for no limit")
+    return value
+
+
+def parse_sets(sets: list[str]) -> dict[str, str]:
+    """--set KEY=VALUE texts as a dict (checked by the option table when applied)."""
+    from memlens.core.options import ConfigError
+
+    values = {}
+    for text in sets:
+        key, sep, raw = text.partition("=")
+        if not sep:
+            raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. batch_size=32")
+        values[key.strip()] = raw
+    return values
+
+
+def build_config(args, *, extra: dict | None = None):
+    """RunConfig from --config, --preset, --set, --steps, --precise, --at (in that order),
+    with a model file's CONFIG under them; `extra` settings last."""
+    from memlens.core.config import RunConfig, ScheduledChange
+    from memlens.core.model_file import with_model_file
+
+    def build(base):
+        cfg = RunConfig.from_toml(args.config, base) if args.config else base
+        values: dict = {}
+        if args.preset is not None:
+            values["preset"] = args.preset
+        if getattr(args, "steps", None) is not None:
+            values["steps"] = args.steps
+        if getattr(args, "precise", False):
+            values["precise"] = True
+        cfg = cfg.with_values(values).with_sets(args.sets)
+        ats = getattr(args, "ats", [])
+        if ats:
+            cfg = cfg.with_schedule([ScheduledChange.parse(a) for a in ats])
+        return cfg.with_values(extra) if extra else cfg
+
+    return with_model_file(build(RunConfig()), build)

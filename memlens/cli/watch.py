@@ -1,0 +1,40 @@
+"""`python main.py watch SCRIPT.py [-- ARGS]`: run a script as Python would, recording it."""
+
+from __future__ import annotations
+
+from memlens.cli.args import add_out, refuse
+from memlens.core.options import MAX_STEPS
+
+
+def add_parser(subparsers) -> None:
+    p = subparsers.add_parser(
+        "watch", help="run your own training script unchanged and record it",
+        description="Run SCRIPT.py as `python SCRIPT.py ARGS` would (same sys.argv, "
+        "__name__ == '__main__', its folder on sys.path, its exit code), finding its models "
+        "and optimizers, and write a run folder as it goes. The options below are memlens's "
+        "wherever they stand; every other argument goes to the script "
+        "(main.py watch train.py --epochs 2), and everything after -- does.",
+    )
+    p.add_argument("script", metavar="SCRIPT.py", help="the training script")
+    add_out(p)
+    p.add_argument("--precise", action="store_true",
+                   help="track every storage (exact in-step peak, allocations.npy); slower")
+    p.add_argument("--capture-every", type=int, default=0, metavar="N",
+                   help="capture the autograd graph from the loss passed to backward every N "
+                   "steps (run.json `graphs`: nodes, bytes saved for backward)")
+
+
+def main(args) -> int:
+    from memlens.core.watch.script import check_script, run_script
+
+    why = check_script(args.script)
+    if why:
+        return refuse("watch", why)
+    if not 0 <= args.capture_every <= MAX_STEPS:
+        return refuse("watch", f"--capture-every {args.capture_every}: give a number of steps "
+                      f"from 0 (never) to {MAX_STEPS:_}")
+    if args.out is not None and not args.out.strip():
+        return refuse("watch", "--out '': give a folder name, or leave --out out for a new "
+                      "folder in runs/")
+    return run_script(args.script, getattr(args, "passthrough", []), out=args.out,
+                      precise=args.precise, capture_every=args.capture_every, force=args.force)

@@ -1,0 +1,231 @@
+"""What a watch finds in a user's program: its models (root module calls), its optimizers,
+and the tensors its models are called with, named as the script names them.
+
+Nothing here keeps a user's object alive: models, optimizers and inputs are held by weak
+reference.
+"""
+
+from __future__ import annotations
+
+import weakref
+
+import torch
+from torch import Tensor, nn
+
+from memlens.core.watch import diagnoses as dx
+
+_EVAL_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
+INPUT_ARGS = 8  # of a root call's arguments looked at for inputs (16 keyword values)
+
+
+def has_eval_layers(module: nn.Module) -> bool:
+    return any(isinstance(m, _EVAL_LAYERS) for m in module.modules())
+
+
+def as_list(x) -> list:
+    if x is None:
+        return []
+    if isinstance(x, (nn.Module, torch.optim.Optimizer)):
+        return [x]
+    return list(x)
+
+
+class Found:
+    """The models and optimizers found so far, shaped as MemoryProbe reads a preset."""
+
+    def __init__(self) -> None:
+        self.models: list[weakref.ref] = []
+        self.optimizers_refs: list[weakref.ref] = []
+        # The tensors the models were called with this step and the last (data batches,
+        # carried state): `other`, as a preset's carried tensors are. Weak: memlens never
+        # keeps one alive. Storage pointer -> a weak reference to one tensor in it: a sample
+        # counts storages, so one tensor of each is enough.
+        self.inputs: dict[int, weakref.ref] = {}
+        self._earlier: dict[int, weakref.ref] = {}
+        self._inputs_step = -1
+        self.carried_refs: list[weakref.ref] = []  # both steps' (the native sample takes them)
+
+    @property
+    def optimizers(self) -> list[torch.optim.Optimizer]:
+        return [o for r in self.optimizers_refs if (o := r()) is not None]
+
+    def model_list(self) -> list[nn.Module]:
+        return [m for r in self.models if (m := r()) is not None]
+
+    def parameters(self) -> list[Tensor]:
+        seen: set[int] = set()
+        out = []
+        groups = [list(m.parameters()) for m in self.model_list()]
+        groups += [[p for g in o.param_groups for p in g["params"]] for o in self.optimizers]
+        for params in groups:
+            for p in params:
+                if id(p) not in seen:
+                    seen.add(id(p))
+                    out.append(p)
+        return out
+
+    def buffers(self) -> list[Tensor]:
+        """The models' buffers (BatchNorm running stats, a mask), each once."""
+        seen: set[int] = set()
+        return [b for m in self.model_list() for b in m.buffers()
+                if id(b) not in seen and not seen.add(id(b))]
+
+    def carried_tensors(self) -> list[Tensor]:
+        return [t for r in self.carried_refs if (t := r()) is not None]
+
+    def note_inputs(self, step: int, args: tuple, kwargs: dict) -> None:
+        """The tensors a root call was given, positionally or by keyword (`input_ids=`,
+        `labels=`: every Hugging Face model), and inside tuples and lists (an LSTM's state)."""
+        if step != self._inputs_step:
+            self._earlier = self.inputs if step == self._inputs_step + 1 else {}
+            self.inputs = {}
+            self._inputs_step = step
+            self.carried_refs = list(self._earlier.values())
+        values = list(args[:INPUT_ARGS])
+        if kwargs:
+            values += list(kwargs.values())[: 2 * INPUT_ARGS]
+        for a in values:
+            if isinstance(a, Tensor):
+                self._note(a)
+            elif isinstance(a, (tuple, list)):
+                for t in a[:4]:
+                    if isinstance(t, Tensor):
+                        self._note(t)
+
+    def _note(self, t: Tensor) -> None:
+        # By object: a sample counts each storage once (LightProbe, MemoryProbe), so a GAN's
+        # fake and fake.detach() may both be here. A dead reference's id may be a new tensor.
+        old = self.inputs.get(id(t))
+        if old is None or old() is not t:
+            ref = self.inputs[id(t)] = weakref.ref(t)
+            self.carried_refs.append(ref)
+
+
+class ModelInfo:
+    """What a root call needs to know of a module, looked up once (by id, checked by weak
+    reference: a freed module's id may be a new one's)."""
+
+    __slots__ = ("eval_layers", "is_model", "name", "param_ids", "ref")
+
+    def __init__(self, module: nn.Module, is_model: bool) -> None:
+        self.ref = weakref.ref(module)
+        self.is_model = is_model
+        self.name = ""
+        self.param_ids: frozenset = frozenset(map(id, module.parameters())) if is_model else (
+            frozenset())
+        self.eval_layers = is_model and has_eval_layers(module)
+
+
+class Discovery:
+    """The models and optimizers a watch knows, named, and which optimizers end a step."""
+
+    def __init__(self, models=None, optimizers=None) -> None:
+        self.found = Found()
+        self.explicit_models = models is not None
+        self.names: dict[int, str] = {}  # id(model) -> its name
+        self._candidates: list[weakref.ref] = []  # every optimizer known to exist
+        self.models_seen: dict[str, dict] = {}  # kept after the models are gone
+        self.optimizers_seen: dict[int, str] = {}
+        self._active_ids: dict[int, weakref.ref] = {}  # optimizers measured, by id
+        self._required: set[int] = set()  # required_optimizers' answer for _required_key
+        self._required_key: tuple | None = None
+        self.probe_stale = True  # a model or an optimizer was found since the probe was made
+        self._modules: dict[int, ModelInfo] = {}  # every module called at the root, by id
+        self.ever_stepped: set[int] = set()
+        self.called_params: set[int] = set()  # ids of the parameters of models called
+        self.called_models: set[int] = set()  # ids of the models called under grad
+        for m in as_list(models):
+            self.add_model(m)
+        for o in as_list(optimizers):
+            self.add_optimizer(o, active=True)
+        self._find_live_optimizers()
+
+    def add_model(self, m: nn.Module, name: str | None = None) -> str:
+        """Its name: as given, else as the script names it, else its class (made unique)."""
+        known = self.names.get(id(m))
+        if known is not None:
+            return known
+        base = name or dx.variable_name(m) or type(m).__name__
+        taken = set(self.names.values())
+        name, k = base, 2
+        while name in taken:
+            name, k = f"{base}{k}", k + 1
+        self.names[id(m)] = name
+        self.found.models.append(weakref.ref(m))
+        self.probe_stale = True
+        self.models_seen[name] = {"name": name, "class": type(m).__name__,
+                                  "parameters": sum(p.numel() for p in m.parameters())}
+        return name
+
+    def add_optimizer(self, o: torch.optim.Optimizer, active: bool) -> None:
+        """A candidate may end steps (see required_optimizers); an active optimizer (passed
+        in, or one that stepped) is also measured."""
+        known = self._active_ids.get(id(o))
+        if known is not None and known() is o:
+            return  # the usual case, every step: measured already (so a candidate too)
+        if all(r() is not o for r in self._candidates):
+            self._candidates.append(weakref.ref(o))
+            self._required_key = None
+        if active:
+            self._active_ids[id(o)] = ref = weakref.ref(o)
+            self.found.optimizers_refs.append(ref)
+            self.probe_stale = True
+            self.optimizers_seen[id(o)] = type(o).__name__
+
+    def _find_live_optimizers(self) -> None:
+        """Optimizers made before the watch began: all of them must step to end a step."""
+        import gc
+
+        base = torch.optim.Optimizer
+        for obj in gc.get_objects():
+            if issubclass(type(obj), base):  # type(): never a lazy object's __class__
+                self.add_optimizer(obj, active=False)
+
+    def module(self, module: nn.Module) -> ModelInfo:
+        info = self._modules.get(id(module))
+        if info is None or info.ref() is not module:
+            is_model = next(module.parameters(), None) is not None and (
+                not self.explicit_models or id(module) in self.names)
+            info = self._modules[id(module)] = ModelInfo(module, is_model)
+            if is_model:
+                info.name = self.add_model(module)
+        return info
+
+    def known_module(self, module: nn.Module) -> ModelInfo | None:
+        """The module's info where it was called at the root before (no lookup cost)."""
+        return self._modules.get(id(module))
+
+    def note_called(self, module: nn.Module, info: ModelInfo) -> None:
+        """A model called under grad this step: its optimizers end the step."""
+        if id(module) not in self.called_models:
+            self.called_models.add(id(module))
+            self.called_params |= info.param_ids
+
+    def stepped(self, opt) -> None:
+        self.ever_stepped.add(id(opt))
+
+    def new_step(self) -> None:
+        self.called_params = set()
+        self.called_models = set()
+        self._required_key = None
+
+    def required_optimizers(self) -> set[int]:
+        """The optimizers a step waits for: those that have stepped in this run, and those
+        that own a parameter of a model this step called (a GAN's second optimizer before
+        its first step); an optimizer left over from earlier work is neither."""
+        key = (len(self.called_models), len(self.ever_stepped), len(self._candidates))
+        if key != self._required_key:  # grows only within a step: unchanged, the same set
+            called = self.called_params
+            self._required = {
+                id(o) for r in self._candidates if (o := r()) is not None
+                if id(o) in self.ever_stepped
+                or any(id(p) in called for g in o.param_groups for p in g["params"][:1])}
+            self._required_key = key
+        return self._required
+
+    def models_by_name(self) -> dict[str, nn.Module]:
+        return {self.names[id(m)]: m for m in self.found.model_list()}
+
+    @property
+    def nothing(self) -> bool:
+        return not self.models_seen and not self.optimizers_seen

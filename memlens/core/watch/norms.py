@@ -1,0 +1,106 @@
+"""A watched step's grad norm, and diagnosis 3 (gradients never cleared).
+
+The norm is taken where the gradients the optimizer uses are final: at its step's pre-hook,
+or, for `optimizer.step(closure)` (LBFGS, Lightning), after the step, since the closure
+runs zero_grad, forward and backward inside it. On CPU the native GradWatch takes each
+gradient's sum of squares as autograd writes it (a post-accumulate-grad hook, while it is in
+cache), so a clip between backward and the step (clip_grad_norm_) leaves the norm the one
+backward produced, as frameworks log it.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+import weakref
+from collections.abc import Callable
+
+from memlens.core.recorder.recorder import sum_of_squares
+from memlens.core.watch import diagnoses as dx
+
+GROWING_STEPS = 3  # optimizer steps without clearing, each with a larger grad norm
+
+
+class GradNorms:
+    def __init__(self, native, report: Callable[..., None]) -> None:
+        self._native = native
+        self._report = report
+        self._watches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._last_grad: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self.norm_sq = math.nan  # this step's, over every optimizer measured
+        self.cleared = True  # zero_grad (or grads set to None, or replaced) since last step
+        self._growing: list[float] = []
+
+    def new_step(self) -> None:
+        self.norm_sq = math.nan
+
+    @property
+    def norm(self) -> float:
+        return math.sqrt(self.norm_sq) if self.norm_sq == self.norm_sq else math.nan
+
+    def measure(self, opt, where: str) -> None:
+        """Add `opt`'s gradients to the step's norm and check they were cleared."""
+        grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
+        if not grads:
+            return
+        sq = self._native_sum_of_squares(opt)
+        if sq < 0:
+            sq = sum_of_squares(grads)
+        self.norm_sq = sq if self.norm_sq != self.norm_sq else self.norm_sq + sq
+        first = grads[0]
+        seen = self._last_grad.get(opt)
+        if seen is None or seen() is not first:  # a new tensor: set, not accumulated into
+            self.cleared = True
+        self._last_grad[opt] = weakref.ref(first)
+        self._check_growing(opt, math.sqrt(sq), where)
+
+    def stepped(self) -> None:
+        """An optimizer step ended: clearing is asked for again before the next one."""
+        self.cleared = False
+
+    def check_none(self, optimizers) -> None:
+        """Cleared without zero_grad: a first gradient set to None by hand."""
+        for o in optimizers:
+            for g in o.param_groups:
+                if g["params"]:
+                    if g["params"][0].grad is None:
+                        self.cleared = True
+                    break
+
+    def _check_growing(self, opt, norm: float, where: str) -> None:
+        if self.cleared:
+            self._growing = [norm]
+            return
+        self._growing.append(norm)
+        norms = self._growing[-(GROWING_STEPS + 1):]
+        if len(norms) > GROWING_STEPS and all(b > a for a, b in itertools.pairwise(norms)):
+            self._report(dx.GRADS_NOT_CLEARED, where, (
+                f"{len(self._growing) - 1} optimizer steps of {type(opt).__name__} with no "
+                f"zero_grad between them; the grad norm grew {norms[0]:.3g} -> {norms[-1]:.3g}"),
+                "backward adds into .grad: without clearing, each step's gradient is the sum of "
+                "all the steps before, and the updates grow.",
+                "call optimizer.zero_grad() (set_to_none, the default) before each backward, "
+                "or every k steps for gradient accumulation",
+                None)
+
+    def _native_sum_of_squares(self, opt) -> float:
+        """The optimizer's gradients' sum of squares read in C (CPU float gradients), or -1
+        where one is of a kind it does not read (then torch computes it)."""
+        if self._native is None:
+            return -1.0
+        n = sum(len(g["params"]) for g in opt.param_groups)
+        entry = self._watches.get(opt)
+        if entry is None or entry[0] != n:  # a param group added: read the new list
+            if entry is not None:
+                entry[2].uninstall()
+            watch = self._native.GradWatch([p for g in opt.param_groups for p in g["params"]])
+            install, sum_sq = watch.fast_functions()
+            # Hooks only where a parameter has none of its own; one the script adds later
+            # replaces memlens's, and that gradient is then read here.
+            install()
+            entry = self._watches[opt] = (n, sum_sq, watch)
+        return entry[1]()
+
+    def close(self) -> None:
+        for _n, _sum, watch in list(self._watches.values()):
+            watch.uninstall()  # only the hooks still memlens's own

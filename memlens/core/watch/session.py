@@ -29,25 +29,22 @@ from torch import Tensor, nn
 from memlens.core.recorder.amp_casts import amp_cast_storages_of_nodes
 from memlens.core.recorder.output import choose_folder
 from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, Recorder
-from memlens.core.records import PHASE_CODE, PHASES, MemorySample, RunEvent, RunSummary
+from memlens.core.records import RunEvent, RunSummary
 from memlens.core.runfolder.format import graph_summary
 from memlens.core.runfolder.writer import RunWriter
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.calls import Call, CallBook, output_nodes
+from memlens.core.watch.events import Events
 from memlens.core.watch.found import Discovery
 from memlens.core.watch.hooks import TorchHooks
 from memlens.core.watch.norms import GradNorms
+from memlens.core.watch.phases import HEAP_EVERY_S, Phases  # noqa: F401 - HEAP_EVERY_S: tests
 from memlens.core.watch.roots import root_loss, step_loss
 
 # A step's rows are handed to the writer at most this long after the step ends, a batch at
 # a time (a follower draws at 30 Hz anyway).
 FLUSH_S = 0.1
-# The process heap (mallinfo2, memory.csv's heap_bytes) after a step's first forward, at
-# most this often: mallinfo2 walks malloc's free lists, 20-100 us in a training process.
-HEAP_EVERY_S = 0.2
 RECOMPUTE = "recompute"  # a checkpointed block run again during backward
-_FORWARD = PHASE_CODE["forward"]
-_SAMPLED = {p: PHASE_CODE[p] for p in PHASES}  # phases whose end is a memory sample
 _ACTIVE: list[Watch] = []  # at most one watch at a time: the hooks are process-wide
 _compiling = torch.compiler.is_compiling  # a constant True while torch.compile traces
 NOTHING_FOUND_HELP = (
@@ -93,8 +90,11 @@ class Watch:
         self.rec = Recorder(torch.device("cpu"), self._t0, precise=precise,
                             dispatch_precise=True, synchronize=False)
         self.saved, self.precise = self.rec.saved, self.rec.precise
-        self.book = CallBook(self.rec.native, self._report)
-        self.norms = GradNorms(self.rec.native, self._report)
+        self.log = Events(lambda: self.step_index, lambda: self._clock() - self._t0,
+                          lambda e: self._post("on_event", e))
+        self.events: list[RunEvent] = self.log.items
+        self.book = CallBook(self.rec.native, self.log.report)
+        self.norms = GradNorms(self.rec.native, self.log.report)
         self.probe = None
         self._probe_key: tuple = ()
         self.device = torch.device("cpu")
@@ -103,18 +103,13 @@ class Watch:
         self._thread = threading.get_ident()
         self.step_index, self.closed, self.broken = 0, False, False
         self.exit_code: int | None = None
-        self.events: list[RunEvent] = []
-        self._reported: set[tuple[str, str]] = set()
         self._joined = 0  # memlens.watch() calls inside a script this watch records
         self._manual_steps = False
         self._capture = None  # a GraphCapture between a step's first forward and backward
         self._captured: set[int] = set()
         self._clock = time.perf_counter
-        self._idle = True
-        self._stack: list[str] = ["other"]
-        self._since = self._step_t0 = self._t0
-        self._phase_ms = dict.fromkeys(PHASES, 0.0)
-        self._custom_ms: dict[str, float] = {}
+        self.phases = Phases(self._t0, lambda: self.found.carried_refs,
+                             self.rec.begin_phase if self.precise is not None else None)
         self.in_forward = False  # a root module call is running (TorchHooks reads it)
         self._root: tuple | None = None
         self._backward_depth = 0
@@ -122,19 +117,15 @@ class Watch:
         self._after_backward = False
         self._roots: list[tuple] = []  # this step's backwards' losses (roots.root_loss)
         self._graph_nodes = 0
-        self._step_peak = self._last_total = self._summary_peak = 0
+        self._summary_peak = 0
         self._losses: list[float] = []
         self._step_ms: list[float] = []
-        self._samples: list = []  # this step's (MemorySamples or native row blocks)
         self._rows: list[tuple] = []  # ended steps not handed to the writer yet
         self._flushed_at = time.perf_counter()
-        self._heap_read, self._heap_at = False, -math.inf
-        self._step_activity = False  # a phase entered since the last step ended
-        self._edge = None  # CPU light mode: the native LightProbe's edge (see _ensure_probe)
         self._amp_seen = False
         self._closure = False  # the optimizer step under way was given a closure
         self._saved_ctx = self.saved.hooks()
-        self._post("on_start", self._meta())
+        self._post("on_start", _meta(self))
         self._saved_ctx.__enter__()
         if self.precise is not None:
             self.precise.__enter__()
@@ -157,17 +148,17 @@ class Watch:
     @contextlib.contextmanager
     def phase(self, name: str):
         """Label the code inside as phase `name` (a hand-written update: "optimizer")."""
-        self._enter(name)
+        self.phases.enter(name, self.step_index)
         try:
             yield
         finally:
-            self._leave()
+            self.phases.leave(self.step_index)
 
     def step(self) -> None:
         """Mark a step boundary here; from now on only these calls end steps. (A step with
         nothing in it is not one: the first call right after an automatic step end, say.)"""
         self._manual_steps = True
-        if self._step_activity:
+        if self.phases.activity:
             self._end_step()
 
     def join(self) -> Watch:
@@ -196,36 +187,22 @@ class Watch:
             _ACTIVE.pop()
         self._guard(self._last_step)
         if self.nothing_found:
-            self._event("info", "nothing found",
+            self.log.note("info", "nothing found",
                         "memlens found no model (nn.Module call) and no optimizer in this run",
                         NOTHING_FOUND_HELP)
         if exit_code is not None:
             self.exit_code = exit_code
-        self._finish_files(self._summary(error))
+        self._finish_files(_summary(self, error))
         atexit.unregister(self._at_exit)
-
-    def _summary(self, error: BaseException | None) -> RunSummary:
-        failed = error is not None or (self.exit_code or 0) != 0
-        return RunSummary(
-            steps_done=self.step_index, stopped_by="error" if failed else "completed",
-            wall_s=self._clock() - self._t0,
-            final_loss=self._losses[-1] if self._losses else math.nan,
-            peak_bytes=self._summary_peak,
-            mean_step_ms=sum(self._step_ms) / len(self._step_ms) if self._step_ms else math.nan,
-            extra={"exit_code": self.exit_code,
-                   "error": _error_text(error) if error is not None else None,
-                   "custom_phases_ms": {k: round(v, 3) for k, v in self._custom_ms.items()},
-                   "models": list(self.seen.models_seen.values()),
-                   "optimizers": list(self.seen.optimizers_seen.values())})
 
     def _finish_files(self, summary: RunSummary) -> None:
         if self.precise is not None and self.precise.pending:
             self._post("on_allocations", self.precise.drain())
-        self._flush_edges()
+        self.phases.flush_edges(self.step_index)
         self._write_rows(self._clock())
-        if self._samples:  # those after the last step's end (a final sample)
-            self._post("on_samples", self._samples)
-            self._samples = []
+        last = self.phases.take_samples()
+        if last:  # those after the last step's end (a final sample)
+            self._post("on_samples", last)
         self._post("on_start", {"finished": True})  # meta: a follower sees the end
         self._post("on_finish", summary.to_dict())
         try:
@@ -260,89 +237,21 @@ class Watch:
         if params:
             self.device = params[0].device
             self.rec.set_device(self.device)
-        self._flush_edges()  # the old probe's figures first: samples stay in order
         # On CPU without precise mode a phase edge's sample is LightProbe.edge, kept in C
         # until the step's end: Python's made a MemorySample and rescanned every gradient.
         self.probe = self.rec.make_probe(self.found, light=not self._amp_seen)
-        self._edge = self.probe.edge
+        self.phases.use_probe(self.probe, self.step_index)  # the old probe's figures first
         # A new probe knows no gradients or optimizer state yet: "start" scans them all.
         self.probe.sample(self.step_index, "start", 0.0, [])
-        self._post("on_start", self._meta())
-
-    def _flush_edges(self) -> None:
-        """The native edges' figures since the last flush, as this step's samples (made
-        MemorySamples on the writer's thread: runfolder.writer.samples_of)."""
-        if self._edge is None:
-            return
-        rows = self.probe.take_rows()
-        if not rows:
-            return
-        params, buffers = self.probe.params.total, self.probe.buffers.total
-        base, peak, total = params + buffers, self._step_peak, 0
-        for _, _, grads, opt, act, other, _ in rows:
-            total = base + grads + opt + act + other
-            if total > peak:
-                peak = total
-        self._last_total, self._step_peak = total, peak
-        self._samples.append((self.step_index, params, buffers, rows))
-
-    def _account(self, s: MemorySample) -> None:
-        total = s.allocated if s.allocated is not None else s.total
-        self._last_total = total
-        self._step_peak = max(self._step_peak, total)
-        self._samples.append(s)
+        self._post("on_start", _meta(self))
 
     def _note_amp_casts(self, nodes: list) -> None:
         """Autocast's weight copies this forward saved: amp_casts, not activations (as for
         the lab: recorder.amp_casts); the probe counts those still saved at each sample."""
-        if self._edge is not None:  # the native edges do not take AMP copies apart: Python's
-            self._flush_edges()     # samples from here on
+        if self.phases.native_edges:  # they do not take AMP copies apart: Python's samples
             self._amp_seen = True
-            self._edge = None
+            self.phases.python_samples(self.step_index)
         self.rec.note_amp_casts(amp_cast_storages_of_nodes(nodes, self.probe.param_list))
-
-    # --- phases ---------------------------------------------------------------------------------
-    def _charge(self, now: float) -> None:
-        name = self._stack[-1]
-        ms = self._phase_ms
-        if name in ms:
-            ms[name] += (now - self._since) * 1e3
-        elif name != "other":
-            self._custom_ms[name] = self._custom_ms.get(name, 0.0) + (now - self._since) * 1e3
-
-    def _enter(self, name: str) -> None:
-        self._step_activity = True
-        now = self._clock()
-        if self._idle:  # the first step starts at the program's first phase, not at import
-            self._idle = False
-            self._step_t0 = self._since = now
-        self._charge(now)
-        self._stack.append(name)
-        self._since = now
-        if self.precise is not None:
-            self.rec.begin_phase(self.step_index, name)
-
-    def _leave(self) -> str:
-        self._charge(self._clock())
-        stack = self._stack
-        name = stack.pop() if len(stack) > 1 else "other"
-        code = _SAMPLED.get(name)
-        if code is not None and self.probe is not None:
-            # The heap once a step, after its first forward (mallinfo2 walks malloc's lists).
-            heap = code == _FORWARD and not self._heap_read
-            if heap:
-                self._heap_read = True
-                now = self._clock()  # and at most HEAP_EVERY_S apart (see there)
-                heap = now - self._heap_at >= HEAP_EVERY_S
-                if heap:
-                    self._heap_at = now
-            if self._edge is not None:
-                self._edge(code, self.found.carried_refs, heap)
-            else:
-                self._account(self.probe.sample(
-                    self.step_index, name, self._clock() - self._t0, heap=heap))
-        self._since = self._clock()  # a sample's own cost is no phase's time
-        return name
 
     # --- the run folder --------------------------------------------------------------------------
     def _write_rows(self, now: float) -> None:
@@ -400,12 +309,12 @@ class Watch:
 
     def _recompute(self, original, module, args, kwargs) -> Any:
         self.in_forward = True
-        self._enter(RECOMPUTE)
+        self.phases.enter(RECOMPUTE, self.step_index)
         try:
             return original(module, *args, **kwargs)
         finally:
             self.in_forward = False
-            self._guard(self._leave)
+            self._guard(self.phases.leave, self.step_index)
 
     def _forward_pre(self, module: nn.Module, args: tuple, kwargs: dict) -> bool:
         """A root call begins: True where it is a model's forward, recorded."""
@@ -429,8 +338,8 @@ class Watch:
                 and self.step_index not in self._captured):
             self._capture = self.rec.begin_capture(self.seen.models_by_name())
         self.found.note_inputs(self.step_index, args, kwargs)
-        self._enter("forward" if grad else "eval")
-        self._root = (module, call, self.saved.step_saved_bytes, self._since)
+        self.phases.enter("forward" if grad else "eval", self.step_index)
+        self._root = (module, call, self.saved.step_saved_bytes, self.phases.since)
         return True
 
     def _forward_post(self, module: nn.Module, output: Any) -> None:
@@ -444,7 +353,7 @@ class Watch:
             if call.grad and torch.is_autocast_enabled(self.device.type):
                 self._note_amp_casts(nodes or output_nodes(output))
         self.book.calls.append(call)
-        self._leave()
+        self.phases.leave(self.step_index)
         if call.grad:  # after the forward's sample: the Python tracker counts at a measure
             call.bytes = max(0, self.saved.step_saved_bytes - saved_before)
         if not call.grad and call.train_layers:
@@ -458,7 +367,7 @@ class Watch:
             return call()
         finally:
             if started:
-                self._guard(self._leave)
+                self._guard(self.phases.leave, self.step_index)
 
     def _before_zero_grad(self, owner) -> None:
         if (self._after_backward and not self.seen.required_optimizers()
@@ -467,7 +376,7 @@ class Watch:
         if isinstance(owner, torch.optim.Optimizer):
             self.seen.add_optimizer(owner, active=False)
         self.norms.cleared = True
-        self._enter("zero_grad")
+        self.phases.enter("zero_grad", self.step_index)
 
     def backward(self, call, tensors) -> Any:
         if self.broken:
@@ -501,10 +410,10 @@ class Watch:
         self._note_roots(roots)
         if not self.norms.cleared:  # cleared without zero_grad (p.grad = None)?
             self.norms.check_none(self.found.optimizers)
-        self._enter("backward")
+        self.phases.enter("backward", self.step_index)
 
     def _after_backward_call(self) -> None:
-        self._leave()
+        self.phases.leave(self.step_index)
         self._after_backward = True
 
     def _note_roots(self, roots: list[Tensor]) -> None:
@@ -532,7 +441,7 @@ class Watch:
     def _fail(self, exc: Exception) -> None:
         self.broken = True
         with contextlib.suppress(Exception):
-            self._event("info", "memlens stopped recording",
+            self.log.note("info", "memlens stopped recording",
                         f"memlens stopped recording after an error of its own: "
                         f"{_error_text(exc)}. The script runs on unchanged.")
 
@@ -545,7 +454,7 @@ class Watch:
             # left the captured step's loss alive (a "graph kept" alarm on correct code).
             snapshot = capture.finish(loss, self.step_index, dot=False)
         except Exception as exc:  # a capture that fails costs the picture, never the run
-            self._event("info", "graph capture", f"graph capture failed: {exc}", once=True)
+            self.log.note("info", "graph capture", f"graph capture failed: {exc}", once=True)
             return
         # The summary, not the snapshot: a queued snapshot's graph would stay alive until
         # written, and look like a graph kept across steps.
@@ -571,10 +480,10 @@ class Watch:
         self._closure = closure is not None
         if not self._closure:  # else after the step: the closure's backward comes inside it
             self.norms.measure(opt, dx.call_site(4))
-        self._enter("optimizer")
+        self.phases.enter("optimizer", self.step_index)
 
     def _optimizer_post(self, opt) -> None:
-        self._leave()
+        self.phases.leave(self.step_index)
         if self._closure:
             self.norms.measure(opt, dx.call_site(4))
         self._stepped.add(id(opt))
@@ -585,27 +494,23 @@ class Watch:
 
     # --- steps -----------------------------------------------------------------------------------
     def _end_step(self, closing: bool = False) -> None:
-        now = self._clock()
-        self._charge(now)
-        self._since = now
         step = self.step_index
-        step_ms = (now - self._step_t0) * 1e3
-        self._step_t0 = now
+        ms, step_ms = self.phases.end_step(step)
+        now = self._clock()
         book = self.book
         moved = sum(c.ms for c in book.calls if c.grad and not c.reached())
-        ms = dict(self._phase_ms)  # a forward never backwarded was an eval
+        # a forward never backwarded was an eval
         ms["forward"], ms["eval"] = max(0.0, ms["forward"] - moved), ms["eval"] + moved
-        self._flush_edges()
         if self.precise is not None and self.precise.pending:
             self._post("on_allocations", self.precise.drain())
         loss = step_loss(self._roots)
         record = self.rec.step_record(
             step=step, loss=loss, grad_norm=self.norms.norm, phase_ms=ms,
-            nodes=self._graph_nodes, peak_seen=self._step_peak, end_total=self._last_total,
+            nodes=self._graph_nodes, peak_seen=self.phases.step_peak,
+            end_total=self.phases.last_total,
             stepped=bool(self._stepped), step_ms=step_ms)
         self.rec.prune_amp_casts()
-        self._rows.append((record, self._samples))
-        self._samples = []
+        self._rows.append((record, self.phases.take_samples()))
         if now - self._flushed_at >= FLUSH_S:
             self._write_rows(now)
         self._summary_peak = max(self._summary_peak, record.peak_bytes)
@@ -624,53 +529,41 @@ class Watch:
     def _next_step(self) -> None:
         self.step_index += 1
         self.rec.begin_step()
-        self._phase_ms = dict.fromkeys(PHASES, 0.0)
+        self.phases.next_step()
         self._stepped = set()
         self.seen.new_step()
         self.norms.new_step()
         self._after_backward = False
         self._roots = []
-        self._step_peak = self._last_total
-        self._heap_read = False
-        self._step_activity = False
-        self._since = self._clock()
 
-    # --- events --------------------------------------------------------------------------------
-    def _report(self, key, where, message, explanation, fix, nbytes, phase="",
-                once=True) -> None:
-        """A diagnosis event (once per place, unless `once` is False)."""
-        if once and (key, where) in self._reported:
-            return
-        self._reported.add((key, where))
-        e = dx.diagnosis(self.step_index, self._clock() - self._t0, key, message, explanation,
-                         nbytes=nbytes, where=where, fix=fix, phase=phase)
-        self.events.append(e)
-        self._post("on_event", e)
+def _meta(w: Watch) -> dict:
+    """run.json's header for a watched run: the script, its argv, the environment."""
+    probe = w.probe
+    label = (probe.label if probe else "") + (
+        "" if w.device.type == "cuda" else
+        "; other = the models' inputs (batches, carried state)")
+    env = w.rec.environment(parameters=sum(p.numel() for p in w.found.parameters()),
+                            memory_label=label)
+    return {"source": "watch", "script": w.script, "argv": w.argv,
+            "pid": os.getpid(), "capture_every": w.capture_every,
+            "precise_requested": w.precise_requested, "environment": env,
+            "models": list(w.seen.models_seen.values()), "finished": False,
+            "rank": w.rank, "world_size": w.world_size}
 
-    def _event(self, kind: str, key: str, message: str, explanation: str = "",
-               once: bool = False) -> None:
-        if once:
-            if (kind, key) in self._reported:
-                return
-            self._reported.add((kind, key))
-        e = RunEvent(step=self.step_index, time_s=self._clock() - self._t0, kind=kind, key=key,
-                     message=message, explanation=explanation)
-        self.events.append(e)
-        self._post("on_event", e)
 
-    # --- run.json ------------------------------------------------------------------------------
-    def _meta(self) -> dict:
-        probe = self.probe
-        label = (probe.label if probe else "") + (
-            "" if self.device.type == "cuda" else
-            "; other = the models' inputs (batches, carried state)")
-        env = self.rec.environment(parameters=sum(p.numel() for p in self.found.parameters()),
-                                   memory_label=label)
-        return {"source": "watch", "script": self.script, "argv": self.argv,
-                "pid": os.getpid(), "capture_every": self.capture_every,
-                "precise_requested": self.precise_requested, "environment": env,
-                "models": list(self.seen.models_seen.values()), "finished": False,
-                "rank": self.rank, "world_size": self.world_size}
+def _summary(w: Watch, error: BaseException | None) -> RunSummary:
+    failed = error is not None or (w.exit_code or 0) != 0
+    return RunSummary(
+        steps_done=w.step_index, stopped_by="error" if failed else "completed",
+        wall_s=w._clock() - w._t0,
+        final_loss=w._losses[-1] if w._losses else math.nan,
+        peak_bytes=w._summary_peak,
+        mean_step_ms=sum(w._step_ms) / len(w._step_ms) if w._step_ms else math.nan,
+        extra={"exit_code": w.exit_code,
+               "error": _error_text(error) if error is not None else None,
+               "custom_phases_ms": {k: round(v, 3) for k, v in w.phases.custom_ms.items()},
+               "models": list(w.seen.models_seen.values()),
+               "optimizers": list(w.seen.optimizers_seen.values())})
 
 
 # --- helpers ----------------------------------------------------------------------------------

@@ -235,9 +235,9 @@ class GcPauses:
 
 
 def as_launched(window) -> None:
-    """Finish start-up as memlens.app.main_window.launch() does after making the window (it then
+    """Finish start-up as memlens.app.window.launch.launch() does after making the window (it then
     enters the event loop, which a benchmark runs itself): the same function, so the
     benchmark cannot drift from the app (show, GC freeze, GIL switch interval)."""
-    from memlens.app.main_window import finish_start_up
+    from memlens.app.window.launch import finish_start_up
 
     finish_start_up(window)

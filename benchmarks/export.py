@@ -118,7 +118,7 @@ class _Breakdown:
         self._undo.append((owner, name, original))
 
     def __enter__(self) -> _Breakdown:
-        import memlens.app.exporting as exporting
+        import memlens.app.window.exporting as exporting
         import memlens.core.exports as exports
 
         self.wrap(exporting, "export_run_files", lambda *a, **k: "run files")
@@ -153,10 +153,10 @@ def _run_folder(history, folder: Path) -> float:
 
 def _app_export(window, history, folder: Path, run_folder: Path
                 ) -> tuple[float, int, _Breakdown]:
-    from memlens.app.exporting import PNG, RUN_FILES, SVG, extra_formats
+    from memlens.app.window.exporting import PNG, RUN_FILES, SVG, extra_formats
     from memlens.core.exports import ON_REQUEST
 
-    window._show_history(history)  # what File > Open does once the run is loaded
+    window.show_history(history)  # what File > Open does once the run is loaded
     window.loaded_from = run_folder  # ... and the folder it was opened from
     choices = {RUN_FILES, PNG, SVG, *(f for f in extra_formats() if f not in ON_REQUEST)}
     with _Breakdown() as parts:
@@ -177,7 +177,7 @@ def run(s: Settings) -> list[Figure]:
     from PySide6.QtWidgets import QApplication
 
     app = QApplication.instance() or QApplication([])
-    from memlens.app.main_window import MainWindow
+    from memlens.app.window.main_window import MainWindow
     from memlens.core.config import RunConfig
 
     steps = QUICK_STEPS if s.quick else STEPS

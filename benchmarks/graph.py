@@ -32,7 +32,7 @@ def _capture(config):
     import torch
 
     from memlens.core.graph.capture import GraphCapture
-    from memlens.core.presets import build_preset
+    from memlens.core.preset_factory import build_preset
 
     preset = build_preset(config, torch.device("cpu"))
     cap = GraphCapture(preset.models)
@@ -47,7 +47,7 @@ def _capture(config):
 def _node_count(config) -> int:
     import torch
 
-    from memlens.core.presets import build_preset
+    from memlens.core.preset_factory import build_preset
     from memlens.core.recorder.recorder import count_graph_nodes
 
     preset = build_preset(config, torch.device("cpu"))
@@ -155,8 +155,8 @@ def _one(window, panel, config, errors: SlotErrors, ungrouped: bool = False) -> 
 
 def _start_worker() -> None:
     """What the app's run worker does at Start before the loop (and so before any capture):
-    memlens.app.run_session.core_training() loads torch and the loop."""
-    from memlens.app.run_session import core_training
+    memlens.app.window.run_session.core_training() loads torch and the loop."""
+    from memlens.app.window.run_session import core_training
 
     core_training()
 
@@ -179,7 +179,7 @@ def run(s: Settings) -> list[Figure]:
 
     app = _probe_app()  # plain, unless tracing() (it then names the events behind a stall)
     traced = tracing()
-    from memlens.app.main_window import MainWindow
+    from memlens.app.window.main_window import MainWindow
     from memlens.core.config import RunConfig
 
     counts = {p: _node_count(RunConfig(preset=p, device="cpu")) for p in PRESETS}

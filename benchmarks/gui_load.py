@@ -254,7 +254,7 @@ def run(s: Settings) -> list[Figure]:
     app = _probe_app()
     from PySide6.QtCore import QElapsedTimer, QEventLoop, Qt, QTimer
 
-    from memlens.app.main_window import MainWindow
+    from memlens.app.window.main_window import MainWindow
     from memlens.core.config import RunConfig
 
     duration = 2.0 if s.quick else 20.0
@@ -334,7 +334,7 @@ def run(s: Settings) -> list[Figure]:
     session.stop()
     if not spin_until(lambda: not window.running, 30):
         raise RuntimeError("the run did not stop")
-    window._on_frame(force_text=True)
+    window.refresh_now()
     sent = producer.counter
     produced_s = max(producer.t_end - producer.t_start, 1e-9)
     stored = (len(history.samples) - preload_rows[0], len(history.steps) - preload_rows[1])

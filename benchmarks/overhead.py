@@ -239,7 +239,7 @@ def measure_preset(name: str, s: Settings) -> dict[str, list[float]]:
     import torch
 
     from memlens.core.config import RunConfig
-    from memlens.core.presets import build_preset
+    from memlens.core.preset_factory import build_preset
 
     # No eval phase: the plain loop has none, and both sides must do the same work.
     base = RunConfig(preset=name, device="cpu", eval_every=0, steps=10**9)

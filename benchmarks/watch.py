@@ -123,7 +123,7 @@ def follow_latency(s: Settings) -> list[Figure]:
     """A RunWriter in this process appends step rows; the window follows the folder."""
     from PySide6.QtWidgets import QApplication
 
-    from memlens.app.main_window import MainWindow
+    from memlens.app.window.main_window import MainWindow
     from memlens.core.records import MemorySample, StepRecord
     from memlens.core.runfolder.writer import RunWriter
 

@@ -75,7 +75,7 @@ def test_one_cheap_group_writes_flat_json(tmp_path):
 def test_light_rounds_run_before_the_other_tools_exist(monkeypatch):
     """MemTracker and the profiler leave state in the process that light mode's steps pay
     for (docs/benchmarks.md): light's own rounds must all run before either is made."""
-    import memlens.core.presets
+    import memlens.core.preset_factory
     from benchmarks import overhead
     from benchmarks._common import Settings
 
@@ -101,7 +101,8 @@ def test_light_rounds_run_before_the_other_tools_exist(monkeypatch):
 
     monkeypatch.setattr(overhead, "Plain", Fake)
     monkeypatch.setattr(overhead, "Memlens", FakeMemlens)
-    monkeypatch.setattr(memlens.core.presets, "build_preset", lambda config, device: object())
+    monkeypatch.setattr(memlens.core.preset_factory, "build_preset",
+                        lambda config, device: object())
     times = overhead.measure_preset("mlp", Settings(quick=True, threads=1, reps=2, warmup=1))
 
     first_tool = log.index("made memtracker")

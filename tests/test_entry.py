@@ -7,10 +7,11 @@ import main
 
 
 def test_main_with_no_command_or_app_opens_the_window(monkeypatch):
-    import memlens.app.main_window
+    import memlens.app.window.launch
 
     opened: list[dict] = []
-    monkeypatch.setattr(memlens.app.main_window, "launch", lambda **kw: opened.append(kw) or 0)
+    monkeypatch.setattr(memlens.app.window.launch, "launch",
+                        lambda **kw: opened.append(kw) or 0)
     assert main.main([]) == 0
     assert main.main(["app"]) == 0
     assert opened == [{"open_path": None, "follow": None}] * 2

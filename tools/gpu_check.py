@@ -152,7 +152,7 @@ def check_allocator(out: Path, dry_run: bool) -> dict:
     import torch
 
     from memlens.core.loop import run_training
-    from memlens.core.presets import build_preset
+    from memlens.core.preset_factory import build_preset
     from tests.core.helpers import tiny_config
 
     if dry_run:

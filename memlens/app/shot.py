@@ -18,7 +18,7 @@ def shoot_run(config, baseline, out: Path, size: tuple[int, int], args) -> int:
     """Run `config` (after a pinned `baseline` run, if any) in the window and save it."""
     from PySide6.QtWidgets import QApplication
 
-    from memlens.app.window_state import WindowState
+    from memlens.app.panels.window_state import WindowState
 
     app = _application()
     train_fn = None
@@ -127,8 +127,8 @@ def _application():
 
 
 def _window(size: tuple[int, int], theme: str, **kwargs):
-    from memlens.app.main_window import MainWindow
     from memlens.app.theme import THEMES
+    from memlens.app.window.main_window import MainWindow
 
     window = MainWindow(runs_dir=None, **kwargs)
     window.conventions.apply_theme(THEMES[theme])

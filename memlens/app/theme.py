@@ -10,7 +10,13 @@ from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication
 
 from memlens.app.resources import app_icon, resource_text
-from memlens.app.timeline.plot_style import HOVER_COLOR, TOTAL_COLOR
+from memlens.app.timeline.plot_style import (  # noqa: F401 - the themes' colour rules
+    HOVER_COLOR,
+    MIN_LINE_CONTRAST,
+    TOTAL_COLOR,
+    contrast,
+    readable,
+)
 
 
 @dataclass(frozen=True)
@@ -29,35 +35,6 @@ LIGHT = Theme("light", "#FFFFFF", "#333333", "#999999", QColor(0, 0, 0, 30), TOT
 DARK = Theme("dark", "#1E1F22", "#DDDDDD", "#777777", QColor(255, 255, 255, 36), "#EEEEEE",
              "#BBBBBB")
 THEMES = {t.name: t for t in (LIGHT, DARK)}
-
-
-MIN_LINE_CONTRAST = 3.0  # WCAG's minimum for graphics a user must make out
-
-
-def contrast(a: str, b: str) -> float:
-    """WCAG contrast ratio of two #RRGGBB colours (1 to 21)."""
-    def luminance(c: str) -> float:
-        def channel(v: float) -> float:
-            return v / 12.92 if v <= 0.03928 else ((v + 0.055) / 1.055) ** 2.4
-        r, g, b = (int(c[i : i + 2], 16) / 255 for i in (1, 3, 5))
-        return 0.2126 * channel(r) + 0.7152 * channel(g) + 0.0722 * channel(b)
-
-    hi, lo = sorted((luminance(a), luminance(b)), reverse=True)
-    return (hi + 0.05) / (lo + 0.05)
-
-
-def readable(color: str, background: str) -> str:
-    """`color`, or the nearest mix of it towards white (on dark) or black (on light) that
-    stands out from `background` by MIN_LINE_CONTRAST: a line keeps its hue in both themes."""
-    toward = 255 if contrast(background, "#000000") < contrast(background, "#FFFFFF") else 0
-    rgb = [int(color[i : i + 2], 16) for i in (1, 3, 5)]
-    out = color.upper()
-    for step in range(21):
-        k = step / 20
-        out = "#" + "".join(f"{round(c + (toward - c) * k):02X}" for c in rgb)
-        if contrast(out, background) >= MIN_LINE_CONTRAST:
-            break
-    return out
 
 
 def theme_for(scheme: Qt.ColorScheme) -> Theme:

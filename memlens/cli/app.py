@@ -43,6 +43,6 @@ def main(args) -> int:
     if not report.ok:
         print(report.message, file=sys.stderr)
         return EXIT_FAILED
-    from memlens.app.main_window import launch
+    from memlens.app.window.launch import launch
 
     return launch(open_path=open_path, follow=follow)

@@ -15,9 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from memlens.core.estimate import MemoryEstimate, estimate_memory
 from memlens.core.model_file import load_model_file
 from memlens.core.model_file_preset import map_tensors, state_tensors
-from memlens.core.preflight import MemoryEstimate, estimate_memory
 
 META = torch.device("meta")
 

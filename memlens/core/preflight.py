@@ -4,75 +4,25 @@ The model and data are built on the meta device (shapes, no memory), one trainin
 runs there with saved-tensor hooks counting what backward would keep, and the sum is set
 against the memory the device has free. A run that cannot fit is refused with the estimate
 instead of being killed by the OS halfway through allocating (with nothing written).
-`estimate_memory` takes any parameters, data and forward, for a user's model as well.
+The estimate itself is core.estimate's.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass
-
 import torch
-from torch import Tensor
 
+from memlens.core.estimate import MemoryEstimate, estimate_memory
 from memlens.core.options import ConfigError
 from memlens.core.units import format_bytes
 
-# Optimizer state per parameter byte: SGD keeps its momentum buffer; Adam and AdamW keep two
-# moments (their step counters are a few bytes a tensor, left out).
-OPTIMIZER_STATE_FACTOR = {"sgd": 1, "adam": 2, "adamw": 2}
 MEMINFO = "/proc/meminfo"
-
-
-@dataclass(frozen=True, slots=True)
-class MemoryEstimate:
-    """Bytes a run holds at its fullest: after backward, before the optimizer frees nothing."""
-
-    params: int
-    grads: int
-    optimizer: int
-    data: int
-    activations: int  # what one batch's forward saves for backward
-
-    @property
-    def total(self) -> int:
-        return self.params + self.grads + self.optimizer + self.data + self.activations
-
-    def text(self) -> str:
-        parts = ", ".join(f"{name} {format_bytes(getattr(self, name))}" for name in
-                          ("params", "grads", "optimizer", "data", "activations"))
-        return f"about {format_bytes(self.total)} ({parts})"
-
-
-def _nbytes(tensors: Iterable[Tensor]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
-
-
-def estimate_memory(parameters: list[Tensor], data: list[Tensor], forward: Callable[[], object],
-                    optimizer: str = "adam") -> MemoryEstimate:
-    """The estimate for a model whose `parameters` and `data` (real or meta tensors) are
-    built and whose `forward()` runs one training batch."""
-    saved = 0
-
-    def pack(t: Tensor) -> Tensor:
-        nonlocal saved
-        saved += t.numel() * t.element_size()
-        return t
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        forward()
-    params = _nbytes(parameters)
-    trained = _nbytes(p for p in parameters if p.requires_grad)
-    return MemoryEstimate(params=params, grads=trained,
-                          optimizer=trained * OPTIMIZER_STATE_FACTOR.get(optimizer, 2),
-                          data=_nbytes(data), activations=saved)
 
 
 def estimate_run_memory(config) -> MemoryEstimate | None:
     """A preset run's estimate, from shapes alone (nothing is allocated); None where it
     cannot be made (see memlens.core.model_file_preflight)."""
     from memlens.core.options import is_model_file
-    from memlens.core.presets import build_preset
+    from memlens.core.preset_factory import build_preset
 
     if is_model_file(config.preset):
         from memlens.core.model_file_preflight import estimate_model_file_memory
@@ -128,7 +78,7 @@ def _meta_models(config) -> list:
 
     meta = torch.device("meta")
     if not is_model_file(config.preset):
-        from memlens.core.presets import build_preset
+        from memlens.core.preset_factory import build_preset
 
         with meta:
             return list(build_preset(config, meta).models.values())

@@ -14,7 +14,6 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from memlens.core.config import RunConfig, TechniqueToggles
-from memlens.core.options import is_model_file
 
 DATA_BATCHES = 16  # distinct training batches, cycled; eval uses one more held-out batch
 
@@ -433,12 +432,3 @@ class TransformerPreset(Preset):
 PRESET_CLASSES: dict[str, type[Preset]] = {
     cls.name: cls for cls in (MlpPreset, CnnPreset, LstmPreset, GanPreset, TransformerPreset)
 }
-
-
-def build_preset(config: RunConfig, device: torch.device) -> Preset:
-    torch.manual_seed(config.seed)
-    if is_model_file(config.preset):
-        from memlens.core.model_file_preset import ModelFilePreset
-
-        return ModelFilePreset(config, device)
-    return PRESET_CLASSES[config.preset](config, device)

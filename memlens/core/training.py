@@ -17,7 +17,8 @@ import torch
 from memlens.core.config import RunConfig, TechniqueToggles
 from memlens.core.controls import RunControls, StopRequested
 from memlens.core.leaks import LeakWatch
-from memlens.core.presets import Preset, build_preset
+from memlens.core.preset_factory import build_preset
+from memlens.core.presets import Preset
 from memlens.core.recorder.amp_casts import amp_cast_storages
 from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, Recorder
 from memlens.core.records import PHASE_CODE, SAMPLE_PHASES, MemorySample, RunEvent, StepRecord

@@ -37,7 +37,7 @@ def settings_file(tmp_path):
 @pytest.fixture
 def window(qtbot, tmp_path, settings_file):
     from memlens.app.app_settings import AppSettings
-    from memlens.app.main_window import MainWindow
+    from memlens.app.window.main_window import MainWindow
 
     w = MainWindow(runs_dir=tmp_path / "runs", settings=AppSettings.at(settings_file))
     qtbot.addWidget(w)

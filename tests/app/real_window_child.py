@@ -66,7 +66,7 @@ def main() -> int:
     from PySide6.QtGui import QGuiApplication
 
     import main as entry
-    import memlens.app.main_window as main_window
+    import memlens.app.window.launch as main_window
     from tests.app.drive import choose
 
     real_finish = main_window.finish_start_up

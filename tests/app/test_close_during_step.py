@@ -43,7 +43,7 @@ class LongStep:
 
 @pytest.fixture
 def long_window(qtbot, tmp_path):
-    from memlens.app.main_window import MainWindow
+    from memlens.app.window.main_window import MainWindow
 
     step = LongStep()
     w = MainWindow(runs_dir=tmp_path / "runs", train_fn=step)

@@ -9,8 +9,8 @@ import numpy as np
 import pyqtgraph as pg
 from PySide6.QtWidgets import QCheckBox, QComboBox, QListWidget, QMessageBox, QPushButton
 
-from memlens.app.panels.export_dialog import ExportDialog
 from memlens.app.timeline.memory_plot import Y_UNIT
+from memlens.app.window.export_dialog import ExportDialog
 from memlens.core.history import STEP_COLUMNS
 from memlens.core.runfolder.reader import load_run
 from tests.app.drive import choose, click, wait_frames, wait_steps
@@ -132,20 +132,20 @@ def test_pause_holds_the_loop_and_resume_goes_on(qtbot, window):
 def test_text_frames_set_the_state_only_when_it_changes(qtbot, window, monkeypatch):
     """The periodic text refresh (every TEXT_EVERY frames) re-laid out the run panel, title
     and pin controls with the same state each time; it now does so only on a change."""
-    from memlens.app.main_window import TEXT_EVERY
+    from memlens.app.window.main_window import TEXT_EVERY
 
     choose(window, steps=100_000)
     click(qtbot, button(window, "run_button"))
     wait_steps(qtbot, window, 3)
     qtbot.waitUntil(lambda: window.state == "running")
     calls: list[str] = []
-    real = window._set_state
+    real = window.set_state
 
     def spy(state, message=""):
         calls.append(state)
         real(state, message)
 
-    monkeypatch.setattr(window, "_set_state", spy)
+    monkeypatch.setattr(window, "set_state", spy)
     wait_frames(qtbot, window, 2 * TEXT_EVERY + 1)  # two text refreshes at least
     assert calls == [] and window.state == "running"
     assert "Running" in window.run_panel.state_label.text()
@@ -248,7 +248,7 @@ def test_open_bad_folder_says_why_and_good_folder_loads(qtbot, window, tmp_path)
 
 
 def test_close_during_a_run_stops_the_worker_cleanly(qtbot, tmp_path, qtlog):
-    from memlens.app.main_window import MainWindow
+    from memlens.app.window.main_window import MainWindow
 
     w = MainWindow(runs_dir=tmp_path / "runs")
     w.show()

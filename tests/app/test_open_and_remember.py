@@ -186,7 +186,7 @@ def test_dropping_a_run_folder_opens_it_and_other_files_are_refused(qtbot, windo
 
 def test_settings_layout_and_last_folder_are_remembered(qtbot, tmp_path, settings_file,
                                                         precise):
-    from memlens.app.main_window import MainWindow
+    from memlens.app.window.main_window import MainWindow
 
     folder, _snapshot, _ = precise
     first = MainWindow(runs_dir=tmp_path / "runs", settings=AppSettings.at(settings_file))
@@ -227,7 +227,7 @@ def test_settings_layout_and_last_folder_are_remembered(qtbot, tmp_path, setting
 
 
 def test_nothing_is_written_to_the_users_settings_without_a_store(qtbot, tmp_path):
-    from memlens.app.main_window import MainWindow
+    from memlens.app.window.main_window import MainWindow
 
     w = MainWindow(runs_dir=None)
     qtbot.addWidget(w)
@@ -272,7 +272,7 @@ def test_app_open_opens_the_path_in_the_window(qtbot, precise, monkeypatch):
     """`main.py app --open PATH` hands the path to the window's Open (checked in process:
     app.exec is replaced so the test does not wait on an event loop)."""
     import main
-    from memlens.app import main_window
+    from memlens.app.window import launch as main_window
 
     folder, _snapshot, _ = precise
     made, ran = [], []

@@ -54,12 +54,12 @@ def test_a_damaged_folder_is_a_dialog_naming_the_file(window, good_run, tmp_path
 
 def test_an_unexpected_failure_while_opening_still_restores_the_cursor(window, tmp_path,
                                                                        monkeypatch):
-    import memlens.app.main_window
+    import memlens.app.window.opening
 
     def broken(folder):
         raise KeyError("a reader's own bug")
 
-    monkeypatch.setattr(memlens.app.main_window, "load_run", broken)
+    monkeypatch.setattr(memlens.app.window.opening, "load_run", broken)
     assert not window.open_run(tmp_path)
     assert QApplication.overrideCursor() is None
     box = window.findChild(QMessageBox, "open_error")
@@ -68,14 +68,14 @@ def test_an_unexpected_failure_while_opening_still_restores_the_cursor(window, t
 
 def test_export_that_fails_reading_the_run_is_a_message(window, good_run, tmp_path,
                                                         monkeypatch):
-    import memlens.app.main_window
+    import memlens.app.window.exporting
 
     assert window.open_run(good_run)
 
     def fails(*args, **kwargs):
         raise ValueError("a value does not fit its format")
 
-    monkeypatch.setattr(memlens.app.main_window, "export_run", fails)
+    monkeypatch.setattr(memlens.app.window.exporting, "export_run", fails)
     assert window.export_to(tmp_path / "out", {"run files"}) == []
     box = window.findChild(QMessageBox, "export_message")
     assert box is not None and "does not fit" in box.text()

@@ -180,7 +180,7 @@ def test_bin_pyramid_levels_made_on_read_match_levels_made_at_once():
 
 
 def test_frame_pacer_slows_down_when_drawing_takes_too_much_cpu_and_recovers():
-    from memlens.app.frame_pacer import FramePacer
+    from memlens.app.window.frame_pacer import FramePacer
 
     t = {"wall": 0.0, "cpu": 0.0}
     pacer = FramePacer(base_ms=33, max_ms=250, share=0.5, window_s=0.5,

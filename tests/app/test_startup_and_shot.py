@@ -33,7 +33,7 @@ def test_window_opens_without_importing_torch():
         "import sys\n"
         "from PySide6.QtWidgets import QApplication\n"
         "app = QApplication([])\n"
-        "from memlens.app.main_window import MainWindow\n"
+        "from memlens.app.window.main_window import MainWindow\n"
         "w = MainWindow(runs_dir=None); w.show(); app.processEvents()\n"
         "print('torch' in sys.modules, sys.modules['pyqtgraph'].Qt.QT_LIB)\n"
         "w.close()\n"
@@ -94,7 +94,7 @@ def test_launch_shortens_the_gil_switch_interval_before_the_event_loop():
         "QApplication.exec = lambda self: print(sys.getswitchinterval(),\n"
         "    [w.objectName() for w in QApplication.topLevelWidgets() if w.isVisible()]) or 0\n"
         "print(sys.getswitchinterval())\n"
-        "from memlens.app.main_window import SWITCH_INTERVAL_S, launch\n"
+        "from memlens.app.window.launch import SWITCH_INTERVAL_S, launch\n"
         "print(SWITCH_INTERVAL_S)\n"
         "sys.exit(launch([]))\n"
     )
@@ -110,9 +110,9 @@ def test_worker_freezes_what_the_first_preset_build_imports():
     # pause the GUI thread for 0.15-0.25 s.
     r = run_python(
         "import gc, torch\n"
-        "from memlens.app.run_session import core_training\n"
+        "from memlens.app.window.run_session import core_training\n"
         "from memlens.core.config import RunConfig\n"
-        "from memlens.core.presets import build_preset\n"
+        "from memlens.core.preset_factory import build_preset\n"
         "core_training()\n"
         "n0 = len(gc.get_objects())\n"
         "build_preset(RunConfig(preset='mlp'), torch.device('cpu'))\n"

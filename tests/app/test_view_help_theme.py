@@ -149,7 +149,7 @@ def test_exact_bytes_switch_changes_every_figure_and_is_remembered(qtbot, window
     assert label.text() == f"peak: {peak:,} B"
 
     from memlens.app.app_settings import AppSettings
-    from memlens.app.main_window import MainWindow
+    from memlens.app.window.main_window import MainWindow
 
     window.close()
     again = MainWindow(runs_dir=None, settings=AppSettings.at(settings_file))

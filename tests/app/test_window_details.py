@@ -8,7 +8,7 @@ from PySide6.QtCore import QPoint, QPointF, Qt
 from PySide6.QtGui import QWheelEvent
 from PySide6.QtWidgets import QApplication, QLabel, QMessageBox, QPushButton, QSpinBox
 
-from memlens.app.main_window import MainWindow
+from memlens.app.window.main_window import MainWindow
 from memlens.core.synthetic import synthetic_training
 from tests.app.drive import choose, click, wait_steps
 
@@ -109,7 +109,7 @@ def test_an_exception_from_the_loop_is_reported_and_the_app_goes_on(qtbot, tmp_p
     event = next(e for e in w.history.events() if e.key == "run failed")
     assert "RuntimeError: the data loader fell over" in event.message
     assert "Traceback" in event.explanation
-    w._on_frame(force_text=True)
+    w.refresh_now()
     assert "run failed" in w.events_panel.list.item(w.events_panel.list.count() - 1).text()
     assert button(w, "run_button").isEnabled()
 
@@ -179,7 +179,7 @@ def test_cuda_runs_show_reserved_and_allocated_lines(qtbot):
                                      allocated=5000 + 500 * i, reserved=2**20))
     w = MainWindow(runs_dir=None)
     qtbot.addWidget(w)
-    w._show_history(h)
+    w.show_history(h)
     memory = w.plots.memory_plot
     x, reserved = memory.curves["reserved"].getData()  # the memory plot draws in MiB
     assert len(x) == 20 and (reserved == 1.0).all()

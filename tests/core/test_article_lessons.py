@@ -9,7 +9,7 @@ import torch
 import memlens.core.native
 import memlens.core.recorder.recorder
 from memlens.core.config import TechniqueToggles
-from memlens.core.presets import build_preset
+from memlens.core.preset_factory import build_preset
 from memlens.core.units import format_bytes
 from tests.core.helpers import TINY as TINY_SETS
 from tests.core.helpers import run, samples_at, tiny_config

@@ -108,7 +108,7 @@ def test_at_past_the_last_step_or_twice_at_one_step_is_warned_about(capsys, tmp_
 def test_estimate_matches_plain_torch_counts_of_the_same_model():
     from memlens.core.config import RunConfig, TechniqueToggles
     from memlens.core.preflight import estimate_run_memory
-    from memlens.core.presets import build_preset
+    from memlens.core.preset_factory import build_preset
 
     cfg = RunConfig(preset="mlp", batch_size=8, width=48)
     estimate = estimate_run_memory(cfg)

@@ -76,7 +76,7 @@ def test_cli_output_in_a_log_and_its_summary_units(tmp_path):
     assert p.returncode == 0, p.stderr
     assert "\r" not in p.stderr and "step 6/6" in p.stderr
     from memlens.core.config import RunConfig
-    from memlens.core.presets import build_preset
+    from memlens.core.preset_factory import build_preset
 
     cfg = RunConfig().with_values({"preset": "mlp", "batch_size": 8, "width": 16})
     params = sum(t.numel() * t.element_size()

@@ -26,7 +26,7 @@ from memlens.core.graph.groups import view_graph
 from memlens.core.graph.layout import LayoutRequest, layered_layout, layout_graph
 from memlens.core.graph.snapshot import GraphSnapshot
 from memlens.core.loop import run_training
-from memlens.core.presets import build_preset
+from memlens.core.preset_factory import build_preset
 from memlens.core.runfolder.atomic import ExportError
 from tests.core.helpers import TINY, run, tiny_config
 

@@ -200,7 +200,7 @@ def test_memory_figures_equal_runs_made_with_run_and_plain_torch(tmp_path, capsy
         assert row.runs[arm]
     # independent: zeros keeps one gradient per parameter, set_to_none none
     from memlens.core.config import RunConfig
-    from memlens.core.presets import build_preset
+    from memlens.core.preset_factory import build_preset
 
     preset = build_preset(RunConfig().with_values({"preset": "mlp", **TINY}),
                           torch.device("cpu"))
@@ -279,7 +279,7 @@ def test_compare_runs_gives_mean_and_peak_by_phase_and_category():
 def test_no_grad_saving_equals_the_eval_forward_samples_of_run_and_plain_torch(tmp_path):
     import main
     from memlens.core.config import RunConfig, TechniqueToggles
-    from memlens.core.presets import build_preset
+    from memlens.core.preset_factory import build_preset
     from tests.core.test_article_lessons import saved_bytes_of
 
     steps = 4

@@ -12,7 +12,7 @@ import memlens.core.native
 from memlens.core.config import RunConfig
 from memlens.core.history import RunHistory
 from memlens.core.native.tracker import NativeSavedTracker
-from memlens.core.presets import build_preset
+from memlens.core.preset_factory import build_preset
 from memlens.core.recorder.saved import SavedTensorTracker
 from memlens.core.records import SAMPLE_PHASES
 from tests.core.helpers import run, samples_at, steps_col, tiny_config

@@ -41,7 +41,7 @@ def _totals(history: RunHistory) -> np.ndarray:
 
 def _adam_step_counter_bytes(preset: str) -> int:
     from benchmarks.overhead import plain_step
-    from memlens.core.presets import build_preset
+    from memlens.core.preset_factory import build_preset
 
     cfg = tiny_config(preset)
     p = build_preset(cfg, torch.device("cpu"))
@@ -148,7 +148,7 @@ def test_without_a_compiler_precise_mode_uses_the_dispatch_mode(monkeypatch):
 @needs_native
 @pytest.mark.parametrize("preset", ["mlp", "cnn", "lstm", "gan", "transformer"])
 def test_native_graph_node_count_equals_the_python_walk(preset):
-    from memlens.core.presets import build_preset
+    from memlens.core.preset_factory import build_preset
     from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, count_graph_nodes
 
     cfg = tiny_config(preset)
@@ -315,7 +315,7 @@ def test_saved_tensor_holders_let_go_of_every_tensor_after_backward_or_a_dropped
     from torch.utils._python_dispatch import TorchDispatchMode
 
     from memlens.core.native.tracker import make_saved_tracker
-    from memlens.core.presets import build_preset
+    from memlens.core.preset_factory import build_preset
 
     cfg = tiny_config("gan")
     p = build_preset(cfg, torch.device("cpu"))

@@ -17,7 +17,7 @@ from PySide6.QtWidgets import (
 
 from memlens.app.panels.option_fields import OptionField
 from memlens.app.panels.preset_field import PresetField
-from memlens.app.window_state import WindowState
+from memlens.app.panels.window_state import WindowState
 from memlens.core.config import RunConfig, TechniqueToggles
 from memlens.core.model_file import ModelFileError, read_file_config
 from memlens.core.options import RUN_OPTIONS

@@ -16,12 +16,17 @@ from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor
 
 from memlens.app.series.run_series import RunSeries
-from memlens.app.theme import readable
 from memlens.app.timeline.grid_lines import GridLines
 from memlens.app.timeline.live_axis import LiveAxis
 from memlens.app.timeline.live_line import LiveLine
 from memlens.app.timeline.marker_labels import label_rows, row_position
-from memlens.app.timeline.plot_style import HOVER_COLOR, TOTAL_COLOR, event_color, lighten
+from memlens.app.timeline.plot_style import (
+    HOVER_COLOR,
+    TOTAL_COLOR,
+    event_color,
+    lighten,
+    readable,
+)
 from memlens.app.timeline.stacked_area import AreaLayer, StackedArea
 
 MARKER_LABEL_ROWS = (0.92, 0.8, 0.68)

@@ -17,7 +17,14 @@ from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memlens.core.exports.limits import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_ROWS
 from memlens.core.runfolder.atomic import ExportError
+from memlens.core.runfolder.format import (
+    ALLOCATIONS_CSV,
+    SNAPSHOT_PICKLE,
+    TIMELINE_JSON,
+    TRACE_JSON,
+)
 
 if TYPE_CHECKING:  # numpy and the history load only when something is exported
     from memlens.core.history import RunHistory
@@ -25,11 +32,9 @@ if TYPE_CHECKING:  # numpy and the history load only when something is exported
 FORMATS: tuple[str, ...] = ("snapshot", "trace", "timeline")  # what "all" means
 ON_REQUEST: tuple[str, ...] = ("allocations",)  # only when named
 FILES: dict[str, str] = {
-    "snapshot": "snapshot.pickle", "trace": "trace.json", "timeline": "memory_timeline.json",
-    "allocations": "allocations.csv",
+    "snapshot": SNAPSHOT_PICKLE, "trace": TRACE_JSON, "timeline": TIMELINE_JSON,
+    "allocations": ALLOCATIONS_CSV,
 }
-DEFAULT_MAX_ENTRIES = 100_000  # snapshot entries kept, as the CUDA recorder's ring buffer
-DEFAULT_MAX_ROWS = 1_000_000  # timeline rows; a longer precise run is thinned, peaks kept
 
 __all__ = ["DEFAULT_MAX_ENTRIES", "DEFAULT_MAX_ROWS", "FILES", "FORMATS", "ON_REQUEST",
            "ExportError", "export_run", "parse_formats", "unavailable"]

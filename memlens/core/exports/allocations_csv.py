@@ -20,7 +20,6 @@ from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
 from memlens.core.runfolder.atomic import atomic_open
 from memlens.core.runfolder.format import ACTIONS, ALLOC_HEADER
 
-ALLOCATIONS_FILE = "allocations.csv"
 _CHUNK = 1 << 20  # table rows read at a time
 
 

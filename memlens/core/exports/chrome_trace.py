@@ -31,7 +31,6 @@ from memlens.core.history import RunHistory
 from memlens.core.records import MEMORY_CATEGORIES, PHASE_CODE, PHASES
 from memlens.core.runfolder.atomic import atomic_open
 
-TRACE_FILE = "trace.json"
 PID, TID = 1, 1
 _NS = 1_000_000_000
 

@@ -26,13 +26,13 @@ from pathlib import Path
 
 import numpy as np
 
-from memlens.core.exports import DEFAULT_MAX_ROWS, _text
+from memlens.core.exports import _text
 from memlens.core.exports._allocs import AllocationEvents, allocation_events
+from memlens.core.exports.limits import DEFAULT_MAX_ROWS
 from memlens.core.history import RunHistory
 from memlens.core.records import MEMORY_CATEGORIES
 from memlens.core.runfolder.atomic import atomic_open
 
-TIMELINE_FILE = "memory_timeline.json"
 # torch.profiler._memory_profiler._CATEGORY_TO_COLORS order (None, uncategorised, last).
 PROFILER_CATEGORIES: tuple[str, ...] = (
     "parameter", "optimizer_state", "input", "temporary", "activation", "gradient",

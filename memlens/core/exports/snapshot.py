@@ -30,13 +30,13 @@ from pathlib import Path
 
 import numpy as np
 
-from memlens.core.exports import DEFAULT_MAX_ENTRIES
 from memlens.core.exports._allocs import AllocationEvents, allocation_events, parse_frames
+from memlens.core.exports.limits import DEFAULT_MAX_ENTRIES
 from memlens.core.history import RunHistory
 from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASES
 from memlens.core.runfolder.atomic import ExportError, atomic_open
+from memlens.core.runfolder.format import SNAPSHOT_PICKLE
 
-SNAPSHOT_FILE = "snapshot.pickle"
 PICKLE_PROTOCOL = 4  # the viewer's unpickler rejects protocol 5
 # Addresses given to allocations whose recorded address is unusable (zero, or shared with
 # another live allocation): above the 47-bit user address space, below 2**53 so the
@@ -145,7 +145,7 @@ def build_snapshot(history: RunHistory, *, max_entries: int | None = DEFAULT_MAX
     """The snapshot as plain dicts and lists (see the module docstring for the schema)."""
     reason = unavailable_reason(history)
     if reason:
-        raise SnapshotUnavailable(f"cannot write {SNAPSHOT_FILE}: {reason}")
+        raise SnapshotUnavailable(f"cannot write {SNAPSHOT_PICKLE}: {reason}")
     events = events if events is not None else allocation_events(history)
     index, count = device if device is not None else device_slot(history)
     n = len(events)

@@ -17,7 +17,8 @@ from PySide6.QtWidgets import (
     QVBoxLayout,
 )
 
-from memlens.app.exporting import PNG, RUN_FILES, SVG, extra_formats, on_request_formats
+from memlens.app.window import exporting
+from memlens.app.window.exporting import PNG, RUN_FILES, SVG, extra_formats, on_request_formats
 
 DESCRIPTIONS = {
     RUN_FILES: "Run files: steps.csv, memory.csv, run.json, allocations.npy if precise",
@@ -81,3 +82,18 @@ class ExportDialog(QDialog):
                                                   self.folder_edit.text())
         if chosen:
             self.folder_edit.setText(chosen)
+
+
+def export_dialog(window):
+    """The Export dialog for what the window shows (a message when it shows nothing)."""
+    from PySide6.QtWidgets import QMessageBox
+
+    if window.history is None:
+        window.message("Nothing to export", "Run or open a run first.",
+                       QMessageBox.Information, "export_message")
+        return None
+    dialog = ExportDialog(exporting.default_export_folder(window), window,
+                          exporting.unavailable_formats(window.history))
+    dialog.accepted.connect(lambda: exporting.export_to(window, dialog.folder(), dialog.choices()))
+    dialog.open()
+    return dialog

@@ -9,10 +9,10 @@ from PySide6.QtGui import QAction, QKeySequence
 from PySide6.QtWidgets import QApplication
 
 from memlens.app.app_settings import AppSettings
-from memlens.app.open_paths import Opener
 from memlens.app.resources import app_icon
 from memlens.app.theme import apply_theme, current_theme, system_theme, theme_for
 from memlens.app.timeline.plot_zoom import BoxZoom, ZoomToStepsDialog
+from memlens.app.window.open_paths import Opener
 from memlens.core import units
 from memlens.core.config import RunConfig
 from memlens.core.options import ConfigError

@@ -33,11 +33,20 @@ def amp_refusals(config: RunConfig) -> dict[str, str | None]:
 
 
 class AmpSupport(QObject):
-    """`check(config)` answers with `checked(preset, refusals)` on the GUI thread."""
+    """Greys out, in the techniques panel, the AMP choices this machine cannot run for the
+    run panel's preset (an LSTM under bf16 on a CPU without AVX512-BF16/AMX). `check()`
+    asks off the GUI thread; `checked(preset, refusals)` answers on it."""
 
     checked = Signal(str, object)
 
-    def check(self, config: RunConfig) -> None:
+    def __init__(self, run_panel, techniques_panel, parent=None) -> None:
+        super().__init__(parent)
+        self.run_panel, self.techniques_panel = run_panel, techniques_panel
+        self.checked.connect(self._on_checked)
+
+    def check(self) -> None:
+        config = self.run_panel.config()
+
         def work() -> None:
             refusals = amp_refusals(config)
             with contextlib.suppress(RuntimeError):  # the window closed meanwhile
@@ -46,3 +55,10 @@ class AmpSupport(QObject):
         # Not a daemon: a window closed at once must not end the interpreter while this
         # thread is inside torch's import (a crash at exit); it ends in a few seconds.
         threading.Thread(target=work, name="memlens-amp-check").start()
+
+    def _on_checked(self, preset: str, refusals: dict) -> None:
+        if preset != str(self.run_panel.fields["preset"].value()):
+            return  # an answer for a preset the panel no longer shows
+        field = self.techniques_panel.fields["amp"]
+        for choice, reason in refusals.items():
+            field.set_choice_unavailable(choice, reason)

@@ -78,7 +78,8 @@ LIGHTNING = ("lightning",)
 VIEW_OF_DATA = ("a saved batch that is a view of a dataset tensor the script holds counts the "
                 "dataset's whole storage as activations (slice_batches: 335872 vs 10752)")
 CLOSURE_NORM = ("under optimizer.step(closure) grad_norm is read before the closure makes the "
-                "gradients: each step shows the step before's norm, step 0 none")
+                "gradients: the step before's norm (step 0: none), or with accumulation the "
+                "first 3 of 4 micro-batches' (0.19008 vs 0.221232)")
 RECOMPUTE_ROWS = ("checkpoint's recomputation inside backward is recorded as 4 more root "
                   "forwards a step (5 forward rows, 1 forward of the loop)")
 RECOMPUTE_KEEPS = ("the watch keeps the loss graph alive into the next step (plain torch frees "
@@ -113,7 +114,7 @@ CASES = [
     case("lightning_bf16", "lightning_module.py", ["--epochs", "2", "--precision", "bf16-mixed"],
          steps=32, needs=LIGHTNING, xfail={"grad_norm": CLOSURE_NORM}),
     case("lightning_accum4", "lightning_module.py", ["--epochs", "2", "--accumulate", "4"],
-         steps=8, needs=LIGHTNING),
+         steps=8, needs=LIGHTNING, xfail={"grad_norm": CLOSURE_NORM}),
     case("hf_trainer", "hf_trainer.py", ["--epochs", "2"], steps=32, needs=HF),
     case("hf_trainer_accum4", "hf_trainer.py", ["--epochs", "2", "--accum", "4"], steps=8,
          needs=HF),

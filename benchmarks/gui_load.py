@@ -249,46 +249,25 @@ def _slowest(slow: list[tuple[float, str, float]], n: int = 3) -> str:
     return "; ".join(f"{what} x{len(v)} (max {max(v):.0f} ms)" for what, v in top) or "none"
 
 
-def run(s: Settings) -> list[Figure]:
-    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
-    app = _probe_app()
-    from PySide6.QtCore import QElapsedTimer, QEventLoop, Qt, QTimer
+def spin_until(done, timeout: float) -> bool:
+    """Run the real event loop (as app.exec would) until done() or the timeout."""
+    from PySide6.QtCore import QEventLoop, QTimer
 
-    from memlens.app.window.main_window import MainWindow
-    from memlens.core.config import RunConfig
+    loop = QEventLoop()
+    poll = QTimer()
+    poll.setInterval(10)
+    end = time.perf_counter() + timeout
+    poll.timeout.connect(lambda: (done() or time.perf_counter() > end) and loop.quit())
+    poll.start()
+    if not done():
+        loop.exec()
+    poll.stop()
+    return done()
 
-    duration = 2.0 if s.quick else 20.0
-    preload_steps = PRELOAD_SAMPLES // PHASES  # plus the run's one `start` sample
-    producer = _Producer(preload_steps)
-    config = RunConfig(preset="mlp", steps=10_000_000, eval_every=0)
-    window = MainWindow(config, runs_dir=None, train_fn=producer)
-    as_launched(window)
-    probe = _frame_probe(window._timer, window)  # the ~30 Hz refresh is the frame
 
-    def spin_until(done, timeout: float) -> bool:
-        """Run the real event loop (as app.exec would) until done() or the timeout."""
-        loop = QEventLoop()
-        poll = QTimer()
-        poll.setInterval(10)
-        end = time.perf_counter() + timeout
-        poll.timeout.connect(lambda: (done() or time.perf_counter() > end) and loop.quit())
-        poll.start()
-        if not done():
-            loop.exec()
-        poll.stop()
-        return done()
-
-    session = window.start_config(config)
-    history = session.history
-    if not spin_until(producer.preloaded.is_set, 120):
-        raise RuntimeError("the producer did not preload the history")
-    # The window catches up with the preload (one big pull) before anything is measured.
-    if not spin_until(lambda: window.series is not None
-                      and window.series.sample_count >= len(history.samples)
-                      and window.series.step_count >= len(history.steps), 120):
-        raise RuntimeError("the window did not pull the preloaded history")
-    settle = time.perf_counter() + 0.5  # let the first draws of the full history settle
-    spin_until(lambda: time.perf_counter() > settle, 5)
+def _measure(app, probe, producer, history, duration: float):
+    """Frames, paints and stalls while the producer floods the window for `duration`."""
+    from PySide6.QtCore import QElapsedTimer, Qt, QTimer
 
     gaps: list[float] = []
     clock = QElapsedTimer()
@@ -331,20 +310,11 @@ def run(s: Settings) -> list[Figure]:
         clocks = probe.frame_cpu
         cpu = [(b - a) * 1e3 for a, b in itertools.pairwise(clocks)]  # the last is cut short
 
-    session.stop()
-    if not spin_until(lambda: not window.running, 30):
-        raise RuntimeError("the run did not stop")
-    window.refresh_now()
-    sent = producer.counter
-    produced_s = max(producer.t_end - producer.t_start, 1e-9)
-    stored = (len(history.samples) - preload_rows[0], len(history.steps) - preload_rows[1])
-    series = window.series
-    dropped = ((sent.samples - stored[0]) + (sent.steps - stored[1])
-               + (len(history.samples) - series.sample_count)
-               + (len(history.steps) - series.step_count))
-    shows_last = window.plots.x_range()[1] >= series.sample_x[-1]
-    window.close()
+    return (frames, paints, busy, cpu, gaps, elapsed, preload_rows, gc_pauses, traced)
 
+
+def _figures(s, app, frames, paints, busy, cpu, gaps, elapsed, preload_rows, gc_pauses,
+             traced, sent, produced_s, dropped, shows_last, interval) -> list[Figure]:
     slowest = _slowest(app.slow) if traced else f"not traced ({TRACE_ENV}=1 names them)"
     frame_ms = [ms for _, ms in frames]
     paint_ms = [ms for _, ms in paints]
@@ -381,6 +351,54 @@ def run(s: Settings) -> list[Figure]:
                     f"{slowest}; {gc_pauses.text()}"),
         Figure("gui_refresh_hz", "refresh rate achieved", refresh_hz, "Hz",
                REFRESH_HZ * REFRESH_TOLERANCE, "higher",
-               note=f"timer asks for {1000 / window._timer.interval():.1f} Hz"),
+               note=f"timer asks for {1000 / interval:.1f} Hz"),
         *follow_latency(s),  # File > Follow run: a row written -> the plot holds it
     ]
+
+
+def run(s: Settings) -> list[Figure]:
+    os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+    app = _probe_app()
+
+    from memlens.app.window.main_window import MainWindow
+    from memlens.core.config import RunConfig
+
+    duration = 2.0 if s.quick else 20.0
+    preload_steps = PRELOAD_SAMPLES // PHASES  # plus the run's one `start` sample
+    producer = _Producer(preload_steps)
+    config = RunConfig(preset="mlp", steps=10_000_000, eval_every=0)
+    window = MainWindow(config, runs_dir=None, train_fn=producer)
+    as_launched(window)
+    probe = _frame_probe(window.refresh_timer, window)  # the ~30 Hz refresh is the frame
+
+    session = window.start_config(config)
+    history = session.history
+    if not spin_until(producer.preloaded.is_set, 120):
+        raise RuntimeError("the producer did not preload the history")
+    # The window catches up with the preload (one big pull) before anything is measured.
+    if not spin_until(lambda: window.series is not None
+                      and window.series.sample_count >= len(history.samples)
+                      and window.series.step_count >= len(history.steps), 120):
+        raise RuntimeError("the window did not pull the preloaded history")
+    settle = time.perf_counter() + 0.5  # let the first draws of the full history settle
+    spin_until(lambda: time.perf_counter() > settle, 5)
+
+    m = _measure(app, probe, producer, history, duration)
+    frames, paints, busy, cpu, gaps, elapsed, preload_rows, gc_pauses, traced = m
+    session.stop()
+    if not spin_until(lambda: not window.running, 30):
+        raise RuntimeError("the run did not stop")
+    window.refresh_now()
+    sent = producer.counter
+    produced_s = max(producer.t_end - producer.t_start, 1e-9)
+    stored = (len(history.samples) - preload_rows[0], len(history.steps) - preload_rows[1])
+    series = window.series
+    dropped = ((sent.samples - stored[0]) + (sent.steps - stored[1])
+               + (len(history.samples) - series.sample_count)
+               + (len(history.steps) - series.step_count))
+    shows_last = window.plots.x_range()[1] >= series.sample_x[-1]
+    interval = window.refresh_timer.interval()
+    window.close()
+
+    return _figures(s, app, frames, paints, busy, cpu, gaps, elapsed, preload_rows,
+                    gc_pauses, traced, sent, produced_s, dropped, shows_last, interval)

@@ -8,6 +8,7 @@ import sys
 import time
 from pathlib import Path
 
+from memlens.app.images import save_png
 from memlens.core.exits import EXIT_BAD_INPUT, EXIT_FAILED, EXIT_OK
 
 SETTLE_MS = 150  # after the run: the last rows drawn, the slow text refreshed
@@ -98,26 +99,6 @@ def shoot_opened(path: str, out: Path, size: tuple[int, int], tab: str, theme: s
         return EXIT_FAILED
     print(f"wrote {out}: {path} ({kind})")
     return EXIT_OK
-
-
-def save_png(image, out: Path) -> str:
-    """Save atomically: a temporary file beside `out`, renamed when whole. Returns "" or
-    what went wrong (a full disk, a folder that cannot be written), and leaves nothing
-    behind then."""
-    from PySide6.QtCore import QBuffer, QByteArray, QIODevice
-
-    data = QByteArray()
-    buffer = QBuffer(data)
-    buffer.open(QIODevice.OpenModeFlag.WriteOnly)
-    if not image.save(buffer, "PNG"):  # in memory first: libpng never meets a full disk
-        return f"cannot encode the screenshot as PNG ({image.width()}x{image.height()})"
-    from memlens.core.runfolder.atomic import ExportError, atomic_write_bytes
-
-    try:
-        atomic_write_bytes(out, bytes(data))
-    except ExportError as exc:
-        return str(exc)
-    return ""
 
 
 def _application():

@@ -102,6 +102,19 @@ def _refuse_failed_amp(session: TrainingSession, controls: RunControls, sink: An
     return True
 
 
+class _Tally:
+    """A run's running figures, not lists: a run's memory must not grow with its length."""
+
+    def __init__(self) -> None:
+        self.done, self.final_loss, self.step_ms_sum, self.peak = 0, math.nan, 0.0, 0
+
+    def add(self, record) -> None:
+        self.done += 1
+        self.final_loss = record.loss
+        self.step_ms_sum += record.step_ms
+        self.peak = max(self.peak, record.peak_bytes)
+
+
 def run_training(
     config: RunConfig,
     controls: RunControls | None = None,
@@ -116,6 +129,52 @@ def run_training(
     """
     controls = controls or RunControls(config.techniques, config.schedule)
     sink = sink if sink is not None else FanOut()
+    session = _start(config, controls, sink)
+    tally, stopped_by, error, step = _Tally(), "completed", None, 0
+    try:
+        while step < config.steps:
+            if not controls.wait_while_paused() or controls.stop_requested:
+                stopped_by = "stopped"
+                break
+            toggles, changes = controls.begin_step(step)
+            toggles = _apply_changes(session, controls, sink, step, toggles, changes)
+            every = config.capture_every
+            capture = controls.take_capture_request() or bool(every and step % every == 0)
+            try:
+                record = _step(session, step, toggles, capture)
+            except StopRequested:
+                session.take_step_samples()  # what the step measured before the stop
+                stopped_by = "stopped"
+                break
+            except Exception as exc:  # a training error is data, not a crash
+                session.take_step_samples()  # what the step measured before the error
+                session.flush_allocations()
+                if _refuse_failed_amp(session, controls, sink, step, toggles, exc):
+                    continue  # the same step again, in fp32
+                error = _training_error(session, config, sink, step, toggles, exc, on_error)
+                if on_error in ("pause", "continue"):
+                    if on_error == "pause":
+                        controls.pause()
+                    step += 1
+                    continue
+                stopped_by = "error"
+                break
+            sink.on_step(record)
+            tally.add(record)
+            step += 1
+    finally:
+        _close(session, sink)
+    summary = RunSummary(
+        steps_done=tally.done, stopped_by=stopped_by, wall_s=session.now(),
+        final_loss=tally.final_loss, peak_bytes=max(tally.peak, session.measured_peak()),
+        mean_step_ms=tally.step_ms_sum / tally.done if tally.done else math.nan, error=error,
+    )
+    sink.on_finish(summary.to_dict())
+    return summary
+
+
+def _start(config: RunConfig, controls: RunControls, sink: Any) -> TrainingSession:
+    """The session, its run.json header, its first notes and its "start" sample."""
     _announce_native_build(config, sink)
     _announce_cuda_only(config, sink)
     try:
@@ -132,71 +191,40 @@ def run_training(
         sink.on_event(note)
     session.sample(0, "start")
     session.flush_allocations()
-    # Running figures, not lists: a run's memory must not grow with its length.
-    stopped_by, error, done, final_loss, step_ms_sum = "completed", None, 0, math.nan, 0.0
-    peak = 0
-    step = 0
-    try:
-        while step < config.steps:
-            if not controls.wait_while_paused() or controls.stop_requested:
-                stopped_by = "stopped"
-                break
-            toggles, changes = controls.begin_step(step)
-            toggles = _apply_changes(session, controls, sink, step, toggles, changes)
-            every = config.capture_every
-            capture = controls.take_capture_request() or bool(every and step % every == 0)
-            recorder = session.cuda_recorder
-            try:
-                if recorder is not None:
-                    recorder.on_step_begin(step)
-                record = session.step(step, toggles, capture)
-                if recorder is not None:
-                    recorder.on_step_end(step)
-            except StopRequested:
-                session.take_step_samples()  # what the step measured before the stop
-                stopped_by = "stopped"
-                break
-            except Exception as exc:  # a training error is data, not a crash
-                session.take_step_samples()  # what the step measured before the error
-                session.flush_allocations()
-                if _refuse_failed_amp(session, controls, sink, step, toggles, exc):
-                    continue  # the same step again, in fp32
-                phase = session.current_phase
-                error = RunEvent(step, session.now(), "error", key=error_title(exc),
-                                 phase=phase, message=f"{type(exc).__name__}: {exc}",
-                                 explanation=explain_error(exc, config.preset, phase, toggles,
-                                                           on_error))
-                sink.on_event(error)
-                session.preset.recover()
-                session.held = None  # a failed step's graph is not kept for the next one
-                session.reset_accumulation()
-                if on_error in ("pause", "continue"):
-                    if on_error == "pause":
-                        controls.pause()
-                    step += 1
-                    continue
-                stopped_by = "error"
-                break
-            sink.on_step(record)
-            done += 1
-            final_loss = record.loss
-            step_ms_sum += record.step_ms
-            peak = max(peak, record.peak_bytes)
-            step += 1
-    finally:
-        session.close()
-        session.flush_allocations()
-        if session.cuda_recorder is not None:
-            if session.cuda_recorder.recording or session.cuda_recorder.snapshot is not None:
-                sink_cuda = getattr(sink, "on_cuda_snapshot", None)
-                if sink_cuda is not None:
-                    sink_cuda(session.cuda_recorder)
-            session.cuda_recorder.close()
-    peak = max(peak, session.measured_peak())
-    summary = RunSummary(
-        steps_done=done, stopped_by=stopped_by, wall_s=session.now(),
-        final_loss=final_loss, peak_bytes=peak,
-        mean_step_ms=step_ms_sum / done if done else math.nan, error=error,
-    )
-    sink.on_finish(summary.to_dict())
-    return summary
+    return session
+
+
+def _step(session: TrainingSession, step: int, toggles: TechniqueToggles, capture: bool):
+    recorder = session.cuda_recorder
+    if recorder is not None:
+        recorder.on_step_begin(step)
+    record = session.step(step, toggles, capture)
+    if recorder is not None:
+        recorder.on_step_end(step)
+    return record
+
+
+def _training_error(session: TrainingSession, config: RunConfig, sink: Any, step: int,
+                    toggles: TechniqueToggles, exc: Exception, on_error: str) -> RunEvent:
+    """The error's event, explained; the preset recovered for the next step."""
+    phase = session.current_phase
+    error = RunEvent(step, session.now(), "error", key=error_title(exc), phase=phase,
+                     message=f"{type(exc).__name__}: {exc}",
+                     explanation=explain_error(exc, config.preset, phase, toggles, on_error))
+    sink.on_event(error)
+    session.preset.recover()
+    session.held = None  # a failed step's graph is not kept for the next one
+    session.reset_accumulation()
+    return error
+
+
+def _close(session: TrainingSession, sink: Any) -> None:
+    session.close()
+    session.flush_allocations()
+    recorder = session.cuda_recorder
+    if recorder is not None:
+        if recorder.recording or recorder.snapshot is not None:
+            on_cuda = getattr(sink, "on_cuda_snapshot", None)
+            if on_cuda is not None:
+                on_cuda(recorder)
+        recorder.close()

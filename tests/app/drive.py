@@ -36,7 +36,7 @@ def wait_steps(qtbot, window, n: int, timeout: int = 60_000) -> None:
 def wait_frames(qtbot, window, n: int) -> None:
     """Let the window's refresh timer fire n times."""
     for _ in range(n):
-        with qtbot.waitSignal(window._timer.timeout, timeout=5_000):
+        with qtbot.waitSignal(window.refresh_timer.timeout, timeout=5_000):
             pass
 
 

@@ -166,7 +166,7 @@ def test_trend_follows_a_growing_graph(qtbot, panel):
 
 
 def test_trend_captions_fit_a_narrow_panel_and_the_tooltip_keeps_them_whole(qtbot):
-    from memlens.app.graph.panel import NodeTrend
+    from memlens.app.graph.node_trend import NodeTrend
 
     trend = on_screen(qtbot, NodeTrend(), (150, 90))
     trend.add(2, 260)
@@ -227,7 +227,7 @@ def test_a_2000_node_graph_is_drawn_by_qt_in_few_items_and_labelled_when_readabl
     import shiboken6
     from PySide6.QtWidgets import QGraphicsScene, QGraphicsSimpleTextItem
 
-    from memlens.app.graph.scene import TEXT_MIN_SCALE
+    from memlens.app.graph.boxes import TEXT_MIN_SCALE
 
     shown(qtbot, panel, big)
     scene, view = panel.scene, panel.graph_view

@@ -4,62 +4,43 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
 from pathlib import Path
 
 from PySide6.QtCore import (
-    QObject,
     QPointF,
-    QRunnable,
     Qt,
     QThreadPool,
     QTimer,
     Signal,
     Slot,
 )
-from PySide6.QtGui import QAction, QColor, QImage, QPainter, QPen, QPolygonF
+from PySide6.QtGui import QAction, QColor, QImage, QPainter
 from PySide6.QtWidgets import (
-    QCheckBox,
-    QComboBox,
     QFileDialog,
-    QFrame,
-    QHBoxLayout,
-    QLabel,
-    QLineEdit,
-    QListWidget,
     QListWidgetItem,
     QMenu,
-    QPushButton,
-    QScrollArea,
-    QSizePolicy,
-    QSpinBox,
-    QSplitter,
-    QVBoxLayout,
     QWidget,
 )
 
-from memlens.app.graph.scene import GraphScene, GraphView, TextMetrics
+from memlens.app.graph.controls import ENGINES, NO_CAPTURE, build_panel
+from memlens.app.graph.workers import (
+    ExportSignals,
+    ExportTask,
+    LayoutJob,
+    LayoutSignals,
+    LayoutTask,
+)
 from memlens.app.signals import signals_blocked
-from memlens.core.graph.groups import ViewGraph, default_grouped, group_title, module_of, view_graph
+from memlens.core.graph.groups import ViewGraph, default_grouped, group_title, module_of
 from memlens.core.graph.layout import (
     DOT_MAX_NODES,
     Layout,
-    LayoutCancelled,
-    LayoutRequest,
-    layout_graph,
 )
 from memlens.core.graph.snapshot import GraphSnapshot
 from memlens.core.units import format_bytes, format_ms
 
-ENGINES = {"auto": "auto", "Graphviz dot": "dot", "memlens layered": "layered"}
-TREND_KEEP = 200
 MAX_CAPTURES = 20  # kept for the capture list (a 2,000-node one is about 1 MB)
 DOT_ALWAYS_TRY = 60  # auto always lets dot try graphs this small
-BYTES_LEGEND = ("Bytes saved for backward count each storage once, at the first op that "
-                "saved it. “shares N”: this op saved only storages already counted at "
-                "another op. Parameters are never counted: they exist anyway.")
-MIN_WIDTH = 560  # below its controls' width the panel scrolls sideways
-NO_CAPTURE = "No graph captured yet. Press “Capture next step” while a run is going."
 
 
 def _capture_text(s: GraphSnapshot) -> str:
@@ -67,167 +48,6 @@ def _capture_text(s: GraphSnapshot) -> str:
     return f"step {s.step} {s.kind}: {nodes}"
 
 
-# --- the layout worker ----------------------------------------------------------------------
-@dataclass(frozen=True)
-class _LayoutJob:
-    generation: int
-    snapshot: GraphSnapshot
-    expanded: frozenset[str]
-    grouped: bool
-    show_saved: bool
-    engine: str
-    dot_max_nodes: int
-
-
-class _LayoutSignals(QObject):
-    done = Signal(int, object, object, object)  # generation, GraphSnapshot, ViewGraph, Layout
-    failed = Signal(int, str)
-
-
-class _LayoutTask(QRunnable):
-    """Builds the view graph and lays it out off the GUI thread; checks `cancel` between
-    stages so a newer request is not kept waiting."""
-
-    def __init__(self, job: _LayoutJob, metrics: TextMetrics, signals: _LayoutSignals,
-                 cancel: threading.Event) -> None:
-        super().__init__()
-        self.job, self.metrics, self.signals, self.cancel = job, metrics, signals, cancel
-        self.setAutoDelete(True)
-
-    def run(self) -> None:
-        job = self.job
-        if self.cancel.is_set():
-            return
-        try:
-            view = view_graph(job.snapshot, job.expanded, grouped=job.grouped,
-                              show_saved=job.show_saved)
-            request = LayoutRequest(
-                ids=tuple(v.id for v in view.nodes),
-                sizes=tuple(self.metrics.size(v.label) for v in view.nodes),
-                edges=view.edges, attached=view.attached,
-            )
-            layout = layout_graph(request, job.engine, should_stop=self.cancel.is_set,
-                                  dot_max_nodes=job.dot_max_nodes)
-        except LayoutCancelled:
-            return
-        except Exception as exc:  # reported on the GUI thread, never lost
-            if not self.cancel.is_set():
-                self.signals.failed.emit(job.generation, f"{type(exc).__name__}: {exc}")
-            return
-        if not self.cancel.is_set():
-            self.signals.done.emit(job.generation, job.snapshot, view, layout)
-
-
-class _ExportSignals(QObject):
-    done = Signal(str)
-    failed = Signal(str)
-
-
-class _ExportTask(QRunnable):
-    def __init__(self, snapshot: GraphSnapshot, path: Path, fmt: str,
-                 signals: _ExportSignals) -> None:
-        super().__init__()
-        self.snapshot, self.path, self.fmt, self.signals = snapshot, path, fmt, signals
-
-    def run(self) -> None:
-        from memlens.core.graph.export import export_graph
-
-        try:
-            r = export_graph(self.snapshot, self.path, self.fmt)
-        except Exception as exc:  # ExportError, DotError, a full disk: shown, not raised
-            self.signals.failed.emit(str(exc))
-            return
-        self.signals.done.emit(f"Wrote {r.path.name} ({r.how}, {r.seconds:.2f} s)")
-
-
-# --- small widgets --------------------------------------------------------------------------
-class NodeTrend(QWidget):
-    """Node count per capture on a step axis, train and eval apart: a graph that grows from
-    capture to capture (carried state not detached, eval under grad) shows at a glance."""
-
-    COLOURS = {"train": "#1565c0", "eval": "#e65100"}
-
-    def __init__(self, parent=None) -> None:
-        super().__init__(parent)
-        self.setObjectName("graph_trend")
-        self.series: dict[str, list[tuple[int, int]]] = {"train": [], "eval": []}
-        self.setMinimumHeight(86)
-        self.setSizePolicy(QSizePolicy.Policy.Expanding, QSizePolicy.Policy.Fixed)
-
-    def add(self, step: int, nodes: int, kind: str = "train") -> None:
-        points = self.series.setdefault(kind, [])
-        points.append((step, nodes))
-        del points[:-TREND_KEEP]
-        self.setToolTip("\n".join(self._caption(k) for k, pts in self.series.items() if pts))
-        self.update()
-
-    def counts(self, kind: str = "train") -> list[int]:
-        return [n for _, n in self.series.get(kind, ())]
-
-    def clear(self) -> None:
-        for points in self.series.values():
-            points.clear()
-        self.update()
-
-    def _caption(self, kind: str, short: bool = False) -> str:
-        """`short`: the numbers without the words, for a narrow panel."""
-        points = self.series[kind]
-        (s0, first), (_s1, last) = points[0], points[-1]
-        if len(points) == 1:
-            return f"{kind}: {last:,}" if short else f"{kind}: {last:,} nodes at step {s0}"
-        if short:
-            return f"{kind}: {first:,}→{last:,} ({last - first:+,})"
-        return f"{kind}: {first:,} → {last:,} nodes ({last - first:+,} since step {s0})"
-
-    def caption_fitting(self, kind: str, fm, width: int) -> str:
-        """The caption in the width: whole, else without its words (the numbers matter),
-        else cut with an ellipsis. The tooltip keeps the whole text."""
-        for text in (self._caption(kind), self._caption(kind, short=True)):
-            if fm.horizontalAdvance(text) <= width:
-                return text
-        return fm.elidedText(text, Qt.TextElideMode.ElideRight, width)
-
-    def paintEvent(self, event) -> None:
-        p = QPainter(self)
-        p.setRenderHint(QPainter.RenderHint.Antialiasing)
-        fm = p.fontMetrics()
-        line = fm.height()
-        kinds = [k for k, pts in self.series.items() if pts]
-        p.setPen(QColor("#555555"))
-        if not kinds:
-            p.drawText(4, line, "Nodes per capture: no captures yet")
-            return
-        p.drawText(4, line, "Nodes per capture")
-        width = self.width() - 8
-        for i, kind in enumerate(kinds):
-            p.setPen(QColor(self.COLOURS.get(kind, "#555555")))
-            p.drawText(4, line * (2 + i), self.caption_fitting(kind, fm, width))
-        r = self.rect().adjusted(6, int(line * (len(kinds) + 1) + 6), -6, -4)
-        every = [pt for k in kinds for pt in self.series[k]]
-        s_lo, s_hi = min(s for s, _ in every), max(s for s, _ in every)
-        n_lo, n_hi = min(n for _, n in every), max(n for _, n in every)
-
-        def at(step: int, nodes: int) -> QPointF:
-            fx = (step - s_lo) / (s_hi - s_lo) if s_hi > s_lo else 1.0
-            fy = (nodes - n_lo) / (n_hi - n_lo) if n_hi > n_lo else 0.5
-            return QPointF(r.left() + r.width() * fx, r.bottom() - r.height() * fy)
-
-        p.setPen(QPen(QColor("#dddddd"), 1))
-        p.drawLine(r.bottomLeft(), r.bottomRight())
-        # A few calls per series, not one per point: a paint's every call into Qt may wait
-        # for the GIL while the training or layout thread runs Python.
-        for kind in kinds:
-            colour = QColor(self.COLOURS.get(kind, "#555555"))
-            pts = [at(s, n) for s, n in self.series[kind]]
-            p.setPen(QPen(colour, 1.6))
-            p.drawPolyline(QPolygonF(pts))
-            dot = QPen(colour, 4.8)
-            dot.setCapStyle(Qt.PenCapStyle.RoundCap)
-            p.setPen(dot)
-            p.drawPoints(QPolygonF(pts[-60:]))
-
-
-# --- the panel ------------------------------------------------------------------------------
 class GraphPanel(QWidget):
     """Shows GraphSnapshots (`show_snapshot`); asks the run for captures by signal."""
 
@@ -258,160 +78,13 @@ class GraphPanel(QWidget):
         self._hit_index = -1
         self._pool = QThreadPool(self)
         self._pool.setMaxThreadCount(1)
-        self._signals = _LayoutSignals(self)
+        self._signals = LayoutSignals(self)
         self._signals.done.connect(self._on_layout_done)
         self._signals.failed.connect(self._on_layout_failed)
-        self._export_signals = _ExportSignals(self)
+        self._export_signals = ExportSignals(self)
         self._export_signals.done.connect(self._on_export_done)
         self._export_signals.failed.connect(self._on_export_failed)
-        self._build()
-
-    # --- widgets --------------------------------------------------------------------------
-    def _build(self) -> None:
-        self.header = QLabel(NO_CAPTURE)
-        self.header.setObjectName("graph_header")
-        self.header.setWordWrap(True)
-        self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        # Room for two lines whatever it says: a header that grows a line when "laying
-        # out…" shows and shrinks back would resize the view, repainting all of it twice.
-        self.header.setMinimumHeight(2 * self.header.fontMetrics().lineSpacing() + 2)
-
-        self.capture_button = QPushButton("Capture next step")
-        self.capture_button.setObjectName("capture_button")
-        self.capture_button.setToolTip("Capture the autograd graph of the next training step, "
-                                       "before its backward frees it")
-        self.capture_button.clicked.connect(self.capture_requested)
-        self.every = QSpinBox()
-        self.every.setObjectName("capture_every")
-        self.every.setRange(0, 100000)
-        self.every.setPrefix("every ")
-        self.every.setSuffix(" steps")
-        self.every.setSpecialValueText("every: off")
-        self.every.setToolTip("Also capture every N steps (0 = only on request)")
-        self.every.valueChanged.connect(self._on_every_changed)
-
-        self.search = QLineEdit()
-        self.search.setObjectName("graph_search")
-        self.search.setPlaceholderText("Find op, parameter or module…")
-        self.search.setClearButtonEnabled(True)
-        self.search.setMinimumWidth(180)
-        self.search_count = QLabel("")
-        self.search_count.setObjectName("graph_search_count")
-        self.search_count.setMinimumWidth(70)
-        self.search.textChanged.connect(self._on_search_changed)
-        self.search.returnPressed.connect(self._next_hit)
-        self.grouped = QCheckBox("Group by module")
-        self.grouped.setObjectName("graph_grouped")
-        self.grouped.setToolTip("Collapse each module call into one node; click it to expand")
-        self.grouped.toggled.connect(self._on_grouped_changed)
-        self.show_saved = QCheckBox("Saved tensors")
-        self.show_saved.setChecked(True)
-        self.show_saved.setToolTip("Draw saved tensors as orange nodes (as torchviz does)")
-        self.show_saved.toggled.connect(self._on_show_saved_changed)
-        self.capture_list = QComboBox()
-        self.capture_list.setObjectName("graph_capture")
-        self.capture_list.setToolTip("Captured graphs, newest first")
-        self.capture_list.setMinimumContentsLength(18)
-        self.capture_list.currentIndexChanged.connect(self._on_capture_chosen)
-        self.engine = QComboBox()
-        self.engine.setObjectName("graph_engine")
-        self.engine.addItems(list(ENGINES))
-        self.engine.setToolTip("auto: Graphviz dot for small graphs (bounded in time), "
-                               "memlens' layered layout otherwise")
-        self.engine.currentTextChanged.connect(lambda _t: self._relayout())  # interrupts
-        fit = QPushButton("Fit")
-        fit.setToolTip("Show the whole graph")
-        fit.clicked.connect(lambda: self.graph_view.fit())
-        self.export_buttons = {}
-        for fmt in ("dot", "svg", "png"):
-            b = QPushButton(fmt.upper())
-            b.setObjectName(f"export_{fmt}")
-            b.setToolTip(f"Export the captured graph as {fmt.upper()}")
-            b.clicked.connect(lambda _c=False, f=fmt: self._ask_export(f))
-            b.setEnabled(False)
-            self.export_buttons[fmt] = b
-
-        self.scene = GraphScene(self)
-        self.scene.graph_built.connect(self._on_graph_built)
-        self.graph_view = GraphView(self.scene)
-        self.graph_view.node_clicked.connect(self._on_node_clicked)
-        self.graph_view.node_context.connect(self._on_node_context)
-
-        self.trend = NodeTrend()
-        self.selection_title = QLabel("Click a node to list what it saved for backward.")
-        self.selection_title.setWordWrap(True)
-        self.saved_list = QListWidget()
-        self.saved_list.setObjectName("saved_list")
-        # Long rows ("addmm.mat1 [64, 784] float32: ...") wrap in a narrow side panel, and
-        # each keeps its whole text as a tooltip.
-        self.saved_list.setWordWrap(True)
-        self.saved_list.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        self.saved_list.setTextElideMode(Qt.TextElideMode.ElideNone)
-        self.legend = QLabel(BYTES_LEGEND)
-        self.legend.setObjectName("graph_legend")
-        self.legend.setWordWrap(True)
-        self.notes = QLabel("")
-        self.notes.setObjectName("graph_notes")
-        self.notes.setWordWrap(True)
-
-        # Three short rows rather than two long ones: the panel fits beside both docks on a
-        # 1280-pixel screen.
-        top = QHBoxLayout()  # capturing, and which capture
-        for w in (self.capture_button, self.every, QLabel("Showing:")):
-            top.addWidget(w)
-        top.addWidget(self.capture_list, 1)
-        find_row = QHBoxLayout()  # finding, and what to do with a capture
-        for w in (self.search, self.search_count):
-            find_row.addWidget(w)
-        find_row.addStretch(1)
-        find_row.addWidget(QLabel("Export:"))
-        for b in self.export_buttons.values():
-            b.setMaximumWidth(56)
-            find_row.addWidget(b)
-        view_row = QHBoxLayout()  # how to look at it
-        for w in (self.grouped, self.show_saved, QLabel("Layout:"), self.engine, fit):
-            view_row.addWidget(w)
-        view_row.addStretch(1)
-        side = QWidget()
-        side_box = QVBoxLayout(side)
-        side_box.setContentsMargins(0, 0, 0, 0)
-        side_box.addWidget(self.trend)
-        side_box.addWidget(self.selection_title)
-        side_box.addWidget(self.saved_list, 1)
-        side_box.addWidget(self.legend)
-        side_box.addWidget(self.notes)
-        split = QSplitter(Qt.Orientation.Horizontal)
-        split.setObjectName("graph_splitter")  # its sizes are remembered by name
-        split.addWidget(self.graph_view)
-        split.addWidget(side)
-        split.setStretchFactor(0, 4)
-        split.setStretchFactor(1, 1)
-        split.setSizes([800, 260])
-        content = QWidget()
-        box = QVBoxLayout(content)
-        box.addWidget(self.header)
-        box.addLayout(top)
-        box.addLayout(find_row)
-        box.addLayout(view_row)
-        box.addWidget(split, 1)
-        # The panel's widgets sit in a scroll area that never scrolls: it stops their size
-        # changes at the panel's edge. Without it a new header or notes text (every layout
-        # changes them) relays out the window up to the tab widget, which then repaints
-        # every widget in the window, each paint an event to deliver while the layout
-        # thread holds the GIL.
-        frame = QScrollArea()
-        frame.setFrameShape(QFrame.Shape.NoFrame)
-        frame.setWidgetResizable(True)
-        # Narrower than its two rows of controls (a 1280-pixel screen with both docks), it
-        # scrolls sideways instead of widening the window past the screen.
-        frame.setHorizontalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAsNeeded)
-        frame.setVerticalScrollBarPolicy(Qt.ScrollBarPolicy.ScrollBarAlwaysOff)
-        frame.setWidget(content)
-        outer = QVBoxLayout(self)
-        outer.setContentsMargins(0, 0, 0, 0)
-        outer.addWidget(frame)
-        least = content.minimumSizeHint()
-        self.setMinimumSize(min(least.width(), MIN_WIDTH), least.height())
+        build_panel(self)
 
     # --- showing a snapshot ---------------------------------------------------------------
     @Slot(object)
@@ -501,11 +174,11 @@ class GraphPanel(QWidget):
         self._generation += 1
         self._running, self._pending = True, False
         self._requested_at = time.perf_counter()
-        job = _LayoutJob(self._generation, self._wanted, frozenset(self.expanded),
+        job = LayoutJob(self._generation, self._wanted, frozenset(self.expanded),
                          self.grouped.isChecked(), self.show_saved.isChecked(),
                          ENGINES[self.engine.currentText()], self._dot_max_nodes)
         self._cancel = threading.Event()
-        self._pool.start(_LayoutTask(job, self.scene.metrics, self._signals, self._cancel))
+        self._pool.start(LayoutTask(job, self.scene.metrics, self._signals, self._cancel))
         self._update_header()
 
     def _cancel_layout(self) -> None:
@@ -757,10 +430,10 @@ class GraphPanel(QWidget):
             self._export_scene_png(path)
             return
         QThreadPool.globalInstance().start(
-            _ExportTask(self.snapshot, path, fmt, self._export_signals))
+            ExportTask(self.snapshot, path, fmt, self._export_signals))
 
     def _export_scene_png(self, path: Path) -> None:
-        from memlens.core.runfolder.atomic import ExportError, atomic_open
+        from memlens.app.images import save_png
 
         rect = self.scene.sceneRect()
         scale = min(2.0, 16000 / max(rect.width(), rect.height(), 1))
@@ -775,17 +448,9 @@ class GraphPanel(QWidget):
         self.scene.render(painter)
         self.scene.show_labels(shown)
         painter.end()
-        try:
-            from PySide6.QtCore import QBuffer, QByteArray, QIODevice
-
-            data = QByteArray()
-            buf = QBuffer(data)
-            buf.open(QIODevice.OpenModeFlag.WriteOnly)
-            image.save(buf, "PNG")
-            with atomic_open(path, "wb") as fh:
-                fh.write(bytes(data))
-        except ExportError as exc:
-            self._on_export_failed(str(exc))
+        problem = save_png(image, path)
+        if problem:
+            self._on_export_failed(problem)
             return
         self._on_export_done(f"Wrote {path.name} (the view as drawn; no Graphviz found)")
 

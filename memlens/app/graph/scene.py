@@ -2,130 +2,38 @@
 
 from __future__ import annotations
 
-import math
 import time
 from collections import deque
 
-from PySide6.QtCore import QEvent, QPointF, QRectF, Qt, QTimer, Signal
+from PySide6.QtCore import QPointF, QRectF, Qt, QTimer, Signal
 from PySide6.QtGui import (
     QBrush,
     QColor,
-    QFont,
     QFontMetricsF,
-    QPainter,
     QPainterPath,
     QPen,
-    QWheelEvent,
 )
 from PySide6.QtWidgets import (
     QGraphicsItem,
     QGraphicsPathItem,
-    QGraphicsRectItem,
     QGraphicsScene,
-    QGraphicsView,
-    QToolTip,
 )
 
-from memlens.core.graph.groups import ViewGraph, ViewNode
+from memlens.app.graph.boxes import (
+    EDGE_STYLE,
+    LONG_EDGE_PX,
+    SHADE_LEVELS,
+    Drawing,
+    NodeBox,
+    TextMetrics,
+    add_arrowhead,
+    add_curve,
+    graph_font,
+    level,
+    shade,
+)
+from memlens.core.graph.groups import ViewGraph
 from memlens.core.graph.layout import Layout
-from memlens.core.units import format_bytes
-
-# torchviz's colours (grey ops, blue parameters, orange saved tensors, green output), each
-# shaded from light (saves nothing) to deep (saves the most bytes in this graph).
-SHADES: dict[str, tuple[str, str]] = {
-    "op": ("#ececec", "#9c9c9c"),
-    "saved": ("#ffe2ad", "#ff8800"),
-    "group": ("#ece6f6", "#a993d6"),
-    "param": ("#add8e6", "#add8e6"),
-    "output": ("#caff70", "#caff70"),
-}
-PAD_X, PAD_Y = 8.0, 4.0
-LONG_EDGE_PX = 600.0  # longer edges (shared parameters, skip links) are drawn faint
-TEXT_MIN_SCALE = 0.35  # below this zoom, boxes only
-
-
-def graph_font() -> QFont:
-    font = QFont("monospace")
-    font.setStyleHint(QFont.StyleHint.Monospace)
-    font.setPointSizeF(8.5)
-    return font
-
-
-class TextMetrics:
-    """Box sizes for labels in the graph font, computed once on the GUI thread and then pure
-    arithmetic (the font is monospaced), so a layout thread can size nodes too."""
-
-    def __init__(self, font: QFont) -> None:
-        fm = QFontMetricsF(font)
-        self.char_w = fm.horizontalAdvance("M")
-        self.line_h = fm.height()
-        self.ascent = fm.ascent()
-
-    def size(self, label: str) -> tuple[float, float]:
-        lines = label.split("\n")
-        width = max(len(s) for s in lines) * self.char_w + 2 * PAD_X
-        return max(width, 36.0), len(lines) * self.line_h + 2 * PAD_Y
-
-
-def shade(kind: str, t: float) -> QColor:
-    """The kind's colour from light (t = 0, saves nothing) to deep (t = 1, saves the most)."""
-    light, deep = (QColor(c) for c in SHADES.get(kind, SHADES["op"]))
-    return QColor.fromRgbF(
-        light.redF() + (deep.redF() - light.redF()) * t,
-        light.greenF() + (deep.greenF() - light.greenF()) * t,
-        light.blueF() + (deep.blueF() - light.blueF()) * t,
-    )
-
-
-def tooltip(v: ViewNode) -> str:
-    if v.kind == "group":
-        return (f"<b>{v.title}</b> (module call, collapsed)<br>{len(v.members)} nodes, "
-                f"saved {format_bytes(v.saved_bytes)}<br><i>click to expand</i>")
-    n = v.node
-    rows = [f"<b>{v.title}</b> <span style='color:#666'>({v.kind})</span>"]
-    if n is not None and n.module:
-        rows.append(f"module: {n.module}")
-    if n is not None and n.kind == "op":
-        if n.saved_bytes or not n.held_bytes:
-            rows.append(f"saves {format_bytes(n.saved_bytes)} (shared storages counted once)")
-        else:
-            rows.append(f"shares {format_bytes(n.held_bytes)}: every storage it saved was "
-                        "saved first by another op, and is counted there")
-        rows += [t.describe() for t in n.saved[:12]]
-        if len(n.saved) > 12:
-            rows.append(f"... {len(n.saved) - 12} more")
-    elif n is not None:
-        rows += [t.describe() for t in n.saved[:1]]
-    return "<br>".join(rows)
-
-
-class NodeBox:
-    """One node's box: where it is, how big, its fill. The scene draws boxes a few path
-    items at a time (see GraphScene), so a node is this plain record, not a Qt item."""
-
-    __slots__ = ("fill", "h", "view_node", "w", "x", "y")
-
-    def __init__(self, view_node: ViewNode, pos: tuple[float, float],
-                 size: tuple[float, float], fill: QColor) -> None:
-        self.view_node = view_node
-        self.x, self.y = pos
-        self.w, self.h = size
-        self.fill = fill
-
-    @property
-    def centre(self) -> QPointF:
-        return QPointF(self.x, self.y)
-
-    def contains(self, x: float, y: float) -> bool:
-        return abs(x - self.x) <= self.w / 2 and abs(y - self.y) <= self.h / 2
-
-    def add_outline(self, path: QPainterPath) -> None:
-        rect = QRectF(self.x - self.w / 2, self.y - self.h / 2, self.w, self.h)
-        if self.view_node.kind == "group":  # a collapsed module call
-            path.addRoundedRect(rect, 6, 6)
-        else:
-            path.addRect(rect)
-
 
 _BORDER = QPen(QColor("#333333"), 0)
 # A node's state is drawn as an outline over its box; one path item per state holds every
@@ -150,40 +58,9 @@ LABEL_SLICE_S = 0.006
 TEARDOWN_CHUNK = 20  # old items deleted per step (a label layer takes its lines with it)
 
 
-class _Drawing:
-    """One graph's items, under one root item, and what finds its nodes. A graph is built
-    under a hidden root and shown by showing the root: the one on screen stays, whole and
-    usable, until the next one is complete, and nothing is painted half built."""
-
-    def __init__(self) -> None:
-        self.root: QGraphicsItem | None = None
-        self.items: list[QGraphicsItem] = []  # deleted from the end: the root (first) last
-        self.rect = QRectF()
-        self.boxes: dict[str, NodeBox] = {}
-        self.hit_bands: dict[int, list[NodeBox]] = {}
-        self.edges: list[tuple[str, str, str, list[tuple[float, float]]]] = []
-        self.edges_of: dict[str, list[int]] = {}
-        self.unlabelled: dict[int, list[tuple[str, tuple[float, float]]]] = {}  # by band
-
-    def add(self, scene: QGraphicsScene, item: QGraphicsItem) -> QGraphicsItem:
-        if self.root is None:
-            # The one item made in Python: when Qt deletes it (the scene going away) the
-            # binding hears of it and lets go of every item under it. Items made by Qt
-            # tell the binding nothing, and a handle kept to one Qt had deleted would
-            # free it again when dropped.
-            self.root = QGraphicsRectItem()
-            self.root.setFlag(QGraphicsItem.GraphicsItemFlag.ItemHasNoContents)
-            self.root.setVisible(False)
-            scene.addItem(self.root)
-            self.items.insert(0, self.root)
-        item.setParentItem(self.root)
-        self.items.append(item)
-        return item
-
-
 class GraphScene(QGraphicsScene):
     """Built once per layout, in slices between event-loop turns so the window never
-    freezes, out of sight until complete (see _Drawing): the boxes as one path item per
+    freezes, out of sight until complete (see Drawing): the boxes as one path item per
     fill colour per horizontal band, the edges as a few path items per band; then the
     previous graph's items are deleted, a slice at a time. Every item is made by Qt
     (`addPath`, `addSimpleText`), never constructed in Python: an item made in Python is a
@@ -203,8 +80,8 @@ class GraphScene(QGraphicsScene):
         self.label_font = graph_font()
         self.metrics = TextMetrics(self.label_font)
         self._fm = QFontMetricsF(self.label_font)
-        self._shown = _Drawing()
-        self._next: _Drawing | None = None  # being built
+        self._shown = Drawing()
+        self._next: Drawing | None = None  # being built
         self._work = None  # the generator building the next graph, then deleting the old
         # Its next slice comes on a timer, not a posted call: Qt sends every posted call
         # that is due in one go, so two slices (and the scene updates between them) would
@@ -253,7 +130,7 @@ class GraphScene(QGraphicsScene):
         """Start building; `graph_built` is emitted once the scene shows it."""
         if self._next is not None:  # replaced before it was shown
             self._old += self._next.items
-        self._next = _Drawing()
+        self._next = Drawing()
         self._next.rect = QRectF(0, 0, layout.width, layout.height)
         self._work = self._steps(self._next, view, layout)
         self._continue()
@@ -268,7 +145,7 @@ class GraphScene(QGraphicsScene):
         if work is self._work:
             self._work = None
 
-    def _steps(self, drawing: _Drawing, view: ViewGraph, layout: Layout):
+    def _steps(self, drawing: Drawing, view: ViewGraph, layout: Layout):
         yield from self._teardown()  # what a build replaced before it was shown
         yield from self._draw(drawing, view, layout)
         self._show(drawing)
@@ -278,12 +155,12 @@ class GraphScene(QGraphicsScene):
         yield
         yield from self._teardown()
 
-    def _built(self, drawing: _Drawing) -> None:
+    def _built(self, drawing: Drawing) -> None:
         self._announcing = False
         if drawing is self._shown and self._next is None:  # no newer graph on its way
             self.graph_built.emit()
 
-    def _draw(self, drawing: _Drawing, view: ViewGraph, layout: Layout):
+    def _draw(self, drawing: Drawing, view: ViewGraph, layout: Layout):
         most = max((v.held_bytes for v in view.nodes), default=0)
         fills: dict[tuple[str, int], QColor] = {}
         paths: dict[tuple[int, str, int], QPainterPath] = {}
@@ -291,7 +168,7 @@ class GraphScene(QGraphicsScene):
             pos = layout.positions.get(v.id)
             if pos is None:
                 continue
-            shading = (v.kind, _level(v.held_bytes, most))
+            shading = (v.kind, level(v.held_bytes, most))
             fill = fills.get(shading)
             if fill is None:
                 fill = fills[shading] = shade(v.kind, shading[1] / SHADE_LEVELS)
@@ -324,12 +201,12 @@ class GraphScene(QGraphicsScene):
             path = bands.get((band, kind))
             if path is None:
                 path = bands[(band, kind)] = QPainterPath()
-            _add_curve(path, pts)
+            add_curve(path, pts)
             if style != "none":
                 end_band = int(pts[-1][1] // EDGE_BAND_PX)
                 if end_band not in heads:
                     heads[end_band] = QPainterPath()
-                _add_arrowhead(heads[end_band], pts)
+                add_arrowhead(heads[end_band], pts)
             if i % 50 == 49:
                 yield
         for (_band, kind), path in bands.items():
@@ -341,7 +218,7 @@ class GraphScene(QGraphicsScene):
             arrows = self.addPath(path, QPen(Qt.PenStyle.NoPen), QBrush(QColor("#444444")))
             drawing.add(self, arrows).setZValue(-1)
 
-    def _show(self, drawing: _Drawing) -> None:
+    def _show(self, drawing: Drawing) -> None:
         """Put the built graph on screen in place of the shown one, which goes out of sight
         to be deleted in slices."""
         old = self._shown
@@ -357,7 +234,7 @@ class GraphScene(QGraphicsScene):
 
     def _forget(self) -> None:
         """Drop what belonged to the shown graph: states, outlines, labels."""
-        self._shown = _Drawing()
+        self._shown = Drawing()
         self.selected, self.marked, self.hovered = None, frozenset(), None
         self._outlines, self._highlight = {}, None
         self._label_layers, self._filling = [], {}
@@ -420,7 +297,7 @@ class GraphScene(QGraphicsScene):
         path = QPainterPath()
         drawing = self._shown
         for i in drawing.edges_of.get(node_id, ()) if node_id is not None else ():
-            _add_curve(path, drawing.edges[i][3])
+            add_curve(path, drawing.edges[i][3])
         self._highlight = self._overlay(self._highlight, path, HIGHLIGHT_PEN, -0.5)
 
     def _overlay(self, item: QGraphicsPathItem | None, path: QPainterPath, pen: QPen,
@@ -530,176 +407,3 @@ class GraphScene(QGraphicsScene):
         item.setTextWidth(460)
         item.setDefaultTextColor(QColor("#555555"))
         self.setSceneRect(item.boundingRect().adjusted(-20, -20, 20, 20))
-
-
-# Edge kinds: colour and stacking (long edges faint and underneath).
-EDGE_STYLE = {"far": ("#cdcdcd", -3), "plain": ("#8a8a8a", -2), "near": ("#444444", -2)}
-SHADE_LEVELS = 24
-
-
-def _add_curve(path: QPainterPath, pts: list[tuple[float, float]]) -> None:
-    path.moveTo(*pts[0])
-    for j in range(1, len(pts) - 2, 3):
-        path.cubicTo(QPointF(*pts[j]), QPointF(*pts[j + 1]), QPointF(*pts[j + 2]))
-
-
-def _add_arrowhead(path: QPainterPath, pts: list[tuple[float, float]], size: float = 7) -> None:
-    (x0, y0), (x1, y1) = pts[-2], pts[-1]
-    dx, dy = x1 - x0, y1 - y0
-    norm = math.hypot(dx, dy) or 1.0
-    ux, uy = dx / norm, dy / norm
-    bx, by = x1 - ux * size, y1 - uy * size
-    path.moveTo(x1, y1)
-    path.lineTo(bx - uy * size * 0.45, by + ux * size * 0.45)
-    path.lineTo(bx + uy * size * 0.45, by - ux * size * 0.45)
-    path.closeSubpath()
-
-
-def _level(held: int, most: int) -> int:
-    if held <= 0 or most <= 0:
-        return 0
-    return max(1, round(SHADE_LEVELS * math.log1p(held) / math.log1p(most)))
-
-
-class GraphView(QGraphicsView):
-    """Wheel zooms about the mouse, drag pans, a click (not a drag) on a node reports it."""
-
-    node_clicked = Signal(str)
-    node_context = Signal(str, object)  # view node id, global QPoint
-
-    def __init__(self, scene: GraphScene, parent=None) -> None:
-        super().__init__(scene, parent)
-        self.setObjectName("graph_view")
-        self.setRenderHints(QPainter.RenderHint.Antialiasing
-                            | QPainter.RenderHint.TextAntialiasing)
-        self.setDragMode(QGraphicsView.DragMode.ScrollHandDrag)
-        self.setTransformationAnchor(QGraphicsView.ViewportAnchor.AnchorUnderMouse)
-        # One rectangle around whatever changed: a band of labels shown at once would make
-        # the smart mode merge hundreds of small rectangles into a region and clip every
-        # item's paint to it (twice the time of painting the whole rectangle).
-        self.setViewportUpdateMode(QGraphicsView.ViewportUpdateMode.BoundingRectViewportUpdate)
-        self.verticalScrollBar().valueChanged.connect(self._label_shown_part)
-        self.viewport().setMouseTracking(True)  # hover outlines the box under the mouse
-        self._press: QPointF | None = None
-        # Fitted and not zoomed or panned since: a resize (the side panel widening for a
-        # long name, the window) fits again, so a fitted graph stays whole.
-        self.fitted = False
-
-    @property
-    def zoom(self) -> float:
-        return self.transform().m11()
-
-    def zoom_by(self, factor: float) -> None:
-        self.fitted = False
-        factor = max(0.01, min(8.0, self.zoom * factor)) / self.zoom
-        self.scale(factor, factor)
-        self._zoom_changed()
-
-    def zoom_to(self, zoom: float, centre: QPointF | None = None) -> None:
-        self.fitted = False
-        self.resetTransform()
-        self.scale(zoom, zoom)
-        if centre is not None:
-            self.centerOn(centre)
-        self._zoom_changed()
-
-    def wheelEvent(self, event: QWheelEvent) -> None:
-        self.zoom_by(1.0015 ** event.angleDelta().y())
-
-    def fit(self) -> None:
-        self._fit()
-        self.fitted = True
-        self._zoom_changed()
-
-    def _fit(self) -> None:
-        rect = self.scene().sceneRect()
-        if rect.isEmpty():
-            return
-        self.fitInView(rect, Qt.AspectRatioMode.KeepAspectRatio)
-        if self.zoom > 1.5:  # a tiny graph: do not blow it up
-            self.resetTransform()
-            self.scale(1.5, 1.5)
-            self.centerOn(rect.center())
-
-    def show_readable(self, focus: QPointF | None) -> None:
-        """Fit when the whole graph stays readable; otherwise zoom to read and show `focus`."""
-        self._fit()
-        self.fitted = False
-        if self.zoom < TEXT_MIN_SCALE * 1.6 and focus is not None:
-            # the output sits at the bottom: show it low in the window, and what leads to it
-            above = self.viewport().height() / (2 * 0.8) - 60
-            self.zoom_to(0.8, QPointF(focus.x(), focus.y() - max(above, 0.0)))
-        else:
-            self._zoom_changed()
-
-    def _zoom_changed(self) -> None:
-        """Labels only where they can be read: zoomed out, every box is a plain box."""
-        scene = self.scene()
-        if isinstance(scene, GraphScene):
-            scene.show_labels(self.zoom >= TEXT_MIN_SCALE)
-            self._label_shown_part()
-
-    def _label_shown_part(self, _value: int = 0) -> None:
-        scene = self.scene()
-        if isinstance(scene, GraphScene) and self.zoom >= TEXT_MIN_SCALE:
-            shown = self.mapToScene(self.viewport().rect()).boundingRect()
-            scene.label(shown.adjusted(0, -shown.height() / 2, 0, shown.height() / 2))
-
-    def resizeEvent(self, event) -> None:
-        super().resizeEvent(event)
-        if self.fitted:
-            self._fit()
-            self._zoom_changed()
-        else:
-            self._label_shown_part()
-
-    def mousePressEvent(self, event) -> None:
-        self._press = event.position()
-        super().mousePressEvent(event)
-
-    def mouseMoveEvent(self, event) -> None:
-        super().mouseMoveEvent(event)
-        if event.buttons() == Qt.MouseButton.NoButton:  # not while panning
-            self._hover(event.position().toPoint())
-
-    def mouseReleaseEvent(self, event) -> None:
-        super().mouseReleaseEvent(event)
-        press, self._press = self._press, None
-        if press is None or event.button() != Qt.MouseButton.LeftButton:
-            return
-        if (event.position() - press).manhattanLength() > 4:
-            self.fitted = False
-            return  # a pan, not a click
-        box = self.node_at(event.position().toPoint())
-        if box is not None:
-            self.node_clicked.emit(box.view_node.id)
-
-    def viewportEvent(self, event) -> bool:
-        if event.type() == QEvent.Type.ToolTip:  # built on demand: thousands of nodes
-            box = self.node_at(event.pos())
-            if box is not None:
-                QToolTip.showText(event.globalPos(), tooltip(box.view_node), self.viewport())
-            else:
-                QToolTip.hideText()
-            return True
-        if event.type() == QEvent.Type.Leave:
-            self._hover(None)
-        return super().viewportEvent(event)
-
-    def contextMenuEvent(self, event) -> None:
-        box = self.node_at(event.pos())
-        if box is not None:
-            self.node_context.emit(box.view_node.id, event.globalPos())
-
-    def _hover(self, pos) -> None:
-        scene = self.scene()
-        if isinstance(scene, GraphScene):
-            box = None if pos is None else self.node_at(pos)
-            scene.hover(None if box is None else box.view_node.id)
-
-    def node_at(self, pos) -> NodeBox | None:
-        """The box under a viewport position, if any."""
-        scene = self.scene()
-        if not isinstance(scene, GraphScene):
-            return None
-        return scene.box_at(self.mapToScene(pos))

@@ -45,13 +45,33 @@ class LessonsTab(QWidget):
 
     def __init__(self, runs_dir: Path | None = None, parent=None) -> None:
         super().__init__(parent)
-        from memlens.core.options import PRESETS
-
         self.runs_dir = runs_dir
         self.settings: dict = {}  # overrides for every arm (tests use tiny sizes)
         self.steps: int | None = None  # None: the runner's default for quick or full
         self.session: LessonsSession | None = None
         self.report = None
+
+        self._make_controls()
+        split = self._make_table_and_chart()
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(4, 4, 4, 4)
+        for row in self._rows():
+            layout.addLayout(row)
+        # The progress bar on a row of its own keeps the tab narrow enough for the window's
+        # default and 1280x800 sizes beside the run panel and the pins.
+        layout.addWidget(self.progress_bar)
+        layout.addWidget(self.status)
+        layout.addWidget(split, 1)
+
+        self._timer = QTimer(self)
+        self._timer.setInterval(POLL_MS)
+        self._timer.timeout.connect(self._on_poll)
+        self.chart_key: tuple[str, str] | None = None  # (lesson, preset) on show
+        self._update_buttons()
+
+    # --- widgets ----------------------------------------------------------------------------
+    def _make_controls(self) -> None:
+        from memlens.core.options import PRESETS
 
         self.preset_box = QComboBox()
         self.preset_box.setObjectName("lessons_preset")
@@ -80,6 +100,7 @@ class LessonsTab(QWidget):
         self.status.setObjectName("lessons_status")
         self.status.setWordWrap(True)
 
+    def _rows(self) -> list[QHBoxLayout]:
         top = QHBoxLayout()
         top.addWidget(QLabel("Preset"))
         top.addWidget(self.preset_box)
@@ -90,7 +111,9 @@ class LessonsTab(QWidget):
         buttons.addWidget(self.stop_button)
         buttons.addWidget(self.export_button)
         buttons.addStretch(1)
+        return [top, buttons]
 
+    def _make_table_and_chart(self) -> QSplitter:
         self.table = QTableWidget(0, len(COLUMNS))
         self.table.setObjectName("lessons_table")
         self.table.setHorizontalHeaderLabels(list(COLUMNS))
@@ -115,22 +138,7 @@ class LessonsTab(QWidget):
         split.addWidget(chart_box)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
-
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(4, 4, 4, 4)
-        layout.addLayout(top)
-        layout.addLayout(buttons)
-        # The progress bar on a row of its own keeps the tab narrow enough for the window's
-        # default and 1280x800 sizes beside the run panel and the pins.
-        layout.addWidget(self.progress_bar)
-        layout.addWidget(self.status)
-        layout.addWidget(split, 1)
-
-        self._timer = QTimer(self)
-        self._timer.setInterval(POLL_MS)
-        self._timer.timeout.connect(self._on_poll)
-        self.chart_key: tuple[str, str] | None = None  # (lesson, preset) on show
-        self._update_buttons()
+        return split
 
     # --- running ----------------------------------------------------------------------------
     @property

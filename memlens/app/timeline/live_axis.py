@@ -166,28 +166,7 @@ class LiveAxis(pg.AxisItem):
         if style["tickFont"] is not None:
             p.setFont(style["tickFont"])
         bounds = self.mapRectFromParent(self.geometry())
-        side = self.orientation
-        vertical = side in ("left", "right")
-        if side == "left":
-            a, b = QPointF(bounds.right() - 1, bounds.top() - 1), QPointF(bounds.right() - 1,
-                                                                          bounds.bottom() + 1)
-            tick_start = tick_stop = bounds.right()
-            tick_dir = -1
-        elif side == "right":
-            a, b = QPointF(bounds.left() + 1, bounds.top() - 1), QPointF(bounds.left() + 1,
-                                                                         bounds.bottom() + 1)
-            tick_start = tick_stop = bounds.left()
-            tick_dir = 1
-        elif side == "top":
-            a, b = QPointF(bounds.left() - 1, bounds.bottom() - 1), QPointF(bounds.right() + 1,
-                                                                            bounds.bottom() - 1)
-            tick_start = tick_stop = bounds.bottom()
-            tick_dir = -1
-        else:
-            a, b = QPointF(bounds.left() - 1, bounds.top() + 1), QPointF(bounds.right() + 1,
-                                                                         bounds.top() + 1)
-            tick_start = tick_stop = bounds.top()
-            tick_dir = 1
+        a, b, tick_stop, tick_dir = self._axis_line(bounds)
         device = self.deviceTransform_()  # None until the axis is on screen
         if device is None:
             return None
@@ -196,8 +175,34 @@ class LiveAxis(pg.AxisItem):
         if length == 0:
             return None
         levels = self.tickValues(self.range[0], self.range[1], length)
+        tick_specs, positions = self._ticks(levels, bounds, tick_stop, tick_dir)
+        text_specs, last_across = self._labels(p, levels, positions, length, tick_stop)
+        self._updateMaxTextSize(last_across)
+        return (self.pen(), a, b), tick_specs, text_specs
 
-        # value -> position along the axis, in this item's coordinates
+    def _axis_line(self, bounds: QRectF) -> tuple[QPointF, QPointF, float, int]:
+        """The axis line's ends, the edge its ticks start from and the way they point."""
+        side = self.orientation
+        if side == "left":
+            x = bounds.right() - 1
+            return (QPointF(x, bounds.top() - 1), QPointF(x, bounds.bottom() + 1),
+                    bounds.right(), -1)
+        if side == "right":
+            x = bounds.left() + 1
+            return (QPointF(x, bounds.top() - 1), QPointF(x, bounds.bottom() + 1),
+                    bounds.left(), 1)
+        if side == "top":
+            y = bounds.bottom() - 1
+            return (QPointF(bounds.left() - 1, y), QPointF(bounds.right() + 1, y),
+                    bounds.bottom(), -1)
+        y = bounds.top() + 1
+        return (QPointF(bounds.left() - 1, y), QPointF(bounds.right() + 1, y),
+                bounds.top(), 1)
+
+    def _ticks(self, levels, bounds: QRectF, tick_stop: float, tick_dir: int):
+        """Each level's tick lines (pen, from, to) and each value's position along the axis
+        (None where it falls outside the range)."""
+        vertical = self.orientation in ("left", "right")
         r0, r1 = self.range
         span = r1 - r0
         if span == 0:
@@ -210,13 +215,12 @@ class LiveAxis(pg.AxisItem):
             offset = r0 * scale
         ends = (r0 * scale - offset, r1 * scale - offset)
         lo_px, hi_px = min(ends), max(ends)
-
         tick_specs = []
         positions: list[list[float | None]] = []
         base_pen = self.tickPen()
         solid = base_pen.brush().style() == Qt.BrushStyle.SolidPattern
         for i, (_spacing, values) in enumerate(levels):
-            tick_length = style["tickLength"] / (i * 0.5 + 1.0)
+            tick_length = self.style["tickLength"] / (i * 0.5 + 1.0)
             pen = base_pen
             if solid:
                 pen = QPen(base_pen)
@@ -232,14 +236,18 @@ class LiveAxis(pg.AxisItem):
                     continue
                 at.append(x)
                 if vertical:
-                    tick_specs.append((pen, QPointF(tick_start, x), QPointF(end, x)))
+                    tick_specs.append((pen, QPointF(tick_stop, x), QPointF(end, x)))
                 else:
-                    tick_specs.append((pen, QPointF(x, tick_start), QPointF(x, end)))
+                    tick_specs.append((pen, QPointF(x, tick_stop), QPointF(x, end)))
             positions.append(at)
-        axis_spec = (self.pen(), a, b)
+        return tick_specs, positions
 
-        text_offset = style["tickTextOffset"][1 if not vertical else 0]
-        gap = max(0, style["tickLength"]) + text_offset
+    def _labels(self, p, levels, positions, length: float, tick_stop: float):
+        """The tick labels that fit (rect, flags, text), level by level while the axis has
+        room, and the largest extent across the axis of the levels shown."""
+        style, side = self.style, self.orientation
+        vertical = side in ("left", "right")
+        gap = max(0, style["tickLength"]) + style["tickTextOffset"][1 if not vertical else 0]
         flags = _ALIGN[side] | Qt.TextFlag.TextDontClip
         box = self.boundingRect()
         font_key = p.font().key()
@@ -270,17 +278,20 @@ class LiveAxis(pg.AxisItem):
             for s, x, size in zip(strings, positions[i], sizes, strict=False):
                 if size is None:
                     continue
-                w, h = size
-                if side == "left":
-                    rect = QRectF(tick_stop - gap - w, x - h / 2, w, h)
-                elif side == "right":
-                    rect = QRectF(tick_stop + gap, x - h / 2, w, h)
-                elif side == "top":
-                    rect = QRectF(x - w / 2, tick_stop - gap - h, w, h)
-                else:
-                    rect = QRectF(x - w / 2, tick_stop + gap, w, h)
+                rect = _label_rect(side, tick_stop, gap, x, *size)
                 if box & rect != rect:  # as pyqtgraph: a label must fit the axis
                     continue
                 text_specs.append((rect, flags, s))
-        self._updateMaxTextSize(last_across)
-        return axis_spec, tick_specs, text_specs
+        return text_specs, last_across
+
+
+def _label_rect(side: str, tick_stop: float, gap: float, x: float, w: float, h: float
+                ) -> QRectF:
+    """Where a tick label of size (w, h) at position x goes, beside the axis."""
+    if side == "left":
+        return QRectF(tick_stop - gap - w, x - h / 2, w, h)
+    if side == "right":
+        return QRectF(tick_stop + gap, x - h / 2, w, h)
+    if side == "top":
+        return QRectF(x - w / 2, tick_stop - gap - h, w, h)
+    return QRectF(x - w / 2, tick_stop + gap, w, h)

@@ -107,12 +107,12 @@ class MainWindow(QMainWindow):
         self._connect()
         self.set_state(WindowState.IDLE)
 
-        self._timer = QTimer(self)
-        self._timer.setObjectName("refresh_timer")
-        self._timer.setInterval(FRAME_MS)
+        self.refresh_timer = QTimer(self)
+        self.refresh_timer.setObjectName("refresh_timer")
+        self.refresh_timer.setInterval(FRAME_MS)
         self.pacer = FramePacer(base_ms=FRAME_MS)
-        self._timer.timeout.connect(self._on_frame)
-        self._timer.start()
+        self.refresh_timer.timeout.connect(self._on_frame)
+        self.refresh_timer.start()
 
     def _connect(self) -> None:
         self.run_panel.start_clicked.connect(self.start_run)
@@ -272,7 +272,7 @@ class MainWindow(QMainWindow):
             del self.frame_ms[:2048]
         interval = self.pacer.tick()
         if interval is not None:
-            self._timer.setInterval(interval)
+            self.refresh_timer.setInterval(interval)
 
     def refresh_now(self) -> None:
         """Draw what is new and refresh every text now, not at the next timer tick."""
@@ -491,7 +491,7 @@ class MainWindow(QMainWindow):
                             "ends; close again to quit now")
             return
         self.lessons_tab.shutdown(timeout_ms=3000)
-        self._timer.stop()
+        self.refresh_timer.stop()
         self.conventions.save()
         super().closeEvent(event)
 

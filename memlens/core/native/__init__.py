@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -38,11 +39,26 @@ def cache_dir() -> Path:
     return Path(root) / "native"
 
 
+def _cxx_standard(torch) -> str:
+    """The C++ standard torch's own cpp_extension builds extensions with: C++20 from 2.12
+    (2.14's headers need it: `requires` clauses in ATen/core/TensorBase.h, which C++17
+    reads as `at::symint::sizes<T>: expected primary-expression`), C++17 before (2.11's
+    cpp_extension; older headers were never meant for C++20)."""
+    m = re.match(r"(\d+)\.(\d+)", torch.__version__)
+    return "c++20" if m is None or (int(m[1]), int(m[2])) >= (2, 12) else "c++17"
+
+
+def _flags(torch) -> list[str]:
+    return ["-O3", "-shared", "-fPIC", f"-std={_cxx_standard(torch)}", "-fvisibility=hidden",
+            f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}"]
+
+
 def _build_key(torch) -> str:
     h = hashlib.sha256(SOURCE.read_bytes())
     for part in PARTS:
         h.update(SOURCE.with_name(part).read_bytes())
-    h.update(f"{torch.__version__}|{sys.version}|{torch.__file__}".encode())
+    h.update(f"{torch.__version__}|{sys.version}|{torch.__file__}|"
+             f"{' '.join(_flags(torch))}".encode())
     return h.hexdigest()[:16]
 
 
@@ -56,8 +72,7 @@ def _compile(torch, out: Path) -> None:
     if not Path(py_include, "Python.h").exists():
         raise RuntimeError(f"no Python headers in {py_include} (install python3-dev)")
     libs = library_paths()
-    cmd = [cxx, "-O3", "-shared", "-fPIC", "-std=c++17", "-fvisibility=hidden",
-           f"-D_GLIBCXX_USE_CXX11_ABI={int(torch._C._GLIBCXX_USE_CXX11_ABI)}",
+    cmd = [cxx, *_flags(torch),
            *(f"-I{p}" for p in include_paths()), f"-I{py_include}",
            str(SOURCE), "-o", str(out),
            *(f"-L{p}" for p in libs), *(f"-Wl,-rpath,{p}" for p in libs),

@@ -329,7 +329,10 @@ def test_saved_tensor_holders_let_go_of_every_tensor_after_backward_or_a_dropped
     before = tensors()
     for _ in range(20):
         step()
-    assert tensors() == before
+    # Every tensor in the process is counted, so one that something else lets go of during
+    # the 20 steps (an earlier test's leftovers) makes it one fewer: seen once in a whole
+    # tests/core run on torch 2.8.0, 1801 -> 1800, not alone. A leak makes it more.
+    assert tensors() <= before
     assert tracker.live_bytes == 0
     with tracker.hooks():
         result = p.forward_train(cfg.techniques)

@@ -163,14 +163,6 @@ def machine() -> dict[str, str]:
                 f"{x:.2f}" for x in os.getloadavg()) if hasattr(os, "getloadavg") else ""}
 
 
-class Stopwatch:
-    def __init__(self) -> None:
-        self.t0 = time.perf_counter()
-
-    @property
-    def s(self) -> float:
-        return time.perf_counter() - self.t0
-
 
 class SlotErrors:
     """Collects exceptions that Qt reports through sys.excepthook (an exception in a slot

@@ -179,10 +179,6 @@ def toggle_effect(history, event: RunEvent, window: int = WINDOW_STEPS) -> Toggl
     )
 
 
-def toggle_effects(history, window: int = WINDOW_STEPS) -> list[ToggleEffect]:
-    """The effect of every toggle in the history, in order."""
-    return [toggle_effect(history, e, window) for e in history.events() if e.kind == "toggle"]
-
 
 def events_with_effects(history, window: int = WINDOW_STEPS) -> list[dict[str, Any]]:
     """The history's events as run.json lists them: each toggle with its `effect`."""

@@ -222,15 +222,15 @@ class ColumnTable:
     """Append-only float64 table. One writer thread, any number of readers.
 
     Rows live in fixed blocks of BLOCK_ROWS: growing adds a block and never copies the rows
-    already stored (a doubling array copied 109 MB under the lock at a million samples, and
-    held 1.5x the table meanwhile), and the last block is the only slack. A row, once
+    already stored (a doubling array copied the whole table under the lock, and held half as
+    much again meanwhile), and the last block is the only slack. A row, once
     stored, never moves or changes, so readers copy it out after letting go of the lock.
 
     `append` only queues the writer's item: the training thread calls it five times a step
-    between kernels, where writing a tuple into a numpy row cost ~20 us (cold caches) and a
-    lock more. Items become rows in batches, converted by `convert`, when FLUSH_ROWS are
-    waiting or a reader looks (`len()`, `rows()`, `column()`, ...), whichever is first: a
-    reader always sees every row appended before it looked.
+    between kernels, where writing a tuple into a numpy row costs tens of microseconds (cold
+    caches) and a lock more. Items become rows in batches, converted by `convert`, when
+    FLUSH_ROWS are waiting or a reader looks (`len()`, `rows()`, `column()`, ...), whichever
+    is first: a reader always sees every row appended before it looked.
 
     A live reader (the GUI at 30 Hz, `live=True`) takes a fresh queue as not there yet: a
     fast writer converts its own batch within milliseconds, and converting it on the GUI
@@ -447,7 +447,7 @@ class RunHistory:
             self._events.append(e)
 
     def on_graph(self, snapshot) -> None:
-        # Keep the newest captures only: a 2,000-node snapshot is ~1 MB, and capture_every=1
+        # Keep the newest captures only: a large snapshot is a megabyte, and capture_every=1
         # over a long run must not grow without bound. The run files keep every summary.
         self.graphs.append(snapshot)
         self.graphs_seen += 1

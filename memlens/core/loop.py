@@ -23,14 +23,14 @@ __all__ = ["TrainingSession", "resolve_device", "run_training"]
 
 def _announce_native_build(config: RunConfig, sink: Any) -> None:
     """A precise CPU run on a machine where the set-up did not build the native recorder
-    compiles it first (under a minute, once): say so, as the run's first event."""
+    compiles it first (once per torch, a minute or so): say so, as the run's first event."""
     from memlens.core.native import needs_build
 
     if config.precise and resolve_device(config.device).type == "cpu" and needs_build():
         sink.on_event(RunEvent(
             0, 0.0, "setup", key=NATIVE_BUILD_EVENT,
             message="building precise mode's allocation recorder for this torch "
-                    "(once, under a minute)",
+                    "(once per torch; half a minute to a few minutes)",
             explanation="memlens compiles its C++ helpers the first time they are needed "
                         "(./dev does it at set-up). The run starts when the build is done; "
                         "without a compiler it runs on the slower Python tracker.",

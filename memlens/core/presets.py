@@ -73,8 +73,6 @@ class Preset:
         # every phase edge and need not ask for it again.
         self._data = self.data_tensors()
 
-    def _randn(self, *shape: int) -> Tensor:
-        return torch.randn(*shape, generator=self.gen).to(self.device)
 
     def named_parameters(self) -> dict[str, Tensor]:
         if len(self.models) == 1:

@@ -54,8 +54,8 @@ CATEGORY_HELP: dict[str, str] = {
 class MemorySample:
     """Memory at one phase boundary. Category figures are tensor bytes, each storage once.
 
-    Read-only by convention: not frozen, because a frozen dataclass takes ~9x longer to make
-    and the training thread makes four or five of these a step.
+    Read-only by convention: not frozen, because a frozen dataclass is several times slower
+    to make and the training thread makes four or five of these a step.
     """
 
     step: int
@@ -196,11 +196,6 @@ class AllocBlock:
         frames = self.frames
         column = self.table[:, ALLOC_FRAME_COLUMN].astype(int).tolist()
         return ["" if i < 0 else frames[i] for i in column]
-
-    def tuples(self) -> list[tuple]:
-        """The rows as the Python tracker gives them: ints, the frames text last."""
-        ints = self.table[:, :ALLOC_FRAME_COLUMN].astype("int64").tolist()
-        return [(*r, f) for r, f in zip(ints, self.frame_texts(), strict=True)]
 
 
 def edge_samples(step: int, params: int, buffers: int, rows: list[tuple]) -> list[MemorySample]:

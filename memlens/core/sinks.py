@@ -6,18 +6,10 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 from memlens.core.records import MemorySample, RunEvent, StepRecord
 
-
-class RunSink(Protocol):
-    def on_start(self, meta: dict) -> None: ...
-    def on_sample(self, sample: MemorySample) -> None: ...
-    def on_step(self, record: StepRecord) -> None: ...
-    def on_event(self, event: RunEvent) -> None: ...
-    def on_graph(self, snapshot: Any) -> None: ...
-    def on_finish(self, summary: dict) -> None: ...
     # Optional: on_allocations(rows) (precise mode), on_cuda_snapshot(recorder) (CUDA).
 
 

@@ -77,13 +77,6 @@ LIGHTNING = ("lightning",)
 # Known defects (tests/zoo/FINDINGS.md)
 VIEW_OF_DATA = ("a saved batch that is a view of a dataset tensor the script holds counts the "
                 "dataset's whole storage as activations (slice_batches: 335872 vs 10752)")
-CLOSURE_NORM = ("under optimizer.step(closure) grad_norm is read before the closure makes the "
-                "gradients: the step before's norm (step 0: none), or with accumulation the "
-                "first 3 of 4 micro-batches' (0.19008 vs 0.221232)")
-RECOMPUTE_ROWS = ("checkpoint's recomputation inside backward is recorded as 4 more root "
-                  "forwards a step (5 forward rows, 1 forward of the loop)")
-RECOMPUTE_KEEPS = ("the watch keeps the loss graph alive into the next step (plain torch frees "
-                   "it): a graph kept across steps reported on clean code")
 CRASH_ROW = ("the step cut short by the crash is a steps.csv row (optimizer_stepped 0) and "
              "counts in steps_done: 2 rows, 1 optimizer step")
 HF = ("transformers", "accelerate")
@@ -103,18 +96,16 @@ CASES = [
     case("siamese_network", "siamese_network.py", ["--epochs", "2"], steps=8),
     case("time_sequence_prediction", "time_sequence_prediction.py", ["--steps", "3"], steps=3,
          xfail={"bytes": "LBFGS state kept in lists (old_dirs, old_stps) is not counted: "
-                "118680 vs 593432 after step 0",
-                "grad_norm": CLOSURE_NORM}),
+                "118680 vs 593432 after step 0"}),
     case("actor_critic", "actor_critic.py", ["--episodes", "6"], steps=6),
     case("super_resolution", "super_resolution.py", ["--epochs", "2"], steps=6),
     case("imagenet_resnet", "imagenet_resnet.py", ["--epochs", "2"], steps=8),
     # frameworks
-    case("lightning_fp32", "lightning_module.py", ["--epochs", "2"], steps=32, needs=LIGHTNING,
-         xfail={"grad_norm": CLOSURE_NORM}),
+    case("lightning_fp32", "lightning_module.py", ["--epochs", "2"], steps=32, needs=LIGHTNING),
     case("lightning_bf16", "lightning_module.py", ["--epochs", "2", "--precision", "bf16-mixed"],
-         steps=32, needs=LIGHTNING, xfail={"grad_norm": CLOSURE_NORM}),
+         steps=32, needs=LIGHTNING),
     case("lightning_accum4", "lightning_module.py", ["--epochs", "2", "--accumulate", "4"],
-         steps=8, needs=LIGHTNING, xfail={"grad_norm": CLOSURE_NORM}),
+         steps=8, needs=LIGHTNING),
     case("hf_trainer", "hf_trainer.py", ["--epochs", "2"], steps=32, needs=HF),
     case("hf_trainer_accum4", "hf_trainer.py", ["--epochs", "2", "--accum", "4"], steps=8,
          needs=HF),
@@ -124,10 +115,8 @@ CASES = [
          xfail={"activations": VIEW_OF_DATA}),  # the loop feeds X[step]
     case("compile_inductor", "compiled.py", ["--steps", "8"], steps=8, slow=True,
          xfail={"activations": VIEW_OF_DATA}),
-    case("checkpoint", "checkpointing.py", ["--steps", "6"], steps=6,
-         xfail={"activations": RECOMPUTE_ROWS, "diagnoses": RECOMPUTE_KEEPS}),
-    case("checkpoint_reentrant", "checkpointing.py", ["--steps", "6", "--reentrant"], steps=6,
-         xfail={"activations": RECOMPUTE_ROWS, "diagnoses": RECOMPUTE_KEEPS}),
+    case("checkpoint", "checkpointing.py", ["--steps", "6"], steps=6),
+    case("checkpoint_reentrant", "checkpointing.py", ["--steps", "6", "--reentrant"], steps=6),
     case("slice_batches", "slice_batches.py", ["--epochs", "2"], steps=8,
          xfail={"activations": VIEW_OF_DATA}),
     case("manual_grads", "manual_grads.py", ["--steps", "6"], steps=6),

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from PySide6.QtCore import (
     QPointF,
+    QSignalBlocker,
     Qt,
     QThreadPool,
     QTimer,
@@ -30,7 +31,6 @@ from memlens.app.graph.workers import (
     LayoutSignals,
     LayoutTask,
 )
-from memlens.app.signals import signals_blocked
 from memlens.core.graph.groups import ViewGraph, default_grouped, group_title, module_of
 from memlens.core.graph.layout import (
     DOT_MAX_NODES,
@@ -39,7 +39,7 @@ from memlens.core.graph.layout import (
 from memlens.core.graph.snapshot import GraphSnapshot
 from memlens.core.units import format_bytes, format_ms
 
-MAX_CAPTURES = 20  # kept for the capture list (a 2,000-node one is about 1 MB)
+MAX_CAPTURES = 20  # kept for the capture list (each keeps its whole graph's nodes)
 DOT_ALWAYS_TRY = 60  # auto always lets dot try graphs this small
 
 
@@ -64,7 +64,6 @@ class GraphPanel(QWidget):
         self.graph_layout: Layout | None = None
         self.expanded: set[str] = set()
         self.selected: str | None = None
-        self.last_layout_s = 0.0  # request -> on screen, for the header and tests
         self._generation = 0
         self._wanted: GraphSnapshot | None = None  # the newest one asked for
         self._running = False  # a layout job is in flight
@@ -97,17 +96,17 @@ class GraphPanel(QWidget):
         self.trend.add(snapshot.step, snapshot.node_count, snapshot.kind)
         self.captures.append(snapshot)
         del self.captures[:-MAX_CAPTURES]
-        with signals_blocked(self.capture_list):
+        with QSignalBlocker(self.capture_list):
             self.capture_list.insertItem(0, _capture_text(snapshot))
             while self.capture_list.count() > MAX_CAPTURES:
                 self.capture_list.removeItem(self.capture_list.count() - 1)
         wanted = self._wanted
         if (snapshot.kind == "eval" and wanted is not None and wanted.kind == "train"
                 and wanted.step == snapshot.step and wanted in self.captures):
-            with signals_blocked(self.capture_list):
+            with QSignalBlocker(self.capture_list):
                 self.capture_list.setCurrentIndex(self.captures[::-1].index(wanted))
             return
-        with signals_blocked(self.capture_list):
+        with QSignalBlocker(self.capture_list):
             self.capture_list.setCurrentIndex(0)
         self._display(snapshot)
 
@@ -125,7 +124,7 @@ class GraphPanel(QWidget):
         self.expanded, self.selected = set(), None
         self.captures.clear()
         self.trend.clear()
-        with signals_blocked(self.capture_list):
+        with QSignalBlocker(self.capture_list):
             self.capture_list.clear()
         for b in self.export_buttons.values():
             b.setEnabled(False)
@@ -144,7 +143,7 @@ class GraphPanel(QWidget):
         self.selected = None
         for b in self.export_buttons.values():
             b.setEnabled(True)
-        with signals_blocked(self.grouped):
+        with QSignalBlocker(self.grouped):
             self.grouped.setChecked(default_grouped(snapshot))
         if snapshot.is_empty:
             self._cancel_layout()
@@ -218,7 +217,6 @@ class GraphPanel(QWidget):
                 if v.kind == "output" and v.id in layout.positions:
                     focus = QPointF(*layout.positions[v.id])
             self.graph_view.show_readable(focus)
-        self.last_layout_s = time.perf_counter() - self._requested_at
         if self.selected in self.scene.boxes:
             self.select_node(self.selected)
         self._on_search_changed(self.search.text())
@@ -274,7 +272,7 @@ class GraphPanel(QWidget):
 
     def set_capture_every(self, value: int) -> None:
         """Show the run's setting without echoing it back as a change."""
-        with signals_blocked(self.every):
+        with QSignalBlocker(self.every):
             self.every.setValue(value)
 
     @Slot(bool)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, Qt, QTimer, Signal
+from PySide6.QtCore import QByteArray, QSignalBlocker, Qt, QTimer, Signal
 from PySide6.QtGui import QColor
 from PySide6.QtSvgWidgets import QSvgWidget
 from PySide6.QtWidgets import (
@@ -31,7 +31,6 @@ from PySide6.QtWidgets import (
 )
 
 from memlens.app.lessons.session import LessonsSession
-from memlens.app.signals import signals_blocked
 
 COLUMNS = ("preset", "lesson", "metric", "off", "on", "change", "verdict", "claim")
 VERDICT_COLORS = {"confirmed": "#2a8a3e", "larger": "#2a8a3e", "smaller": "#8a6d00",
@@ -178,7 +177,7 @@ class LessonsTab(QWidget):
         box = self.preset_box
         index = self._model_file_index()
         was_chosen = index >= 0 and box.currentIndex() == index
-        with signals_blocked(box):
+        with QSignalBlocker(box):
             if index >= 0:
                 box.removeItem(index)
             box.insertItem(box.count(), Path(path).name, path)
@@ -232,7 +231,7 @@ class LessonsTab(QWidget):
         from memlens.core.lessons.report import change_text
 
         self.report = report
-        with signals_blocked(self.table):
+        with QSignalBlocker(self.table):
             self.table.setRowCount(len(report.rows))
             for i, r in enumerate(report.rows):
                 growth = "growth" in r.metric

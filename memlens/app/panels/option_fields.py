@@ -8,10 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import QCheckBox, QComboBox, QLabel, QLineEdit, QSpinBox, QWidget
 
-from memlens.app.signals import signals_blocked
 from memlens.core.options import ConfigError, Option
 
 # objectNames scripts and tests rely on, where the short name differs from the key.
@@ -109,7 +108,7 @@ class OptionField(QObject):
     def set_value(self, value: Any) -> None:
         """Show a value without reporting it back as a user change."""
         w = self.widget
-        with signals_blocked(w):
+        with QSignalBlocker(w):
             if isinstance(w, QComboBox):
                 w.setCurrentText(str(value))
             elif isinstance(w, QCheckBox):

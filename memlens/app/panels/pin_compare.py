@@ -3,6 +3,7 @@ and peak, and the change), from memlens.core.compare."""
 
 from __future__ import annotations
 
+from PySide6.QtCore import QSignalBlocker
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QComboBox,
@@ -14,7 +15,6 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from memlens.app.signals import signals_blocked
 from memlens.core.units import format_bytes
 
 # The changes first: the dock is narrow, and they are what a user reads.
@@ -53,7 +53,7 @@ class PinCompare(QWidget):
     def set_runs(self, pins: list, current) -> None:
         chosen = self._chosen_id()
         self.pins, self.current = list(pins), current
-        with signals_blocked(self.pin_box):
+        with QSignalBlocker(self.pin_box):
             self.pin_box.clear()
             for pin in self.pins:
                 self.pin_box.addItem(f"{pin.label}: {pin.name}", pin.pin_id)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QPixmap
 from PySide6.QtWidgets import (
     QHBoxLayout,
@@ -14,7 +14,6 @@ from PySide6.QtWidgets import (
 )
 
 from memlens.app.series.pins import PinnedRun
-from memlens.app.signals import signals_blocked
 
 PIN_ROLE = Qt.UserRole
 
@@ -63,7 +62,7 @@ class PinsPanel(QWidget):
 
     def set_pins(self, pins: list[PinnedRun]) -> None:
         """Show the window's pin list (the model); writes back without echoing signals."""
-        with signals_blocked(self.list):
+        with QSignalBlocker(self.list):
             self._fill(pins)
         self._update_buttons()
 

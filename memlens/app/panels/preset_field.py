@@ -10,12 +10,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Qt, Signal
+from PySide6.QtCore import QSignalBlocker, Qt, Signal
 from PySide6.QtWidgets import QComboBox, QFileDialog, QWidget
 
 from memlens.app.panels.option_fields import OptionField
 from memlens.app.recent_model_files import RecentModelFiles
-from memlens.app.signals import signals_blocked
 from memlens.core.options import PRESETS, Option, is_model_file
 
 CHOOSE_TEXT = "Model file…"
@@ -44,7 +43,7 @@ class PresetField(OptionField):
 
     def _fill(self, files: list[str]) -> None:
         w = self._combo
-        with signals_blocked(w):
+        with QSignalBlocker(w):
             w.clear()
             for name in PRESETS:
                 w.addItem(name, name)
@@ -72,10 +71,10 @@ class PresetField(OptionField):
         text = str(value)
         index = w.findData(text)
         if index < 0 and is_model_file(text):
-            with signals_blocked(w):
+            with QSignalBlocker(w):
                 index = self._add_file_item(text)
         if index >= 0:
-            with signals_blocked(w):
+            with QSignalBlocker(w):
                 w.setCurrentIndex(index)
             self._previous = index
 
@@ -98,7 +97,7 @@ class PresetField(OptionField):
         path, _ = QFileDialog.getOpenFileName(w.window(), "Open a model file", folder,
                                               "Python model files (*.py)")
         if not path:
-            with signals_blocked(w):
+            with QSignalBlocker(w):
                 w.setCurrentIndex(self._previous)
             return None
         path = str(Path(path).resolve())

@@ -343,32 +343,14 @@ class RunSeries:
     def total(self) -> np.ndarray:
         return self.memory_layers[-1]
 
-    @property
-    def allocator_rows(self) -> np.ndarray:
-        """CUDA allocated and reserved bytes, shape (2, samples); NaN on CPU."""
-        rows = self.history.samples.rows(0, self.sample_count)
-        return self._allocator(rows).astype(np.float32)
 
-    @property
-    def step_x(self) -> np.ndarray:
-        return self.history.steps.column("step", 0, self.step_count)
 
-    @property
-    def time_layers(self) -> np.ndarray:
-        """Cumulative phase milliseconds, shape (phases, steps)."""
-        return self.steps.rows("phases", 0, self.step_count)[1]
 
     @property
     def loss_rows(self) -> np.ndarray:
         """Loss and grad norm, shape (2, steps); NaN where not finite."""
         return self.steps.rows("lines", 0, self.step_count)[1][:2]
 
-    def step_column(self, name: str, i0: int = 0, i1: int | None = None) -> np.ndarray:
-        """One column of the steps table, rows [i0, i1), NaN where not finite."""
-        i1 = self.step_count if i1 is None else min(i1, self.step_count)
-        values = self.history.steps.column(name, i0, i1).astype(np.float32)
-        values[~np.isfinite(values)] = np.nan
-        return values
 
     @property
     def nbytes(self) -> int:

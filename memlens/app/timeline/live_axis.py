@@ -11,8 +11,9 @@ its bounding rect runs 15 px past its ends): every move of the step axis repaint
 axes, and the loss plot's right axis at every frame of a live run, each time playing back
 its texts. Here the texts are a picture of their own, played only where they are exposed.
 
-Laying the ticks out again (`generateDrawSpecs`) cost about 1 ms of a move of the step axis,
-most of it measuring every label's text and making points in Python. Here a label's size is
+Laying the ticks out again (`generateDrawSpecs`) was most of a move of the step axis
+(docs/performance-notes.md), most of it measuring every label's text and making points in
+Python. Here a label's size is
 measured once per font and kept (the texts are round numbers that come back move after
 move), and the draw specs are made straight from those sizes; they are the specs pyqtgraph
 makes, for the styles the plots use (anything else takes pyqtgraph's path). Tick values are

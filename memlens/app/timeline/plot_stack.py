@@ -6,7 +6,7 @@ import math
 import time
 
 import pyqtgraph as pg
-from PySide6.QtCore import QPointF, Signal
+from PySide6.QtCore import QPointF, QSignalBlocker, Signal
 from PySide6.QtWidgets import (
     QGraphicsView,
     QHBoxLayout,
@@ -18,7 +18,6 @@ from PySide6.QtWidgets import (
 )
 
 from memlens.app.series.run_series import RunSeries
-from memlens.app.signals import signals_blocked
 from memlens.app.timeline.live_plot import LivePlot
 from memlens.app.timeline.loss_plot import LossPlot
 from memlens.app.timeline.memory_plot import MemoryPlot
@@ -79,7 +78,6 @@ class PlotStack(QWidget):
         self._dirty = True
         self._legend_dirty = True
         self._legend_queue: list[tuple[LivePlot, str]] = []  # see refresh_legends
-        self._drawn_range: tuple[float, float] | None = None
         self._stale: set[int] = set()  # plots whose data is older than the run's (by index)
         self._next = 0  # the plot whose turn it is when drawing one a frame
         self.draw_ms = 0.0  # what drawing every plot costs (running average)
@@ -165,7 +163,7 @@ class PlotStack(QWidget):
         self.follow = on
         self.follow_window = window if on else None
         if self.follow_button.isChecked() != on:
-            with signals_blocked(self.follow_button):
+            with QSignalBlocker(self.follow_button):
                 self.follow_button.setChecked(on)
         self._dirty = True
         self.follow_changed.emit(on)
@@ -287,7 +285,6 @@ class PlotStack(QWidget):
         whole = (time.perf_counter() - t0) * 1e3 * n / len(chosen)
         self.draw_ms = whole if not self.draw_ms else 0.8 * self.draw_ms + 0.2 * whole
         self._dirty = False
-        self._drawn_range = (x0, x1)
         if not self._stale:
             self._release_paints()  # nothing left to draw: none may stay held
         return True

@@ -1,11 +1,10 @@
 """Stacked areas as one graphics item: closed polygons per layer, built once per setData.
 
-Five PlotCurveItems with fillLevel cost about 15 ms a frame here, mostly pyqtgraph cutting
-each fill into chunks in Python at every paint; polygons made with numpy paint the same
-picture for a fraction of that. Each layer is cut into polygons of CHUNK points (as
-pyqtgraph's own fills are): Qt's raster engine fills one long polygon or path many times
-slower than the same edges in short pieces (measured here at 1,400 points a layer: 18 ms
-against 4 for a smooth run, 450 ms against 16 for the per-phase sawtooth of a zoomed one).
+Five PlotCurveItems with fillLevel spend most of a frame in pyqtgraph cutting each fill
+into chunks in Python at every paint; polygons made with numpy paint the same picture for a
+fraction of that. Each layer is cut into polygons of CHUNK points (as pyqtgraph's own fills
+are): Qt's raster engine fills one long polygon or path many times slower than the same
+edges in short pieces (the figures: docs/performance-notes.md).
 A live run only appends: pieces whose points did not change are kept, and only the strip
 from the first change on is repainted (memlens.app.timeline.edge_repaint).
 """

@@ -5,8 +5,8 @@
 "all" means every format this run can give: a run recorded without precise mode has no
 allocation events, so it gets no snapshot (`unavailable(history)` says why). Asking for a
 snapshot by name from such a run raises SnapshotUnavailable before anything is written.
-"allocations" (allocations.csv: precise mode's events as text, ~200 bytes an event where the
-run folder's allocations.npy takes 43) is written only when named; "all" leaves it out.
+"allocations" (allocations.csv: precise mode's events as text, four times the run folder's
+allocations.npy) is written only when named; "all" leaves it out.
 Every file is written atomically (memlens.core.runfolder.atomic): a failure leaves no
 partial file behind.
 """

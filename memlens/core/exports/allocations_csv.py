@@ -1,11 +1,11 @@
 """allocations.csv: precise mode's storage events as text, written only when asked for.
 
-The run folder keeps the events as allocations.npy (memlens.core.allocations_file); this is the
-same table for spreadsheets and scripts that want text, one row per alloc or free with
-names instead of codes: t_us, action, storage, addr, bytes, category, step, phase, frames.
-It is big (about 200 bytes an event: 2.2 GB for a 100,000-step precise run), so the rows
-are formatted by numpy (memlens.core.exports._text), not one by one: the bytes are those Python's
-csv module writes, at a tenth of the time.
+The run folder keeps the events as allocations.npy (memlens.core.runfolder.allocations);
+this is the same table for spreadsheets and scripts that want text, one row per alloc or
+free with names instead of codes: t_us, action, storage, addr, bytes, category, step,
+phase, frames. It is big (four times allocations.npy), so the rows are formatted by numpy
+(memlens.core.exports._text), not one by one: the bytes are those Python's csv module
+writes, at a tenth of the time.
 """
 
 from __future__ import annotations

@@ -151,12 +151,6 @@ def _category_totals(ev: AllocationEvents, rows: np.ndarray) -> list[np.ndarray]
     return [totals[:, c].copy() for c in range(ncat)]
 
 
-def timeline_arrays(history: RunHistory, events: AllocationEvents | None = None,
-                    max_rows: int | None = DEFAULT_MAX_ROWS) -> tuple[np.ndarray, np.ndarray]:
-    """(times_us, sizes) exactly as the JSON file holds them."""
-    rows = timeline_rows(history, events, max_rows)
-    return rows.times, rows.sizes
-
 
 def write_memory_timeline(history: RunHistory, path: str | Path,
                           events: AllocationEvents | None = None,

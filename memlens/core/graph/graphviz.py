@@ -150,10 +150,6 @@ class DotLayoutJob:
         self.job.kill()
 
 
-def dot_layout(request: LayoutRequest, dot: str, *, timeout: float) -> Layout:
-    """Lay out with Graphviz dot: our node sizes go in, positions and splines come back."""
-    return DotLayoutJob(request, dot).result(timeout)
-
 
 def _parse_plain(
     text: str, request: LayoutRequest, edges: list[tuple[str, str, str]],

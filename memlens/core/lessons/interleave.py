@@ -21,7 +21,6 @@ class Turns:
         self._pos = 0
         self._finished: set[int] = set()
         self._stopped = False
-        self.blocks_run = 0  # blocks handed on so far (tests check the alternation)
         self.order: list[int] = []  # arm of each block, in the order they ran
 
     @property
@@ -36,7 +35,6 @@ class Turns:
     def block_done(self, arm: int) -> None:
         with self._cond:
             self.order.append(arm)
-            self.blocks_run += 1
             self._advance()
 
     def finish(self, arm: int) -> None:

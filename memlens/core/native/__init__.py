@@ -199,7 +199,7 @@ def load(build: bool = True):
             _tried = True
             if not target.exists():
                 print("memlens: building the native helpers for this torch "
-                      "(once, under a minute)...",
+                      "(once per torch; half a minute to a few minutes)...",
                       file=sys.stderr, flush=True)
                 folder.mkdir(parents=True, exist_ok=True)
                 with tempfile.TemporaryDirectory(dir=folder) as tmp:

@@ -174,7 +174,7 @@ RECORDER_DIR = __file__.rsplit("/", 1)[0]
 _INTERNAL_FILE: dict[str, bool] = {}  # file -> whether its frames are torch's or memlens' own
 STACK_FRAMES = 6
 
-try:  # torch's own C++ stack capture, as its CUDA memory history uses: ~1 us a call
+try:  # torch's own C++ stack capture, as its CUDA memory history uses: cheap, in C++
     from torch._C._profiler import gather_traceback, symbolize_tracebacks
 except ImportError:  # pragma: no cover - older or trimmed builds
     gather_traceback = symbolize_tracebacks = None

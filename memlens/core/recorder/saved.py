@@ -74,7 +74,6 @@ class SavedTensorTracker:
         self._step_keys: set = set()
         self.step_saved_bytes = 0  # bytes first saved by this step (as of the last measure)
         self._live = _LiveKeys({}, self._retained)
-        self._measures = 0  # measure() calls: a checkpoint is good until the next one
 
     def set_params(self, keys, ptrs) -> None:
         """The parameters' storage keys and data pointers: a saved tensor in one of their
@@ -84,16 +83,7 @@ class SavedTensorTracker:
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
-    def checkpoint(self) -> tuple[int, int]:
-        """A place in the list of holders packed since the last measure (saved_since)."""
-        return self._measures, len(self._fresh)
 
-    def saved_since(self, mark: tuple[int, int]) -> list:
-        """Weak references to the holders packed since `mark` (none if a measure came in
-        between); after the next measure a live holder's `key` and `nbytes` are set (None
-        for a parameter)."""
-        measures, n = mark
-        return self._fresh[n:] if measures == self._measures else []
 
     def new_step(self) -> None:
         self.end_step()
@@ -104,7 +94,6 @@ class SavedTensorTracker:
         """Bytes saved for backward and still held by autograd now, each storage once, and
         their keys. Holders packed since the last measure get their storage key and size
         here, in one loop, rather than one by one inside autograd's save path."""
-        self._measures += 1
         fresh: dict = {}
         alive = []
         retained, param_keys, step_keys = self._retained, self.param_keys, self._step_keys

@@ -8,8 +8,8 @@ allocation_frames.jsonl, whose line i is frame i as a JSON string ("file:line:fu
 newest first; "" when none was taken). Codes: action 0 = alloc, 1 = free; category indexes
 MEMORY_CATEGORIES; phase indexes SAMPLE_PHASES (run.json's "allocations" says the same).
 
-Text was 200 bytes and ~12 us of formatting an event (2.2 GB and 2.5 min for 11 million);
-this is 48 bytes, written at disk speed. allocations.csv is an export made on request.
+48 bytes a row, written at disk speed, where text took four times the space and most of a
+long run's writing time; allocations.csv is an export made on request.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ returned: the user's results are never touched.
 
 Why `__call__` and not torch's global module hooks: with a global hook set, every module
 call (about 40 a step in a small GAN, hundreds in a transformer) leaves `nn.Module`'s fast
-path for the one that runs hooks, which cost 2-7% of a small model's step before memlens did
-anything. The wrapper costs a nested call one Python frame and one attribute check, and
+path for the one that runs hooks, which cost a small model's step several percent before
+memlens did anything. The wrapper costs a nested call one Python frame and one attribute check, and
 leaves the module's own hooks, its fast path and `Module.compile()` as they were.
 """
 

@@ -11,7 +11,8 @@ from collections.abc import Callable
 from memlens.core.records import PHASE_CODE, PHASES, MemorySample
 
 # The process heap (mallinfo2, memory.csv's heap_bytes) after a step's first forward, at
-# most this often: mallinfo2 walks malloc's free lists, 20-100 us in a training process.
+# most this often: mallinfo2 walks malloc's free lists, tens of microseconds in a training
+# process.
 HEAP_EVERY_S = 0.2
 _FORWARD = PHASE_CODE["forward"]
 _SAMPLED = {p: PHASE_CODE[p] for p in PHASES}  # phases whose end is a memory sample

@@ -5,15 +5,12 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from memlens.cli.args import EXIT_FAILED, refuse
+from memlens.cli.args import EXIT_FAILED, command_parser, refuse
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser("app", help="open the desktop app (the default)")
-    add_arguments(p)
-
-
-def add_arguments(p) -> None:
+    p = command_parser(subparsers, "app", "Open the desktop app: the lab, opened runs and "
+                       "snapshots, runs followed as another process writes them.")
     p.add_argument("--open", metavar="PATH", dest="open_path",
                    help="open a run folder or a snapshot.pickle, as File > Open does")
     p.add_argument("--follow", metavar="DIR",

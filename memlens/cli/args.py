@@ -15,6 +15,14 @@ from memlens.core.exits import (  # noqa: F401 - the commands take them from her
 )
 
 
+def command_parser(subparsers, name: str, description: str, **kwargs) -> argparse.ArgumentParser:
+    """The command's parser, its one line of help from memlens.cli.COMMANDS."""
+    from memlens.cli import COMMANDS
+
+    return subparsers.add_parser(name, help=COMMANDS[name][1], description=description,
+                                 **kwargs)
+
+
 def refuse(command: str, message: object) -> int:
     """Bad input: one line on stderr naming the command, and exit status 2."""
     print(f"memlens {command}: {message}", file=sys.stderr)

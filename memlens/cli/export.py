@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from memlens.cli.args import EXIT_BAD_INPUT, EXIT_OK, count
+from memlens.cli.args import EXIT_BAD_INPUT, EXIT_OK, command_parser, count
 
 
 def _formats(text: str) -> list[str]:
@@ -25,9 +25,9 @@ def _formats(text: str) -> list[str]:
 def add_parser(subparsers) -> None:
     from memlens.core.exports import DEFAULT_MAX_ENTRIES, DEFAULT_MAX_ROWS
 
-    p = subparsers.add_parser(
-        "export", help="write a saved run as snapshot.pickle, trace.json, memory_timeline.json",
-        description="Convert a run folder for the tools people already use: snapshot.pickle "
+    p = command_parser(
+        subparsers, "export",
+        "Convert a run folder for the tools people already use: snapshot.pickle "
         "(PyTorch memory_viz; needs a precise run), trace.json (ui.perfetto.dev, "
         "chrome://tracing), memory_timeline.json (the layout of torch.profiler's "
         "export_memory_timeline). See docs/exports.md.",

@@ -5,15 +5,21 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from memlens.cli.args import EXIT_BAD_INPUT, EXIT_OK, add_config_arguments, build_config
+from memlens.cli.args import (
+    EXIT_BAD_INPUT,
+    EXIT_OK,
+    add_config_arguments,
+    build_config,
+    command_parser,
+)
 
 EXIT_NOT_CAPTURED = 1
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "graph", help="write the autograd graph of a training step (DOT, SVG or PNG)",
-        description="Run a preset up to step N and write the autograd graph of that step, "
+    p = command_parser(
+        subparsers, "graph",
+        "Run a preset up to step N and write the autograd graph of that step, "
         "captured after forward and before backward, as torchviz's make_dot draws it "
         "(grey ops, blue parameters, orange saved tensors, green output). Errors in earlier "
         "steps are reported and the run goes on, so a broken setting still shows its graph.",

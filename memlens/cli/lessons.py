@@ -19,6 +19,7 @@ from memlens.cli.args import (
     add_out,
     add_quiet,
     add_sets,
+    command_parser,
     parse_sets,
     refuse,
 )
@@ -31,9 +32,9 @@ def add_parser(subparsers) -> None:
     from memlens.core.lessons.runner import FULL_STEPS, QUICK_STEPS
     from memlens.core.options import PRESETS
 
-    p = subparsers.add_parser(
-        "lessons", help="measure the article's claims: each technique off vs on",
-        description="Run each lesson (a technique off and on, interleaved in blocks in one "
+    p = command_parser(
+        subparsers, "lessons",
+        "Run each lesson (a technique off and on, interleaved in blocks in one "
         "process) and write lessons.json, lessons.md and a chart per lesson (PNG and SVG). "
         "Ctrl-C stops and writes what was measured.",
     )

@@ -13,6 +13,7 @@ from memlens.cli.args import (
     add_out,
     add_quiet,
     build_config,
+    command_parser,
 )
 
 MODEL_FILE_ERROR = "ModelFileError"  # the error event's key (memlens.core.explain.error_title)
@@ -23,9 +24,9 @@ def add_parser(subparsers) -> None:
 
     from memlens.core.options import settings_help
 
-    p = subparsers.add_parser(
-        "run", help="run a training loop headless and write its timeline",
-        description="Run a preset training loop, measuring memory at every phase boundary.",
+    p = command_parser(
+        subparsers, "run",
+        "Run a preset training loop, measuring memory at every phase boundary.",
         epilog=settings_help(), formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     add_config_arguments(p)

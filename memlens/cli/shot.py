@@ -10,7 +10,7 @@ import argparse
 import os
 from pathlib import Path
 
-from memlens.cli.args import add_config_arguments, build_config, refuse
+from memlens.cli.args import add_config_arguments, build_config, command_parser, refuse
 
 # The largest window a shot makes: an 8K screen. Far larger ones ask the raster engine for
 # an image it cannot allocate, and it crashes rather than fails.
@@ -19,9 +19,9 @@ MIN_SIZE = (400, 300)
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "shot", help="run the app window offscreen for N steps and save a PNG screenshot",
-        description="Open the real window offscreen, run a preset for N steps (toggles "
+    p = command_parser(
+        subparsers, "shot",
+        "Open the real window offscreen, run a preset for N steps (toggles "
         "scheduled with --at apply at step boundaries, as live flips do) and save the window "
         "as a PNG. A training error is shown as the app shows it (paused, explained).",
     )

@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from memlens.cli.args import add_out, refuse
+from memlens.cli.args import add_out, command_parser, refuse
 from memlens.core.options import MAX_STEPS
 
 
 def add_parser(subparsers) -> None:
-    p = subparsers.add_parser(
-        "watch", help="run your own training script unchanged and record it",
-        description="Run SCRIPT.py as `python SCRIPT.py ARGS` would (same sys.argv, "
+    p = command_parser(
+        subparsers, "watch",
+        "Run SCRIPT.py as `python SCRIPT.py ARGS` would (same sys.argv, "
         "__name__ == '__main__', its folder on sys.path, its exit code), finding its models "
         "and optimizers, and write a run folder as it goes. The options below are memlens's "
         "wherever they stand; every other argument goes to the script "

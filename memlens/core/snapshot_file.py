@@ -15,6 +15,8 @@ from pathlib import Path
 
 import numpy as np
 
+from memlens.core.runfolder.format import SNAPSHOT_PICKLE
+
 MAX_SNAPSHOT_BYTES = 4 << 30  # a larger file is surely not a snapshot; refuse, do not load
 TOP_ALLOCATIONS = 20
 BEFORE_WINDOW = "(allocated before the recorded window)"
@@ -124,7 +126,7 @@ def _pick_device(traces: list) -> int:
     return best
 
 
-def timeline_of(doc: object, path: Path = Path("snapshot.pickle")) -> SnapshotTimeline:
+def timeline_of(doc: object, path: Path = Path(SNAPSHOT_PICKLE)) -> SnapshotTimeline:
     """The timeline of an unpickled snapshot dict (see read_snapshot)."""
     if not isinstance(doc, dict) or not isinstance(doc.get("device_traces"), list):
         raise SnapshotFileError("not a memory snapshot: no device_traces. Write one with "

@@ -17,7 +17,14 @@ from PySide6.QtWidgets import (
 )
 
 from memlens.core.history import SAMPLE_COLUMNS
-from memlens.core.runfolder.format import MEMORY_HEADER, STEPS_HEADER, memory_row, steps_row
+from memlens.core.runfolder.format import (
+    MEMORY_CSV,
+    MEMORY_HEADER,
+    STEPS_CSV,
+    STEPS_HEADER,
+    memory_row,
+    steps_row,
+)
 from memlens.core.units import format_bytes
 
 REFRESH_MS = 1000  # a live run's new rows, while the tables are open
@@ -109,8 +116,8 @@ class RowsDialog(QDialog):
         self.tabs = QTabWidget()
         self.models: dict[str, RowsModel] = {}
         self.views: dict[str, QTableView] = {}
-        self._add("steps", "steps.csv", STEPS_HEADER, lambda h: h.steps.rows(), steps_row)
-        self._add("memory", "memory.csv", MEMORY_HEADER, lambda h: h.samples.rows(),
+        self._add("steps", STEPS_CSV, STEPS_HEADER, lambda h: h.steps.rows(), steps_row)
+        self._add("memory", MEMORY_CSV, MEMORY_HEADER, lambda h: h.samples.rows(),
                   memory_row)
         self.note = QLabel("Click a header to sort; select cells and press Ctrl+C to copy "
                            "them (exact values, tab separated, with the header).")

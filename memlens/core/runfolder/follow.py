@@ -14,19 +14,7 @@ import os
 from pathlib import Path
 
 from memlens.core.history import RunHistory
-from memlens.core.runfolder.format import (
-    MEMORY_CSV,
-    MEMORY_HEADER,
-    RUN_JSON,
-    STEPS_CSV,
-    STEPS_HEADER,
-    RunFolderError,
-    check_run_doc,
-    is_run_doc,
-    memory_table,
-    meta_of,
-    steps_table,
-)
+from memlens.core.runfolder import format as fmt
 
 LIVE, FINISHED, GONE, WAITING = "live", "finished", "writer gone", "waiting"
 
@@ -49,7 +37,8 @@ class _Tail:
         except FileNotFoundError:
             return [], self.line
         except OSError as exc:
-            raise RunFolderError(f"{self.path}: cannot be read ({exc.strerror or exc})") from None
+            raise fmt.RunFolderError(
+                f"{self.path}: cannot be read ({exc.strerror or exc})") from None
         end = data.rfind(b"\n")
         if end < 0:
             return [], self.line
@@ -61,7 +50,7 @@ class _Tail:
         if not self.checked:
             self.checked = True
             if not rows or tuple(rows[0][: len(self.header)]) != self.header:
-                raise RunFolderError(f"{self.path}: not a memlens {self.path.name}; expected "
+                raise fmt.RunFolderError(f"{self.path}: not a memlens {self.path.name}; expected "
                                      f"the columns: {', '.join(self.header)}")
             rows = rows[1:]
             first += 1
@@ -74,10 +63,10 @@ class RunFollower:
     def __init__(self, folder: str | Path) -> None:
         self.folder = Path(folder)
         if not self.folder.is_dir():
-            raise RunFolderError(f"{str(self.folder)!r} is not a folder; choose a run folder")
+            raise fmt.RunFolderError(f"{str(self.folder)!r} is not a folder; choose a run folder")
         self.history = RunHistory()
-        self._steps = _Tail(self.folder / STEPS_CSV, STEPS_HEADER)
-        self._memory = _Tail(self.folder / MEMORY_CSV, MEMORY_HEADER)
+        self._steps = _Tail(self.folder / fmt.STEPS_CSV, fmt.STEPS_HEADER)
+        self._memory = _Tail(self.folder / fmt.MEMORY_CSV, fmt.MEMORY_HEADER)
         self._json_stamp: tuple | None = None
         self._events_seen = 0
         self.state = WAITING
@@ -89,15 +78,15 @@ class RunFollower:
         self._read_json()
         steps, first = self._steps.new_rows()
         if steps:
-            self.history.steps.extend(steps_table(steps, self._steps.path, first))
+            self.history.steps.extend(fmt.steps_table(steps, self._steps.path, first))
         samples, first = self._memory.new_rows()
         if samples:  # a watch writes a step's samples whole: x spread within the batch
-            self.history.samples.extend(memory_table(samples, self._memory.path, first))
+            self.history.samples.extend(fmt.memory_table(samples, self._memory.path, first))
         self.state = self._state()
         return len(steps), len(samples)
 
     def _read_json(self) -> None:
-        path = self.folder / RUN_JSON
+        path = self.folder / fmt.RUN_JSON
         try:
             st = path.stat()
         except FileNotFoundError:
@@ -109,13 +98,13 @@ class RunFollower:
             doc = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError):
             return  # written atomically, so a bad read is a passing moment: next poll
-        if not is_run_doc(doc):
-            raise RunFolderError(f"{path}: not a memlens run.json (no format tag)")
-        events = check_run_doc(doc, path)  # the same checks as load_run's
+        if not fmt.is_run_doc(doc):
+            raise fmt.RunFolderError(f"{path}: not a memlens run.json (no format tag)")
+        events = fmt.check_run_doc(doc, path)  # the same checks as load_run's
         self._json_stamp = stamp
         self.meta_reads += 1
         h = self.history
-        h.meta = meta_of(doc)
+        h.meta = fmt.meta_of(doc)
         h.summary = doc.get("summary")
         self.pid = doc.get("pid") if isinstance(doc.get("pid"), int) else None
         for e in events[self._events_seen:]:

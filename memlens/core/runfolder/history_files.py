@@ -12,6 +12,7 @@ from pathlib import Path
 
 from memlens.core.effects import events_with_effects
 from memlens.core.history import RunHistory
+from memlens.core.runfolder import format as fmt
 from memlens.core.runfolder.allocations import (
     HEADER_BYTES,
     header_rows,
@@ -26,32 +27,28 @@ from memlens.core.runfolder.atomic import (
     atomic_write_bytes,
     atomic_write_text,
 )
-from memlens.core.runfolder.format import (
-    ALLOCATIONS_NPY,
-    FRAMES_JSONL,
-    MEMORY_CSV,
-    MEMORY_HEADER,
-    RUN_FORMAT,
-    RUN_FORMAT_VERSION,
-    RUN_JSON,
-    STEPS_CSV,
-    STEPS_HEADER,
-    graph_summary,
-    memory_row,
-    steps_row,
-)
 
 
 def write_history(history: RunHistory, folder: str | Path) -> list[Path]:
     """Write a history's run files (the same formats RunWriter streams), atomically."""
     folder = Path(folder)
-    written = [_write_csv(folder / STEPS_CSV, STEPS_HEADER, map(steps_row, history.steps.rows())),
-               _write_csv(folder / MEMORY_CSV, MEMORY_HEADER,
-                          map(memory_row, history.samples.rows()))]
+    written = [_write_table(history, folder, name) for name in _TABLES]
     if len(history.allocs):
         written += write_allocations(history, folder)
     written.append(_write_run_json(history, folder))
     return written
+
+
+# The CSV files: (header, the history's table, a row's cells)
+_TABLES = {
+    fmt.STEPS_CSV: (fmt.STEPS_HEADER, lambda h: h.steps, fmt.steps_row),
+    fmt.MEMORY_CSV: (fmt.MEMORY_HEADER, lambda h: h.samples, fmt.memory_row),
+}
+
+
+def _write_table(history: RunHistory, folder: Path, name: str) -> Path:
+    header, table_of, row_of = _TABLES[name]
+    return _write_csv(folder / name, header, map(row_of, table_of(history).rows()))
 
 
 def _write_csv(path: Path, header: tuple[str, ...], rows) -> Path:
@@ -63,15 +60,15 @@ def _write_csv(path: Path, header: tuple[str, ...], rows) -> Path:
 
 
 def _write_run_json(history: RunHistory, folder: Path) -> Path:
-    doc = {"format": RUN_FORMAT, **history.meta, "version": RUN_FORMAT_VERSION,
+    doc = {"format": fmt.RUN_FORMAT, **history.meta, "version": fmt.RUN_FORMAT_VERSION,
            "events": events_with_effects(history),
-           "graphs": [graph_summary(g) for g in history.graphs],
+           "graphs": [fmt.graph_summary(g) for g in history.graphs],
            "summary": history.summary}
     doc.pop("allocations", None)
     if len(history.allocs):
         doc["allocations"] = describe_allocations()
-    atomic_write_text(folder / RUN_JSON, json.dumps(doc, indent=1, default=str))
-    return folder / RUN_JSON
+    atomic_write_text(folder / fmt.RUN_JSON, json.dumps(doc, indent=1, default=str))
+    return folder / fmt.RUN_JSON
 
 
 # --- Export's run files: copy what the run streamed ------------------------------------------
@@ -112,17 +109,13 @@ def export_run_files(history: RunHistory, folder: str | Path, source: str | Path
                 pass
         written.extend(write())
 
-    attempt([STEPS_CSV], _csv_copier(STEPS_CSV, STEPS_HEADER, lambda h: h.steps, steps_row),
-            lambda: [_write_csv(folder / STEPS_CSV, STEPS_HEADER,
-                                map(steps_row, history.steps.rows()))])
-    attempt([MEMORY_CSV],
-            _csv_copier(MEMORY_CSV, MEMORY_HEADER, lambda h: h.samples, memory_row),
-            lambda: [_write_csv(folder / MEMORY_CSV, MEMORY_HEADER,
-                                map(memory_row, history.samples.rows()))])
+    for name in _TABLES:
+        attempt([name], _csv_copier(name, *_TABLES[name]),
+                lambda name=name: [_write_table(history, folder, name)])
     if len(history.allocs):
-        attempt([ALLOCATIONS_NPY, FRAMES_JSONL], _copy_allocations,
+        attempt([fmt.ALLOCATIONS_NPY, fmt.FRAMES_JSONL], _copy_allocations,
                 lambda: write_allocations(history, folder))
-    attempt([RUN_JSON], _copy_run_json, lambda: [_write_run_json(history, folder)])
+    attempt([fmt.RUN_JSON], _copy_run_json, lambda: [_write_run_json(history, folder)])
     return written
 
 
@@ -151,9 +144,9 @@ def _csv_copier(name: str, header: tuple[str, ...], table_of, row_of):
 
 
 def _copy_allocations(src: Path, folder: Path, history: RunHistory, same: bool) -> list[Path]:
-    frames_bytes = (src / FRAMES_JSONL).read_bytes()
-    if read_frames(src / FRAMES_JSONL) != history.frames:
-        raise _Mismatch(FRAMES_JSONL)
+    frames_bytes = (src / fmt.FRAMES_JSONL).read_bytes()
+    if read_frames(src / fmt.FRAMES_JSONL) != history.frames:
+        raise _Mismatch(fmt.FRAMES_JSONL)
     n = len(history.allocs)
     last = records(history.allocs.rows(n - 1)).tobytes()
     size = HEADER_BYTES + n * len(last)
@@ -161,13 +154,13 @@ def _copy_allocations(src: Path, folder: Path, history: RunHistory, same: bool) 
     def check(fd: int) -> None:
         if (os.fstat(fd).st_size != size or header_rows(os.pread(fd, HEADER_BYTES, 0)) != n
                 or os.pread(fd, len(last), size - len(last)) != last):
-            raise _Mismatch(ALLOCATIONS_NPY)
+            raise _Mismatch(fmt.ALLOCATIONS_NPY)
 
-    with open(src / ALLOCATIONS_NPY, "rb") as inp:
+    with open(src / fmt.ALLOCATIONS_NPY, "rb") as inp:
         if same:
             check(inp.fileno())
         else:
-            with atomic_open(folder / ALLOCATIONS_NPY, "wb") as out:
+            with atomic_open(folder / fmt.ALLOCATIONS_NPY, "wb") as out:
                 out.flush()
                 offset, end = 0, os.fstat(inp.fileno()).st_size
                 while offset < end:
@@ -176,24 +169,24 @@ def _copy_allocations(src: Path, folder: Path, history: RunHistory, same: bool) 
                         break
                     offset += sent
                 check(out.fileno())
-            atomic_write_bytes(folder / FRAMES_JSONL, frames_bytes)
-    return [folder / ALLOCATIONS_NPY, folder / FRAMES_JSONL]
+            atomic_write_bytes(folder / fmt.FRAMES_JSONL, frames_bytes)
+    return [folder / fmt.ALLOCATIONS_NPY, folder / fmt.FRAMES_JSONL]
 
 
 def _copy_run_json(src: Path, folder: Path, history: RunHistory, same: bool) -> list[Path]:
-    data = (src / RUN_JSON).read_bytes()
+    data = (src / fmt.RUN_JSON).read_bytes()
     doc = json.loads(data)
     summary = json.loads(json.dumps(history.summary, default=str))
     if (not isinstance(doc, dict) or doc.get("summary") is None or doc["summary"] != summary
             or len(doc.get("events") or ()) != history.event_count
-            or doc.get("version") != RUN_FORMAT_VERSION):
-        raise _Mismatch(RUN_JSON)
-    out = [folder / RUN_JSON]
+            or doc.get("version") != fmt.RUN_FORMAT_VERSION):
+        raise _Mismatch(fmt.RUN_JSON)
+    out = [folder / fmt.RUN_JSON]
     cuda = Path(str((doc.get("cuda_snapshot") or {}).get("file") or "")).name  # in the folder
     if cuda and (src / cuda).is_file():
         if not same:
             atomic_write_bytes(folder / cuda, (src / cuda).read_bytes())
         out.append(folder / cuda)
     if not same:
-        atomic_write_bytes(folder / RUN_JSON, data)
+        atomic_write_bytes(folder / fmt.RUN_JSON, data)
     return out

@@ -130,7 +130,7 @@ class Discovery:
         self._required: set[int] = set()  # required_optimizers' answer for _required_key
         self._required_key: tuple | None = None
         self.probe_stale = True  # a model or an optimizer was found since the probe was made
-        self._modules: dict[int, ModelInfo] = {}  # every module called at the root, by id
+        self.modules: dict[int, ModelInfo] = {}  # every module called at the root, by id
         self.ever_stepped: set[int] = set()
         self.called_params: set[int] = set()  # ids of the parameters of models called
         self.called_models: set[int] = set()  # ids of the models called under grad
@@ -182,18 +182,14 @@ class Discovery:
                 self.add_optimizer(obj, active=False)
 
     def module(self, module: nn.Module) -> ModelInfo:
-        info = self._modules.get(id(module))
+        info = self.modules.get(id(module))
         if info is None or info.ref() is not module:
             is_model = next(module.parameters(), None) is not None and (
                 not self.explicit_models or id(module) in self.names)
-            info = self._modules[id(module)] = ModelInfo(module, is_model)
+            info = self.modules[id(module)] = ModelInfo(module, is_model)
             if is_model:
                 info.name = self.add_model(module)
         return info
-
-    def known_module(self, module: nn.Module) -> ModelInfo | None:
-        """The module's info where it was called at the root before (no lookup cost)."""
-        return self._modules.get(id(module))
 
     def note_called(self, module: nn.Module, info: ModelInfo) -> None:
         """A model called under grad this step: its optimizers end the step."""

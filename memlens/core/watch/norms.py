@@ -38,8 +38,9 @@ class GradNorms:
     def norm(self) -> float:
         return math.sqrt(self.norm_sq) if self.norm_sq == self.norm_sq else math.nan
 
-    def measure(self, opt, where: str) -> None:
-        """Add `opt`'s gradients to the step's norm and check they were cleared."""
+    def measure(self, opt, where) -> None:
+        """Add `opt`'s gradients to the step's norm and check they were cleared. `where()`:
+        the place a diagnosis names, asked for only when there is one."""
         grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
         if not grads:
             return
@@ -67,14 +68,14 @@ class GradNorms:
                         self.cleared = True
                     break
 
-    def _check_growing(self, opt, norm: float, where: str) -> None:
+    def _check_growing(self, opt, norm: float, where) -> None:
         if self.cleared:
             self._growing = [norm]
             return
         self._growing.append(norm)
         norms = self._growing[-(GROWING_STEPS + 1):]
         if len(norms) > GROWING_STEPS and all(b > a for a, b in itertools.pairwise(norms)):
-            self._report(dx.GRADS_NOT_CLEARED, where, (
+            self._report(dx.GRADS_NOT_CLEARED, where(), (
                 f"{len(self._growing) - 1} optimizer steps of {type(opt).__name__} with no "
                 f"zero_grad between them; the grad norm grew {norms[0]:.3g} -> {norms[-1]:.3g}"),
                 "backward adds into .grad: without clearing, each step's gradient is the sum of "

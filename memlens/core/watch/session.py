@@ -284,7 +284,7 @@ class Watch:
             return original(module, *args, **kwargs)
         if self._backward_depth:  # inside backward: activation checkpointing recomputes
             return self._recompute(original, module, args, kwargs)
-        info = self.seen.known_module(module)
+        info = self.seen.modules.get(id(module))  # (written out: every root call)
         self.in_forward = True
         try:
             started = False
@@ -479,13 +479,13 @@ class Watch:
         closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
         self._closure = closure is not None
         if not self._closure:  # else after the step: the closure's backward comes inside it
-            self.norms.measure(opt, dx.call_site(4))
+            self.norms.measure(opt, _optimizer_site)
         self.phases.enter("optimizer", self.step_index)
 
     def _optimizer_post(self, opt) -> None:
         self.phases.leave(self.step_index)
         if self._closure:
-            self.norms.measure(opt, dx.call_site(4))
+            self.norms.measure(opt, _optimizer_site)
         self._stepped.add(id(opt))
         self.norms.stepped()
         self.seen.stepped(opt)
@@ -567,6 +567,11 @@ def _summary(w: Watch, error: BaseException | None) -> RunSummary:
 
 
 # --- helpers ----------------------------------------------------------------------------------
+def _optimizer_site() -> str:
+    """The user's line that called optimizer.step() (where diagnosis 3 points)."""
+    return dx.call_site(2)
+
+
 def _error_text(exc: BaseException) -> str:
     """`Type: message` for an exception, even one whose __str__ raises."""
     try:

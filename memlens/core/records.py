@@ -197,6 +197,11 @@ class AllocBlock:
         column = self.table[:, ALLOC_FRAME_COLUMN].astype(int).tolist()
         return ["" if i < 0 else frames[i] for i in column]
 
+    def tuples(self) -> list[tuple]:
+        """The rows as the Python tracker gives them: ints, the frames text last."""
+        ints = self.table[:, :ALLOC_FRAME_COLUMN].astype("int64").tolist()
+        return [(*r, f) for r, f in zip(ints, self.frame_texts(), strict=True)]
+
 
 def edge_samples(step: int, params: int, buffers: int, rows: list[tuple]) -> list[MemorySample]:
     """The native LightProbe's edge rows (memory.MemoryProbe.take_rows: code, time_s, grads,

@@ -10,7 +10,7 @@ from PySide6.QtWidgets import QApplication, QLabel, QMessageBox, QPushButton, QS
 
 from memlens.app.window.main_window import MainWindow
 from memlens.core.synthetic import synthetic_training
-from tests.app.drive import choose, click, wait_steps
+from tests.app.drive import choose, click, wait_frames, wait_steps
 
 
 def button(window, name: str) -> QPushButton:
@@ -60,7 +60,7 @@ def test_zooming_back_stops_following_and_follow_newest_brings_it_back(qtbot, wi
     assert not follow.isChecked()
     held = window.plots.x_range()
     wait_steps(qtbot, window, window.series.step_count + 10)
-    qtbot.waitUntil(lambda: window.plots._drawn_range is not None)
+    wait_frames(qtbot, window, 3)  # drawn since the new steps came
     assert window.plots.x_range() == held  # new steps do not move a view the user chose
     click(qtbot, follow)
     assert window.plots.follow

@@ -22,24 +22,40 @@ def _python_helpers(monkeypatch) -> None:
     monkeypatch.setattr(memlens.core.native, "unavailable_reason", lambda: "no compiler (test)")
 
 
+def _reached(t) -> tuple[int, int]:
+    """[first, last] byte of its storage a tensor reaches, read off the element offsets a
+    strided view of the storage's indices gives."""
+    size = t.element_size()
+    offsets = torch.arange(t.untyped_storage().nbytes() // size).as_strided(
+        t.shape, t.stride(), t.storage_offset())
+    return int(offsets.min()) * size, (int(offsets.max()) + 1) * size
+
+
 def saved_bytes_of(fn, params, buffers=()) -> int:
     """Bytes autograd saves for backward while `fn()` runs, each storage once, parameters'
     and buffers' storages left out: a plain saved_tensors_hooks count that keeps every saved
-    tensor alive until the end (so no two live storages share an address)."""
+    tensor alive until the end (so no two live storages share an address). A tensor without
+    history (data, token ids) counts the bytes it reaches in its storage, several of one
+    storage their union; any other the whole storage."""
     param_ptrs = {p.untyped_storage().data_ptr() for p in (*params, *buffers)}
-    held: dict[int, int] = {}
+    whole: dict[int, int] = {}
+    reached: dict[int, set] = {}
 
     def pack(t):
         st = t.untyped_storage()
         ptr = st.data_ptr()
         if ptr and ptr not in param_ptrs:
-            held[ptr] = st.nbytes()
+            if t.requires_grad or t.numel() == 0:
+                whole[ptr] = st.nbytes()
+            else:
+                lo, hi = _reached(t)
+                reached.setdefault(ptr, set()).update(range(lo, hi))
         return t
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         out = fn()
     del out
-    return sum(held.values())
+    return sum(whole.values()) + sum(len(b) for p, b in reached.items() if p not in whole)
 
 
 def _buffers(p) -> list:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import warnings
 
 import numpy as np
 import pytest
@@ -154,16 +156,131 @@ def test_bf16_autocast_lowers_saved_bytes_on_cnn():
     assert steps_col(bf16, "saved_bytes")[-1] < 0.85 * steps_col(fp32, "saved_bytes")[-1]
 
 
-def test_saved_tensor_hook_still_catches_in_place_modification(make_tracker):
-    tracker = make_tracker()
+class _TwoOut(torch.autograd.Function):
+    """Two outputs, the second saved for backward: autograd names it by its own number."""
+
+    @staticmethod
+    def forward(ctx, x):
+        a, b = x * 3, x.exp()
+        ctx.save_for_backward(b)
+        return a, b
+
+    @staticmethod
+    def backward(ctx, ga, gb):
+        (b,) = ctx.saved_tensors
+        return ga * 3 + gb * b
+
+
+def _in_place_input():  # an op's input, changed in place with autograd on: history rebased
     a = torch.randn(5, requires_grad=True)
-    with tracker.hooks():
-        b = a * 2
-        c = b.sin()  # saves b
+    b = a * 2
+    c = b.sin()
     b.add_(1)
-    with pytest.raises(RuntimeError, match=r"modified by an inplace operation: "
-                       r"\[torch.FloatTensor \[5\]\], is at version 1; expected version 0"):
-        c.sum().backward()
+    return c.sum()
+
+
+def _in_place_output():  # an op's own output, saved and changed in place
+    y = torch.randn(3, 4, requires_grad=True).sigmoid()
+    y.mul_(2)
+    return y.sum()
+
+
+def _in_place_leaf():  # a weight, as optimizer.step() changes it before a second backward
+    w = torch.randn(3, requires_grad=True)
+    y = (w * w).sum()
+    with torch.no_grad():
+        w.add_(1)
+    return y
+
+
+def _in_place_second_output():
+    a, b = _TwoOut.apply(torch.randn(4, requires_grad=True))
+    with torch.no_grad():
+        b.add_(1)
+    return (a + b).sum()
+
+
+def _in_place_view_of_data():  # a batch sliced from a data set that is then changed
+    data = torch.randn(64, 3)
+    w = torch.randn(3, 2, requires_grad=True)
+    y = (data[8:16] @ w).sum()
+    data.mul_(2)
+    return y
+
+
+def _error_text(make, hooks=None) -> str:
+    with hooks if hooks is not None else contextlib.nullcontext():
+        loss = make()
+    with pytest.raises(RuntimeError) as caught:
+        loss.backward()
+    return str(caught.value)
+
+
+@pytest.mark.parametrize("anomaly", [False, True])
+@pytest.mark.parametrize("make", [_in_place_input, _in_place_output, _in_place_leaf,
+                                  _in_place_second_output, _in_place_view_of_data])
+def test_saved_tensor_hook_raises_autograds_own_in_place_error_word_for_word(
+        make_tracker, make, anomaly):
+    """A pack hook turns autograd's version check off; the tracker's own must raise the
+    very text plain torch raises (the node's name, the output's number, the hint)."""
+    with warnings.catch_warnings(), torch.autograd.set_detect_anomaly(anomaly):
+        warnings.simplefilter("ignore")  # anomaly mode's report of where it happened
+        torch.manual_seed(0)
+        plain = _error_text(make)
+        torch.manual_seed(0)
+        watched = _error_text(make, make_tracker().hooks())
+    assert "modified by an inplace operation" in plain
+    assert watched == plain
+
+
+def test_a_batch_sliced_from_a_data_set_counts_its_own_bytes_not_the_data_sets(make_tracker):
+    """A view without history of a tensor the loop holds (a batch sliced from a data set):
+    the graph keeps what the view reaches; the rest of the storage is the data set's."""
+    data = torch.randn(4096, 20)
+    weight = torch.nn.Parameter(torch.randn(20, 5))
+    tracker = make_tracker()
+    tracker.set_params((), {weight.data_ptr()})
+    with tracker.hooks():
+        batch = data[64:96]
+        y = batch @ weight  # saves the batch (a view of data) and the weight
+        ids = (torch.arange(1000) % 5)[10:42]  # token ids cut from a corpus
+        z = torch.nn.functional.embedding(ids, weight.t())  # saves the ids, a view too
+    assert tracker.live_bytes == batch.nbytes + ids.nbytes
+    (y.sum() + z.sum()).backward()
+    assert tracker.live_bytes == 0
+
+
+def test_a_saved_view_of_an_activation_keeps_its_whole_buffer(make_tracker):
+    """A view with history keeps its base, as autograd's own saved tensor does: the buffer
+    it is a view of is the graph's, whole, even where only part of it is reached."""
+    x = torch.randn(100, 10, requires_grad=True)
+    tracker = make_tracker()
+    with tracker.hooks():
+        a = x * 2
+        c = (a[:, :3] * a[:, 7:]).sum()  # saves two views of a, which then goes
+    del a
+    assert tracker.live_bytes == 100 * 10 * x.element_size()
+    c.backward()
+    assert tracker.live_bytes == 0
+
+
+def test_slices_of_one_data_set_kept_by_graphs_past_their_step_count_their_union(
+        make_tracker):
+    data = torch.randn(64, 8)
+    keep = []
+    tracker = make_tracker()
+    w = torch.randn(8, 2, requires_grad=True)
+    for rows in ((0, 16), (8, 24)):  # overlapping batches, each graph kept past its step
+        tracker.new_step()
+        with tracker.hooks():
+            keep.append((data[rows[0]:rows[1]] @ w).sum())
+        tracker.end_step()
+    union = (24 - 0) * 8 * data.element_size()
+    assert tracker.retained_bytes == union and tracker.live_bytes == union
+    keep.pop(0)
+    assert tracker.retained_bytes == 16 * 8 * data.element_size()
+    keep.clear()
+    assert tracker.retained_bytes == 0 and tracker.live_bytes == 0
 
 
 def test_a_saved_parameter_is_checked_too_but_never_counted_as_activation(make_tracker):

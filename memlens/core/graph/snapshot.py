@@ -26,7 +26,10 @@ class SavedTensor:
     name: str  # the backward node's attribute: "mat1", "result", "self[0]"; or a param name
     shape: tuple[int, ...]
     dtype: str  # "float32"
-    bytes: int  # bytes of the whole storage it keeps alive
+    # Bytes of the storage it keeps alive: all of it, or for a tensor without history that
+    # reaches only part (a batch sliced from a data set) what it reaches (counted: beyond
+    # what the slices counted before it reach)
+    bytes: int
     storage: str = ""  # "device:0xADDR": tensors that share a storage share this key
     counted: bool = False  # the first saved use of a non-parameter storage: in saved_bytes
     is_param: bool = False  # a parameter's storage: never counted as saved

@@ -14,6 +14,7 @@ import torch
 
 from memlens.core.graph.snapshot import GraphEdge, GraphNode, SavedTensor
 from memlens.core.recorder.keys import storage_key as memory_storage_key
+from memlens.core.recorder.saved import span_of
 
 SAVED_PREFIX = "_saved_"
 ACCUMULATE = "AccumulateGrad"
@@ -34,6 +35,22 @@ def storage_bytes(t: torch.Tensor) -> int:
         return int(t.untyped_storage().nbytes())
     except (RuntimeError, NotImplementedError):
         return int(t.numel() * t.element_size())
+
+
+def _span(t: torch.Tensor) -> tuple[int, int] | None:
+    try:
+        return span_of(t)
+    except (RuntimeError, NotImplementedError):
+        return None
+
+
+def _union(spans: list) -> int:
+    total, end = 0, -1
+    for lo, hi in sorted(spans):
+        if hi > end:
+            total += hi - max(lo, end)
+            end = hi
+    return total
 
 
 def unreadable_reason(exc: Exception) -> str:
@@ -84,7 +101,9 @@ class GraphWalk:
         self.edges: list[GraphEdge] = []
         self.keep: list[Any] = []  # every object named by id(): alive until the walk is dropped
         self._seen: set[int] = set()
-        self._counted: set[str] = set()
+        self._counted: set[str] = set()  # storages counted whole
+        self._spans: dict[str, list] = {}  # storage -> spans of the data slices saved in it
+        self._parts: dict[str, int] = {}  # storage -> bytes those spans cover
         self.saved_bytes = 0
         self.unreadable: dict[str, int] = {}  # problem -> how many saved tensors
         self.loss = loss
@@ -195,13 +214,26 @@ class GraphWalk:
         key = storage_key(t)
         nbytes = storage_bytes(t)
         is_param = key in self.param_storages
-        counted = not is_param and key not in self._counted and key not in self.buffer_storages
-        if counted:
-            self._counted.add(key)
-            self.saved_bytes += nbytes
+        # As the recorder counts (core/recorder/saved.py): a storage once, whole, except
+        # where a tensor without history reaches only part of it (a batch sliced from a
+        # data set): the union of what such tensors reach.
+        span = None if t.requires_grad else _span(t)
+        share = 0
+        if not is_param and key not in self.buffer_storages and key not in self._counted:
+            before = self._parts.get(key, 0)
+            if span is None:
+                self._counted.add(key)
+                share = nbytes - before
+            else:
+                spans = self._spans.setdefault(key, [])
+                spans.append(span)
+                self._parts[key] = _union(spans)
+                share = self._parts[key] - before
+        self.saved_bytes += share
         return SavedTensor(
             name=name, shape=tuple(t.shape), dtype=str(t.dtype).removeprefix("torch."),
-            bytes=nbytes, storage=key, counted=counted, is_param=is_param,
+            bytes=share if share else (nbytes if span is None else span[1] - span[0]),
+            storage=key, counted=share > 0, is_param=is_param,
         )
 
     def _tensor_node(

@@ -265,6 +265,7 @@ class LightProbe {
     if (!states.is_none()) {
       scan_optimizer(states.cast<py::list>());
     }
+    const int64_t saved_bytes = saved_->live_bytes();  // first: it weighs the partial ones
     const auto& params = watch_->param_keys();
     auto& seen = seen_;  // a member: cleared, its buckets kept from one sample to the next
     seen.clear();
@@ -284,12 +285,21 @@ class LightProbe {
       int64_t n = 0;
       const Key key = storage_key_of(t, &n);
       if (params.count(key) || grads_.count(key) || opt_.count(key) ||
-          saved_->contains(key.device, key.ptr) || !seen.insert(key).second) {
+          !seen.insert(key).second) {
         continue;
+      }
+      if (saved_->contains(key.device, key.ptr)) {
+        // Saved tensors reach only part of it (batches sliced from a data set): that
+        // part is activations, the rest the loop's own.
+        const int64_t part = saved_->counted_part(key.device, key.ptr);
+        if (part < 0) {
+          continue;
+        }
+        n -= part;
       }
       other += n;
     }
-    return {grads_total_, opt_total_, saved_->live_bytes(), other,
+    return {grads_total_, opt_total_, saved_bytes, other,
             heap ? heap_bytes() : int64_t{-1}};
   }
 
@@ -418,7 +428,8 @@ class LightProbe {
     std::swap(opt_ids_, ids_now_);
   }
 
-  // Calls f(tensor object) for each tensor in the optimizers' state dicts, in order.
+  // Calls f(tensor object) for each tensor in the optimizers' state dicts (and in lists or
+  // tuples there), in order.
   template <typename F>
   static void for_each_state_tensor(const py::list& states, F&& f) {
     for (const auto& state : states) {
@@ -436,6 +447,15 @@ class LightProbe {
         while (PyDict_Next(per_param, &j, &name, &value)) {
           if (THPVariable_Check(value)) {
             f(value);
+          } else if (PyList_Check(value) || PyTuple_Check(value)) {
+            // LBFGS keeps its history as lists of tensors (old_dirs, old_stps, ro, al)
+            const Py_ssize_t n = PySequence_Fast_GET_SIZE(value);
+            for (Py_ssize_t k = 0; k < n; ++k) {
+              PyObject* item = PySequence_Fast_GET_ITEM(value, k);
+              if (THPVariable_Check(item)) {
+                f(item);
+              }
+            }
           }
         }
       }

@@ -31,6 +31,7 @@
 #include <Python.h>
 #include <malloc.h>
 
+#include <ATen/SequenceNumber.h>
 #include <c10/core/Allocator.h>
 #include <c10/util/Logging.h>
 #include <torch/csrc/autograd/function.h>
@@ -109,6 +110,8 @@ PYBIND11_MODULE(memlens_native, m) {
   py::class_<CallTracker>(m, "CallTracker")
       .def(py::init<>())
       .def("__len__", &CallTracker::size)
+      .def("reaches", &CallTracker::reaches, py::arg("handles"), py::arg("tensor"),
+           py::arg("limit"))
       .def("fast_functions", [](py::object self) {
         // (track, fired, alive, release) as plain C functions: track runs at every forward.
         return bound_functions<CallTracker>(
@@ -127,6 +130,8 @@ PYBIND11_MODULE(memlens_native, m) {
       .def(py::init<>())
       .def("set_param_ptrs", &SavedTracker::set_param_ptrs)
       .def("contains", &SavedTracker::contains)
+      .def("counted_part", &SavedTracker::counted_part)
+      .def("set_error_text", &SavedTracker::set_error_text)
       .def("keys", &SavedTracker::keys)
       .def_property_readonly("live_bytes", &SavedTracker::live_bytes)
       .def("fast_functions", [](py::object self) {

@@ -149,6 +149,11 @@ class _NativeLive:
     def __iter__(self):
         return iter(self._tracker.keys())
 
+    def counted(self, key) -> int | None:
+        """As _LiveKeys.counted (core/recorder/saved.py): as of the last live_bytes."""
+        n = self._tracker.counted_part(*key)
+        return None if n < 0 else n
+
 
 class NativeSavedTracker:
     """SavedTensorTracker's interface and figures, its hooks in C (core/native/saved_tracker.h): a
@@ -156,7 +161,10 @@ class NativeSavedTracker:
     instead of at the next sample."""
 
     def __init__(self, module) -> None:
+        from memlens.core.recorder.saved import inplace_error_text
+
         self._t = module.SavedTracker()
+        self._t.set_error_text(inplace_error_text)
         self._pack, self._unpack = self._t.hook_functions()
         self._live = _NativeLive(self._t)
         # The loop calls these every step: plain C functions (bind_fast in

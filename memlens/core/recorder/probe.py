@@ -146,8 +146,8 @@ class MemoryProbe:
         return grads
 
     def _scan_optimizer(self, grads: StorageBytes) -> StorageBytes:
-        state = [v for o in self.preset.optimizers for s in o.state.values()
-                 for v in s.values() if isinstance(v, Tensor)]
+        state = [t for o in self.preset.optimizers for s in o.state.values()
+                 for v in s.values() for t in _tensors_of(v)]
         ids = [id(v) for v in state]
         # Optimizers update their state in place: the same tensors, the same storages. (None
         # of them shares a storage with a gradient; if one did, scan again.)
@@ -237,8 +237,25 @@ class MemoryProbe:
         bk = self.buffers.keys
         for t in carried:
             key, n = storage_key(t)
-            if key in seen or key in pk or key in gk or key in ok or key in live or key in bk:
+            if key in seen or key in pk or key in gk or key in ok or key in bk:
                 continue
+            if key in live:
+                # A storage saved tensors reach only part of (batches sliced from a data
+                # set): that part is activations, the rest the loop's own.
+                part = live.counted(key)
+                if part is None:
+                    continue
+                n -= part
             seen.add(key)
             total += n
         return total
+
+
+def _tensors_of(value) -> list[Tensor]:
+    """The tensors of one optimizer state entry: a tensor, or the tensors in a list or tuple
+    (LBFGS keeps its history as lists: old_dirs, old_stps, ro, al)."""
+    if isinstance(value, Tensor):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        return [t for t in value if isinstance(t, Tensor)]
+    return []

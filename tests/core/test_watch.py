@@ -257,11 +257,46 @@ def test_sys_exit_code_is_passed_through(tmp_path):
 
 
 def test_nothing_found_says_how_to_pass_models(tmp_path, capsys):
-    path = write(tmp_path, "import torch\nprint(torch.ones(2).sum().item())\n")
+    """A loop of plain tensors (no nn.Module, no torch.optim): steps, and how to pass what
+    it trains."""
+    path = write(tmp_path, HEAD + """
+w = torch.randn(8, 1, requires_grad=True)
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+for _ in range(3):
+    loss = (x @ w - y).pow(2).mean()
+    loss.backward()
+    with torch.no_grad():
+        w -= 0.1 * w.grad
+        w.grad = None
+""")
     code = run_script(str(path), [], out=tmp_path / "none")
     assert code == 0
     err = capsys.readouterr().err
     assert "found no model and no optimizer" in err and "memlens.watch(models=" in err
+    assert (tmp_path / "none" / "run.json").exists()
+
+
+@pytest.mark.parametrize("args, code", [(["--epochs", "x"], 2), (["--help"], 0)])
+def test_a_script_that_ends_before_it_trains_leaves_no_run_folder(tmp_path, capsys, args,
+                                                                   code):
+    """Its own argparse refuses the arguments (or prints its help): nothing was recorded,
+    so no empty folder is left, and memlens says why in one line, not "found nothing"."""
+    path = write(tmp_path, ADAM_LOOP.replace("int(sys.argv[1])", "args.epochs").replace(
+        "torch.manual_seed(0)", "torch.manual_seed(0)\nimport argparse\n"
+        "p = argparse.ArgumentParser()\np.add_argument('--epochs', type=int, default=2)\n"
+        "args = p.parse_args()"))
+    runs = tmp_path / "runs"
+    import os
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        assert run_script(str(path), args) == code
+    finally:
+        os.chdir(cwd)
+    err = capsys.readouterr().err
+    assert not runs.exists() or not any(runs.iterdir())
+    assert "before it trained" in err and "found no model" not in err
+    assert ("invalid int value: 'x'" in err) == (code == 2)  # the script's own message
 
 
 def test_torch_compiled_model_works_with_the_same_losses(tmp_path, capsys):
@@ -715,7 +750,7 @@ def test_another_threads_module_calls_are_not_this_loops_phases(tmp_path):
         thread.join()
         w.close()
     doc = json.loads((tmp_path / "run" / "run.json").read_text())
-    assert [m["name"] for m in doc["models"]] == ["model"]
+    assert [m["name"] for m in doc["models"] if m.get("called", True)] == ["model"]
     history = load_run(tmp_path / "run")
     assert len(history.steps) == 6 and (history.steps.column("eval_ms") == 0).all()
 

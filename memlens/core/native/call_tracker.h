@@ -13,20 +13,7 @@
 // no Python object), and "alive" is a weak pointer to each node: nothing here keeps a
 // user's graph alive, and a node's hook dies with it.
 
-// A node's owning pointer: std::shared_ptr in the torch of some releases, c10::intrusive_ptr
-// in others; its weak pointer to match.
-using NodePtr = std::decay_t<decltype(std::declval<const at::Tensor&>().grad_fn())>;
-template <typename P>
-struct WeakOf;
-template <typename T>
-struct WeakOf<std::shared_ptr<T>> {
-  using type = std::weak_ptr<T>;
-};
-template <typename T, typename N>
-struct WeakOf<c10::intrusive_ptr<T, N>> {
-  using type = c10::weak_intrusive_ptr<T, N>;
-};
-using WeakNodePtr = typename WeakOf<NodePtr>::type;
+// NodePtr and WeakNodePtr: saved_tracker.h.
 
 struct CallCount {
   std::atomic<int64_t> fired{0};  // backward passes that reached the call
@@ -105,6 +92,42 @@ class CallTracker {
   }
 
   size_t size() const { return calls_.size() - free_.size(); }
+
+  // Whether the graph of `tensor` reaches a node of one of the calls `handles` (looking at
+  // up to `limit` nodes): what names the holder of graphs a loop keeps.
+  bool reaches(const std::vector<int64_t>& handles, py::handle tensor, int64_t limit) const {
+    if (!THPVariable_Check(tensor.ptr())) {
+      return false;
+    }
+    std::unordered_set<const torch::autograd::Node*> targets;
+    for (int64_t h : handles) {
+      for (const auto& weak : at(h).nodes) {
+        if (auto node = weak.lock()) {
+          targets.insert(node.get());
+        }
+      }
+    }
+    const auto root = THPVariable_Unpack(tensor.ptr()).grad_fn();
+    if (!root || targets.empty()) {
+      return false;
+    }
+    std::vector<torch::autograd::Node*> stack{root.get()};
+    std::unordered_set<torch::autograd::Node*> seen{root.get()};
+    while (!stack.empty() && static_cast<int64_t>(seen.size()) <= limit) {
+      torch::autograd::Node* node = stack.back();
+      stack.pop_back();
+      if (targets.count(node)) {
+        return true;
+      }
+      for (const auto& edge : node->next_edges()) {
+        torch::autograd::Node* next = edge.function.get();
+        if (next != nullptr && seen.insert(next).second) {
+          stack.push_back(next);
+        }
+      }
+    }
+    return false;
+  }
 
  private:
   struct Call {

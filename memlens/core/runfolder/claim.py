@@ -10,6 +10,7 @@ before an open would let both write.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
@@ -69,6 +70,18 @@ def claim_out_folder(text: str, force: bool = False, flag: str = "--out") -> Pat
             raise ConfigError(f"--force: cannot delete {str(folder / name)!r}: "
                               f"{exc.strerror or exc}") from None
     return folder
+
+
+def discard_run(folder: Path, made: bool) -> None:
+    """Remove a run that recorded nothing: its files (links themselves, never what they
+    point at), and the folder where this run made it and nothing else is in it."""
+    for name in run_files_in(folder):
+        with contextlib.suppress(OSError):
+            os.unlink(folder / name)
+    if made:
+        for f in (folder, folder.parent) if folder.name.startswith("rank") else (folder,):
+            with contextlib.suppress(OSError):
+                f.rmdir()  # only an empty one goes
 
 
 def new_run_folder(runs_dir: str | Path, label: str) -> Path:

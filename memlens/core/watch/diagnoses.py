@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ast
 import inspect
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,14 +16,23 @@ import torch
 from memlens.core.records import RunEvent
 
 _TORCH_DIR = str(Path(torch.__file__).parent)
-_CORE_DIR = str(Path(__file__).resolve().parents[1])
+_CORE_DIR = str(Path(__file__).resolve().parents[2])  # memlens: all of its own code
 GRAPH_WALK_LIMIT = 5000  # nodes looked at per candidate tensor when naming a holder
 
 
+# Installed frameworks that run the user's loop for them: their frames are not the user's
+# code (a diagnosis points at the user's line, a model is named as the user names it).
+_FRAMEWORKS = tuple(f"{os.sep}{name}{os.sep}" for name in (
+    "lightning", "pytorch_lightning", "lightning_fabric", "transformers", "accelerate"))
+
+
 def is_user_file(filename: str) -> bool:
-    """A frame of the user's program: not torch's, not memlens's, not Python's own."""
-    return not (filename.startswith((_TORCH_DIR, _CORE_DIR, "<frozen"))
-                or filename.endswith(("runpy.py", "functools.py", "contextlib.py")))
+    """A frame of the user's program: not torch's, not memlens's, not Python's own, not an
+    installed training framework's."""
+    if filename.startswith((_TORCH_DIR, _CORE_DIR, "<frozen")) or filename.endswith(
+            ("runpy.py", "functools.py", "contextlib.py")):
+        return False
+    return not ("-packages" in filename and any(f in filename for f in _FRAMEWORKS))
 
 
 _USER_CODE: dict[Any, bool] = {}  # code object -> is_user_file(its file): asked at every call
@@ -34,6 +44,21 @@ def user_frames(depth: int = 1) -> Iterator[Any]:
     while f is not None:
         if is_user_file(f.f_code.co_filename):
             yield f
+        f = f.f_back
+
+
+def program_frames(depth: int = 1) -> Iterator[Any]:
+    """The user's frames on the stack now, innermost first, up to the first frame that is
+    not theirs above them (memlens running the script, or the shell that called it): the
+    program being watched, not what runs it."""
+    started = False
+    f = sys._getframe(depth)
+    while f is not None:
+        if is_user_file(f.f_code.co_filename):
+            started = True
+            yield f
+        elif started:
+            return
         f = f.f_back
 
 
@@ -60,7 +85,9 @@ def variable_name(obj: Any) -> str:
     for f in user_frames(2):
         for scope in (f.f_locals, f.f_globals):
             for name, value in list(scope.items()):
-                if value is obj and not name.startswith("_"):
+                # `self` names the object inside its own method (Lightning's
+                # `self(x)` in training_step), not in the script
+                if value is obj and not name.startswith("_") and name != "self":
                     return name
         me = f.f_locals.get("self")
         if me is not None and hasattr(me, "__dict__"):
@@ -95,23 +122,30 @@ def _reaches(t: torch.Tensor, is_old) -> bool:
 
 
 def _tensors_in(value: Any) -> Iterator[tuple[str, torch.Tensor]]:
-    """(suffix, tensor) for a value: a tensor, a container of them, or an object's fields."""
+    """(suffix, tensor) for a value: a tensor, or the tensors in a list, a tuple (the newest
+    first: what a loop appends to) or a dict."""
     if isinstance(value, torch.Tensor):
         yield "", value
     elif isinstance(value, (list, tuple)) and len(value) <= 100_000:
-        for i, v in enumerate(value):
+        for v in reversed(value):
             if isinstance(v, torch.Tensor):
-                yield f"[{i}]", v
+                yield "", v
     elif isinstance(value, dict) and len(value) <= 100_000:
         for k, v in value.items():
             if isinstance(v, torch.Tensor):
                 yield f"[{k!r}]", v
 
 
-def find_holder(is_old) -> tuple[str, str] | None:
-    """The user variable whose tensor reaches an old graph node: (description, file:line of
-    its assignment, or the frame's line). Looks at the locals of the user's frames, their
-    modules' globals, and the attributes of `self` in those frames."""
+def reaches_node(is_old):
+    """A predicate for find_holder: the tensor's graph reaches a node `is_old` accepts."""
+    return lambda t: _reaches(t, is_old)
+
+
+def find_holder(reaches) -> tuple[str, str] | None:
+    """The user variable whose tensor's graph `reaches` (a predicate on a tensor) what is
+    looked for: (description, file:line of its assignment, or the frame's line). Looks at
+    the locals of the user's frames, their modules' globals, and the attributes of `self`
+    in those frames; in a list or a dict, at its tensors."""
     seen_globals: set[int] = set()
     for f in user_frames(2):
         func = f.f_code.co_name
@@ -127,7 +161,7 @@ def find_holder(is_old) -> tuple[str, str] | None:
                 if name.startswith("__"):
                     continue
                 for suffix, t in _tensors_in(value):
-                    if t.requires_grad and _reaches(t, is_old):
+                    if t.requires_grad and reaches(t):
                         where = (assignment_site(f, name)
                                  or f"{f.f_code.co_filename}:{f.f_lineno}")
                         what = pattern.format(name) + (f" ({suffix} of it)" if suffix else "")
@@ -159,7 +193,9 @@ def assignment_site(frame, name: str) -> str:
         if grows or (isinstance(node, ast.AugAssign) and _named(node.target, name)):
             rank = 0
         elif isinstance(node, ast.Assign) and any(_named(t, name) for t in node.targets):
-            rank = 1
+            # `x = x + loss`, `x = torch.cat([x, out])`: an accumulation too
+            uses = any(_named(n, name) for n in ast.walk(node.value))
+            rank = 0 if uses else 1
         if rank is not None and (best is None or (rank, node.lineno) < best):
             best = (rank, node.lineno)
     if best is None:
@@ -180,6 +216,7 @@ GRAPH_KEPT = "graph kept across steps"
 GRADS_NOT_CLEARED = "gradients never cleared"
 STATE_NOT_DETACHED = "carried state without detach"
 EVAL_IN_TRAIN_MODE = "validation in train mode"
+# and 6, GRAPH_GROWS: core/watch/growth.py
 
 
 def diagnosis(step: int, time_s: float, key: str, message: str, explanation: str, *,

@@ -22,6 +22,16 @@ def has_eval_layers(module: nn.Module) -> bool:
     return any(isinstance(m, _EVAL_LAYERS) for m in module.modules())
 
 
+def statistics_pass(module: nn.Module) -> bool:
+    """A train-mode pass that only recomputes BatchNorm's statistics, on purpose:
+    torch.optim.swa_utils.update_bn sets every BatchNorm's momentum to None (a cumulative
+    average) and runs the model in train mode under no_grad. Not validation in train mode."""
+    bn = [m for m in module.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)]
+    dropping = any(isinstance(m, nn.modules.dropout._DropoutNd) and m.training and m.p > 0
+                   for m in module.modules())
+    return bool(bn) and not dropping and all(m.momentum is None for m in bn)
+
+
 def as_list(x) -> list:
     if x is None:
         return []
@@ -44,6 +54,9 @@ class Found:
         self._earlier: dict[int, weakref.ref] = {}
         self._inputs_step = -1
         self.carried_refs: list[weakref.ref] = []  # both steps' (the native sample takes them)
+        # Optimizers known to exist but not stepped yet (a GAN's second, before its first
+        # step): not measured, but their parameters are there (Discovery's list).
+        self.candidates: list[weakref.ref] = []
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:
@@ -56,7 +69,8 @@ class Found:
         seen: set[int] = set()
         out = []
         groups = [list(m.parameters()) for m in self.model_list()]
-        groups += [[p for g in o.param_groups for p in g["params"]] for o in self.optimizers]
+        optimizers = self.optimizers + [o for r in self.candidates if (o := r()) is not None]
+        groups += [[p for g in o.param_groups for p in g["params"]] for o in optimizers]
         for params in groups:
             for p in params:
                 if id(p) not in seen:
@@ -124,6 +138,10 @@ class Discovery:
         self.explicit_models = models is not None
         self.names: dict[int, str] = {}  # id(model) -> its name
         self._candidates: list[weakref.ref] = []  # every optimizer known to exist
+        # those the program made or holds (not one left over from earlier work in the
+        # process): their parameters count before they step
+        self._held: list[weakref.ref] = []
+        self.found.candidates = self._held
         self.models_seen: dict[str, dict] = {}  # kept after the models are gone
         self.optimizers_seen: dict[int, str] = {}
         self._active_ids: dict[int, weakref.ref] = {}  # optimizers measured, by id
@@ -140,10 +158,14 @@ class Discovery:
             self.add_optimizer(o, active=True)
         self._find_live_optimizers()
 
-    def add_model(self, m: nn.Module, name: str | None = None) -> str:
-        """Its name: as given, else as the script names it, else its class (made unique)."""
+    def add_model(self, m: nn.Module, name: str | None = None, called: bool = True) -> str:
+        """Its name: as given, else as the script names it, else its class (made unique).
+        `called`: found by a root call (else held in the script's variables, not called
+        yet: run.json says so until it is)."""
         known = self.names.get(id(m))
         if known is not None:
+            if called:
+                self.models_seen[known].pop("called", None)
             return known
         base = name or dx.variable_name(m) or type(m).__name__
         taken = set(self.names.values())
@@ -155,17 +177,23 @@ class Discovery:
         self.probe_stale = True
         self.models_seen[name] = {"name": name, "class": type(m).__name__,
                                   "parameters": sum(p.numel() for p in m.parameters())}
+        if not called:
+            self.models_seen[name]["called"] = False
         return name
 
-    def add_optimizer(self, o: torch.optim.Optimizer, active: bool) -> None:
+    def add_optimizer(self, o: torch.optim.Optimizer, active: bool, held: bool = True) -> None:
         """A candidate may end steps (see required_optimizers); an active optimizer (passed
-        in, or one that stepped) is also measured."""
+        in, or one that stepped) is also measured. `held`: the program made it or holds it
+        (else found among the process's objects at the start)."""
         known = self._active_ids.get(id(o))
         if known is not None and known() is o:
             return  # the usual case, every step: measured already (so a candidate too)
         if all(r() is not o for r in self._candidates):
             self._candidates.append(weakref.ref(o))
             self._required_key = None
+        if held and all(r() is not o for r in self._held):
+            self._held.append(weakref.ref(o))
+            self.probe_stale = True  # its parameters count from now on
         if active:
             self._active_ids[id(o)] = ref = weakref.ref(o)
             self.found.optimizers_refs.append(ref)
@@ -179,7 +207,31 @@ class Discovery:
         base = torch.optim.Optimizer
         for obj in gc.get_objects():
             if issubclass(type(obj), base):  # type(): never a lazy object's __class__
-                self.add_optimizer(obj, active=False)
+                self.add_optimizer(obj, active=False, held=False)
+
+    def scan_variables(self) -> None:
+        """Models the script holds in its variables but has not called yet (an SWA
+        AveragedModel, updated by hand and called only at the end): their parameters exist,
+        so they count. A module sharing parameters with a known model (a wrapper, a
+        submodule) is that model."""
+        if self.explicit_models:
+            return
+        known = {id(p) for m in self.found.model_list() for p in m.parameters()}
+        held: dict[int, tuple[str, nn.Module, list]] = {}
+        for f in dx.program_frames(2):
+            for scope in (f.f_locals, f.f_globals):
+                for name, value in list(scope.items()):
+                    if isinstance(value, torch.optim.Optimizer):
+                        self.add_optimizer(value, active=False)
+                    elif (isinstance(value, nn.Module) and id(value) not in self.names
+                            and id(value) not in held and not name.startswith("_")
+                            and name != "self"):
+                        held[id(value)] = (name, value, list(value.parameters()))
+        # the largest first: a model before the blocks it is made of
+        for name, value, params in sorted(held.values(), key=lambda h: -len(h[2])):
+            if params and not any(id(p) in known for p in params):
+                self.add_model(value, name, called=False)
+                known.update(id(p) for p in params)
 
     def module(self, module: nn.Module) -> ModelInfo:
         info = self.modules.get(id(module))

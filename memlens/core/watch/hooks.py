@@ -2,7 +2,8 @@
 
 A thin wrapper on `nn.Module.__call__` finds the models (any root module call), optimizer
 step hooks find the optimizers, and thin wrappers on `Tensor.backward`,
-`torch.autograd.backward` and the two `zero_grad`s mark where those phases start and end.
+`torch.autograd.backward`, `torch.autograd.grad` and the two `zero_grad`s mark where those
+phases start and end.
 Every wrapper calls the original with the same arguments and returns (or raises) what it
 returned: the user's results are never touched.
 
@@ -50,6 +51,7 @@ class TorchHooks:
         self._patch(torch.Tensor, "backward", self._wrap_backward(torch.Tensor.backward, True))
         self._patch(torch.autograd, "backward",
                     self._wrap_backward(torch.autograd.backward, False))
+        self._patch(torch.autograd, "grad", self._wrap_grad(torch.autograd.grad))
         self._patch(torch.optim.Optimizer, "zero_grad",
                     self._wrap_zero_grad(torch.optim.Optimizer.zero_grad))
         self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad(torch.nn.Module.zero_grad))
@@ -80,6 +82,20 @@ class TorchHooks:
             return lst.backward(lambda: original(*args, **kwargs), tensors)
 
         return backward
+
+    def _wrap_grad(self, original):
+        """torch.autograd.grad(loss, params) is a backward too (a hand-written update);
+        inside a model's forward (a derivative the model computes) it is part of that."""
+        lst = self.listener
+
+        @functools.wraps(original)
+        def grad(*args, **kwargs):
+            if lst.in_forward or lst.broken:
+                return original(*args, **kwargs)
+            outputs = args[0] if args else kwargs.get("outputs")
+            return lst.backward(lambda: original(*args, **kwargs), outputs)
+
+        return grad
 
     def _wrap_zero_grad(self, original):
         lst = self.listener

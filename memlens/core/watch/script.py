@@ -34,6 +34,8 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
                capture_every: int = 0, quiet: bool = False, force: bool = False) -> int:
     """Run `script` under a watch; returns the exit code `python script ARGS` would have."""
     from memlens.core.runfolder.atomic import ExportError
+    from memlens.core.runfolder.claim import discard_run
+    from memlens.core.watch.report import print_summary
     from memlens.core.watch.session import NOTHING_FOUND_HELP, Watch
 
     path = str(Path(script))
@@ -63,12 +65,17 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     if w.write_error is not None:
         print(f"memlens watch: writing {w.folder} failed ({w.write_error}); it holds what "
               "was written before. The script ran unchanged.", file=sys.stderr)
+    if w.nothing_found and w.step_index == 0 and w.write_error is None:
+        # It ended before it trained (its own usage error or --help, say): nothing to keep.
+        discard_run(w.folder, made=out is None)
+        if not quiet:
+            print(f"memlens watch: {path} ended (exit code {code}) before it trained: no "
+                  "model call, no optimizer, no step, so nothing was recorded and no run "
+                  "folder is kept. Its own output is above; to pass it arguments, put them "
+                  "after the script's name.", file=sys.stderr)
+        return code
     if not quiet:
-        print(f"memlens watch: {w.step_index} steps recorded in {w.folder}", file=sys.stderr)
-        for e in w.events:
-            if e.kind == "diagnosis":
-                print(f"  diagnosis: {e.message}\n    at {e.where}\n    fix: {e.fix}",
-                      file=sys.stderr)
+        print_summary(w)
         if w.nothing_found:
             print(f"memlens watch: found no model and no optimizer. {NOTHING_FOUND_HELP}",
                   file=sys.stderr)
@@ -119,7 +126,7 @@ def _print_user_traceback(exc: BaseException, path: str) -> None:
     print("".join(shown.format()), end="", file=sys.stderr)
 
 
-_WATCH_DIR = str(Path(__file__).resolve().parent)
+_WATCH_DIR = str(Path(__file__).resolve().parents[1])  # memlens/core: the hooks, the tracker
 
 
 def _drop_watch_frames(shown: traceback.TracebackException, seen: set[int]) -> None:

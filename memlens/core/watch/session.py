@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import math
 import os
 import sys
 import threading
@@ -35,10 +34,13 @@ from memlens.core.runfolder.writer import RunWriter
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.calls import Call, CallBook, output_nodes
 from memlens.core.watch.events import Events
-from memlens.core.watch.found import Discovery
+from memlens.core.watch.found import Discovery, statistics_pass
+from memlens.core.watch.growth import GraphGrowth
 from memlens.core.watch.hooks import TorchHooks
+from memlens.core.watch.meta import error_text, header, launcher_rank, optimizer_site, summary
 from memlens.core.watch.norms import GradNorms
 from memlens.core.watch.phases import HEAP_EVERY_S, Phases  # noqa: F401 - HEAP_EVERY_S: tests
+from memlens.core.watch.report import print_summary
 from memlens.core.watch.roots import root_loss, step_loss
 
 # A step's rows are handed to the writer at most this long after the step ends, a batch at
@@ -69,7 +71,8 @@ class Watch:
 
     def __init__(self, models=None, optimizers=None, *, out: str | Path | None = None,
                  precise: bool = False, capture_every: int = 0, script: str | None = None,
-                 argv: list[str] | None = None, force: bool = False) -> None:
+                 argv: list[str] | None = None, force: bool = False,
+                 announce: bool = False) -> None:
         if _ACTIVE:
             raise RuntimeError("memlens.watch: a watch is already recording in this process; "
                                "close it first (one watch at a time)")
@@ -82,6 +85,7 @@ class Watch:
         self.writer = RunWriter(self.folder, precise=precise)  # writes on its own thread
         self.precise_requested, self.capture_every = precise, capture_every
         self.script, self.argv = script, list(argv if argv is not None else sys.argv)
+        self.announce = announce  # say at close what was recorded (memlens.watch in code)
         self.seen = Discovery(models, optimizers)
         self.found = self.seen.found
         self._t0 = time.perf_counter()
@@ -95,6 +99,7 @@ class Watch:
         self.events: list[RunEvent] = self.log.items
         self.book = CallBook(self.rec.native, self.log.report)
         self.norms = GradNorms(self.rec.native, self.log.report)
+        self.growth = GraphGrowth(self.log.report)
         self.probe = None
         self._probe_key: tuple = ()
         self.device = torch.device("cpu")
@@ -125,7 +130,7 @@ class Watch:
         self._amp_seen = False
         self._closure = False  # the optimizer step under way was given a closure
         self._saved_ctx = self.saved.hooks()
-        self._post("on_start", _meta(self))
+        self._post("on_start", header(self))
         self._saved_ctx.__enter__()
         if self.precise is not None:
             self.precise.__enter__()
@@ -185,15 +190,18 @@ class Watch:
                 self.precise.__exit__(None, None, None)
         if _ACTIVE and _ACTIVE[-1] is self:
             _ACTIVE.pop()
-        self._guard(self._last_step)
+        crashed = error is not None or exit_code not in (None, 0)
+        self._guard(self._last_step, crashed)
         if self.nothing_found:
             self.log.note("info", "nothing found",
                         "memlens found no model (nn.Module call) and no optimizer in this run",
                         NOTHING_FOUND_HELP)
         if exit_code is not None:
             self.exit_code = exit_code
-        self._finish_files(_summary(self, error))
+        self._finish_files(summary(self, error))
         atexit.unregister(self._at_exit)
+        if self.announce:
+            print_summary(self)
 
     def _finish_files(self, summary: RunSummary) -> None:
         if self.precise is not None and self.precise.pending:
@@ -210,9 +218,13 @@ class Watch:
         except Exception as exc:  # a write that failed at the end: said, never raised
             self._fail(exc)
 
-    def _last_step(self) -> None:
+    def _last_step(self, crashed: bool) -> None:
         if self._stepped or self._after_backward:  # a last step cut short; forwards alone
-            self._end_step(closing=True)  # after the last update (a final sample) make none
+            # after the last update (a final sample) make none. One an error cut short
+            # before its optimizers stepped is not a step: its samples are kept.
+            required = self.seen.required_optimizers()
+            partial = crashed and bool(required) and not required <= self._stepped
+            self._end_step(closing=True, partial=partial)
         self.book.end_step()
         self.book.settle(self.step_index, final=True)
 
@@ -229,7 +241,10 @@ class Watch:
     def _ensure_probe(self) -> None:
         seen = self.seen
         seen.probe_stale = False
-        key = (len(self.found.models), len(self.found.optimizers_refs))  # grow only
+        with contextlib.suppress(Exception):  # an odd object in the script's variables
+            self.seen.scan_variables()
+        found = self.found  # grow only
+        key = (len(found.models), len(found.optimizers_refs), len(found.candidates))
         if key == self._probe_key and self.probe is not None:
             return
         self._probe_key = key
@@ -243,7 +258,7 @@ class Watch:
         self.phases.use_probe(self.probe, self.step_index)  # the old probe's figures first
         # A new probe knows no gradients or optimizer state yet: "start" scans them all.
         self.probe.sample(self.step_index, "start", 0.0, [])
-        self._post("on_start", _meta(self))
+        self._post("on_start", header(self))
 
     def _note_amp_casts(self, nodes: list) -> None:
         """Autocast's weight copies this forward saved: amp_casts, not activations (as for
@@ -338,6 +353,8 @@ class Watch:
                 and self.step_index not in self._captured):
             self._capture = self.rec.begin_capture(self.seen.models_by_name())
         self.found.note_inputs(self.step_index, args, kwargs)
+        if grad:
+            self.growth.note_inputs(args, kwargs, info.name, call.site)
         self.phases.enter("forward" if grad else "eval", self.step_index)
         self._root = (module, call, self.saved.step_saved_bytes, self.phases.since)
         return True
@@ -356,7 +373,7 @@ class Watch:
         self.phases.leave(self.step_index)
         if call.grad:  # after the forward's sample: the Python tracker counts at a measure
             call.bytes = max(0, self.saved.step_saved_bytes - saved_before)
-        if not call.grad and call.train_layers:
+        if not call.grad and call.train_layers and not statistics_pass(module):
             self.book.eval_in_train(call)
 
     def zero_grad(self, call, owner) -> Any:
@@ -391,7 +408,11 @@ class Watch:
         try:
             return call()
         except RuntimeError as exc:
-            self._guard(self.book.explain_backward_error, exc, dx.call_site(4))
+            self._guard(self.book.explain_backward_error, exc, dx.call_site(4),
+                        self.growth.carried)
+            raise
+        except BaseException:
+            self._guard(self.book.backward_failed)
             raise
         finally:
             self._backward_depth -= 1
@@ -443,7 +464,7 @@ class Watch:
         with contextlib.suppress(Exception):
             self.log.note("info", "memlens stopped recording",
                         f"memlens stopped recording after an error of its own: "
-                        f"{_error_text(exc)}. The script runs on unchanged.")
+                        f"{error_text(exc)}. The script runs on unchanged.")
 
     # --- graph capture every N steps (core.graph), from the loss passed to backward ----------
     def _finish_capture(self, loss: Tensor) -> None:
@@ -479,13 +500,13 @@ class Watch:
         closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
         self._closure = closure is not None
         if not self._closure:  # else after the step: the closure's backward comes inside it
-            self.norms.measure(opt, _optimizer_site)
+            self.norms.measure(opt, optimizer_site)
         self.phases.enter("optimizer", self.step_index)
 
     def _optimizer_post(self, opt) -> None:
         self.phases.leave(self.step_index)
         if self._closure:
-            self.norms.measure(opt, _optimizer_site)
+            self.norms.measure(opt, optimizer_site)
         self._stepped.add(id(opt))
         self.norms.stepped()
         self.seen.stepped(opt)
@@ -493,10 +514,13 @@ class Watch:
             self._end_step()
 
     # --- steps -----------------------------------------------------------------------------------
-    def _end_step(self, closing: bool = False) -> None:
+    def _end_step(self, closing: bool = False, partial: bool = False) -> None:
         step = self.step_index
         ms, step_ms = self.phases.end_step(step)
         now = self._clock()
+        if partial:
+            self._cut_short(step, now)
+            return
         book = self.book
         moved = sum(c.ms for c in book.calls if c.grad and not c.reached())
         # a forward never backwarded was an eval
@@ -523,8 +547,21 @@ class Watch:
             self._capture = None
         book.settle(step, final=False)
         if not closing:  # at the program's end its last loss may well be alive: no step ends
-            book.check_graph_kept(step, self.saved.retained_bytes)
+            retained = self.saved.retained_bytes
+            book.check_graph_kept(step, retained)
+            self.growth.end_step(step, self._graph_nodes, retained, ms["backward"])
         self._next_step()
+
+    def _cut_short(self, step: int, now: float) -> None:
+        if self.precise is not None and self.precise.pending:
+            self._post("on_allocations", self.precise.drain())
+        self._write_rows(now)
+        samples = self.phases.take_samples()
+        if samples:
+            self._post("on_samples", samples)
+        self.log.note("info", "step cut short",
+                      f"step {step} was cut short by the error before its optimizer step: "
+                      "its samples are in memory.csv; it is not counted as a step")
 
     def _next_step(self) -> None:
         self.step_index += 1
@@ -533,52 +570,9 @@ class Watch:
         self._stepped = set()
         self.seen.new_step()
         self.norms.new_step()
+        self.growth.new_step()
         self._after_backward = False
         self._roots = []
-
-def _meta(w: Watch) -> dict:
-    """run.json's header for a watched run: the script, its argv, the environment."""
-    probe = w.probe
-    label = (probe.label if probe else "") + (
-        "" if w.device.type == "cuda" else
-        "; other = the models' inputs (batches, carried state)")
-    env = w.rec.environment(parameters=sum(p.numel() for p in w.found.parameters()),
-                            memory_label=label)
-    return {"source": "watch", "script": w.script, "argv": w.argv,
-            "pid": os.getpid(), "capture_every": w.capture_every,
-            "precise_requested": w.precise_requested, "environment": env,
-            "models": list(w.seen.models_seen.values()), "finished": False,
-            "rank": w.rank, "world_size": w.world_size}
-
-
-def _summary(w: Watch, error: BaseException | None) -> RunSummary:
-    failed = error is not None or (w.exit_code or 0) != 0
-    return RunSummary(
-        steps_done=w.step_index, stopped_by="error" if failed else "completed",
-        wall_s=w._clock() - w._t0,
-        final_loss=w._losses[-1] if w._losses else math.nan,
-        peak_bytes=w._summary_peak,
-        mean_step_ms=sum(w._step_ms) / len(w._step_ms) if w._step_ms else math.nan,
-        extra={"exit_code": w.exit_code,
-               "error": _error_text(error) if error is not None else None,
-               "custom_phases_ms": {k: round(v, 3) for k, v in w.phases.custom_ms.items()},
-               "models": list(w.seen.models_seen.values()),
-               "optimizers": list(w.seen.optimizers_seen.values())})
-
-
-# --- helpers ----------------------------------------------------------------------------------
-def _optimizer_site() -> str:
-    """The user's line that called optimizer.step() (where diagnosis 3 points)."""
-    return dx.call_site(2)
-
-
-def _error_text(exc: BaseException) -> str:
-    """`Type: message` for an exception, even one whose __str__ raises."""
-    try:
-        text = str(exc)
-    except Exception:
-        text = "(its message could not be read)"
-    return f"{type(exc).__name__}: {text}"
 
 
 def _forget_in_child() -> None:
@@ -592,9 +586,3 @@ if hasattr(os, "register_at_fork"):  # POSIX; where there is no fork there is no
     os.register_at_fork(after_in_child=_forget_in_child)
 
 
-def launcher_rank() -> tuple[int, int]:
-    """(rank, world size) as torchrun's environment gives them; (0, 1) outside it."""
-    try:
-        return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
-    except ValueError:
-        return 0, 1

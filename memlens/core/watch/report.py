@@ -1,0 +1,19 @@
+"""What a watch says when it ends: where it recorded, and its diagnoses (the CLI's
+`main.py watch` and `memlens.watch()` in code say the same)."""
+
+from __future__ import annotations
+
+import sys
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from memlens.core.watch.session import Watch
+
+
+def print_summary(w: Watch, file: TextIO | None = None) -> None:
+    out = file or sys.stderr
+    steps = "1 step" if w.step_index == 1 else f"{w.step_index} steps"
+    print(f"memlens watch: {steps} recorded in {w.folder}", file=out)
+    for e in w.events:
+        if e.kind == "diagnosis":
+            print(f"  diagnosis: {e.message}\n    at {e.where}\n    fix: {e.fix}", file=out)

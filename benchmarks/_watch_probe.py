@@ -43,7 +43,8 @@ def main(argv: list[str]) -> None:
     with tempfile.TemporaryDirectory(prefix="memlens-watch-probe-") as tmp:
         for b in range(blocks):
             for side in (("plain", "watched") if b % 2 == 0 else ("watched", "plain")):
-                w = memlens.watch(out=Path(tmp) / f"block{b}") if side == "watched" else None
+                w = (memlens.watch(out=Path(tmp) / f"block{b}", quiet=True)
+                     if side == "watched" else None)
                 wall, cpu = [], []
                 for _ in range(per_block):
                     t0, c0 = time.perf_counter(), time.thread_time()

@@ -52,6 +52,7 @@ D2 = "graph kept across steps"
 D3 = "gradients never cleared"
 D4 = "carried state without detach"
 D5 = "validation in train mode"
+D6 = "graph grows step after step"
 
 
 @dataclass(frozen=True)
@@ -75,28 +76,19 @@ def case(id, script, args=(), **kw) -> Case:
 LIGHTNING = ("lightning",)
 
 # Known defects (tests/zoo/FINDINGS.md)
-VIEW_OF_DATA = ("a saved batch that is a view of a dataset tensor the script holds counts the "
-                "dataset's whole storage as activations (slice_batches: 335872 vs 10752)")
-CRASH_ROW = ("the step cut short by the crash is a steps.csv row (optimizer_stepped 0) and "
-             "counts in steps_done: 2 rows, 1 optimizer step")
 HF = ("transformers", "accelerate")
 
 CASES = [
     # pytorch/examples, in their own shapes
     case("mnist", "mnist.py", ["--epochs", "2"], steps=16),
-    case("word_language_model", "word_language_model.py", ["--epochs", "2"], steps=12,
-         xfail={"activations": VIEW_OF_DATA}),
+    case("word_language_model", "word_language_model.py", ["--epochs", "2"], steps=12),
     case("word_language_model_adamw", "word_language_model.py",
-         ["--epochs", "2", "--use-optimizer"], steps=12, xfail={"activations": VIEW_OF_DATA}),
+         ["--epochs", "2", "--use-optimizer"], steps=12),
     case("dcgan", "dcgan.py", ["--steps", "6"], steps=6, opt_per_step=2,
-         diagnoses=frozenset({D1, D5}),  # the example's sample from fixed noise, as it has it
-         xfail={"bytes": "step 0's first rows count only the models called so far (44928 of "
-                "120640 params bytes): optimizers made before are measured once they step"}),
+         diagnoses=frozenset({D1, D5})),  # the example's sample from fixed noise
     case("vae", "vae.py", ["--epochs", "2"], steps=8),
     case("siamese_network", "siamese_network.py", ["--epochs", "2"], steps=8),
-    case("time_sequence_prediction", "time_sequence_prediction.py", ["--steps", "3"], steps=3,
-         xfail={"bytes": "LBFGS state kept in lists (old_dirs, old_stps) is not counted: "
-                "118680 vs 593432 after step 0"}),
+    case("time_sequence_prediction", "time_sequence_prediction.py", ["--steps", "3"], steps=3),
     case("actor_critic", "actor_critic.py", ["--episodes", "6"], steps=6),
     case("super_resolution", "super_resolution.py", ["--epochs", "2"], steps=6),
     case("imagenet_resnet", "imagenet_resnet.py", ["--epochs", "2"], steps=8),
@@ -111,42 +103,30 @@ CASES = [
          needs=HF),
     case("hf_loop", "hf_loop.py", ["--epochs", "2"], steps=16, needs=HF),
     # techniques
-    case("compile_aot_eager", "compiled.py", ["--steps", "8", "--backend", "aot_eager"], steps=8,
-         xfail={"activations": VIEW_OF_DATA}),  # the loop feeds X[step]
-    case("compile_inductor", "compiled.py", ["--steps", "8"], steps=8, slow=True,
-         xfail={"activations": VIEW_OF_DATA}),
+    case("compile_aot_eager", "compiled.py", ["--steps", "8", "--backend", "aot_eager"],
+         steps=8),  # the loop feeds X[step]: a view of its data
+    case("compile_inductor", "compiled.py", ["--steps", "8"], steps=8, slow=True),
     case("checkpoint", "checkpointing.py", ["--steps", "6"], steps=6),
     case("checkpoint_reentrant", "checkpointing.py", ["--steps", "6", "--reentrant"], steps=6),
-    case("slice_batches", "slice_batches.py", ["--epochs", "2"], steps=8,
-         xfail={"activations": VIEW_OF_DATA}),
+    case("slice_batches", "slice_batches.py", ["--epochs", "2"], steps=8),
     case("manual_grads", "manual_grads.py", ["--steps", "6"], steps=6),
-    case("swa_update_bn", "swa.py", ["--epochs", "3"], steps=12,
-         xfail={"bytes": "the AveragedModel's copy of the weights (6100 B) is not counted until "
-                "update_bn calls it: params 6100 vs 12200 in 47 of 55 rows",
-                "diagnoses": "update_bn's train-mode pass under no_grad (on purpose: it "
-                "recomputes BatchNorm statistics) is reported as validation in train mode"}),
+    case("swa_update_bn", "swa.py", ["--epochs", "3"], steps=12),
     case("accumulate_by_hand", "accumulate_by_hand.py", ["--epochs", "2"], steps=8),
     case("dataloader_workers", "dataloader_workers.py", ["--epochs", "2"], steps=12),
-    case("epoch_last_loss", "epoch_last_loss.py", ["--epochs", "3"], steps=12,
-         xfail={"diagnoses": "one backwarded loss (nothing saved, nothing growing) held across "
-                "an epoch is reported as a graph kept across steps"}),
+    case("epoch_last_loss", "epoch_last_loss.py", ["--epochs", "3"], steps=12),
     # bugs
     case("bug_val_outputs_kept", "bug_val_outputs_kept.py", ["--steps", "8"], steps=8,
          diagnoses=frozenset({D1})),
     case("bug_total_loss", "bug_total_loss.py", ["--epochs", "2"], steps=12,
          diagnoses=frozenset({D2})),
     case("bug_hidden_retain_graph", "bug_hidden_retain.py", ["--steps", "6"], steps=1,
-         exit_code=1, diagnoses=frozenset({D4}),
-         xfail={"exit": "memlens's own in-place check raises a shorter message than "
-                "autograd's (no 'which is output 0 of AsStrided', no Hint)",
-                "steps": CRASH_ROW, "activations": VIEW_OF_DATA,
-                "diagnoses": "the in-place error of a carried state's second backward gives "
-                "no diagnosis (4 matches only 'backward through the graph a second time')"}),
+         exit_code=1, diagnoses=frozenset({D4})),
     case("bug_hidden_no_detach", "bug_hidden_no_detach.py", ["--steps", "4"], steps=1,
-         exit_code=1, diagnoses=frozenset({D4}),
-         xfail={"steps": CRASH_ROW, "activations": VIEW_OF_DATA}),
+         exit_code=1, diagnoses=frozenset({D4})),
     case("bug_no_zero_grad", "bug_no_zero_grad.py", ["--steps", "6"], steps=6,
          diagnoses=frozenset({D3})),
+    case("bug_growing_graph", "bug_growing_graph.py", ["--steps", "10"], steps=10,
+         diagnoses=frozenset({D6})),
 ]
 BY_ID = {c.id: c for c in CASES}
 

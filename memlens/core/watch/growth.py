@@ -14,7 +14,6 @@ by an earlier step.
 from __future__ import annotations
 
 from collections.abc import Callable
-from itertools import pairwise
 
 from torch import Tensor
 from torch._C import _autograd
@@ -35,15 +34,19 @@ class GraphGrowth:
         self.reported = False
         self.carried: tuple[str, str, str] | None = None  # (holder, call site, model)
         self._first = _sequence_nr() if _sequence_nr is not None else 0
-        self._steps: list[tuple[int, int, int, float]] = []  # (step, nodes, retained, ms)
+        self._start: tuple[int, int, int, float] | None = None  # where the growth began
+        self._last = (0, 0)  # the last step's nodes and retained bytes
+        self._runs = self._kept = 0  # steps in a row with more nodes (and more bytes held)
+        self.looking = False  # the graph grew last step: name what the model is given
 
     def new_step(self) -> None:
         """Nodes made from here on belong to the step that begins."""
-        if _sequence_nr is not None:
+        if self.looking and _sequence_nr is not None:
             self._first = _sequence_nr()
 
     def note_inputs(self, args: tuple, kwargs: dict, model: str, site: str) -> None:
-        """A model called with a tensor whose graph an earlier step made: the holder."""
+        """A model called with a tensor whose graph an earlier step made: the holder.
+        (Looked for only while the graph grows: a normal loop pays nothing.)"""
         if self.carried is not None or self.reported or _sequence_nr is None:
             return
         values = list(args[:INPUTS]) + (list(kwargs.values())[:INPUTS] if kwargs else [])
@@ -59,18 +62,28 @@ class GraphGrowth:
     def end_step(self, step: int, nodes: int, retained: int, backward_ms: float) -> None:
         if self.reported:
             return
-        self._steps.append((step, nodes, retained, backward_ms))
-        del self._steps[:-STEPS - 1]
-        seen = self._steps
-        if len(seen) <= STEPS or nodes <= 0:
+        last_nodes, last_retained = self._last
+        self._last = (nodes, retained)
+        if self._start is None or nodes <= last_nodes or nodes <= 0:  # (re)start the count
+            self._runs = self._kept = 0
+            self._start = (step, nodes, retained, backward_ms)
+            self.looking = False
             return
-        grows = all(b[1] > a[1] for a, b in pairwise(seen))
-        kept = all(b[2] > a[2] for a, b in pairwise(seen))
-        if not grows or not (kept or self.carried is not None):
+        if not self.looking:
+            self.looking = True
+            if _sequence_nr is not None:
+                self._first = _sequence_nr()
+        self._runs += 1
+        self._kept = self._kept + 1 if retained > last_retained else 0
+        if self._runs < STEPS or not (
+                self._kept >= STEPS or self.carried is not None):
             return
+        self._report(step, nodes, retained, backward_ms)
+
+    def _report(self, step: int, nodes: int, retained: int, backward_ms: float) -> None:
         self.reported = True
-        s0, n0, r0, ms0 = seen[0]
-        span = step - s0
+        s0, n0, r0, ms0 = self._start
+        span = max(1, step - s0)
         holder, site, model = self.carried or ("a tensor memlens could not name", "", "")
         carried = (f", held by {holder} passed to {model} at {site} with the graph of "
                    "earlier steps" if self.carried else f", held by {holder}")

@@ -41,14 +41,14 @@ class GradNorms:
     def measure(self, opt, where) -> None:
         """Add `opt`'s gradients to the step's norm and check they were cleared. `where()`:
         the place a diagnosis names, asked for only when there is one."""
-        grads = [p.grad for g in opt.param_groups for p in g["params"] if p.grad is not None]
-        if not grads:
+        first = _first_grad(opt)
+        if first is None:
             return
         sq = self._native_sum_of_squares(opt)
         if sq < 0:
-            sq = sum_of_squares(grads)
+            sq = sum_of_squares([p.grad for g in opt.param_groups for p in g["params"]
+                                 if p.grad is not None])
         self.norm_sq = sq if self.norm_sq != self.norm_sq else self.norm_sq + sq
-        first = grads[0]
         seen = self._last_grad.get(opt)
         if seen is None or seen() is not first:  # a new tensor: set, not accumulated into
             self.cleared = True
@@ -89,9 +89,10 @@ class GradNorms:
         where one is of a kind it does not read (then torch computes it)."""
         if self._native is None:
             return -1.0
-        n = sum(len(g["params"]) for g in opt.param_groups)
+        groups = opt.param_groups
+        n = (len(groups), len(groups[0]["params"]) if groups else 0, len(groups[-1]["params"]))
         entry = self._watches.get(opt)
-        if entry is None or entry[0] != n:  # a param group added: read the new list
+        if entry is None or entry[0] != n:  # a param group added (or grown): read it anew
             if entry is not None:
                 entry[2].uninstall()
             watch = self._native.GradWatch([p for g in opt.param_groups for p in g["params"]])
@@ -105,3 +106,12 @@ class GradNorms:
     def close(self) -> None:
         for _n, _sum, watch in list(self._watches.values()):
             watch.uninstall()  # only the hooks still memlens's own
+
+
+def _first_grad(opt):
+    """The first gradient an optimizer holds, or None."""
+    for g in opt.param_groups:
+        for p in g["params"]:
+            if p.grad is not None:
+                return p.grad
+    return None

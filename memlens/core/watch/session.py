@@ -353,7 +353,7 @@ class Watch:
                 and self.step_index not in self._captured):
             self._capture = self.rec.begin_capture(self.seen.models_by_name())
         self.found.note_inputs(self.step_index, args, kwargs)
-        if grad:
+        if grad and self.growth.looking:
             self.growth.note_inputs(args, kwargs, info.name, call.site)
         self.phases.enter("forward" if grad else "eval", self.step_index)
         self._root = (module, call, self.saved.step_saved_bytes, self.phases.since)

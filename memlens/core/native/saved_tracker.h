@@ -6,10 +6,9 @@
 //
 // What core.recorder.saved.SavedTensorTracker does in Python, with the same figures:
 // autograd calls the pack hook for every tensor it saves and unpack when backward needs it.
-// pack keeps the tensor as autograd would (an input with history as it is; an output, or a
-// tensor without history, as a detached alias that shares the version counter) and its
-// version in a small holder (autograd stores the
-// holder); unpack raises autograd's own in-place error if the version moved, since a pack
+// pack keeps the tensor as autograd would (an input as it is; an op's own output as a
+// detached alias that shares the version counter) and its version in a small holder
+// (autograd stores the holder); unpack raises autograd's own in-place error if the version moved, since a pack
 // hook turns autograd's check off (its text made by the Python function set_error_text
 // gives, in the words of the torch that runs). Parameters (by data pointer) are checked but
 // never counted. All of it runs with the GIL held.
@@ -39,12 +38,11 @@ using WeakNodePtr = typename WeakOf<NodePtr>::type;
 
 struct SavedHolder {
   PyObject_HEAD
-  at::Tensor tensor;   // the tensor, or its detached alias (placement-new)
-  // An op's input: its tensor, weakly, whose grad_fn the in-place error names; an output
-  // of the node being built: that node, weakly, and the output's number.
-  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> source;  // WeakImpl
+  at::Tensor tensor;   // an input as it is, an output as its detached alias (placement-new)
+  // An output of the node being built: that node, weakly, and the output's number (an
+  // input's own grad_fn is what the in-place error names).
   WeakNodePtr output_fn;
-  PyObject* wrapped;   // its Python tensor, made at the first unpack
+  PyObject* wrapped;   // its Python tensor: an input's own, an output's made at first unpack
   PyObject* owner;     // the capsule that keeps `tracker` alive
   SavedTracker* tracker;
   int64_t version;
@@ -257,7 +255,6 @@ void saved_holder_dealloc(PyObject* self) {
     h->tracker->release(h);
   }
   h->tensor.~Tensor();
-  h->source.~WeakImpl();
   h->output_fn.~WeakNodePtr();
   Py_XDECREF(h->wrapped);
   Py_XDECREF(h->owner);
@@ -302,28 +299,26 @@ PyObject* saved_pack(PyObject* self, PyObject* arg) {
     }
     const int64_t data = t.has_storage() ? reinterpret_cast<int64_t>(t.data_ptr()) : 0;
     const bool param = data != 0 && tracker->is_param(data);
-    // A parameter (a leaf: no history, no cycle) is kept as it is; anything else as an
-    // alias without autograd history that shares the version counter (what detach()
-    // gives, without a dispatch): a tensor saved as its own op's output would otherwise
-    // make the node hold itself, and a view would hold its base.
-    const auto& fn = t.grad_fn();
+    const bool plain = !t.requires_grad();  // no autograd history
     // An output of the node being built (the newest node on this thread): autograd names
     // that node in its in-place error; an input, its grad_fn at the time of the error.
+    NodePtr fn = plain ? NodePtr() : t.grad_fn();
     h->is_output = fn && fn->sequence_nr() + 1 == at::sequence_number::peek();
     h->output_nr = h->is_output ? t.output_nr() : 0;
-    // Kept as autograd itself keeps it: a parameter, or an input with history, as it is; an
-    // output as an alias without autograd history that shares the version counter (what
-    // detach() gives, without a dispatch), or the node would hold itself; a tensor without
-    // history as such an alias too, so that a view holds no base (a data set a batch is
-    // sliced from is its owner's, not the graph's), and itself weakly, for its name.
-    const bool as_is = param || (t.requires_grad() && !h->is_output);
-    new (&h->tensor) at::Tensor(as_is ? t : t.tensor_data());
-    new (&h->output_fn) WeakNodePtr(h->is_output ? fn : NodePtr());
-    new (&h->source) WeakImpl(as_is || h->is_output
-                                  ? c10::intrusive_ptr<c10::TensorImpl,
-                                                       c10::UndefinedTensorImpl>()
-                                  : t.getIntrusivePtr());
-    h->wrapped = nullptr;
+    // Kept as autograd itself keeps it: an input (a parameter, a tensor with or without
+    // history) as it is, its Python tensor too, which unpack hands back; an op's own output
+    // as an alias without autograd history that shares the version counter (what detach()
+    // gives, without a dispatch), or the node would hold itself.
+    if (h->is_output) {
+      new (&h->tensor) at::Tensor(t.tensor_data());
+      new (&h->output_fn) WeakNodePtr(fn);
+      h->wrapped = nullptr;
+    } else {
+      new (&h->tensor) at::Tensor(t);
+      new (&h->output_fn) WeakNodePtr(NodePtr());
+      Py_INCREF(arg);
+      h->wrapped = arg;
+    }
     Py_INCREF(self);
     h->owner = self;
     h->tracker = tracker;
@@ -339,7 +334,7 @@ PyObject* saved_pack(PyObject* self, PyObject* arg) {
       const Key key = storage_key_of(t, &nbytes);
       h->ptr = key.ptr;
       if (key.ptr != 0 && !param && !tracker->is_param(key.ptr)) {
-        if (!as_is && !h->is_output) {  // only a tensor without history can be a data slice
+        if (plain) {  // only a tensor without history can be a slice of data
           span_of(t, nbytes, &h->lo, &h->hi);
         }
         tracker->add(h, nbytes);
@@ -359,10 +354,8 @@ PyObject* saved_named(const SavedHolder* h) {
   if (h->is_output) {
     fn = h->output_fn.lock();
     nr = h->output_nr;
-  } else if (h->tensor.requires_grad()) {
-    fn = h->tensor.grad_fn();
-  } else if (auto strong = h->source.lock()) {
-    fn = at::Tensor(std::move(strong)).grad_fn();
+  } else {
+    fn = h->tensor.grad_fn();  // the input as it is now: an in-place op may have given it one
   }
   if (!fn) {
     Py_RETURN_NONE;

@@ -25,15 +25,14 @@ _sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)
 
 class _Saved:
     """What the pack hook stores for autograd: the tensor as autograd itself would keep it
-    (an op's input with history as it is; an op's own output, or a tensor without history,
-    as a detached alias: no reference cycle through grad_fn, no view's base) and the
-    version it had. The tracker fills in its storage key, the storage's bytes and the span
-    the tensor reaches (None: all of it) at the next measure (parameters are dropped from
-    its scan there).
+    (an op's input as it is; an op's own output as a detached alias: no reference cycle
+    through grad_fn) and the version it had. The tracker fills in its storage key, the
+    storage's bytes and the span the tensor reaches (None: all of it) at the next measure
+    (parameters are dropped from its scan there).
 
-    `source`: a weak reference to a tensor without history (an in-place op with autograd on
-    can give it one, which autograd's in-place error names); `output`: (grad_fn name,
-    output number) of one saved as its own op's output.
+    `plain`: the tensor had no autograd history when saved (only such a tensor can be a
+    slice of a data set); `output`: (grad_fn name, output number) of one saved as its own
+    op's output.
 
     No finalizer: most saved tensors are released by the backward of the step that saved
     them, and a Python __del__ called from autograd for each would cost more than the hook
@@ -41,7 +40,7 @@ class _Saved:
     measures; those that outlive their step become _Retained, whose finalizer reports the
     release of a retained or leaked graph."""
 
-    __slots__ = ("__weakref__", "key", "nbytes", "output", "source", "span", "tensor",
+    __slots__ = ("__weakref__", "key", "nbytes", "output", "plain", "span", "tensor",
                  "tracker", "version")
 
 
@@ -50,7 +49,7 @@ class _SavedParameter:
     unpack's version check needs. A parameter is never an activation, so the tracker need not
     follow it: no weak reference, no place in the next measure."""
 
-    __slots__ = ("output", "source", "tensor", "version")
+    __slots__ = ("output", "tensor", "version")
 
 
 class _Retained(_Saved):
@@ -174,9 +173,9 @@ class SavedTensorTracker:
                 key, n = storage_key(h.tensor)
                 if key in param_keys:  # a parameter is never an activation: stop looking
                     continue
-                # Only a tensor without history (source set) can be a slice of data.
+                # Only a tensor without history can be a slice of data.
                 h.key, h.nbytes = key, n
-                h.span = span_of(h.tensor) if h.source is not None else None
+                h.span = span_of(h.tensor) if h.plain else None
                 if key not in step_keys:
                     step_keys.add(key)
                     self.step_saved_bytes += n if h.span is None else h.span[1] - h.span[0]
@@ -255,9 +254,10 @@ class SavedTensorTracker:
         self._live = _LiveKeys({}, retained, {})
 
     def _pack(self, t: Tensor):
-        source = output = None
+        output = None
         kept = t
-        if t.requires_grad:
+        plain = not t.requires_grad
+        if not plain:
             fn = t.grad_fn
             if fn is not None and _sequence_nr is not None and \
                     fn._sequence_nr() == _sequence_nr() - 1:
@@ -266,18 +266,13 @@ class SavedTensorTracker:
                 # through this holder.
                 output = (fn.name(), t.output_nr)
                 kept = t.detach()
-        else:
-            # No history: an alias, so a view holds no base (a data set a batch is sliced
-            # from is its owner's, not the graph's); the tensor weakly, for its name.
-            source = weakref.ref(t)
-            kept = t.detach()
         if t.data_ptr() in self.param_ptrs:  # a parameter or a view of one from its start
             p = _SavedParameter()
-            p.tensor, p.version, p.source, p.output = t, t._version, source, output
+            p.tensor, p.version, p.output = t, t._version, output
             return p
         h = _Saved()
         h.tensor, h.version, h.key, h.tracker = kept, t._version, None, self
-        h.source, h.output = source, output
+        h.plain, h.output = plain, output
         self._fresh.append(weakref.ref(h))
         return h
 
@@ -308,10 +303,7 @@ def _named(saved) -> tuple[str, int] | None:
     number for one), nothing for a leaf."""
     if saved.output is not None:
         return saved.output
-    t = saved.tensor
-    if not t.requires_grad and saved.source is not None:
-        t = saved.source()
-    fn = t.grad_fn if t is not None else None
+    fn = saved.tensor.grad_fn  # the input as it is now: an in-place op may have given it one
     return (fn.name(), 0) if fn is not None else None
 
 

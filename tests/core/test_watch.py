@@ -506,6 +506,56 @@ def test_amp_weight_copies_are_amp_casts_not_activations(tmp_path):
     assert all(r[cols.index("amp_casts")] == 0 for r in back)  # freed with the graph
 
 
+SQUARE_AMP_LOOP = HEAD + """
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(16, 16), nn.ReLU(), nn.Linear(16, 16), nn.ReLU(),
+                      nn.Linear(16, 16))
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+x = torch.randn(16, 16, requires_grad=True)  # a batch as wide as every layer
+for step in range(3):
+    opt.zero_grad()
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        loss = model(x).float().pow(2).mean()
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_amp_casts_are_weight_copies_by_identity_not_by_size(tmp_path):
+    """A batch as wide as a layer: its bf16 activations have a weight's element count, and
+    are activations all the same. Counted independently: the saved bf16 tensors equal to a
+    bf16 cast of a weight, each storage once."""
+    from memlens.core.records import PHASE_CODE
+
+    _, _, folder = watch_script(tmp_path, SQUARE_AMP_LOOP)
+    history = load_run(folder)
+    cols = history.samples.columns
+    fwd = [r for r in history.samples.rows() if r[1] == PHASE_CODE["forward"]]
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 16), torch.nn.ReLU(),
+                                torch.nn.Linear(16, 16))
+    x = torch.randn(16, 16, requires_grad=True)
+    weights = [m.weight.to(torch.bfloat16) for m in model if isinstance(m, torch.nn.Linear)]
+    held: dict[int, torch.Tensor] = {}
+
+    def pack(t):
+        held.setdefault(t.untyped_storage().data_ptr(), t)
+        return t
+
+    with (torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t),
+          torch.autocast("cpu", dtype=torch.bfloat16)):
+        model(x)
+    params = {q.untyped_storage().data_ptr() for q in model.parameters()}
+    copies = sum(t.untyped_storage().nbytes() for ptr, t in held.items()
+                 if ptr not in params and t.dtype == torch.bfloat16 and any(
+                     torch.equal(v, w) for w in weights for v in (t, t.t()) if v.shape == w.shape))
+    bf16_saved = sum(t.untyped_storage().nbytes() for t in held.values()
+                     if t.dtype == torch.bfloat16)
+    assert 0 < copies < bf16_saved  # some bf16 activations have a weight's size
+    assert [r[cols.index("amp_casts")] for r in fwd] == [copies] * len(fwd)
+
+
 def test_grad_norm_is_the_norm_of_the_gradients_the_optimizer_steps_with(tmp_path):
     """steps.csv's grad_norm at step 0, against the 2-norm taken by hand on plain torch."""
     _, _, folder = watch_script(tmp_path, ADAM_LOOP, ["1"])

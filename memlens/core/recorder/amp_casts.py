@@ -3,9 +3,9 @@
 Under autocast a parameter used by a matmul or a convolution is cast once per autocast
 region (autocast's weight cache) and the op saves the copy for backward. Those copies are
 not activations: they are the price of AMP, a fixed cost per weight, and memlens shows them
-as their own category. They are found from the graph, not guessed from sizes: a cast node
-(ToCopyBackward0) whose input is a parameter's AccumulateGrad, reached through view nodes
-(a transpose for linear), by the node that saved the copy.
+as their own category. They are found from the graph, not guessed from sizes: a saved
+tensor whose own history is a cast node (ToCopyBackward0) of a parameter's AccumulateGrad,
+through view nodes (linear saves the transposed copy).
 """
 
 from __future__ import annotations
@@ -54,24 +54,24 @@ def amp_cast_storages_of_nodes(nodes: list, params: list[Tensor]) -> dict:
     seen = set(stack)
     while stack and len(seen) < NODE_LIMIT:
         node = stack.pop()
-        casts = []
+        casts = False
         for nxt, _ in node.next_functions:
             if nxt is None:
                 continue
-            p = _cast_param(nxt, by_id)
-            if p is not None:
-                casts.append(p)
+            if not casts and _cast_param(nxt, by_id) is not None:
+                casts = True
             if nxt not in seen:
                 seen.add(nxt)
                 stack.append(nxt)
         if casts:
-            _add_saved_casts(node, casts, out)
+            _add_saved_casts(node, by_id, out)
     return out
 
 
-def _add_saved_casts(node, casts: list[Tensor], out: dict) -> None:
-    """The node's saved tensors that are one of `casts` in a lower precision: the same
-    number of elements, another dtype, and a storage of exactly that many elements."""
+def _add_saved_casts(node, params: dict[int, Tensor], out: dict) -> None:
+    """The node's saved tensors that are a cast of a parameter, by identity: the tensor's
+    own history is that cast (through view nodes). Never by size: an activation as wide as
+    a weight (a batch of 256 through a 256-wide layer) has a weight's element count too."""
     for name in dir(node):
         if not name.startswith("_saved_") or name.endswith("_raw"):
             continue
@@ -80,11 +80,7 @@ def _add_saved_casts(node, casts: list[Tensor], out: dict) -> None:
         except RuntimeError:  # freed by a backward already
             continue
         for t in value if isinstance(value, (tuple, list)) else (value,):
-            if not isinstance(t, Tensor):
-                continue
-            for p in casts:
-                if (t.dtype != p.dtype and t.numel() == p.numel()
-                        and t.untyped_storage().nbytes() == p.numel() * t.element_size()):
-                    key, n = storage_key(t)
-                    out[key] = n
-                    break
+            if (isinstance(t, Tensor) and t.grad_fn is not None
+                    and _cast_param(t.grad_fn, params) is not None):
+                key, n = storage_key(t)
+                out[key] = n

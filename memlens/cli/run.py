@@ -160,14 +160,18 @@ def _print_summary(summary, history) -> None:
           f"mean step {summary.mean_step_ms:.1f} ms")
     print(f"final loss: {summary.final_loss:.4f}")
     print(f"memory ({env.get('memory_label', '')}):")
+    exact_mode = bool(env.get("precise")) or env.get("device", "").startswith("cuda")
     if len(history.samples):
         last = history.samples.rows(len(history.samples) - 1)[0]
         idx = history.samples.index
         for c in MEMORY_CATEGORIES:
+            if c == "temporaries" and not exact_mode:
+                # light mode on CPU does not measure them: 0 B would read as "none"
+                print(f"  {c:<12} {'—':>10} (not measured in light mode: --precise does)")
+                continue
             print(f"  {c:<12} {format_bytes(last[idx[c]]):>10}")
         print(f"  {'total':<12} {format_bytes(last[idx['total']]):>10}")
-    exact = "exact" if env.get("precise") or env.get("device", "").startswith("cuda") \
-        else "lower bound"
+    exact = "exact" if exact_mode else "lower bound"
     print(f"  {'peak':<12} {format_bytes(summary.peak_bytes):>10} ({exact})")
     for e in history.events():
         if e.kind == "toggle":  # the effect as the app's "What just happened" says it

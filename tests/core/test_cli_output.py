@@ -87,6 +87,22 @@ def test_cli_output_in_a_log_and_its_summary_units(tmp_path):
     assert abs(float(value) * 1024 - params) <= 0.01 * params, (value, params)
 
 
+def test_temporaries_not_measured_in_light_mode_read_as_not_measured(tmp_path):
+    """Light mode on CPU does not measure temporaries: the summary prints a dash, not 0 B;
+    precise mode measures them and prints bytes (lstm holds its logits past the phase)."""
+    lines = {}
+    for mode in ("light", "precise"):
+        p = cli("run", "--preset", "lstm", "--steps", "2", "--set", "batch_size=4",
+                "width=16", "seq_len=8", *(["--precise"] if mode == "precise" else []),
+                "--out", str(tmp_path / mode))
+        assert p.returncode == 0, p.stderr
+        lines[mode] = next(ln for ln in p.stdout.splitlines()
+                           if ln.split()[:1] == ["temporaries"])
+    assert "—" in lines["light"] and "not measured" in lines["light"]
+    assert "B" not in lines["light"].split("(")[0]
+    assert "—" not in lines["precise"] and lines["precise"].rstrip().endswith("B")
+
+
 def test_cuda_only_setting_on_cpu_is_said(tmp_path):
     if torch.cuda.is_available():
         return

@@ -18,6 +18,9 @@ from memlens.core.stats import RatioCI, ratio_of_medians
 from memlens.core.units import format_bytes
 
 WINDOW_STEPS = 10
+# How far from a toggle (in steps each side) the run's own unchanged splits gauge the
+# machine's noise: near enough to share its load, far enough for dozens of splits.
+NOISE_REACH = 200
 # A memory change smaller than this share of the memory in use (or 512 B) is called
 # unchanged: tensor bytes move by a few bytes with the loss scalars a leak keeps.
 NEGLIGIBLE_SHARE = 0.002
@@ -169,14 +172,57 @@ def toggle_effect(history, event: RunEvent, window: int = WINDOW_STEPS) -> Toggl
     (after_ms,) = _rows(history.steps, s, end, ("step_ms",))
     # Complete when the window is full or cut for good, or when the run is over.
     complete = bool(cut) or finished or last_step >= end - 1
+    time = None
+    if len(before_ms) and len(after_ms):
+        changes = [e.step for e in events if e.kind in ("toggle", "error")]
+        time = ratio_of_medians(before_ms, after_ms).with_machine_noise(
+            _placebo_ratios(history.steps, s, len(before_ms), len(after_ms), [*changes, s]),
+            _later_ratio(history.steps, s, end, max(earlier, default=-1), changes,
+                         window))
     return ToggleEffect(
         event=event, before_steps=len(before_ms), after_steps=len(after_ms), window=window,
         memory_before=_phase_medians(history.samples, start, s),
-        memory_after=_phase_medians(history.samples, s, end),
-        time=ratio_of_medians(before_ms, after_ms) if len(before_ms) and len(after_ms)
-        else None,
+        memory_after=_phase_medians(history.samples, s, end), time=time,
         cut=cut if complete and len(after_ms) < window else "", complete=complete,
     )
+
+
+def _later_ratio(steps, s: int, end: int, previous: int, changes: list[int], window: int
+                 ) -> float | None:
+    """Median step of the setting's steps after the window (up to NOISE_REACH, until the
+    next change) over the median of its predecessor's steps (up to NOISE_REACH), or None
+    with fewer than `window` later steps."""
+    stop = min([c for c in changes if c > s] + [end + NOISE_REACH])
+    (later,) = _rows(steps, end, stop, ("step_ms",))
+    if len(later) < window:
+        return None
+    (before,) = _rows(steps, max(previous, s - NOISE_REACH), s, ("step_ms",))
+    b = np.median(before)
+    return float(np.median(later) / b) if b > 0 else None
+
+
+def _placebo_ratios(steps, s: int, nb: int, na: int, others: list[int]) -> np.ndarray:
+    """The toggle's statistic (median of `na` steps / median of the `nb` before them) at
+    every other split within NOISE_REACH steps of step `s` where nothing changed: no toggle
+    (this one included) or error inside the split's steps. What the machine alone does to
+    it: a load burst that slows the steps after a toggle ends somewhere, and its end is one
+    of these splits."""
+    i_s = _first_row_at(steps, s)
+    i0 = max(0, i_s - NOISE_REACH - nb)
+    (step, ms) = _rows(steps, -1 if i0 == 0 else int(steps.column("step", i0, i0 + 1)[0]),
+                       s + NOISE_REACH + na, ("step", "step_ms"))
+    if len(ms) < nb + na + 1:
+        return np.empty(0)
+    windows = np.lib.stride_tricks.sliding_window_view
+    med_b = np.median(windows(ms, nb), axis=1)  # med_b[k]: steps k .. k+nb-1
+    med_a = np.median(windows(ms, na), axis=1)
+    splits = np.arange(nb, len(ms) - na + 1)  # the split before row p
+    before, after = med_b[splits - nb], med_a[splits]
+    keep = np.ones(len(splits), dtype=bool)
+    for other in others:  # a change inside the split's steps is not the machine's noise
+        keep &= ~((step[splits - nb] < other) & (other <= step[splits + na - 1]))
+    keep &= (before > 0) & np.isfinite(before) & np.isfinite(after)
+    return after[keep] / before[keep]
 
 
 

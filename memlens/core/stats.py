@@ -29,18 +29,64 @@ class RatioCI:
     n_before: int
     n_after: int
     confidence: float = CONFIDENCE
+    # The machine's own noise where it was gauged (see with_machine_noise): the ratio that
+    # splits of the same run at other steps reach (their 95th percentile), and how many
+    # splits gauged it. An effect inside it is within noise whatever its interval says.
+    noise: float | None = None
+    n_noise: int = 0
+    # The same ratio over the later steps of the same setting (None: none yet): a change
+    # lasts while its setting does, a load burst does not.
+    later: float | None = None
 
     @property
-    def significant(self) -> bool:
+    def beyond_noise(self) -> bool:
+        """The interval excludes 1 and the ratio is larger than the machine's noise."""
+        if self.noise is not None and abs(np.log(self.ratio)) <= abs(np.log(self.noise)):
+            return False
         return self.n_before >= MIN_SAMPLES and self.n_after >= MIN_SAMPLES and (
             self.low > 1.0 or self.high < 1.0)
 
     @property
+    def lasts(self) -> bool:
+        """The later steps show the change too (at least half of it, the same way), or
+        there are none yet to ask."""
+        if self.later is None or not np.isfinite(self.later) or self.later <= 0:
+            return True
+        first, later = np.log(self.ratio), np.log(self.later)
+        return bool(np.sign(first) == np.sign(later) and abs(later) > 0.5 * abs(first))
+
+    @property
+    def significant(self) -> bool:
+        return self.beyond_noise and self.lasts
+
+    @property
     def half_width_pct(self) -> float:
-        """The interval's larger distance from the ratio, in percent (for "±X%")."""
+        """The interval's larger distance from the ratio, in percent (for "±X%"), or the
+        machine's noise where that is wider."""
         if not np.isfinite(self.low) or not np.isfinite(self.high):
             return float("inf")
-        return 100.0 * max(self.ratio - self.low, self.high - self.ratio)
+        width = 100.0 * max(self.ratio - self.low, self.high - self.ratio)
+        if self.noise is not None:
+            width = max(width, 100.0 * (self.noise - 1.0))
+        return width
+
+    def with_machine_noise(self, placebo: Sequence[float], later: float | None = None
+                           ) -> RatioCI:
+        """This effect with the machine's noise gauged by `placebo`: the same statistic at
+        other splits of the same run, where nothing changed; and `later`, the ratio the
+        same setting's later steps show. Steps next to each other share the machine's load
+        (a burst from another process slows ten steps in a row), which a bootstrap of
+        single steps cannot see. A change is called only when it is larger than 95% of what
+        the run's own unchanged splits show (with fewer than 19 splits, larger than all of
+        them) and, where later steps exist, they show it too."""
+        p = _clean(placebo)
+        p = p[p > 0]
+        noise = None
+        if p.size:
+            excess = np.exp(np.abs(np.log(p)))  # a slowdown and a speed-up alike, as >= 1
+            noise = float(np.quantile(excess, CONFIDENCE) if p.size >= 19 else excess.max())
+        return RatioCI(self.ratio, self.low, self.high, self.n_before, self.n_after,
+                       self.confidence, noise, int(p.size), later)
 
     def describe(self, what: str = "step time") -> str:
         """`step time +12% (95% CI +8% to +15%)`, or `step time within noise (±6%)`."""
@@ -49,16 +95,25 @@ class RatioCI:
         if self.n_before < MIN_SAMPLES or self.n_after < MIN_SAMPLES:
             return (f"{what} {_pct(self.ratio)} over {self.n_before} and {self.n_after} "
                     "steps: too few to tell from noise")
+        if self.beyond_noise and not self.lasts:
+            return (f"{what} {_pct(self.ratio)} at first, {_pct(self.later)} in the steps "
+                    "after: the machine's load, not the change (within noise)")
         if not self.significant:
             return f"{what} within noise (±{self.half_width_pct:.0f}%)"
         return (f"{what} {_pct(self.ratio)} ({self.confidence:.0%} CI {_pct(self.low)} "
                 f"to {_pct(self.high)})")
 
     def as_dict(self) -> dict:
-        return {"ratio": _finite(self.ratio), "ci_low": _finite(self.low),
-                "ci_high": _finite(self.high), "confidence": self.confidence,
-                "n_before": self.n_before, "n_after": self.n_after,
-                "significant": self.significant}
+        out = {"ratio": _finite(self.ratio), "ci_low": _finite(self.low),
+               "ci_high": _finite(self.high), "confidence": self.confidence,
+               "n_before": self.n_before, "n_after": self.n_after,
+               "significant": self.significant}
+        if self.noise is not None:
+            out["machine_noise"] = _finite(self.noise)
+            out["noise_splits"] = self.n_noise
+        if self.later is not None:
+            out["later_ratio"] = _finite(self.later)
+        return out
 
 
 def ratio_of_medians(before: Sequence[float], after: Sequence[float], *,

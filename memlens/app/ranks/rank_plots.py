@@ -49,7 +49,8 @@ class RankPlots(QStackedWidget):
         column = QVBoxLayout(shared)
         column.setContentsMargins(0, 0, 0, 0)
         self.overlay = _plot("ranks_memory_plot", "Memory by rank: total (solid), peak (dashed)")
-        self.legend = self.overlay.addLegend(offset=(8, 4), colCount=4)
+        self.legend = self.overlay.addLegend(offset=(8, 4), colCount=4,
+                                             brush=pg.mkBrush(255, 255, 255, 230))
         self.stack = _plot("ranks_stack_plot", "Memory by category")
         self.stack.setXLink(self.overlay)
         self.area = StackedArea([CATEGORY_COLORS[c] for c in MEMORY_CATEGORIES])

@@ -177,3 +177,16 @@ def test_shot_open_of_a_job_folder_renders_the_ranks_tab(qtbot, tmp_path, monkey
     (w,) = made
     assert w.tabs.currentWidget() is w.ranks_tab
     assert w.ranks_tab.table.rowCount() == world
+
+
+def test_a_long_ranks_lines_are_cut_to_bins_that_keep_every_peak(tmp_path):
+    from memlens.app.series.rank_series import rank_lines
+    from memlens.core.runfolder.reader import load_run
+
+    steps = 600
+    job = _saved_job(tmp_path, 1, steps)
+    lines = rank_lines(load_run(job / "rank0"), max_points=100)
+    written = [_sample(0, i, k).total for i in range(steps) for k in range(4)]
+    assert len(lines.x) <= 200 < len(written)
+    assert lines.total.max() == max(written) and lines.layers[-1].max() == max(written)
+    assert np.all(np.diff(lines.x) >= 0)

@@ -84,7 +84,8 @@ class RankJob(QObject):
     def _done(self) -> bool:
         """Every rank the job said it has is here, and each has finished or is gone."""
         worlds = [h.meta.get("world_size") for h in self.histories.values() if h.meta]
-        world = max((w for w in worlds if isinstance(w, int)), default=0)
+        # A job whose run.json names no world size: the ranks seen so far are all of it.
+        world = max((w for w in worlds if isinstance(w, int)), default=len(self._followers))
         return (len(self._followers) >= world > 0 and all(
             f in self.problems or r.state in (FINISHED, GONE)
             for f, r in self._followers.items()))

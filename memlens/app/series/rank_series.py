@@ -6,8 +6,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from memlens.app.series.decimate import envelope, min_max
 from memlens.core.history import RunHistory
 from memlens.core.records import MEMORY_CATEGORIES
+
+MAX_POINTS = 4000  # a line's points: about two per pixel of a wide plot
 
 
 @dataclass(frozen=True)
@@ -23,10 +26,18 @@ class RankLines:
     layers: np.ndarray
 
 
-def rank_lines(history: RunHistory) -> RankLines:
+def rank_lines(history: RunHistory, max_points: int = MAX_POINTS) -> RankLines:
+    """A rank's lines, cut to at most about `max_points` points each: per-bin peaks, so
+    every peak stays on the plot (app.series.decimate)."""
     samples, steps = history.samples, history.steps
-    categories = np.vstack([samples.column(c) for c in MEMORY_CATEGORIES]) if len(samples) \
-        else np.empty((len(MEMORY_CATEGORIES), 0))
-    return RankLines(x=samples.column("x"), total=samples.column("total"),
-                     peak_x=steps.column("step") + 0.5, peak=steps.column("peak_bytes"),
-                     layers=np.cumsum(categories, axis=0))
+    x = samples.column("x")
+    categories = (np.vstack([samples.column(c) for c in MEMORY_CATEGORIES]) if len(samples)
+                  else np.empty((len(MEMORY_CATEGORIES), 0)))
+    layers = np.cumsum(categories, axis=0)
+    total = samples.column("total")
+    if len(x) > max_points:
+        _, layers = envelope(x, layers, max_points)
+        x, total = envelope(x, total[None, :], max_points)
+        total = total[0]
+    peak_x, peak = min_max(steps.column("step") + 0.5, steps.column("peak_bytes"), max_points)
+    return RankLines(x=x, total=total, peak_x=peak_x, peak=peak, layers=layers)

@@ -125,10 +125,10 @@ class RunOpening:
         from memlens.app.window.follow_run import FollowedRun, state_text
 
         w = self.window
-        folder = self._rank_of(folder, "follow")
         if w.running:
             w.statusBar().showMessage("Stop the run first to follow another", 6000)
             return False
+        folder = self._rank_of(folder, "follow")
         try:
             followed = FollowedRun(folder, w)
         except RunFolderError as exc:

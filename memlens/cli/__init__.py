@@ -14,4 +14,5 @@ COMMANDS: dict[str, tuple[str, str]] = {
              "run the app window offscreen for N steps and save a PNG screenshot"),
     "watch": ("memlens.cli.watch", "run your own training script unchanged and record it"),
     "lessons": ("memlens.cli.lessons", "measure the article's claims: each technique off vs on"),
+    "ranks": ("memlens.cli.ranks", "a torchrun job's ranks side by side: memory, step time"),
 }

@@ -12,6 +12,9 @@ CATEGORY_COLORS: dict[str, str] = dict(zip(MEMORY_CATEGORIES, (
 PHASE_COLORS: dict[str, str] = dict(zip(PHASES, (
     "#8172B3", "#64B5CD", "#DD8452", "#55A868", "#CCB974",
 ), strict=True))
+# A torchrun job's ranks, one hue each (the 11th rank takes the first hue again).
+RANK_COLORS: tuple[str, ...] = ("#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD",
+                                "#8C564B", "#E377C2", "#7F7F7F", "#BCBD22", "#17BECF")
 TOTAL_COLOR = "#222222"
 PEAK_COLOR = "#C44E52"
 RESERVED_COLOR = "#7F3C8D"
@@ -67,3 +70,7 @@ def readable(color: str, background: str) -> str:
         if contrast(out, background) >= MIN_LINE_CONTRAST:
             break
     return out
+
+
+def rank_color(rank: int) -> str:
+    return RANK_COLORS[rank % len(RANK_COLORS)]

@@ -76,10 +76,25 @@ class RunOpening:
         if ranks:
             chooser.set_ranks(folder, ranks)
             self._rank_mode = mode
+            self._show_ranks(folder, mode)
             return ranks[0]
         if not self.window.running:
             chooser.clear()
+            self._show_ranks(None, mode)
         return folder
+
+    def _show_ranks(self, folder: Path | None, mode: str) -> None:
+        """The Ranks tab shows every rank of a job's folder (and comes to the front), or goes
+        when another run is shown."""
+        w = self.window
+        index = w.tabs.indexOf(w.ranks_tab)
+        if folder is None:
+            w.ranks_tab.clear()
+            w.tabs.setTabVisible(index, False)
+            return
+        w.ranks_tab.show_job(folder, follow=mode == "follow")
+        w.tabs.setTabVisible(index, True)
+        w.tabs.setCurrentIndex(index)
 
     def _on_rank_chosen(self, folder: Path) -> None:
         if self._rank_mode == "follow":
@@ -110,10 +125,10 @@ class RunOpening:
         from memlens.app.window.follow_run import FollowedRun, state_text
 
         w = self.window
-        folder = self._rank_of(folder, "follow")
         if w.running:
             w.statusBar().showMessage("Stop the run first to follow another", 6000)
             return False
+        folder = self._rank_of(folder, "follow")
         try:
             followed = FollowedRun(folder, w)
         except RunFolderError as exc:

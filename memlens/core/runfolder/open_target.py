@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from memlens.core.runfolder.format import RUN_JSON, RunFolderError
-from memlens.core.runfolder.reader import load_run
+from memlens.core.runfolder.reader import load_run, rank_folders
 from memlens.core.snapshot_file import SnapshotFileError, read_snapshot
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
@@ -36,8 +36,9 @@ def check_openable(path: str | Path) -> tuple[str, Path]:
     """resolve(), then read the run or snapshot once: raises OpenError with the reason."""
     kind, target = resolve(path)
     try:
-        if kind == "run":
-            load_run(target)
+        if kind == "run":  # a torchrun job's folder: every rank in it
+            for folder in rank_folders(target) or [target]:
+                load_run(folder)
         else:
             read_snapshot(target)
     except (RunFolderError, SnapshotFileError, OSError) as exc:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 from typing import TYPE_CHECKING
 
 from memlens.core.records import RunSummary
@@ -26,7 +27,7 @@ def header(w: Watch) -> dict:
             "pid": os.getpid(), "capture_every": w.capture_every,
             "precise_requested": w.precise_requested, "environment": env,
             "models": list(w.seen.models_seen.values()), "finished": False,
-            "rank": w.rank, "world_size": w.world_size}
+            "rank": w.rank, "world_size": w.world_size, **launcher_place()}
 
 
 def summary(w: Watch, error: BaseException | None) -> RunSummary:
@@ -64,3 +65,16 @@ def launcher_rank() -> tuple[int, int]:
         return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
         return 0, 1
+
+
+def launcher_place() -> dict:
+    """Where this rank runs: the host, and under torchrun the node (torchrun's GROUP_RANK)
+    and the rank on that node (LOCAL_RANK); None where the environment does not say."""
+    def number(name: str) -> int | None:
+        try:
+            return int(os.environ[name])
+        except (KeyError, ValueError):
+            return None
+
+    return {"host": socket.gethostname(), "node_rank": number("GROUP_RANK"),
+            "local_rank": number("LOCAL_RANK")}

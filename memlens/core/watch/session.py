@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 import sys
 import threading
@@ -72,13 +73,14 @@ class Watch:
     def __init__(self, models=None, optimizers=None, *, out: str | Path | None = None,
                  precise: bool = False, capture_every: int = 0, script: str | None = None,
                  argv: list[str] | None = None, force: bool = False,
-                 announce: bool = False) -> None:
+                 announce: bool = False, rank: tuple[int, int] | None = None) -> None:
         if _ACTIVE:
             raise RuntimeError("memlens.watch: a watch is already recording in this process; "
                                "close it first (one watch at a time)")
         if capture_every < 0:
             raise ValueError(f"capture_every must be >= 0, got {capture_every}")
-        self.rank, self.world_size = launcher_rank()
+        # (rank, world size): a framework's own (Lightning's global_rank), else torchrun's
+        self.rank, self.world_size = rank if rank is not None else launcher_rank()
         stem = Path(script).stem if script else "watch"
         self.folder = choose_folder(out, f"watch-{stem}", force=force,
                                     rank=self.rank if self.world_size > 1 else None)
@@ -129,6 +131,8 @@ class Watch:
         self._flushed_at = time.perf_counter()
         self._amp_seen = False
         self._closure = False  # the optimizer step under way was given a closure
+        self._norm_taken: set[int] = set()  # optimizers whose norm grads_final took this step
+        self._eval_loss = math.nan  # this step's, as a framework reported it (note_eval_loss)
         self._saved_ctx = self.saved.hooks()
         self._post("on_start", header(self))
         self._saved_ctx.__enter__()
@@ -165,6 +169,38 @@ class Watch:
         self._manual_steps = True
         if self.phases.activity:
             self._end_step()
+
+    def grads_final(self, optimizer) -> None:
+        """The gradients `optimizer` is about to step with are final here, before any
+        clipping (a framework's hook: Lightning's on_before_optimizer_step, inside its
+        closure): the step's grad norm and diagnosis 3's check are taken now, not at the
+        step."""
+        if not self.broken:
+            self._guard(self._grads_final, optimizer)
+
+    def _grads_final(self, optimizer) -> None:
+        self.seen.add_optimizer(optimizer, active=True)
+        if self.seen.probe_stale:
+            self._ensure_probe()
+        if id(optimizer) not in self._norm_taken:
+            self._norm_taken.add(id(optimizer))
+            self.norms.measure(optimizer, optimizer_site)
+
+    def note_eval_loss(self, value: float) -> None:
+        """The evaluation loss a framework computed in this step (steps.csv eval_loss)."""
+        with contextlib.suppress(TypeError, ValueError):
+            self._eval_loss = float(value)
+
+    def track(self, model: nn.Module | None = None, name: str | None = None,
+              optimizers=()) -> None:
+        """What a framework knows before the first step: its model, named (the
+        LightningModule's class; a model already found keeps its name), and its optimizers
+        (unwrapped: the torch optimizers that step)."""
+        if model is not None:
+            self._guard(self.seen.add_model, model, name, False)
+        for opt in optimizers:
+            if isinstance(opt, torch.optim.Optimizer):
+                self._guard(self.seen.add_optimizer, opt, False)
 
     def join(self) -> Watch:
         """This watch, for a `memlens.watch()` call inside the script it records: that
@@ -499,13 +535,14 @@ class Watch:
             self._end_step()  # it steps again: the step before ended without the others
         closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
         self._closure = closure is not None
-        if not self._closure:  # else after the step: the closure's backward comes inside it
+        if not self._closure and id(opt) not in self._norm_taken:
+            # else after the step: the closure's backward comes inside it
             self.norms.measure(opt, optimizer_site)
         self.phases.enter("optimizer", self.step_index)
 
     def _optimizer_post(self, opt) -> None:
         self.phases.leave(self.step_index)
-        if self._closure:
+        if self._closure and id(opt) not in self._norm_taken:
             self.norms.measure(opt, optimizer_site)
         self._stepped.add(id(opt))
         self.norms.stepped()
@@ -530,6 +567,7 @@ class Watch:
         loss = step_loss(self._roots)
         record = self.rec.step_record(
             step=step, loss=loss, grad_norm=self.norms.norm, phase_ms=ms,
+            eval_loss=self._eval_loss,
             nodes=self._graph_nodes, peak_seen=self.phases.step_peak,
             end_total=self.phases.last_total,
             stepped=bool(self._stepped), step_ms=step_ms)
@@ -573,6 +611,8 @@ class Watch:
         self.growth.new_step()
         self._after_backward = False
         self._roots = []
+        self._norm_taken = set()
+        self._eval_loss = math.nan
 
 
 def _forget_in_child() -> None:

@@ -54,7 +54,7 @@ class Recording:
             self.watch = Watch(out=out, precise=precise, capture_every=capture_every,
                                script=script, rank=rank, announce=True)
             self._owner = True
-        self.watch.step()  # from now on the framework's counter ends steps, nothing else
+        self.watch.steps_by_hand()  # the framework's counter ends steps, nothing else
         self._counted = 0
         return self.watch
 

@@ -1,6 +1,7 @@
 """The idioms frameworks use, written plainly: `optimizer.step(closure)` (Lightning, LBFGS),
-`step(closure=None)` (accelerate), and keyword inputs (`model(input_ids=..., labels=...)`,
-every Hugging Face model). Each is compared with what plain torch counts in the script."""
+`step(closure=None)` (accelerate), clip_grad_norm_ before the step, and keyword inputs
+(`model(input_ids=..., labels=...)`, every Hugging Face model). Each is compared with what
+plain torch counts in the script."""
 
 from __future__ import annotations
 
@@ -97,6 +98,31 @@ def test_step_with_closure_none_is_a_plain_step(tmp_path, capsys):
     assert steps.column("grad_norm").tolist() == pytest.approx(norms, rel=1e-5)
     # no notice of any kind: not a closure, not a diagnosis
     assert [e for e in doc["events"] if e["kind"] in ("diagnosis", "info")] == []
+
+
+CLIPPED = HEAD + """
+model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 1))
+opt = torch.optim.SGD(model.parameters(), lr=0.5)
+x, y = torch.randn(32, 8), 4 * torch.randn(32, 1)
+for step in range(6):
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    # torch's own norm before it clips (what Lightning and Hugging Face log as grad_norm)
+    print(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25).item())
+    opt.step()
+"""
+
+
+def test_the_grad_norm_is_the_one_before_clip_grad_norm_clips(tmp_path, capsys):
+    plain(tmp_path, CLIPPED)
+    expected = capsys.readouterr().out
+    code, doc, folder = watch_script(tmp_path, CLIPPED)
+    assert code == 0 and capsys.readouterr().out == expected
+    before_clip = [float(v) for v in expected.split()]
+    assert min(before_clip) > 0.25  # every step was clipped
+    steps = load_run(folder).steps
+    assert steps.column("grad_norm").tolist() == pytest.approx(before_clip, rel=1e-5)
+    assert [e for e in doc["events"] if e["kind"] == "diagnosis"] == []
 
 
 KEYWORD_INPUTS = HEAD + """

@@ -161,3 +161,61 @@ def test_keyword_inputs_count_in_other_as_positional_ones_do(tmp_path, capsys, c
     assert len(after) == 4 * 3 - 1  # backward, optimizer; zero_grad from step 1 on
     assert {r[cols.index("other")] for r in after} == {input_bytes}
     assert not math.isnan(load_run(folder).steps.column("loss")[0])
+
+
+CHECKPOINTED = HEAD + """
+from torch.utils.checkpoint import checkpoint
+CKPT, TRUTH = sys.argv[1] == "1", sys.argv[2] == "1"
+class Deep(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = nn.ModuleList(
+            nn.Sequential(nn.Linear(64, 64), nn.Tanh()) for _ in range(4))
+    def forward(self, x):
+        for b in self.blocks:
+            x = checkpoint(b, x, use_reentrant=False) if CKPT else b(x)
+        return x.sum()
+model = Deep()
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x = torch.randn(32, 64)
+params = {p.data_ptr() for p in model.parameters()}
+for step in range(3):
+    opt.zero_grad()
+    if TRUTH:  # plain torch's count of what the forward saved, each storage once
+        saved = {}
+        def pack(t):
+            if t.untyped_storage().data_ptr() not in params:
+                saved[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            loss = model(x)
+        print(sum(saved.values()))
+    else:
+        loss = model(x)
+    loss.backward()
+    opt.step()
+"""
+
+
+def test_checkpoint_recompute_is_a_phase_and_its_saving_shows(tmp_path, capsys):
+    forward_bytes = {}
+    for ckpt in ("0", "1"):
+        plain(tmp_path, CHECKPOINTED, [ckpt, "1"])
+        truth = {int(v) for v in capsys.readouterr().out.split()}
+        code, doc, folder = watch_script(tmp_path, CHECKPOINTED, [ckpt, "0"], out=f"c{ckpt}")
+        assert code == 0
+        run = load_run(folder)
+        cols = run.samples.columns
+        forward = [r for r in run.samples.rows() if r[1] == PHASE_CODE["forward"]]
+        assert len(forward) == 3  # one a step: the recompute in backward is no forward
+        assert {r[cols.index("activations")] for r in forward} == truth
+        forward_bytes[ckpt] = truth.pop()
+        assert [m["name"] for m in doc["models"]] == ["model"]  # no block as a model
+        recompute = doc["summary"]["extra"]["custom_phases_ms"].get("recompute", 0.0)
+        assert (recompute > 0) == (ckpt == "1")
+        assert diagnoses_of(doc) == []
+    assert forward_bytes["1"] < forward_bytes["0"]  # what checkpointing saves is visible
+
+
+def diagnoses_of(doc) -> list:
+    return [e["key"] for e in doc["events"] if e["kind"] == "diagnosis"]

@@ -36,5 +36,8 @@ def main(args) -> int:
     if args.out is not None and not args.out.strip():
         return refuse("watch", "--out '': give a folder name, or leave --out out for a new "
                       "folder in runs/")
+    from memlens.integrations.attach import attach_framework_callback
+
     return run_script(args.script, getattr(args, "passthrough", []), out=args.out,
-                      precise=args.precise, capture_every=args.capture_every, force=args.force)
+                      precise=args.precise, capture_every=args.capture_every, force=args.force,
+                      model_found=attach_framework_callback)

@@ -271,6 +271,18 @@ class Discovery:
             self._required_key = key
         return self._required
 
+    def steppable_optimizers(self) -> list[torch.optim.Optimizer]:
+        """The optimizers measured or held by the program, each once, less wrappers that
+        step another (accelerate's AcceleratedOptimizer: its inner optimizer steps)."""
+        seen: set[int] = set()
+        out = []
+        for o in self.found.optimizers + [o for r in self._held if (o := r()) is not None]:
+            wrapped = o.__dict__.get("optimizer")
+            if id(o) not in seen and not isinstance(wrapped, torch.optim.Optimizer):
+                seen.add(id(o))
+                out.append(o)
+        return out
+
     def models_by_name(self) -> dict[str, nn.Module]:
         return {self.names[id(m)]: m for m in self.found.model_list()}
 

@@ -3,7 +3,8 @@
 A thin wrapper on `nn.Module.__call__` finds the models (any root module call), optimizer
 step hooks find the optimizers, and thin wrappers on `Tensor.backward`,
 `torch.autograd.backward`, `torch.autograd.grad` and the two `zero_grad`s mark where those
-phases start and end.
+phases start and end; one on `torch.nn.utils.clip_grad_norm_` takes the grad norm before it
+clips.
 Every wrapper calls the original with the same arguments and returns (or raises) what it
 returned: the user's results are never touched.
 
@@ -30,8 +31,8 @@ class TorchHooks:
     any other's forward; it must call `original(module, *args, **kwargs)` and return what it
     returns), the flags `in_forward` (a root call is running: nested calls go straight
     through) and `broken`, optimizer_pre(opt, args, kwargs), optimizer_post(opt),
-    optimizer_created(opt), backward(call, tensors), and zero_grad(call, owner) where `call`
-    runs the original.
+    optimizer_created(opt), backward(call, tensors), zero_grad(call, owner) where `call`
+    runs the original, and before_clip(params) (clip_grad_norm_ is about to clip them).
     """
 
     def __init__(self, listener: Any) -> None:
@@ -57,6 +58,8 @@ class TorchHooks:
         self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad(torch.nn.Module.zero_grad))
         self._patch(torch.optim.Optimizer, "__init__",
                     self._wrap_init(torch.optim.Optimizer.__init__))
+        self._patch(torch.nn.utils, "clip_grad_norm_",
+                    self._wrap_clip(torch.nn.utils.clip_grad_norm_))
 
     def _patch(self, owner: Any, name: str, new: Any) -> None:
         self._patched.append((owner, name, owner.__dict__[name]))
@@ -115,6 +118,22 @@ class TorchHooks:
             lst.optimizer_created(self_)
 
         return __init__
+
+    def _wrap_clip(self, original):
+        """clip_grad_norm_ (a plain loop's, Lightning's, accelerate's): the gradients are
+        final just before it, and their norm is the one frameworks log."""
+        lst = self.listener
+
+        @functools.wraps(original)
+        def clip_grad_norm_(parameters, *args, **kwargs):
+            if lst.broken:
+                return original(parameters, *args, **kwargs)
+            # a generator is read once: the same parameters, as a list, for both
+            params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+            lst.before_clip(params)
+            return original(params, *args, **kwargs)
+
+        return clip_grad_norm_
 
     def remove(self) -> None:
         for h in self._handles:

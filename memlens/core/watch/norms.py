@@ -1,11 +1,11 @@
 """A watched step's grad norm, and diagnosis 3 (gradients never cleared).
 
-The norm is taken where the gradients the optimizer uses are final: at its step's pre-hook,
-or, for `optimizer.step(closure)` (LBFGS, Lightning), after the step, since the closure
-runs zero_grad, forward and backward inside it. On CPU the native GradWatch takes each
-gradient's sum of squares as autograd writes it (a post-accumulate-grad hook, while it is in
-cache), so a clip between backward and the step (clip_grad_norm_) leaves the norm the one
-backward produced, as frameworks log it.
+The norm is taken where the gradients the optimizer uses are final: just before
+`clip_grad_norm_` clips them (the norm Lightning and Hugging Face log), else at its step's
+pre-hook, or, for `optimizer.step(closure)` (LBFGS, Lightning), after the step, since the
+closure runs zero_grad, forward and backward inside it (the session decides which). On CPU
+the native GradWatch takes each gradient's sum of squares as autograd writes it (a
+post-accumulate-grad hook, while it is in cache); a gradient changed since is read again.
 """
 
 from __future__ import annotations

@@ -47,6 +47,13 @@ def step_loss(roots: list[tuple[float, float | None]]) -> float:
     return value
 
 
+def summed_loss(roots: list[tuple[float, float | None]]) -> float:
+    """A step's loss as the sum of its backwards' roots: Hugging Face's Trainer, whose
+    micro-batch losses are each their share of the accumulated batch's (divided by k, or
+    normalized by the batch's token count), and which logs their sum."""
+    return sum(v for v, _ in roots) if roots else math.nan
+
+
 def _item(t: Tensor) -> float:
     v = t.item()
     return float(v.real if isinstance(v, complex) else v)

@@ -31,8 +31,10 @@ def check_script(path: str) -> str | None:
 
 
 def run_script(script: str, script_args: list[str], *, out=None, precise: bool = False,
-               capture_every: int = 0, quiet: bool = False, force: bool = False) -> int:
-    """Run `script` under a watch; returns the exit code `python script ARGS` would have."""
+               capture_every: int = 0, quiet: bool = False, force: bool = False,
+               model_found=None) -> int:
+    """Run `script` under a watch; returns the exit code `python script ARGS` would have.
+    `model_found`: called with each model at its first call (Watch.model_found)."""
     from memlens.core.runfolder.atomic import ExportError
     from memlens.core.runfolder.claim import discard_run
     from memlens.core.watch.report import print_summary
@@ -46,6 +48,7 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     try:
         w = Watch(out=out, precise=precise, capture_every=capture_every, script=path,
                   argv=argv, force=force)
+        w.model_found = model_found
     except (ExportError, OSError, ValueError) as exc:  # ConfigError: a folder holding a run
         sys.argv, sys.path[:] = old_argv, old_path
         print(f"memlens watch: {exc}", file=sys.stderr)

@@ -15,10 +15,12 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import math
 import os
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -41,7 +43,7 @@ from memlens.core.watch.meta import error_text, header, launcher_rank, optimizer
 from memlens.core.watch.norms import GradNorms
 from memlens.core.watch.phases import HEAP_EVERY_S, Phases  # noqa: F401 - HEAP_EVERY_S: tests
 from memlens.core.watch.report import print_summary
-from memlens.core.watch.roots import root_loss, step_loss
+from memlens.core.watch.roots import root_loss, step_loss, summed_loss
 
 # A step's rows are handed to the writer at most this long after the step ends, a batch at
 # a time (a follower draws at 30 Hz anyway).
@@ -72,13 +74,14 @@ class Watch:
     def __init__(self, models=None, optimizers=None, *, out: str | Path | None = None,
                  precise: bool = False, capture_every: int = 0, script: str | None = None,
                  argv: list[str] | None = None, force: bool = False,
-                 announce: bool = False) -> None:
+                 announce: bool = False, rank: tuple[int, int] | None = None) -> None:
         if _ACTIVE:
             raise RuntimeError("memlens.watch: a watch is already recording in this process; "
                                "close it first (one watch at a time)")
         if capture_every < 0:
             raise ValueError(f"capture_every must be >= 0, got {capture_every}")
-        self.rank, self.world_size = launcher_rank()
+        # (rank, world size): a framework's own (Lightning's global_rank), else torchrun's
+        self.rank, self.world_size = rank if rank is not None else launcher_rank()
         stem = Path(script).stem if script else "watch"
         self.folder = choose_folder(out, f"watch-{stem}", force=force,
                                     rank=self.rank if self.world_size > 1 else None)
@@ -129,6 +132,12 @@ class Watch:
         self._flushed_at = time.perf_counter()
         self._amp_seen = False
         self._closure = False  # the optimizer step under way was given a closure
+        self._norm_taken: set[int] = set()  # optimizers whose norm grads_final took this step
+        self._eval_loss = math.nan  # this step's, as a framework reported it (note_eval_loss)
+        self._step_loss = step_loss  # a step's loss from its backwards' roots
+        # Called with each model found, at its first call (main.py watch: a framework's
+        # callback joins the recording, memlens.integrations.attach); a fault costs a note.
+        self.model_found: Callable[[nn.Module], None] | None = None
         self._saved_ctx = self.saved.hooks()
         self._post("on_start", header(self))
         self._saved_ctx.__enter__()
@@ -165,6 +174,59 @@ class Watch:
         self._manual_steps = True
         if self.phases.activity:
             self._end_step()
+
+    def steps_by_hand(self) -> None:
+        """From now on only `step()` ends steps (a framework's callback marks them), with
+        no boundary here."""
+        self._manual_steps = True
+
+    def grads_final(self, optimizer) -> None:
+        """The gradients `optimizer` is about to step with are final here, before any
+        clipping (a framework's hook: Lightning's on_before_optimizer_step, inside its
+        closure): the step's grad norm and diagnosis 3's check are taken now, not at the
+        step."""
+        if not self.broken:
+            self._guard(self._grads_final, optimizer)
+
+    def _grads_final(self, optimizer) -> None:
+        self.seen.add_optimizer(optimizer, active=True)
+        if self.seen.probe_stale:
+            self._ensure_probe()
+        if id(optimizer) not in self._norm_taken:
+            self._norm_taken.add(id(optimizer))
+            self.norms.measure(optimizer, optimizer_site)
+
+    def losses_add_up(self) -> None:
+        """From now on a step's loss is the sum of its backwards' losses (Hugging Face's
+        Trainer: each micro-batch's is its share of the accumulated batch's)."""
+        self._step_loss = summed_loss
+
+    def before_clip(self, params: list) -> None:
+        """clip_grad_norm_ is about to clip `params` (TorchHooks): for each optimizer that
+        steps them the gradients are final, and the norm is taken before the clip."""
+        self._guard(self._before_clip, params)
+
+    def _before_clip(self, params: list) -> None:
+        ids = {id(p) for p in params}
+        for opt in self.seen.steppable_optimizers():
+            if any(id(p) in ids for g in opt.param_groups for p in g["params"][:1]):
+                self._grads_final(opt)
+
+    def note_eval_loss(self, value: float) -> None:
+        """The evaluation loss a framework computed in this step (steps.csv eval_loss)."""
+        with contextlib.suppress(TypeError, ValueError):
+            self._eval_loss = float(value)
+
+    def track(self, model: nn.Module | None = None, name: str | None = None,
+              optimizers=()) -> None:
+        """What a framework knows before the first step: its model, named (the
+        LightningModule's class; a model already found keeps its name), and its optimizers
+        (unwrapped: the torch optimizers that step)."""
+        if model is not None:
+            self._guard(self.seen.add_model, model, name, False)
+        for opt in optimizers:
+            if isinstance(opt, torch.optim.Optimizer):
+                self._guard(self.seen.add_optimizer, opt, False)
 
     def join(self) -> Watch:
         """This watch, for a `memlens.watch()` call inside the script it records: that
@@ -335,6 +397,8 @@ class Watch:
         """A root call begins: True where it is a model's forward, recorded."""
         if self.broken:
             return False
+        if self.model_found is not None and id(module) not in self.seen.modules:
+            self._model_found(module)  # first: a callback names the model it trains
         info = self.seen.module(module)
         if not info.is_model:  # a loss module or another parameter-free callable
             return False
@@ -358,6 +422,14 @@ class Watch:
         self.phases.enter("forward" if grad else "eval", self.step_index)
         self._root = (module, call, self.saved.step_saved_bytes, self.phases.since)
         return True
+
+    def _model_found(self, module: nn.Module) -> None:
+        try:
+            self.model_found(module)
+        except Exception as exc:
+            self.log.note("info", "framework callback",
+                          f"memlens could not attach its framework callback: "
+                          f"{error_text(exc)}; the run is recorded without it", once=True)
 
     def _forward_post(self, module: nn.Module, output: Any) -> None:
         root, self._root = self._root, None
@@ -499,13 +571,14 @@ class Watch:
             self._end_step()  # it steps again: the step before ended without the others
         closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
         self._closure = closure is not None
-        if not self._closure:  # else after the step: the closure's backward comes inside it
+        if not self._closure and id(opt) not in self._norm_taken:
+            # else after the step: the closure's backward comes inside it
             self.norms.measure(opt, optimizer_site)
         self.phases.enter("optimizer", self.step_index)
 
     def _optimizer_post(self, opt) -> None:
         self.phases.leave(self.step_index)
-        if self._closure:
+        if self._closure and id(opt) not in self._norm_taken:
             self.norms.measure(opt, optimizer_site)
         self._stepped.add(id(opt))
         self.norms.stepped()
@@ -527,9 +600,10 @@ class Watch:
         ms["forward"], ms["eval"] = max(0.0, ms["forward"] - moved), ms["eval"] + moved
         if self.precise is not None and self.precise.pending:
             self._post("on_allocations", self.precise.drain())
-        loss = step_loss(self._roots)
+        loss = self._step_loss(self._roots)
         record = self.rec.step_record(
             step=step, loss=loss, grad_norm=self.norms.norm, phase_ms=ms,
+            eval_loss=self._eval_loss,
             nodes=self._graph_nodes, peak_seen=self.phases.step_peak,
             end_total=self.phases.last_total,
             stepped=bool(self._stepped), step_ms=step_ms)
@@ -573,6 +647,8 @@ class Watch:
         self.growth.new_step()
         self._after_backward = False
         self._roots = []
+        self._norm_taken = set()
+        self._eval_loss = math.nan
 
 
 def _forget_in_child() -> None:

@@ -113,20 +113,41 @@ def _seen_optimizer(opt) -> None:
         _optimizers.append(weakref.ref(opt))
 
 
+def _sum_sq(params) -> float:
+    return sum(float(p.grad.detach().double().pow(2).sum()) for p in params
+               if p.grad is not None)
+
+
 def _post_step(opt, args, kwargs) -> None:
     _seen_optimizer(opt)
     _state["opt_steps"] += 1
     # The gradients it stepped: read after the step, as a closure (LBFGS, Lightning) makes
-    # them inside it; the zoo's optimizers never change .grad in place.
-    sq = 0.0
-    for g in opt.param_groups:
-        for p in g["params"]:
-            if p.grad is not None:
-                sq += float(p.grad.detach().double().pow(2).sum())
+    # them inside it (the zoo's optimizers never change .grad in place), or before a
+    # clip_grad_norm_ since the last step clipped them (the norm frameworks log).
+    params = [p for g in opt.param_groups for p in g["params"]]
+    clipped = _state.pop("clipped", None)
+    if clipped is not None and {id(p) for p in params} <= set(clipped):
+        sq = sum(clipped[id(p)] for p in params if clipped[id(p)] is not None)
+    else:
+        sq = _sum_sq(params)
     print(f"GNORM {_state['opt_steps']} sq={sq!r}", flush=True)
     p, g, o, _b = counts()
     print(f"TRUTH {_state['opt_steps']} params={p} grads={g} optimizer={o}", flush=True)
 
+
+def _wrap_clip(original):
+    def clip_grad_norm_(parameters, *args, **kwargs):
+        params = [parameters] if isinstance(parameters, torch.Tensor) else list(parameters)
+        seen = _state.setdefault("clipped", {})
+        for p in params:  # each gradient's sum of squares before its first clip this step
+            if id(p) not in seen:
+                seen[id(p)] = None if p.grad is None else _sum_sq([p])
+        return original(params, *args, **kwargs)
+
+    return clip_grad_norm_
+
+
+torch.nn.utils.clip_grad_norm_ = _wrap_clip(torch.nn.utils.clip_grad_norm_)
 
 from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E402
 

@@ -1,0 +1,89 @@
+"""What both framework callbacks do with a watch: start one (or join the one `main.py watch`
+runs), mark its steps and phases where the framework says they are, and end it."""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import math
+from pathlib import Path
+
+from memlens.core.watch.session import Watch, active_watch
+
+
+def import_framework(*names: str, install: str):
+    """The first of the modules `names` that imports; an ImportError saying what to install
+    where none does."""
+    for name in names:
+        try:
+            return importlib.import_module(name)
+        except ImportError:
+            continue
+    raise ImportError(f"this memlens callback needs {names[0]}, which is not installed: "
+                      f"pip install {install}") from None
+
+
+def fresh_folder(parent: str | Path, name: str = "memlens") -> Path:
+    """`parent/name`, or `name-2`, `name-3`... where one already holds a run (a second fit
+    in the same log folder)."""
+    parent = Path(parent)
+    folder, k = parent / name, 2
+    while (folder / "run.json").exists():
+        folder, k = parent / f"{name}-{k}", k + 1
+    return folder
+
+
+class Recording:
+    """A watch driven by a framework's events. `begin` starts it (a run already recording in
+    this process, `main.py watch`'s, is joined instead), `boundary` ends a step where the
+    framework's step counter moved, `phase_begin`/`phase_end` label a stretch of the run
+    (validation, the sanity check), `end` closes it."""
+
+    def __init__(self) -> None:
+        self.watch: Watch | None = None
+        self._owner = False
+        self._counted = 0  # the framework's step counter at the last step boundary
+        self._phases: list[contextlib.ExitStack] = []
+
+    def begin(self, *, out, script: str | None, rank: tuple[int, int], precise: bool,
+              capture_every: int) -> Watch:
+        current = active_watch()
+        if current is not None:
+            self.watch, self._owner = current.join(), False
+        else:
+            self.watch = Watch(out=out, precise=precise, capture_every=capture_every,
+                               script=script, rank=rank, announce=True)
+            self._owner = True
+        self.watch.steps_by_hand()  # the framework's counter ends steps, nothing else
+        self._counted = 0
+        return self.watch
+
+    def boundary(self, counter: int) -> None:
+        """The framework's step counter now: a step ends where it has moved on."""
+        if self.watch is not None and counter > self._counted:
+            self._counted = counter
+            self.watch.step()
+
+    def phase_begin(self, name: str) -> None:
+        if self.watch is not None:
+            stack = contextlib.ExitStack()
+            stack.enter_context(self.watch.phase(name))
+            self._phases.append(stack)
+
+    def phase_end(self) -> None:
+        if self._phases:
+            self._phases.pop().close()
+
+    def eval_loss(self, value) -> None:
+        if self.watch is not None and value is not None:
+            with contextlib.suppress(TypeError, ValueError, RuntimeError):
+                value = float(value)  # a 0-d tensor (Lightning's metrics) too
+                if not math.isnan(value):
+                    self.watch.note_eval_loss(value)
+
+    def end(self, error: BaseException | None = None) -> None:
+        while self._phases:
+            self.phase_end()
+        watch, self.watch = self.watch, None
+        if watch is not None:
+            watch.close(error=error)  # a joined watch: only this use of it ends

@@ -1,8 +1,8 @@
 """`python main.py lessons`: the article's claims measured headless, a report written to a folder.
 
 The measuring is memlens.core.lessons (Qt-free); the charts' PNGs are their SVGs rendered by
-Qt offscreen (memlens.app.lessons.svg_png, imported only when a PNG is written): no display
-is needed.
+Qt on its offscreen platform whatever DISPLAY says (memlens.app.lessons.svg_png, imported
+only when a PNG is written): no display is needed.
 """
 
 from __future__ import annotations
@@ -158,28 +158,32 @@ def main(args) -> int:
     return EXIT_OK
 
 
-def _progress(quiet: bool):
-    """On a terminal one line, redrawn; in a log a line as each lesson starts, every
-    LOG_EVERY_S while it runs, and as it ends (no carriage returns), as `run` does."""
-    from memlens.cli.progress import LOG_EVERY_S, TTY_EVERY_S
+def _progress(quiet: bool, stream=None):
+    """On a terminal one line, redrawn; in a log (no terminal) one line as each lesson
+    starts, no carriage returns: a log reads a line per lesson."""
+    from memlens.cli.progress import TTY_EVERY_S
 
-    tty = sys.stderr.isatty()
+    stream = stream if stream is not None else sys.stderr
+    tty = stream.isatty()
     last = {"at": 0.0, "lesson": None}
 
     def progress(p) -> None:
         if quiet:
             return
+        new = last["lesson"] != (p.index, p.lesson)
+        if not tty:
+            if new:
+                last["lesson"] = (p.index, p.lesson)
+                print(f"  lesson {p.index + 1}/{p.count}: {p.lesson} on {p.preset}, "
+                      f"{p.steps_total} steps", file=stream, flush=True)
+            return
         now = time.monotonic()
         done = p.steps_done >= p.steps_total
-        new = last["lesson"] != (p.index, p.lesson)
-        if not (new or done or now - last["at"] >= (TTY_EVERY_S if tty else LOG_EVERY_S)):
+        if not (new or done or now - last["at"] >= TTY_EVERY_S):
             return
         last["at"], last["lesson"] = now, (p.index, p.lesson)
-        if tty:
-            sys.stderr.write("\r  " + p.text().ljust(70) + ("\n" if done else ""))
-            sys.stderr.flush()
-        else:
-            print("  " + p.text(), file=sys.stderr, flush=True)
+        stream.write("\r  " + p.text().ljust(70) + ("\n" if done else ""))
+        stream.flush()
 
     return progress
 

@@ -1,8 +1,8 @@
 """`python main.py lessons`: the article's claims measured headless, a report written to a folder.
 
 The measuring is memlens.core.lessons (Qt-free); the charts' PNGs are their SVGs rendered by
-Qt offscreen (memlens.app.lessons.svg_png, imported only when a PNG is written): no display
-is needed.
+Qt on its offscreen platform whatever DISPLAY says (memlens.app.lessons.svg_png, imported
+only when a PNG is written): no display is needed.
 """
 
 from __future__ import annotations
@@ -28,6 +28,7 @@ REPORT_FILES = ("lessons.json", "lessons.md")
 
 
 def add_parser(subparsers) -> None:
+    from memlens.core.lessons.adaptive import FULL_BUDGET, QUICK_BUDGET
     from memlens.core.lessons.catalog import LESSON_NAMES
     from memlens.core.lessons.runner import FULL_STEPS, QUICK_STEPS
     from memlens.core.options import PRESETS
@@ -44,8 +45,12 @@ def add_parser(subparsers) -> None:
     p.add_argument("--steps", type=int, help=f"steps an arm (default: {FULL_STEPS}; --quick: "
                    f"{QUICK_STEPS})")
     p.add_argument("--quick", action="store_true",
-                   help="a few steps: the memory figures of the full report in under 2 minutes "
-                   "a preset; time figures get too few samples to be judged")
+                   help="a few steps: the memory figures of the full report, and a small time "
+                   "budget a lesson for its time claims (the full report: a larger one)")
+    p.add_argument("--budget", type=float, metavar="SECONDS",
+                   help="step time a lesson may spend on more rounds until its time claims "
+                   f"are decided (default: {FULL_BUDGET.step_s:.0f}; --quick: "
+                   f"{QUICK_BUDGET.step_s:.0f}; 0: the base steps only)")
     p.add_argument("--lesson", dest="lessons", action="extend", nargs="+", default=[],
                    metavar="NAME", help="only these lessons: " + ", ".join(LESSON_NAMES))
     add_sets(p, "settings for every run, e.g. --set device=cpu batch_size=64 threads=1")
@@ -93,6 +98,9 @@ def _settings(args) -> dict:
 
     if args.steps is not None and args.steps < 2:
         raise ConfigError("--steps: at least 2 steps an arm are needed to compare")
+    if args.budget is not None and not args.budget >= 0:
+        raise ConfigError(f"--budget {args.budget}: give seconds, 0 or more (0: the base "
+                          "steps only)")
     unknown = [n for n in args.lessons if n not in LESSON_NAMES]
     if unknown:
         raise ConfigError(f"--lesson {unknown[0]!r}: no such lesson; lessons: "
@@ -105,6 +113,16 @@ def _settings(args) -> dict:
         with_model_file(RunConfig().with_values({"preset": preset, **values}),
                         lambda base: base.with_values(values))
     return {"presets": presets, "settings": values}
+
+
+def _budget(args):
+    from dataclasses import replace
+
+    from memlens.core.lessons.adaptive import FULL_BUDGET, QUICK_BUDGET
+
+    if args.budget is None:
+        return None
+    return replace(QUICK_BUDGET if args.quick else FULL_BUDGET, step_s=args.budget)
 
 
 def png_renderer(notes: list[str]):
@@ -129,7 +147,7 @@ def main(args) -> int:
         chosen = _settings(args)
         runner = LessonRunner(chosen["presets"], steps=args.steps, quick=args.quick,
                               settings=chosen["settings"], names=tuple(args.lessons) or None,
-                              progress=_progress(args.quiet))
+                              progress=_progress(args.quiet), budget=_budget(args))
         plan = runner.plan()
         if not plan:
             raise ConfigError("no lesson applies to that preset and lesson choice")
@@ -158,28 +176,33 @@ def main(args) -> int:
     return EXIT_OK
 
 
-def _progress(quiet: bool):
-    """On a terminal one line, redrawn; in a log a line as each lesson starts, every
-    LOG_EVERY_S while it runs, and as it ends (no carriage returns), as `run` does."""
-    from memlens.cli.progress import LOG_EVERY_S, TTY_EVERY_S
+def _progress(quiet: bool, stream=None):
+    """On a terminal one line, redrawn; in a log (no terminal) one line as each lesson
+    starts, no carriage returns: a log reads a line per lesson."""
+    from memlens.cli.progress import TTY_EVERY_S
 
-    tty = sys.stderr.isatty()
+    stream = stream if stream is not None else sys.stderr
+    tty = stream.isatty()
     last = {"at": 0.0, "lesson": None}
 
     def progress(p) -> None:
         if quiet:
             return
+        new = last["lesson"] != (p.index, p.lesson)
+        if not tty:
+            if new:
+                last["lesson"] = (p.index, p.lesson)
+                steps = f"up to {p.steps_total}" if p.adaptive else str(p.steps_total)
+                print(f"  lesson {p.index + 1}/{p.count}: {p.lesson} on {p.preset}, "
+                      f"{steps} steps", file=stream, flush=True)
+            return
         now = time.monotonic()
         done = p.steps_done >= p.steps_total
-        new = last["lesson"] != (p.index, p.lesson)
-        if not (new or done or now - last["at"] >= (TTY_EVERY_S if tty else LOG_EVERY_S)):
+        if not (new or done or now - last["at"] >= TTY_EVERY_S):
             return
         last["at"], last["lesson"] = now, (p.index, p.lesson)
-        if tty:
-            sys.stderr.write("\r  " + p.text().ljust(70) + ("\n" if done else ""))
-            sys.stderr.flush()
-        else:
-            print("  " + p.text(), file=sys.stderr, flush=True)
+        stream.write("\r  " + p.text().ljust(70) + ("\n" if done else ""))
+        stream.flush()
 
     return progress
 

@@ -111,11 +111,12 @@ def read_file_shape(preset: str) -> FileShape:
     return FileShape("init_state" in defs or "init_state" in assigned, arg, default)
 
 
-def read_file_config(preset: str) -> dict[str, Any]:
-    """The model file's CONFIG, checked against the option table, read from the source
-    without running it: CONFIG must be a literal dict of run settings (techniques are
-    chosen per run, live). {} when the file has none."""
-    path = Path(preset)
+# CONFIG keys that describe the file, not a run: not run settings, never on the command line.
+FILE_KEYS = ("batch_dim",)
+
+
+def _literal_config(path: Path) -> tuple[str, dict[str, Any]]:
+    """(file:line, the CONFIG dict) as written in the source; ("", {}) when there is none."""
     tree = _parse(path)
     node = None
     for stmt in tree.body:
@@ -125,7 +126,7 @@ def read_file_config(preset: str) -> dict[str, Any]:
         if any(isinstance(t, ast.Name) and t.id == "CONFIG" for t in targets):
             node = stmt
     if node is None:
-        return {}
+        return "", {}
     where = f"{path}:{node.lineno}"
     try:
         data = ast.literal_eval(node.value)
@@ -135,17 +136,42 @@ def read_file_config(preset: str) -> dict[str, Any]:
                              "memlens reads it without running the file") from None
     if not isinstance(data, dict):
         raise ModelFileError(f"{where}: CONFIG must be a dict, not {type(data).__name__}")
+    return where, data
+
+
+def read_file_batch_dim(preset: str) -> int | None:
+    """CONFIG["batch_dim"]: which dimension of the inputs is the batch; None: not declared."""
+    where, data = _literal_config(Path(preset))
+    if "batch_dim" not in data:
+        return None
+    value = data["batch_dim"]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ModelFileError(f"{where}: CONFIG batch_dim must be a dimension, 0 or more (0: "
+                             "inputs are (batch, ...); 1: (seq_len, batch, ...)), not "
+                             f"{value!r}")
+    return value
+
+
+def read_file_config(preset: str) -> dict[str, Any]:
+    """The model file's CONFIG, checked against the option table, read from the source
+    without running it: CONFIG must be a literal dict of run settings (techniques are
+    chosen per run, live) and FILE_KEYS. {} when the file has none. FILE_KEYS are left out:
+    they describe the file (read_file_batch_dim)."""
+    where, data = _literal_config(Path(preset))
     out: dict[str, Any] = {}
     settings = {o.key for o in RUN_OPTIONS} - {"preset"}
     for key, value in data.items():
+        if key in FILE_KEYS:
+            continue
         if key not in settings:
-            valid = ", ".join(o.key for o in RUN_OPTIONS if o.key in settings)
+            valid = ", ".join([*(o.key for o in RUN_OPTIONS if o.key in settings), *FILE_KEYS])
             raise ModelFileError(f"{where}: CONFIG key {key!r} is not a setting; "
                                  f"settings: {valid}")
         try:
             out[key] = OPTIONS[key].parse(value)
         except ConfigError as exc:
             raise ModelFileError(f"{where}: CONFIG {exc}") from None
+    read_file_batch_dim(preset)  # a bad batch_dim is named when the file is chosen
     return out
 
 

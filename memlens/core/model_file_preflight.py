@@ -16,7 +16,8 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from memlens.core.estimate import MemoryEstimate, estimate_memory
-from memlens.core.model_file import load_model_file
+from memlens.core.model_file import load_model_file, read_file_batch_dim
+from memlens.core.model_file_batch import find_batch_dim, samples_in
 from memlens.core.model_file_preset import map_tensors, state_tensors
 
 META = torch.device("meta")
@@ -42,7 +43,9 @@ def estimate_model_file_memory(config) -> MemoryEstimate | None:
         meta_targets = targets.to(META)
         state: Any = None
         if file.init_state is not None:
-            batch = config.batch_size or (parts[0].shape[0] if parts[0].dim() else 1)
+            dim = find_batch_dim(parts[0], declared=read_file_batch_dim(config.preset),
+                                 batch_size=config.batch_size, model=model, where="")
+            batch = config.batch_size or samples_in(parts[0], dim)
             with META:
                 state = map_tensors(file.init_state(batch), lambda t: t.to(META))
 

@@ -16,7 +16,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from memlens.core.config import RunConfig, TechniqueToggles
-from memlens.core.model_file import ModelFileError, load_model_file, user_error
+from memlens.core.model_file import (
+    ModelFileError,
+    load_model_file,
+    read_file_batch_dim,
+    read_file_shape,
+    user_error,
+)
+from memlens.core.model_file_batch import find_batch_dim, samples_in, targets_match
 from memlens.core.presets import ForwardResult, Preset
 
 
@@ -56,6 +63,8 @@ class ModelFilePreset(Preset):
         self.carries_state = self.file.init_state is not None
         self.state: Any = None
         self._state_from_autocast = False
+        self._declared_dim = read_file_batch_dim(str(path))
+        self.batch_dim: int | None = None  # found from batch 0
         # Batch 0 is made now, once, and used by step 0: a wrong batch is named before the
         # run starts, and make_batch is called exactly as often as a plain loop calls it.
         try:
@@ -65,7 +74,7 @@ class ModelFilePreset(Preset):
         except (Exception, SystemExit) as exc:
             raise user_error(path, exc, "make_batch(0, 'train')") from None
         if not self.batch_size:
-            self.batch_size = self._batch_dim(self._first[0][0])
+            self.batch_size = samples_in(self._first[0][0], self.batch_dim)
         self._finish_build()
 
     # --- the file's functions, checked ----------------------------------------------------
@@ -88,21 +97,36 @@ class ModelFilePreset(Preset):
                                  f"not {_describe(inputs)}")
         if not isinstance(targets, Tensor):
             raise ModelFileError(f"{where}: targets must be a tensor, not {_describe(targets)}")
-        n_in, n_target = self._batch_dim(parts[0]), self._batch_dim(targets)
-        if n_in != n_target:
-            raise ModelFileError(f"{where}: inputs hold {n_in} samples but targets {n_target}; "
-                                 "the first dimension of both is the batch")
+        if self.batch_dim is None:
+            self.batch_dim = find_batch_dim(parts[0], declared=self._declared_dim,
+                                            batch_size=self._known_batch_size(),
+                                            model=self.models.get("model"), where=where,
+                                            follows=f.batch_size_arg and bool(self.batch_size))
+        dim = self.batch_dim
+        n_in = samples_in(parts[0], dim)
+        if not targets_match(targets, dim, n_in):
+            raise ModelFileError(
+                f"{where}: inputs hold {n_in} samples but targets {samples_in(targets, dim)} "
+                f"(the batch is dimension {dim} of the inputs; targets hold it in the same "
+                "dimension or in their first)")
         if not f.batch_size_arg and self.config.batch_size and n_in != self.config.batch_size:
             raise ModelFileError(
-                f"{where} made a batch of {n_in}, but batch_size={self.config.batch_size} is "
-                "set; give make_batch a batch_size parameter to follow the setting, or set "
-                "batch_size=0 (the file's own size)")
+                f"{where} made a batch of {n_in} (dimension {dim} of inputs of shape "
+                f"{tuple(parts[0].shape)}), but batch_size={self.config.batch_size} is set; "
+                "give make_batch a batch_size parameter to follow the setting, set "
+                "batch_size=0 (the file's own size), or declare the batch dimension: "
+                "CONFIG = {'batch_dim': 1, ...} for sequence-first inputs")
         dev = self.device
         return tuple(t.to(dev) for t in parts), targets.to(dev)
 
-    @staticmethod
-    def _batch_dim(t: Tensor) -> int:
-        return t.shape[0] if t.dim() else 1
+    def _known_batch_size(self) -> int:
+        """The batch size batch 0 should have, where the settings or the source say: the
+        setting (CONFIG's), else make_batch's default batch_size; 0: the file's own."""
+        if self.config.batch_size:
+            return self.config.batch_size
+        if self.file.batch_size_arg:
+            return read_file_shape(str(self.file.path)).batch_size_default or 0
+        return 0
 
     def _batch(self, step: int, split: str) -> tuple:
         if split == "train" and step == 0 and self._first is not None:

@@ -1,5 +1,6 @@
 """SVG text to a PNG file through Qt's SVG renderer: core writes charts as SVG by hand, and
-the PNG beside each comes from here (no display needed; imported lazily by the CLI)."""
+the PNG beside each comes from here (no display needed: the CLI's application is offscreen;
+imported lazily by the CLI)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,9 @@ def svg_to_png(svg: str, path: str | Path, scale: float = SCALE) -> None:
     from PySide6.QtSvg import QSvgRenderer
 
     if QGuiApplication.instance() is None:  # the CLI: fonts need a GUI application
-        _keep.append(QGuiApplication(["memlens"]))
+        # offscreen whatever the environment says: a PNG needs no display, and Qt aborts
+        # the process (exit 134) when the platform it is told to use cannot load
+        _keep.append(QGuiApplication(["memlens", "-platform", "offscreen"]))
     renderer = QSvgRenderer(QByteArray(svg.encode("utf-8")))
     if not renderer.isValid():
         raise ExportError(f"cannot render {Path(path).name}: the chart's SVG is not valid")

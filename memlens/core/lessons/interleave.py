@@ -67,12 +67,15 @@ class Turns:
 
 class TurnSink:
     """A run sink that makes its arm wait for its turn: before the first step, and after
-    every `block` steps until the run's last."""
+    every `block` steps until the run's last. `on_block(arm, steps_done)` is called as each
+    block ends, before the turn passes (the other arms wait meanwhile)."""
 
-    def __init__(self, turns: Turns, arm: int, block: int, steps: int, on_step=None) -> None:
+    def __init__(self, turns: Turns, arm: int, block: int, steps: int, on_step=None,
+                 on_block=None) -> None:
         self.turns, self.arm, self.block, self.steps = turns, arm, block, steps
         self.done = 0
         self._on_step = on_step
+        self._on_block = on_block
 
     def on_start(self, meta: dict) -> None:
         self.turns.wait_turn(self.arm)
@@ -82,6 +85,8 @@ class TurnSink:
         if self._on_step is not None:
             self._on_step()
         if self.done % self.block == 0 and self.done < self.steps:
+            if self._on_block is not None:
+                self._on_block(self.arm, self.done)
             self.turns.block_done(self.arm)
             self.turns.wait_turn(self.arm)
 

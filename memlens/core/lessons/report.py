@@ -22,7 +22,8 @@ def report_dict(report) -> dict:
     return {
         "format": REPORT_FORMAT, "version": REPORT_VERSION,
         "presets": report.presets, "steps": report.steps, "block": report.block,
-        "quick": report.quick, "device": report.device, "stopped": report.stopped,
+        "quick": report.quick, "budget_s": report.budget_s, "device": report.device,
+        "stopped": report.stopped,
         "wall_s": round(report.wall_s, 1), "environment": report.environment,
         "notes": {
             "memory": "exact bytes at the named phase boundary (the same figures `run` "
@@ -30,8 +31,11 @@ def report_dict(report) -> dict:
             "time": "off, on: the median of the arm's block medians (a block's steps "
                     "share one moment's load; the first 2 steps of each arm left out); "
                     "change: on / off; ci_low..ci_high: its 95% percentile bootstrap; "
-                    "within noise when the interval includes 1, or when either arm has "
-                    f"fewer than {MIN_TIME_BLOCKS} blocks (no interval: too few samples)",
+                    "within noise when the interval includes 1; a lesson with a claimed time "
+                    "adds interleaved rounds until the interval excludes 1 or the claimed "
+                    "size, or budget_s of step time is spent; an arm left with fewer than "
+                    f"{MIN_TIME_BLOCKS} blocks gets no interval and the verdict 'too few "
+                    "samples', the change as measured",
             "peak_cpu": "CPU step peak is the largest phase-boundary sample (a lower bound), "
                         "CUDA's is max_memory_allocated",
         },
@@ -89,14 +93,17 @@ def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
     lines = [
         "# memlens lessons report", "",
         f"Presets: {', '.join(preset_label(p) for p in report.presets)}; "
-        f"{report.steps} steps an arm in blocks of {report.block}, interleaved; "
+        f"{report.steps} steps an arm in blocks of {report.block}, interleaved, and for a "
+        f"time claim more rounds until it is decided or {report.budget_s:.0f} s of steps "
+        "are spent; "
         f"device {report.device or 'n/a'}; "
         f"{report.wall_s:.0f} s" + (" (stopped: partial)" if report.stopped else "") + ".",
         "",
         "Memory: exact bytes. Time: the median of each arm's block medians, change on/off "
         "with its 95% bootstrap interval; "
-        "\"within noise\" when the interval includes 0%, or when an arm ran fewer than "
-        f"{MIN_TIME_BLOCKS} blocks (too few samples for an interval).",
+        "\"within noise\" when the interval includes 0%; \"too few samples\" when the "
+        f"budget ended with fewer than {MIN_TIME_BLOCKS} blocks an arm (the change as "
+        "measured, no interval).",
         "",
         *(["On CPU a step peak is the largest phase-boundary sample, a lower bound (CUDA's "
            "is max_memory_allocated).", ""] if report.device.startswith("cpu") else []),

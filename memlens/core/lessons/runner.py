@@ -17,17 +17,25 @@ from typing import Any
 from memlens.core.config import RunConfig
 from memlens.core.controls import RunControls
 from memlens.core.history import RunHistory
+from memlens.core.lessons.adaptive import FULL_BUDGET, QUICK_BUDGET, AdaptiveBlocks, Budget
 from memlens.core.lessons.catalog import Lesson, Metric, lessons_for
 from memlens.core.lessons.interleave import Turns, TurnSink
 from memlens.core.lessons.measure import Reading, read_metric
-from memlens.core.lessons.verdict import MIN_TIME_BLOCKS, SAME, exact_verdict, time_verdict
+from memlens.core.lessons.verdict import (
+    MIN_TIME_BLOCKS,
+    SAME,
+    TOO_FEW,
+    exact_verdict,
+    time_verdict,
+)
 from memlens.core.model_file import preset_label
 from memlens.core.stats import ratio_of_medians
 
 FULL_STEPS, FULL_BLOCK = 40, 4
 # Quick: memory figures are exact from the second completed step on (optimizer state is
 # made at the first; a lesson that needs more says so in min_steps), so a few steps give
-# the full report's bytes; time figures get too few blocks to be judged and say so.
+# the full report's bytes. A lesson with a claimed time figure then adds rounds within its
+# budget (lessons.adaptive) until the figure is decided.
 QUICK_STEPS, QUICK_BLOCK = 4, 1
 NOT_MEASURABLE = "not measurable on this CPU"
 
@@ -42,6 +50,7 @@ class Progress:
     preset: str
     steps_done: int
     steps_total: int
+    adaptive: bool = False  # steps_total is a cap: the lesson stops once its figures decide
 
     def text(self) -> str:
         return (f"lesson {self.index + 1}/{self.count}: {self.lesson} on {self.preset}, "
@@ -85,6 +94,7 @@ class LessonsReport:
     steps: int
     block: int
     quick: bool
+    budget_s: float = 0.0  # step time a lesson may spend on more rounds (lessons.adaptive)
     device: str = ""
     rows: list[LessonRow] = field(default_factory=list)
     stopped: bool = False
@@ -111,11 +121,13 @@ class LessonRunner:
     def __init__(self, presets: list[str], *, steps: int | None = None, quick: bool = False,
                  out: str | Path | None = None, settings: dict[str, Any] | None = None,
                  names: tuple[str, ...] | None = None, block: int | None = None,
-                 progress: Callable[[Progress], None] | None = None) -> None:
+                 progress: Callable[[Progress], None] | None = None,
+                 budget: Budget | None = None) -> None:
         self.presets = list(presets)
         self.quick = quick
         self.steps = steps or (QUICK_STEPS if quick else FULL_STEPS)
         self.block = block or (QUICK_BLOCK if quick else FULL_BLOCK)
+        self.budget = budget or (QUICK_BUDGET if quick else FULL_BUDGET)
         self.out = Path(out) if out is not None else None
         self.settings = dict(settings or {})
         self.names = names
@@ -151,7 +163,8 @@ class LessonRunner:
         import time
 
         t0 = time.perf_counter()
-        report = LessonsReport(self.presets, self.steps, self.block, self.quick)
+        report = LessonsReport(self.presets, self.steps, self.block, self.quick,
+                               budget_s=self.budget.step_s)
         plan = self.plan()
         # The arms' two threads live for the whole report: a thread that used torch's
         # OpenMP pool and ended while another arm ran slowed that arm many times over.
@@ -184,8 +197,9 @@ class LessonRunner:
         file's CONFIG, then the lesson's and the report's settings."""
         from memlens.core.model_file import with_model_file
 
-        steps = max(self.steps, lesson.min_steps)
-        steps = min(steps, lesson.max_steps) if lesson.max_steps else steps
+        steps = self._base_steps(lesson)
+        if self._adaptive(lesson):  # a cap: the arms stop once the figures are decided
+            steps = max(steps, self.budget.max_blocks * self.block)
 
         def build(cfg: RunConfig) -> RunConfig:
             return cfg.with_values({"preset": preset, "steps": steps, **lesson.base,
@@ -197,6 +211,19 @@ class LessonRunner:
             configs["off"] = configs["off"].with_values(
                 {"batch_size": _batch_size(base) * lesson.off_batch_scale})
         return configs
+
+    def _base_steps(self, lesson: Lesson) -> int:
+        steps = max(self.steps, lesson.min_steps)
+        return min(steps, lesson.max_steps) if lesson.max_steps else steps
+
+    @staticmethod
+    def _claimed_times(lesson: Lesson) -> list[Metric]:
+        return [m for m in lesson.metrics if m.kind == "time" and m.claim is not None]
+
+    def _adaptive(self, lesson: Lesson) -> bool:
+        """Whether the lesson adds rounds until its time claims are decided: one with a
+        claimed time figure, unless its steps are capped (a lesson that grows memory)."""
+        return bool(self._claimed_times(lesson)) and not lesson.max_steps
 
     def _unmeasurable(self, lesson: Lesson, preset: str) -> str | None:
         """Why this machine cannot run one of the lesson's arms (AMP bf16 on a CPU whose
@@ -235,6 +262,7 @@ class LessonRunner:
                      self.out / "runs" / f"{label}-{lesson.name}-{name}" if self.out else None)
                 for name, cfg in configs.items()]
         total = sum(a.config.steps for a in arms)
+        adaptive = self._adaptive(lesson)
         done = [0]
         done_lock = threading.Lock()
 
@@ -243,11 +271,12 @@ class LessonRunner:
                 done[0] += 1
                 n = done[0]
             if self.progress is not None:
-                self.progress(Progress(index, count, lesson.name, label, n, total))
+                self.progress(Progress(index, count, lesson.name, label, n, total, adaptive))
 
         turns = Turns(len(arms))
         # Each arm's own controls: run_training reads the techniques from them.
         controls = [RunControls(a.config.techniques) for a in arms]
+        on_block = self._round_judge(lesson, arms, controls, turns) if adaptive else None
         with self._lock:
             self._live = (controls, turns)
         if self.stopping:
@@ -259,7 +288,7 @@ class LessonRunner:
         def work(i: int, arm: _Arm) -> None:
             threading.current_thread().name = f"lesson-{arm.name}"
             sink = FanOut(arm.history, writers[i],
-                          TurnSink(turns, i, self.block, arm.config.steps, stepped))
+                          TurnSink(turns, i, self.block, arm.config.steps, stepped, on_block))
             try:
                 arm.summary = run_training(arm.config, controls[i], sink, on_error="continue")
             except BaseException as exc:  # a bug or a bad setting: reported with the row
@@ -287,6 +316,33 @@ class LessonRunner:
                 if isinstance(arm.error, ConfigError):
                     raise arm.error
         return arms
+
+    def _round_judge(self, lesson: Lesson, arms: list[_Arm], controls: list[RunControls],
+                     turns: Turns) -> Callable[[int, int], None]:
+        """The TurnSinks' on_block: when a round is complete (every arm has run as many
+        blocks) past the base steps, ask the plan for another; if not, both arms stop
+        there. Runs in the arm thread whose block ended, while the other arm waits."""
+        plan = AdaptiveBlocks(self.budget)
+        base = self._base_steps(lesson)
+        metrics = self._claimed_times(lesson)
+        blocks = [0] * len(arms)
+
+        def on_block(arm: int, steps_done: int) -> None:
+            blocks[arm] = steps_done // self.block
+            if len(set(blocks)) != 1 or steps_done < base:
+                return
+            figures = []
+            for m in metrics:
+                off = read_metric(arms[0].history, m, self.block).samples
+                on = read_metric(arms[1].history, m, self.block).samples
+                figures.append((off, on, m.claim))
+            spent_s = sum(_step_seconds(a.history) for a in arms)
+            if not plan.another_round(figures, spent_s, blocks[arm]):
+                for c in controls:
+                    c.stop()
+                turns.stop()
+
+        return on_block
 
     def _rows(self, lesson: Lesson, preset: str, arms: list[_Arm]) -> list[LessonRow]:
         by = {a.name: a for a in arms}
@@ -317,7 +373,7 @@ class LessonRunner:
             if min(len(off.samples), len(on.samples)) < MIN_TIME_BLOCKS:
                 low = high = None
                 significant = False
-                verdict = "within noise" if verdict else ""
+                verdict = TOO_FEW if verdict else ""
             exact = False
         else:
             change = (on.value / off.value if off.value and on.value is not None else None)
@@ -334,6 +390,14 @@ class LessonRunner:
             ci_low=low, ci_high=high, significant=bool(significant), exact=exact,
             claim=claim.text if claim else "", verdict=verdict, runs=runs, steps=steps,
         )
+
+
+def _step_seconds(history: RunHistory) -> float:
+    """The arm's measured step time so far (eval included), in seconds."""
+    import numpy as np
+
+    ms = history.steps.column("step_ms")
+    return float(np.nansum(ms)) / 1e3 if len(ms) else 0.0
 
 
 def _amp_note(lesson: Lesson, env: dict) -> str:

@@ -11,7 +11,11 @@ from __future__ import annotations
 from memlens.core.lessons.catalog import Claim
 from memlens.core.stats import RatioCI
 
-VERDICTS = ("confirmed", "larger", "smaller", "not seen", "contradicted", "within noise")
+VERDICTS = ("confirmed", "larger", "smaller", "not seen", "contradicted", "within noise",
+            "too few samples")
+# A time figure whose arms ran fewer than MIN_TIME_BLOCKS blocks (the budget ran out): the
+# change is shown as measured, with no interval, and this verdict, never "within noise".
+TOO_FEW = "too few samples"
 SIZE_FACTOR = 1.5
 # Exact figures closer than this (relative) are the same for a verdict: a few bytes of
 # bookkeeping are not what a claim is about.

@@ -23,14 +23,19 @@ def excerpt(value: object, limit: int = EXCERPT_CHARS) -> str:
     return f"{text[:limit]}… ({len(text) - limit:,} more characters)"
 
 
-def error_message(exc: BaseException, limit: int = EXCERPT_CHARS * 2) -> str:
-    """A user's exception message: its first ERROR_LINES lines joined, cut to `limit`."""
+def safe_str(exc: BaseException) -> str:
+    """str(exc), whole, or a note where the exception's own __str__ raises."""
     try:
-        text = str(exc)
+        return str(exc)
     except RecursionError:
         return "<its message is nested too deeply to show>"
     except Exception:  # the user's own __str__ broke
         return f"<its message cannot be shown: {type(exc).__name__}.__str__ raised>"
+
+
+def error_message(exc: BaseException, limit: int = EXCERPT_CHARS * 2) -> str:
+    """A user's exception message: its first ERROR_LINES lines joined, cut to `limit`."""
+    text = safe_str(exc)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     more = len(lines) > ERROR_LINES
     return excerpt(" / ".join(lines[:ERROR_LINES]) + (" / …" if more else ""), limit)

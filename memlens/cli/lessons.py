@@ -82,6 +82,11 @@ def claim_report_folder(out: str | None, force: bool) -> Path:
             shutil.rmtree(path)
         elif not path.is_dir() or path.is_symlink():
             path.unlink()
+    try:  # made now: a folder that cannot be is refused before anything is measured
+        (folder / "runs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out!r}: cannot make the report folder there "
+                          f"({exc.strerror or exc}); choose a folder you can write to") from None
     return folder
 
 
@@ -133,6 +138,7 @@ def main(args) -> int:
         plan = runner.plan()
         if not plan:
             raise ConfigError("no lesson applies to that preset and lesson choice")
+        runner.check_fits()
         out = runner.out = claim_report_folder(args.out, args.force)
     except (ConfigError, OSError) as exc:
         return refuse("lessons", exc)
@@ -140,7 +146,7 @@ def main(args) -> int:
           file=sys.stderr)
     try:
         report = runner.run()
-    except ConfigError as exc:
+    except (ConfigError, ExportError) as exc:
         return refuse("lessons", exc)
     notes: list[str] = []
     try:

@@ -128,6 +128,7 @@ def main(args) -> int:
     from memlens.core.lessons.report import write_report
     from memlens.core.lessons.runner import LessonRunner
     from memlens.core.options import ConfigError
+    from memlens.core.run_guard import SignalStop
     from memlens.core.runfolder.atomic import ExportError
 
     try:
@@ -145,7 +146,8 @@ def main(args) -> int:
     print(f"memlens lessons: {len(plan)} lessons, {runner.steps} steps an arm -> {out}",
           file=sys.stderr)
     try:
-        report = runner.run()
+        with SignalStop(runner) as signals:  # Ctrl-C and SIGTERM: stop, write what was measured
+            report = runner.run()
     except (ConfigError, ExportError) as exc:
         return refuse("lessons", exc)
     notes: list[str] = []
@@ -159,8 +161,10 @@ def main(args) -> int:
     print(f"wrote {written[-1]} and {len(written) - 1} more files in {out} "
           f"({report.wall_s:.0f} s)")
     if report.stopped:
-        print("stopped: the report holds what was measured before the stop", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        by = f" by {signals.received.name}" if signals.received is not None else ""
+        print(f"stopped{by}: the report holds what was measured before the stop",
+              file=sys.stderr)
+        return signals.exit_code or EXIT_INTERRUPTED
     return EXIT_OK
 
 

@@ -87,6 +87,11 @@ def claim_report_folder(out: str | None, force: bool) -> Path:
             shutil.rmtree(path)
         elif not path.is_dir() or path.is_symlink():
             path.unlink()
+    try:  # made now: a folder that cannot be is refused before anything is measured
+        (folder / "runs").mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise ConfigError(f"--out {out!r}: cannot make the report folder there "
+                          f"({exc.strerror or exc}); choose a folder you can write to") from None
     return folder
 
 
@@ -141,6 +146,7 @@ def main(args) -> int:
     from memlens.core.lessons.report import write_report
     from memlens.core.lessons.runner import LessonRunner
     from memlens.core.options import ConfigError
+    from memlens.core.run_guard import SignalStop
     from memlens.core.runfolder.atomic import ExportError
 
     try:
@@ -151,14 +157,16 @@ def main(args) -> int:
         plan = runner.plan()
         if not plan:
             raise ConfigError("no lesson applies to that preset and lesson choice")
+        runner.check_fits()
         out = runner.out = claim_report_folder(args.out, args.force)
     except (ConfigError, OSError) as exc:
         return refuse("lessons", exc)
     print(f"memlens lessons: {len(plan)} lessons, {runner.steps} steps an arm -> {out}",
           file=sys.stderr)
     try:
-        report = runner.run()
-    except ConfigError as exc:
+        with SignalStop(runner) as signals:  # Ctrl-C and SIGTERM: stop, write what was measured
+            report = runner.run()
+    except (ConfigError, ExportError) as exc:
         return refuse("lessons", exc)
     notes: list[str] = []
     try:
@@ -171,8 +179,10 @@ def main(args) -> int:
     print(f"wrote {written[-1]} and {len(written) - 1} more files in {out} "
           f"({report.wall_s:.0f} s)")
     if report.stopped:
-        print("stopped: the report holds what was measured before the stop", file=sys.stderr)
-        return EXIT_INTERRUPTED
+        by = f" by {signals.received.name}" if signals.received is not None else ""
+        print(f"stopped{by}: the report holds what was measured before the stop",
+              file=sys.stderr)
+        return signals.exit_code or EXIT_INTERRUPTED
     return EXIT_OK
 
 

@@ -136,6 +136,9 @@ class RunConfig:
             raise ConfigError(f"config file {str(path)!r} cannot be read: {exc}") from None
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+        except RecursionError:
+            raise ConfigError(f"config file {str(path)!r}: nested too deeply to be a settings "
+                              "file") from None
         flat: dict[str, Any] = {}
         schedule: list[ScheduledChange] = []
         for key, value in data.items():
@@ -157,7 +160,10 @@ class RunConfig:
                 if key not in OPTIONS:
                     option(key)  # raises with the list of valid keys
                 if key == "preset" and isinstance(value, str) and is_model_file(value):
-                    value = str(path.parent / Path(value).expanduser())  # beside the file
+                    try:
+                        value = str(path.parent / Path(value).expanduser())  # beside the file
+                    except RuntimeError as exc:  # ~nouser/
+                        raise ConfigError(f"{path}: preset: {exc}") from None
                 flat[key] = value
         cfg = (base or cls()).with_values(flat)
         return cfg.with_schedule(schedule) if schedule else cfg

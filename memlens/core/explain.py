@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from memlens.core.config import TechniqueToggles
+from memlens.core.excerpt import safe_str
 from memlens.core.options import is_model_file
 from memlens.core.units import format_bytes
 
 
 def error_title(exc: BaseException) -> str:
-    msg = str(exc)
+    msg = safe_str(exc)
     if isinstance(exc, FloatingPointError):
         return "non-finite loss"
     if "backward through the graph a second time" in msg:
@@ -21,7 +22,7 @@ def error_title(exc: BaseException) -> str:
 
 
 def _is_oom(exc: BaseException) -> bool:
-    return isinstance(exc, (torch_oom(), MemoryError)) or "out of memory" in str(exc).lower()
+    return isinstance(exc, (torch_oom(), MemoryError)) or "out of memory" in safe_str(exc).lower()
 
 
 def torch_oom() -> type:
@@ -48,7 +49,7 @@ def explain_error(exc: BaseException, preset: str, phase: str, toggles: Techniqu
 
 
 def _cause(exc: BaseException, preset: str, phase: str, toggles: TechniqueToggles) -> str:
-    msg = str(exc)
+    msg = safe_str(exc)
     if "backward through the graph a second time" in msg:
         if preset == "lstm" and not toggles.detach_state:
             return (

@@ -13,6 +13,7 @@ from typing import Any
 
 from memlens.core.config import RunConfig, TechniqueToggles
 from memlens.core.controls import RunControls, StopRequested
+from memlens.core.excerpt import safe_str
 from memlens.core.explain import error_title, explain_error
 from memlens.core.records import NATIVE_BUILD_EVENT, RunEvent, RunSummary
 from memlens.core.sinks import FanOut
@@ -209,7 +210,7 @@ def _training_error(session: TrainingSession, config: RunConfig, sink: Any, step
     """The error's event, explained; the preset recovered for the next step."""
     phase = session.current_phase
     error = RunEvent(step, session.now(), "error", key=error_title(exc), phase=phase,
-                     message=f"{type(exc).__name__}: {exc}",
+                     message=f"{type(exc).__name__}: {safe_str(exc)}",
                      explanation=explain_error(exc, config.preset, phase, toggles, on_error))
     sink.on_event(error)
     session.preset.recover()

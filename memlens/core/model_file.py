@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from memlens.core.excerpt import error_message, excerpt
 from memlens.core.options import OPTIONS, PRESETS, RUN_OPTIONS, ConfigError, is_model_file
 
 CONTRACT = ("a model file defines build_model() -> torch.nn.Module and "
@@ -38,10 +39,15 @@ def resolve_preset(preset: str, base_dir: str | Path | None = None) -> str:
     config file's folder) or the current folder. Every command resolves presets here."""
     if not is_model_file(preset):
         return OPTIONS["preset"].parse(preset)
-    path = Path(preset).expanduser()
-    if not path.is_absolute():
-        path = Path(base_dir or ".") / path
-    path = path.resolve()
+    try:
+        path = Path(preset).expanduser()
+        if not path.is_absolute():
+            path = Path(base_dir or ".") / path
+        path = path.resolve()
+    except (RuntimeError, OSError) as exc:  # ~nouser/, a loop of links
+        why = excerpt(exc).rstrip(".")
+        raise ModelFileError(f"model file {excerpt(preset)}: {why}; give the path of a .py "
+                             "file") from None
     if not path.exists():
         raise ModelFileError(f"model file {str(path)!r} does not exist; give the path of a .py "
                              f"file, or one of the built-in presets: {', '.join(PRESETS)}")
@@ -77,6 +83,9 @@ def _parse(path: Path) -> ast.Module:
         return ast.parse(source, filename=str(path))
     except SyntaxError as exc:
         raise _syntax_error(path, exc) from None
+    except (RecursionError, MemoryError, ValueError) as exc:  # nested past Python's limit
+        raise ModelFileError(f"{path}: Python cannot parse it ({type(exc).__name__}: an "
+                             "expression nested too deeply); simplify the file") from None
 
 
 @dataclass(frozen=True)
@@ -130,7 +139,7 @@ def _literal_config(path: Path) -> tuple[str, dict[str, Any]]:
     where = f"{path}:{node.lineno}"
     try:
         data = ast.literal_eval(node.value)
-    except ValueError:
+    except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
         raise ModelFileError(f"{where}: CONFIG must be a literal dict (numbers, strings, "
                              "true/false), e.g. CONFIG = {'batch_size': 32, 'lr': 1e-3}; "
                              "memlens reads it without running the file") from None
@@ -207,8 +216,9 @@ def user_error(path: Path, exc: BaseException, doing: str) -> ModelFileError:
     something, placed at the file's last frame in the traceback."""
     frame = user_frame(exc, str(path))
     where = f"{path}:{frame.lineno}" if frame else str(path)
-    code = f" ({frame.line.strip()})" if frame and frame.line else ""
-    return ModelFileError(f"{where}: {doing} raised {type(exc).__name__}: {exc}{code}")
+    code = f" ({excerpt(frame.line.strip())})" if frame and frame.line else ""
+    return ModelFileError(f"{where}: {doing} raised {type(exc).__name__}: "
+                          f"{error_message(exc)}{code}")
 
 
 @dataclass(frozen=True)

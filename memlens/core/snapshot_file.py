@@ -15,6 +15,7 @@ from pathlib import Path
 
 import numpy as np
 
+from memlens.core.excerpt import excerpt as _excerpt
 from memlens.core.runfolder.format import SNAPSHOT_PICKLE
 
 MAX_SNAPSHOT_BYTES = 4 << 30  # a larger file is surely not a snapshot; refuse, do not load
@@ -47,10 +48,9 @@ def load_plain_pickle(data: bytes) -> object:
         return _PlainUnpickler(io.BytesIO(data)).load()
     except SnapshotFileError:
         raise
-    except (pickle.UnpicklingError, EOFError, ValueError, TypeError, IndexError, KeyError,
-            AttributeError, MemoryError, RecursionError) as exc:
-        raise SnapshotFileError(f"not a readable pickle ({type(exc).__name__}: {exc})"
-                                ) from None
+    except (Exception, RecursionError) as exc:  # no global runs: whatever broke is damage
+        raise SnapshotFileError(f"not a readable pickle ({type(exc).__name__}: "
+                                f"{_excerpt(exc)})") from None
 
 
 @dataclass
@@ -101,29 +101,148 @@ def read_snapshot(path: str | Path) -> SnapshotTimeline:
         return timeline_of(doc, path)
     except SnapshotFileError as exc:
         raise SnapshotFileError(f"{path}: {exc}") from None
+    except (ArithmeticError, LookupError, TypeError, ValueError, MemoryError,
+            RecursionError) as exc:  # a shape timeline_of does not name: still one line
+        raise SnapshotFileError(f"{path}: not a snapshot memlens can read "
+                                f"({type(exc).__name__}); the file is damaged") from None
 
 
-def _frames(entry: dict) -> list[str]:
+MAX_EVENTS = 5_000_000  # trace events read; a larger trace is refused with the count
+MAX_BLOCKS = 5_000_000  # segment blocks read, over all segments
+MAX_CATEGORIES = 12  # curves drawn, the largest by peak; the rest are summed as OTHER
+OTHER_CATEGORY = "other"
+MAX_FRAMES = 64  # frames kept of one allocation's stack (newest first)
+MAX_TEXT = 300  # characters kept of one string from the file (a frame, a category)
+# Bytes are int64 in the curves: sizes past MAX_SIZE, or sums past it, are no real memory.
+MAX_SIZE = 2**62
+
+
+def _text(value) -> str:
+    """A string from the file, cut to MAX_TEXT characters (a file's text is never echoed
+    beyond a short excerpt)."""
+    if not isinstance(value, str):
+        raise SnapshotFileError(f"a name is {_kind(value)}, not text")
+    return value if len(value) <= MAX_TEXT else value[:MAX_TEXT] + "…"
+
+
+def _kind(value) -> str:
+    """What a value is, in words (never its content: it may be huge)."""
+    if isinstance(value, bool):
+        return "true/false"
+    if isinstance(value, int | float):
+        return "a number"
+    return {dict: "a dict", list: "a list", tuple: "a tuple", str: "text",
+            type(None): "None"}.get(type(value), type(value).__name__)
+
+
+def _list(value, what: str) -> list | tuple:
+    if value is None:
+        return ()
+    if not isinstance(value, list | tuple):
+        raise SnapshotFileError(f"{what} is {_kind(value)}, not a list")
+    return value
+
+
+def _frames(entry: dict, cache: dict[int, list[str]] | None = None) -> list[str]:
+    """The entry's stack as "file:line name" lines, at most MAX_FRAMES; a frames list that
+    many entries share (a pickle's memo) is read once, through `cache` (by its id)."""
+    frames = entry.get("frames")
+    key = id(frames)
+    if cache is not None and key in cache:
+        return cache[key]
     out = []
-    for f in entry.get("frames") or ():
+    for f in _list(frames, "an entry's frames")[:MAX_FRAMES]:
         if isinstance(f, dict):
-            out.append(f"{f.get('filename', '?')}:{f.get('line', '?')} {f.get('name', '')}")
+            out.append(_text(f"{_scalar(f.get('filename', '?'))}:{_scalar(f.get('line', '?'))} "
+                             f"{_scalar(f.get('name', ''))}"))
+    if cache is not None:
+        cache[key] = out
     return out
+
+
+def _scalar(value) -> str:
+    """A frame's field as text: a string cut short, a number, else its kind."""
+    if isinstance(value, str):
+        return value[:MAX_TEXT]
+    if isinstance(value, int) and not isinstance(value, bool) and abs(value) < MAX_SIZE:
+        return str(value)
+    return "?"
 
 
 def _int(value) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
-        raise SnapshotFileError(f"a size or address is not an integer ({value!r})")
+        raise SnapshotFileError(f"a size or address is {_kind(value)}, not an integer")
+    if not 0 <= value < MAX_SIZE:
+        raise SnapshotFileError(f"a size or address is outside 0..2**62 ({_kind(value)} of "
+                                f"{value.bit_length()} bits)")
     return value
+
+
+def _action(e: dict) -> str | None:
+    action = e.get("action")
+    if action is not None and not isinstance(action, str):
+        raise SnapshotFileError(f"an event's action is {_kind(action)}, not text")
+    return action
+
+
+def _category(e: dict) -> str | None:
+    c = e.get("category")
+    if isinstance(c, int) and not isinstance(c, bool) and c:
+        return _scalar(c)
+    return _text(c) if c else None
 
 
 def _pick_device(traces: list) -> int:
     """The device whose trace has the most entries (one device in almost every file)."""
     best, most = 0, -1
     for i, t in enumerate(traces):
-        if isinstance(t, list) and len(t) > most:
+        if not isinstance(t, list):
+            raise SnapshotFileError(f"device_traces[{i}] is {_kind(t)}, not a list of events")
+        if len(t) > most:
             best, most = i, len(t)
     return best
+
+
+def _checked_sum(values: np.ndarray, what: str) -> None:
+    if float(np.abs(values).sum(dtype=np.float64)) >= MAX_SIZE:
+        raise SnapshotFileError(f"the {what} sum past 2**62 bytes: no real memory is that "
+                                "large; the file is damaged")
+
+
+def _drawn_categories(trace: list[dict], delta: np.ndarray,
+                      names: list[str | None]) -> dict[str, np.ndarray]:
+    """Curves of bytes added within the window by category: the MAX_CATEGORIES largest by
+    their peak, the rest summed as OTHER_CATEGORY (one curve each, never one per name)."""
+    index: dict[str, int] = {}
+    codes = np.full(len(trace), -1, dtype=np.int64)
+    for i, name in enumerate(names):
+        if name is not None and delta[i]:
+            codes[i] = index.setdefault(name, len(index))
+    if not index:
+        return {}
+    order = np.argsort(codes, kind="stable")
+    sorted_codes = codes[order]
+    bounds = np.searchsorted(sorted_codes, np.arange(len(index) + 1))
+    peaks = np.zeros(len(index), dtype=np.int64)
+    for c in range(len(index)):  # each event is visited once over all categories
+        rows = order[bounds[c]:bounds[c + 1]]
+        peaks[c] = np.cumsum(delta[rows]).max()
+    kept = sorted(range(len(index)), key=lambda c: -peaks[c])[:MAX_CATEGORIES]
+    by_code = {c: n for n, c in index.items()}
+    curves: dict[str, np.ndarray] = {}
+    for c in sorted(kept, key=lambda c: by_code[c]):
+        curves[by_code[c]] = _curve(delta, codes == c)
+    rest = (codes >= 0) & ~np.isin(codes, kept)
+    if rest.any():
+        curves[OTHER_CATEGORY if OTHER_CATEGORY not in curves else OTHER_CATEGORY + " (rest)"] \
+            = _curve(delta, rest)
+    return curves
+
+
+def _curve(delta: np.ndarray, mask: np.ndarray) -> np.ndarray:
+    curve = np.zeros(len(delta) + 1, dtype=np.int64)
+    np.cumsum(np.where(mask, delta, 0), out=curve[1:])
+    return curve
 
 
 def timeline_of(doc: object, path: Path = Path(SNAPSHOT_PICKLE)) -> SnapshotTimeline:
@@ -134,8 +253,13 @@ def timeline_of(doc: object, path: Path = Path(SNAPSHOT_PICKLE)) -> SnapshotTime
                                 "torch.cuda.memory._record_memory_history()")
     traces = doc["device_traces"]
     device = _pick_device(traces)
-    trace = [e for e in (traces[device] if traces else []) if isinstance(e, dict)]
-    segments = [s for s in doc.get("segments") or () if isinstance(s, dict)
+    raw = traces[device] if traces else []
+    if len(raw) > MAX_EVENTS:
+        raise SnapshotFileError(f"the trace holds {len(raw):,} events; memlens reads up to "
+                                f"{MAX_EVENTS:,}. Record a shorter window "
+                                "(_record_memory_history(max_entries=...))")
+    trace = [e for e in raw if isinstance(e, dict)]
+    segments = [s for s in _list(doc.get("segments"), "segments") if isinstance(s, dict)
                 and s.get("device", device) == device]
     if not trace and not segments:
         raise SnapshotFileError("the snapshot holds no trace events and no segments: was "
@@ -143,39 +267,45 @@ def timeline_of(doc: object, path: Path = Path(SNAPSHOT_PICKLE)) -> SnapshotTime
     n = len(trace)
     delta = np.zeros(n, dtype=np.int64)
     seg_delta = np.zeros(n, dtype=np.int64)
-    cat_names = sorted({str(e["category"]) for e in trace if e.get("category")
-                        and e.get("action") in ("alloc", "free_completed", "free")})
-    cat_index = {c: i for i, c in enumerate(cat_names)}
-    cat_delta = np.zeros((len(cat_names), n), dtype=np.int64)
+    names: list[str | None] = [None] * n
     has_segment_events = False
     for i, e in enumerate(trace):
-        action = e.get("action")
+        action = _action(e)
         size = _int(e.get("size", 0))
         sign = {"alloc": 1, "free_completed": -1, "free": -1}.get(action, 0)
         if sign:
             delta[i] = sign * size
-            c = cat_index.get(str(e.get("category"))) if e.get("category") else None
-            if c is not None:
-                cat_delta[c, i] = sign * size
+            names[i] = _category(e)
         seg = {"segment_alloc": 1, "segment_free": -1,
                "segment_map": 1, "segment_unmap": -1}.get(action, 0)
         if seg:
             has_segment_events = True
             seg_delta[i] = seg * size
+    _checked_sum(delta, "trace's sizes")
+    _checked_sum(seg_delta, "trace's segment sizes")
     # A trace is a ring buffer: what was alive before its first event is known from the
     # end state (the segments' active blocks) less what the trace added.
     alive_end = 0
     reserved_end = 0
     blocks: list[tuple[int, dict, dict]] = []
+    visited = 0
     for s in segments:
         reserved_end += _int(s.get("total_size", 0))
-        for b in s.get("blocks") or ():
+        seg_blocks = _list(s.get("blocks"), "a segment's blocks")
+        visited += len(seg_blocks)
+        if visited > MAX_BLOCKS:
+            raise SnapshotFileError(f"the segments hold more than {MAX_BLOCKS:,} blocks; "
+                                    "memlens reads up to that many")
+        for b in seg_blocks:
             # A block freed on its stream but not yet released still counts, as the
             # trace counts a free at free_completed.
             if isinstance(b, dict) and b.get("state") in ("active_allocated",
                                                           "active_pending_free"):
                 alive_end += _int(b.get("size", 0))
                 blocks.append((_int(b.get("address", 0)), b, s))
+    if alive_end >= MAX_SIZE or reserved_end >= MAX_SIZE:
+        raise SnapshotFileError("the segments' sizes sum past 2**62 bytes: no real memory "
+                                "is that large; the file is damaged")
     allocated = np.empty(n + 1, dtype=np.int64)
     allocated[0] = alive_end - int(delta.sum()) if segments else max(0, -_min_prefix(delta))
     np.cumsum(delta, out=allocated[1:])
@@ -188,11 +318,7 @@ def timeline_of(doc: object, path: Path = Path(SNAPSHOT_PICKLE)) -> SnapshotTime
         reserved[0] = reserved_end - int(seg_delta.sum()) if segments else 0
         np.cumsum(seg_delta, out=reserved[1:])
         reserved[1:] += reserved[0]
-    categories = {}
-    for c, name in enumerate(cat_names):
-        curve = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(cat_delta[c], out=curve[1:])
-        categories[name] = curve  # bytes added within the window, by category
+    categories = _drawn_categories(trace, delta, names)
     peak_index = int(np.argmax(allocated))
     top, live = _live_at(trace, peak_index, blocks)
     return SnapshotTimeline(path=path, device=device, actions=n, allocated=allocated,
@@ -205,14 +331,14 @@ def _min_prefix(delta: np.ndarray) -> int:
 
 
 def _live_at(trace: list[dict], index: int, blocks: list) -> tuple[list[LiveAllocation], int]:
-    """The largest allocations alive after `index` events, and how many were alive."""
-    live: dict[int, LiveAllocation] = {}
+    """The largest allocations alive after `index` events, and how many were alive. Only
+    the shown ones (TOP_ALLOCATIONS) get their stacks read."""
+    live: dict[int, tuple[int, dict, bool]] = {}  # addr -> (size, entry, before the window)
     for e in trace[:index]:
         action = e.get("action")
         addr = _int(e.get("addr", 0))
         if action == "alloc":
-            live[addr] = LiveAllocation(_int(e.get("size", 0)), addr,
-                                        str(e.get("category") or ""), _frames(e))
+            live[addr] = (_int(e.get("size", 0)), e, False)
         elif action in ("free_completed", "free"):
             live.pop(addr, None)
     # Alive at the peak but allocated before the window: freed after the peak without an
@@ -222,12 +348,15 @@ def _live_at(trace: list[dict], index: int, blocks: list) -> tuple[list[LiveAllo
         addr = _int(e.get("addr", 0))
         if e.get("action") in ("free_completed", "free") and addr not in allocated_in_window \
                 and addr not in live:
-            live[addr] = LiveAllocation(_int(e.get("size", 0)), addr,
-                                        str(e.get("category") or ""),
-                                        [BEFORE_WINDOW, *_frames(e)])
+            live[addr] = (_int(e.get("size", 0)), e, True)
     for addr, block, _segment in blocks:
         if addr not in allocated_in_window and addr not in live:
-            live[addr] = LiveAllocation(_int(block.get("size", 0)), addr, "",
-                                        [BEFORE_WINDOW, *_frames(block)])
-    top = sorted(live.values(), key=lambda a: a.size, reverse=True)[:TOP_ALLOCATIONS]
+            live[addr] = (_int(block.get("size", 0)), {"frames": block.get("frames")}, True)
+    shown = sorted(live.items(), key=lambda kv: kv[1][0], reverse=True)[:TOP_ALLOCATIONS]
+    cache: dict[int, list[str]] = {}
+    top = []
+    for addr, (size, entry, before) in shown:
+        frames = _frames(entry, cache)
+        top.append(LiveAllocation(size, addr, _category(entry) or "",
+                                  [BEFORE_WINDOW, *frames] if before else list(frames)))
     return top, len(live)

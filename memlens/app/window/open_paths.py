@@ -64,13 +64,15 @@ class Opener(QObject):
         QApplication.setOverrideCursor(Qt.WaitCursor)
         try:
             timeline = read_snapshot(path)
-        except SnapshotFileError as exc:
-            QApplication.restoreOverrideCursor()
-            self._refuse(str(exc), "Cannot open this snapshot")
+            view = self.view()
+            view.show_timeline(timeline)
+        except Exception as exc:  # a damaged file is a message, whatever broke in it
+            text = str(exc) if isinstance(exc, SnapshotFileError) else (
+                f"{path}: cannot be shown as a snapshot ({type(exc).__name__})")
+            self._refuse(text, "Cannot open this snapshot")
             return False
-        QApplication.restoreOverrideCursor()
-        view = self.view()
-        view.show_timeline(timeline)
+        finally:
+            QApplication.restoreOverrideCursor()
         self.main_window.tabs.setCurrentWidget(view)
         self.main_window.setWindowTitle(f"memlens: {path.name} (snapshot, read-only)")
         self.main_window.statusBar().showMessage(

@@ -225,6 +225,33 @@ class LessonRunner:
         claimed time figure, unless its steps are capped (a lesson that grows memory)."""
         return bool(self._claimed_times(lesson)) and not lesson.max_steps
 
+    def check_fits(self) -> None:
+        """ConfigError (with the estimate) when a lesson's arms, which run at the same time,
+        cannot fit in free memory together: checked before anything is measured, as `run`
+        checks its run (preflight), unless force=true."""
+        from memlens.core.options import ConfigError
+        from memlens.core.preflight import available_memory, estimate_run_memory
+        from memlens.core.training import resolve_device
+        from memlens.core.units import format_bytes
+
+        for lesson, preset in self.plan():
+            configs = list(self._configs(lesson, preset).values())
+            if any(c.force for c in configs):
+                continue
+            estimates = [estimate_run_memory(c) for c in configs]
+            if any(e is None for e in estimates):
+                continue  # a model file the meta device cannot run: its build reports
+            device = resolve_device(configs[0].device)
+            free, source = available_memory(device)
+            need = sum(e.total for e in estimates)
+            if free is not None and need > free:
+                raise ConfigError(
+                    f"lesson {lesson.name} on {preset_label(preset)} runs its two arms at "
+                    f"once and needs about {format_bytes(need)} on {device.type} "
+                    f"(one arm: {estimates[0].text()}), but {format_bytes(free)} is "
+                    f"available ({source}). Lower width, batch_size or seq_len with --set, "
+                    "or pass --set force=true to start anyway.")
+
     def _unmeasurable(self, lesson: Lesson, preset: str) -> str | None:
         """Why this machine cannot run one of the lesson's arms (AMP bf16 on a CPU whose
         oneDNN lacks one of the model's layers), or None."""

@@ -190,7 +190,7 @@ def read_allocations(folder: Path) -> tuple[np.ndarray, list[str]]:
             size = os.fstat(fh.fileno()).st_size
     except OSError as exc:
         raise AllocationsFileError(f"{path}: cannot be read ({exc})") from None
-    except (ValueError, SyntaxError, EOFError, RecursionError, MemoryError):
+    except Exception:  # ValueError, SyntaxError, tokenize.TokenError...: numpy's parse
         # numpy's own message quotes the header: never repeat a file's text
         raise AllocationsFileError(f"{path}: not a .npy file memlens wrote (its header "
                                    "cannot be read)") from None

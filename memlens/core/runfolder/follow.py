@@ -100,7 +100,7 @@ class RunFollower:
             return  # written atomically, so a bad read is a passing moment: next poll
         if not fmt.is_run_doc(doc):
             raise fmt.RunFolderError(f"{path}: not a memlens run.json (no format tag)")
-        events = fmt.check_run_doc(doc, path)  # the same checks as load_run's
+        events = fmt.check_run_doc(fmt.cap_strings(doc), path)  # as load_run's
         self._json_stamp = stamp
         self.meta_reads += 1
         h = self.history

@@ -206,10 +206,40 @@ _DOC_TYPES: dict[str, tuple[type, ...]] = {
     "graphs": (list,), "summary": (dict, type(None)), "allocations": (dict,),
     "cuda_snapshot": (dict,),
 }
-_JSON_NAMES = {dict: "an object", list: "a list", str: "text", type(None): "null"}
+_JSON_NAMES = {dict: "an object", list: "a list", str: "text", type(None): "null",
+               bool: "true/false", int: "a whole number", float: "a number"}
 _EVENT_TEXT = ("kind", "key", "phase", "message", "explanation", "where", "fix")
 _EVENT_FIELDS = frozenset(RunEvent.__dataclass_fields__)  # others (a newer writer's) dropped
 _NOT_META = ("events", "summary", "graphs")
+
+
+MAX_JSON_TEXT = 4096  # characters kept of one string in run.json; the rest is cut on load
+
+
+def cap_strings(doc: dict, limit: int = MAX_JSON_TEXT) -> dict:
+    """`doc` with every string (value or key) longer than `limit` cut to it, marked "…":
+    a run writes short texts, and a damaged file's 50 MB string must not reach a label
+    or a layout. Walked without recursion (json.loads has bounded the depth)."""
+    def cut(text: str) -> str:
+        return text if len(text) <= limit else text[:limit] + "…"
+
+    stack: list[dict | list] = [doc]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            long_keys = [k for k in node if len(k) > limit]
+            for k in long_keys:
+                node[cut(k)] = node.pop(k)
+            items = node.items()
+        else:
+            items = enumerate(node)
+        for k, v in list(items):
+            if isinstance(v, str):
+                if len(v) > limit:
+                    node[k] = cut(v)
+            elif isinstance(v, dict | list):
+                stack.append(v)
+    return doc
 
 
 def is_run_doc(doc: Any) -> bool:
@@ -229,6 +259,13 @@ def check_run_doc(doc: dict, path: Path) -> list[RunEvent]:
             want = " or ".join(_JSON_NAMES[t] for t in types)
             raise RunFolderError(f"{path}: {key!r} should be {want}, not "
                                  f"{_json_kind(doc[key])}; the file is damaged")
+    for part, types in (("config", _config_types()), ("environment", ENVIRONMENT_TYPES)):
+        for key, value in (doc.get(part) or {}).items():
+            want = types.get(key)
+            if want is not None and not _is_json_type(value, want):
+                raise RunFolderError(f"{path}: '{part}.{key}' should be "
+                                     f"{_JSON_NAMES.get(want, want.__name__)}, not "
+                                     f"{_json_kind(value)}; the file is damaged")
     events = []
     for i, e in enumerate(doc.get("events") or ()):
         bad = _event_problem(e)
@@ -240,6 +277,30 @@ def check_run_doc(doc: dict, path: Path) -> list[RunEvent]:
             raise RunFolderError(f"{path}: graph {i} should be an object, not "
                                  f"{_json_kind(g)}; the file is damaged")
     return events
+
+
+# The types of run.json's environment keys, as the recorder writes them (recorder.environment).
+ENVIRONMENT_TYPES: dict[str, type] = {
+    **dict.fromkeys(("torch", "python", "platform", "device", "device_name", "memory_source",
+                     "memory_label", "timing", "precise_backend", "precise_note",
+                     "heap_source"), str),
+    "precise": bool, "parameters": int, "threads": int, "sizes": dict, "cpu": dict,
+}
+
+
+def _config_types() -> dict[str, type]:
+    """run.json's config keys and their types: those of RunConfig's own to_dict()."""
+    from memlens.core.config import RunConfig
+
+    return {k: type(v) for k, v in RunConfig().to_dict().items()}
+
+
+def _is_json_type(value: Any, want: type) -> bool:
+    if want is float:
+        return isinstance(value, int | float) and not isinstance(value, bool)
+    if want is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, want)
 
 
 def _json_kind(value: Any) -> str:

@@ -43,4 +43,8 @@ def check_openable(path: str | Path) -> tuple[str, Path]:
             read_snapshot(target)
     except (RunFolderError, SnapshotFileError, OSError) as exc:
         raise OpenError(str(exc)) from None
+    except (ArithmeticError, LookupError, TypeError, ValueError, MemoryError,
+            RecursionError) as exc:  # a reader's gap: still one line, never a traceback
+        raise OpenError(f"{target}: cannot be read as a {kind} ({type(exc).__name__}); "
+                        "the file is damaged") from None
     return kind, target

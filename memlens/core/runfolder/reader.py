@@ -25,6 +25,7 @@ from memlens.core.runfolder.format import (
     STEPS_CSV,
     STEPS_HEADER,
     RunFolderError,
+    cap_strings,
     check_run_doc,
     header_problem,
     is_run_doc,
@@ -80,7 +81,7 @@ def read_run_json(path: Path) -> dict:
                              "the file is damaged") from None
     if not is_run_doc(doc):
         raise RunFolderError(f"{path}: not a memlens run.json (no format tag)")
-    return doc
+    return cap_strings(doc)
 
 
 def rank_folders(folder: str | Path) -> list[Path]:

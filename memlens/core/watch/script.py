@@ -4,11 +4,13 @@ of `main.py watch`, memlens.cli.watch)."""
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
 import traceback
 from pathlib import Path
 
-EXIT_BAD_INPUT = 2
+from memlens.core.exits import EXIT_BAD_INPUT, EXIT_SIGNAL_BASE
 
 
 def check_script(path: str) -> str | None:
@@ -54,15 +56,21 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
         print(f"memlens watch: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     code, error = 0, None
+    old_term = _catch_sigterm()
     try:
         _run_as_main(path)
     except SystemExit as exc:
         code = _exit_code(exc.code)
+    except Terminated as exc:  # SIGTERM: no traceback, as Python prints none for it
+        error, code = exc, EXIT_SIGNAL_BASE + signal.SIGTERM
+        print(f"memlens watch: {exc} at step {w.step_index}; the run folder is complete up "
+              "to it", file=sys.stderr)
     except BaseException as exc:  # the script's own error: printed as Python prints it
         error = exc
         code = 130 if isinstance(exc, KeyboardInterrupt) else 1
         _print_user_traceback(exc, path)
     finally:
+        _restore_sigterm(old_term)
         sys.argv, sys.path[:] = old_argv, old_path
         w.close(error=error, exit_code=code)
     if w.write_error is not None:
@@ -83,6 +91,32 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
             print(f"memlens watch: found no model and no optimizer. {NOTHING_FOUND_HELP}",
                   file=sys.stderr)
     return code
+
+
+class Terminated(BaseException):
+    """SIGTERM while the script runs, raised in it as Ctrl-C raises KeyboardInterrupt, so
+    the watch finishes run.json; a BaseException, so the script's `except Exception` does
+    not swallow it."""
+
+
+def _on_sigterm(signum, _frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second one ends the process at once
+    raise Terminated("stopped by SIGTERM")
+
+
+def _catch_sigterm():
+    """Handle SIGTERM while the script runs, where nothing else does (main thread only; a
+    handler the script sets itself replaces this one, as it would replace Python's)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return None
+    return signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _restore_sigterm(old) -> None:
+    if old is not None and signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _exit_code(code) -> int:

@@ -233,3 +233,11 @@ def as_launched(window) -> None:
     from memlens.app.window.launch import finish_start_up
 
     finish_start_up(window)
+
+
+def start_up_settled(window) -> bool:
+    """Whether the work the window defers past its first paint (the AMP check, which imports
+    torch) has answered: a window that has shown a long run did that long before, and a
+    torch import overlapping a measurement would compete with it for the GIL."""
+    amp = window.amp_support
+    return amp.asked > 0 and amp.answered == amp.asked

@@ -3,7 +3,8 @@
 Used by benchmarks.startup as `python benchmarks/_startup_probe.py`. It wraps
 QApplication.exec so that, once the app's event loop starts, an event filter on the main
 window notes its first update (the backing store painting the window) and the moment
-that paint has finished; then the process exits at once.
+that paint has finished, and whether torch was imported by then; then the process exits at
+once.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ def main() -> None:
 
     def done() -> None:
         print(f"STARTUP probe={T_PROBE:.6f} exec={marks['exec']:.6f} "
-              f"painted={time.time():.6f}", flush=True)
+              f"painted={time.time():.6f} torch={int('torch' in sys.modules)}", flush=True)
         os._exit(0)
 
     def exec_(self, *args):

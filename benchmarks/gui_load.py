@@ -23,7 +23,15 @@ import os
 import threading
 import time
 
-from benchmarks._common import Figure, GcPauses, Settings, as_launched, median, percentile
+from benchmarks._common import (
+    Figure,
+    GcPauses,
+    Settings,
+    as_launched,
+    median,
+    percentile,
+    start_up_settled,
+)
 from benchmarks.watch import follow_latency
 
 STEPS_PER_S = 5000
@@ -380,6 +388,8 @@ def run(s: Settings) -> list[Figure]:
                       and window.series.sample_count >= len(history.samples)
                       and window.series.step_count >= len(history.steps), 120):
         raise RuntimeError("the window did not pull the preloaded history")
+    if not spin_until(lambda: start_up_settled(window), 120):
+        raise RuntimeError("the window's start-up work (the AMP check) did not answer")
     settle = time.perf_counter() + 0.5  # let the first draws of the full history settle
     spin_until(lambda: time.perf_counter() > settle, 5)
 

@@ -42,6 +42,54 @@ def test_window_opens_without_importing_torch():
     assert r.stdout.split() == ["False", "PySide6"]
 
 
+# Runs main.py as `python main.py` does; at the event loop's start and again once the main
+# window's first paint is done, prints what is imported then, and quits.
+FIRST_PAINT_PROBE = """
+import os, runpy, sys
+from PySide6.QtCore import QEvent, QObject, QTimer
+from PySide6.QtWidgets import QApplication, QMainWindow
+
+def loaded(when):
+    cli = sorted(m for m in sys.modules if m.startswith('memlens.cli.'))
+    print(when, 'torch' in sys.modules, ','.join(cli), flush=True)
+
+class FirstPaint(QObject):
+    def eventFilter(self, obj, event):
+        if event.type() in (QEvent.UpdateRequest, QEvent.Paint) and not self.seen:
+            self.seen = True
+            QTimer.singleShot(0, lambda: (loaded('painted'), os._exit(0)))
+        return False
+
+def exec_(self):
+    loaded('exec')
+    self.spy = FirstPaint()
+    self.spy.seen = False
+    for w in QApplication.topLevelWidgets():
+        if isinstance(w, QMainWindow):
+            w.installEventFilter(self.spy)
+    return original()
+
+original = QApplication.exec
+QApplication.exec = exec_
+sys.argv = ['main.py']
+runpy.run_path('main.py', run_name='__main__')
+"""
+
+
+def test_main_py_paints_its_first_window_before_torch_is_imported(tmp_path):
+    r = subprocess.run([sys.executable, "-c", FIRST_PAINT_PROBE], cwd=ROOT, text=True,
+                       capture_output=True, timeout=120,
+                       env={**os.environ, "QT_QPA_PLATFORM": "offscreen",
+                            "XDG_CONFIG_HOME": str(tmp_path)})  # no one's own settings
+    assert r.returncode == 0, r.stderr[-2000:]
+    lines = [ln.split(" ") for ln in r.stdout.splitlines()]
+    assert [ln[0] for ln in lines] == ["exec", "painted"], r.stdout
+    for when, torch_loaded, cli in lines:
+        assert torch_loaded == "False", f"torch imported by the {when} mark"
+        # only the command that runs (app) and what commands share (args) are imported
+        assert cli == "memlens.cli.app,memlens.cli.args", (when, cli)
+
+
 def test_qt_calls_keep_none_alive():
     # PySide6 6.12.0 on CPython 3.11 drops a reference to None on every void Qt call, and a
     # live window aborts the interpreter within seconds ("none_dealloc"); pyproject pins

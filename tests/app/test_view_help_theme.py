@@ -214,6 +214,44 @@ def test_progress_counts_steps_of_the_total_with_an_eta(qtbot):
     assert bar.labels["progress"].text() == "30 of 200 steps (15%)"
 
 
+def test_status_texts_set_while_a_run_goes_lay_out_nothing(qtbot, window):
+    # A status text that changes width would lay the whole main window out again (and
+    # start an animation per dock) at every text refresh: the labels only ever grow.
+    from PySide6.QtCore import QEvent, QObject
+    from PySide6.QtWidgets import QApplication
+
+    class Layouts(QObject):
+        count = 0
+
+        def eventFilter(self, obj, event) -> bool:
+            if event.type() == QEvent.LayoutRequest:
+                self.count += 1
+            return False
+
+    status = window.status
+    status.set_planned(1_000_000)
+
+    def texts() -> None:  # narrower and wider ones in turn
+        for n in (1, 12_345, 7, 999_998):
+            status.set_progress(n, n + 1, float(n), float(n), live=True)
+            QApplication.processEvents()
+
+    texts()
+    for _ in range(3):  # a label grown lays out the bar, which then lays out the window
+        QApplication.processEvents()
+    layouts = Layouts()
+    for w in (window, status):
+        w.installEventFilter(layouts)
+    texts()  # each as wide as one before, or narrower
+    assert status.labels["step"].text() == "step: 999998"
+    assert layouts.count == 0
+    status.set_progress(12_345_678, 2_000_000, None, None, live=True)  # wider: grows once
+    QApplication.processEvents()
+    assert layouts.count >= 1
+    label = status.labels["step"]
+    assert label.width() >= label.sizeHint().width()  # the whole text shows
+
+
 def test_the_status_bar_shows_the_runs_progress(qtbot, window):
     run_to_end(qtbot, window, steps=12)
     assert window.status.labels["progress"].text() == "12 of 12 steps (100%)"

@@ -12,8 +12,11 @@ from PySide6.QtWidgets import QLabel, QStatusBar
 
 from memlens.core.units import format_bytes
 
+QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's largest widget size (C++'s QWIDGETSIZE_MAX)
 RATE_WINDOW_S = 1.5
 MIN_RATE_SPAN_S = 0.5
+# Set several times a second while a run goes: their widths only grow (see _set_steady).
+STEADY_FIELDS = ("rate", "progress", "step", "total", "peak")
 
 
 class RunStatusBar(QStatusBar):
@@ -39,6 +42,9 @@ class RunStatusBar(QStatusBar):
         self.clear_run()
 
     def clear_run(self) -> None:
+        for name in STEADY_FIELDS:  # a new run's texts start from their own widths
+            self.labels[name].setMinimumSize(0, 0)
+            self.labels[name].setMaximumSize(QWIDGETSIZE_MAX, QWIDGETSIZE_MAX)
         self._counts.clear()
         self.planned = None
         self.set_environment({})
@@ -72,11 +78,28 @@ class RunStatusBar(QStatusBar):
             if t1 - t0 >= MIN_RATE_SPAN_S:  # shorter spans only show how steps bunch up
                 per_s = (n1 - n0) / (t1 - t0)
                 rate = f"{per_s:.1f}"
-        self.labels["rate"].setText(f"steps/s: {rate}")
-        self.labels["progress"].setText(progress_text(steps_done, self.planned, per_s, live))
-        self.labels["step"].setText(f"step: {'–' if step is None or step < 0 else step}")
-        self.labels["total"].setText(f"total: {format_bytes(total) if total is not None else '–'}")
-        self.labels["peak"].setText(f"peak: {format_bytes(peak) if peak is not None else '–'}")
+        texts = {
+            "rate": f"steps/s: {rate}",
+            "progress": progress_text(steps_done, self.planned, per_s, live),
+            "step": f"step: {'–' if step is None or step < 0 else step}",
+            "total": f"total: {format_bytes(total) if total is not None else '–'}",
+            "peak": f"peak: {format_bytes(peak) if peak is not None else '–'}",
+        }
+        for name, text in texts.items():
+            _set_steady(self.labels[name], text)
+
+
+def _set_steady(label: QLabel, text: str) -> None:
+    """Set a label's text, its size fixed at the largest any of its texts needed so far. A
+    label of fixed size tells no layout that it changed: a status text that changes width
+    would otherwise lay the whole main window out again (and start an animation per dock)
+    at every refresh of the text."""
+    if text == label.text():
+        return
+    label.setText(text)
+    need, held = label.sizeHint(), label.minimumSize()
+    if held != label.maximumSize() or need.width() > held.width() or need.height() > held.height():
+        label.setFixedSize(max(need.width(), held.width()), max(need.height(), held.height()))
 
 
 class _ElidedLabel(QLabel):

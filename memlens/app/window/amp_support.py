@@ -42,10 +42,12 @@ class AmpSupport(QObject):
     def __init__(self, run_panel, techniques_panel, parent=None) -> None:
         super().__init__(parent)
         self.run_panel, self.techniques_panel = run_panel, techniques_panel
+        self.asked = self.answered = 0  # checks (the first one imports torch)
         self.checked.connect(self._on_checked)
 
     def check(self) -> None:
         config = self.run_panel.config()
+        self.asked += 1
 
         def work() -> None:
             refusals = amp_refusals(config)
@@ -57,6 +59,7 @@ class AmpSupport(QObject):
         threading.Thread(target=work, name="memlens-amp-check").start()
 
     def _on_checked(self, preset: str, refusals: dict) -> None:
+        self.answered += 1
         if preset != str(self.run_panel.fields["preset"].value()):
             return  # an answer for a preset the panel no longer shows
         field = self.techniques_panel.fields["amp"]

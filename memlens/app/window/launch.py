@@ -7,10 +7,10 @@ import os
 import sys
 from pathlib import Path
 
-from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QApplication
 
 from memlens.app.app_settings import AppSettings
+from memlens.app.window.first_paint import after_first_paint
 from memlens.app.window.main_window import MainWindow
 
 SWITCH_INTERVAL_S = 0.0001  # see finish_start_up
@@ -22,7 +22,8 @@ def finish_start_up(window: MainWindow) -> None:
     """Show the window and settle the interpreter for a session (launch() does this before
     it enters the event loop; the benchmarks mirror it)."""
     window.show()
-    QTimer.singleShot(0, window.amp_support.check)  # after the first paint: it imports torch
+    # It imports torch (seconds, holding the GIL): not before the window is on screen.
+    after_first_paint(window, window.amp_support.check)
     gc.freeze()  # start-up objects live for the whole session: keep GC passes short
     # After the freeze the collector sees almost no old objects, so its guard against full
     # collections (old survivors must grow by a quarter) no longer holds them back: a full

@@ -46,10 +46,27 @@ class RowsModel(QAbstractTableModel):
         rows = self._rows_of()
         if rows.shape == self._rows.shape:
             return False
+        if self._grew_from(rows):
+            # Rows appended: an insert keeps the user's selection and scroll position,
+            # which a reset would drop every refresh of a live run.
+            old = len(self._rows)
+            self.beginInsertRows(QModelIndex(), old, len(rows) - 1)
+            self._rows = rows
+            self.endInsertRows()
+            return True
         self.beginResetModel()
         self._rows, self._cells = rows, {}
         self.endResetModel()
         return True
+
+    def _grew_from(self, rows: np.ndarray) -> bool:
+        """The same run's rows with more at the end (not another run's)."""
+        old = self._rows
+        if len(old) == 0 or rows.ndim != 2 or rows.shape[1] != old.shape[1]:
+            return False
+        if len(rows) <= len(old):
+            return False
+        return bool(np.array_equal(rows[[0, len(old) - 1]], old[[0, -1]], equal_nan=True))
 
     def rowCount(self, parent=QModelIndex()) -> int:  # noqa: B008 - Qt's signature
         return 0 if parent.isValid() else len(self._rows)

@@ -17,6 +17,7 @@ RATE_WINDOW_S = 1.5
 MIN_RATE_SPAN_S = 0.5
 # Set several times a second while a run goes: their widths only grow (see _set_steady).
 STEADY_FIELDS = ("rate", "progress", "step", "total", "peak")
+MIN_RATE_STEPS = 3
 
 
 class RunStatusBar(QStatusBar):
@@ -53,6 +54,13 @@ class RunStatusBar(QStatusBar):
     def set_planned(self, steps: int | None) -> None:
         """The steps the run was started for: progress and ETA count towards it."""
         self.planned = steps
+        # The widest text this run can show, reserved: the label never cuts its ETA
+        # ("ETA 4" for "ETA 4:30") nor jumps as the digits change.
+        widest = progress_text(steps or 0, steps, None, False) + ", ETA 00:00:00" if steps else ""
+        label = self.labels["progress"]
+        label.setMinimumWidth(label.fontMetrics().horizontalAdvance(widest)
+                              + label.contentsMargins().left() + label.contentsMargins().right()
+                              + 4 if widest else 0)
 
     def set_environment(self, env: dict) -> None:
         self.labels["device"].setText(f"device: {env.get('device', '–')}")
@@ -66,18 +74,11 @@ class RunStatusBar(QStatusBar):
                      peak: float | None, live: bool) -> None:
         now = self.clock()
         if live:
-            self._counts.append((now, steps_done))
-            while len(self._counts) > 2 and now - self._counts[0][0] > RATE_WINDOW_S:
-                self._counts.popleft()
+            self._note_steps(now, steps_done)
         else:
             self._counts.clear()
-        rate = "–"
-        per_s = None
-        if len(self._counts) >= 2:
-            (t0, n0), (t1, n1) = self._counts[0], self._counts[-1]
-            if t1 - t0 >= MIN_RATE_SPAN_S:  # shorter spans only show how steps bunch up
-                per_s = (n1 - n0) / (t1 - t0)
-                rate = f"{per_s:.1f}"
+        per_s = self._rate(now)
+        rate = "–" if per_s is None else f"{per_s:.2f}" if per_s < 1 else f"{per_s:.1f}"
         texts = {
             "rate": f"steps/s: {rate}",
             "progress": progress_text(steps_done, self.planned, per_s, live),
@@ -87,6 +88,29 @@ class RunStatusBar(QStatusBar):
         }
         for name, text in texts.items():
             _set_steady(self.labels[name], text)
+
+    def _note_steps(self, now: float, steps_done: int) -> None:
+        """Keep the moments the step count changed: the last RATE_WINDOW_S of them, and
+        always the last MIN_RATE_STEPS steps' worth, so a step slower than the window
+        still has a rate (counting frames would read 0 between two slow steps)."""
+        counts = self._counts
+        if counts and steps_done == counts[-1][1]:
+            return
+        if counts and steps_done < counts[-1][1]:
+            counts.clear()  # another run
+        counts.append((now, steps_done))
+        while len(counts) > MIN_RATE_STEPS + 1 and now - counts[1][0] > RATE_WINDOW_S:
+            counts.popleft()
+
+    def _rate(self, now: float) -> float | None:
+        if len(self._counts) < 2:
+            return None
+        (t0, n0), (t1, n1) = self._counts[0], self._counts[-1]
+        if t1 - t0 < MIN_RATE_SPAN_S:  # shorter spans only show how steps bunch up
+            return None
+        # A step that has taken longer than the measured ones so far slows the rate as
+        # it goes, instead of holding a figure the run no longer keeps up.
+        return (n1 - n0) / max(t1 - t0, now - t0 - (t1 - t0) / (n1 - n0))
 
 
 def _set_steady(label: QLabel, text: str) -> None:

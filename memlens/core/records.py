@@ -106,6 +106,18 @@ class StepRecord:
     peak_is_exact: bool = False  # False: peak is the max of the phase samples, a lower bound
 
 
+def _heading(text: str, limit: int) -> str:
+    """The text's first `limit` characters, cut at a word with "…" when it goes on (the
+    whole text is in the event's details)."""
+    text = " ".join(text.split())
+    if len(text) <= limit:
+        return text
+    cut = text[: limit - 1]
+    if " " in cut[limit // 2:]:
+        cut = cut[: cut.rindex(" ")]
+    return cut.rstrip(" ,;:(") + "…"
+
+
 @dataclass(slots=True)
 class RunEvent:
     """Something that happened at a step: a toggle, an error, a leak warning."""
@@ -139,8 +151,8 @@ class RunEvent:
 
             return f"{self.key}: {format_value(self.old)} -> {format_value(self.new)}"
         if self.kind == "error":
-            return f"error in {self.phase or 'step'}: {self.key or self.message[:60]}"
-        return self.message[:80]
+            return f"error in {self.phase or 'step'}: {self.key or _heading(self.message, 60)}"
+        return _heading(self.message, 80)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)

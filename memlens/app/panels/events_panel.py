@@ -4,7 +4,16 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
-from PySide6.QtWidgets import QLabel, QListWidget, QListWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QFrame,
+    QLabel,
+    QListWidget,
+    QListWidgetItem,
+    QScrollArea,
+    QSizePolicy,
+    QVBoxLayout,
+    QWidget,
+)
 
 from memlens.app.timeline.plot_style import event_color
 from memlens.core.records import RunEvent
@@ -43,10 +52,20 @@ class EventsPanel(QWidget):
         self.detail.setWordWrap(True)
         self.detail.setTextInteractionFlags(Qt.TextSelectableByMouse)
         self.detail.setAlignment(Qt.AlignTop | Qt.AlignLeft)
+        # A long explanation scrolls in its own share of the panel: it never squeezes
+        # the list, nor is it cut.
+        self.detail_area = QScrollArea()
+        self.detail_area.setObjectName("event_detail_area")
+        self.detail_area.setWidgetResizable(True)
+        self.detail_area.setFrameShape(QFrame.NoFrame)
+        self.detail_area.setHorizontalScrollBarPolicy(Qt.ScrollBarAlwaysOff)
+        self.detail_area.setWidget(self.detail)
+        for part in (self.list, self.detail_area):
+            part.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Ignored)
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.list, 3)
-        layout.addWidget(self.detail, 2)
+        layout.addWidget(self.detail_area, 2)
         self._icons: dict[str, QIcon] = {}
 
     def clear(self) -> None:

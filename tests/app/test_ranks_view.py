@@ -72,9 +72,10 @@ def test_a_jobs_folder_opens_every_rank_on_one_view_with_the_clis_figures(qtbot,
                                                                           tmp_path, capsys):
     world, steps = 3, 5
     job = _saved_job(tmp_path, world, steps)
+    assert window.ranks_tab is None  # made only for a job's folder
+    assert window.open_run(job)
     tab = window.ranks_tab
-    with qtbot.waitSignal(tab.refreshed, timeout=5000):
-        assert window.open_run(job)
+    qtbot.waitUntil(lambda: tab.table.rowCount() == world, timeout=5000)
     assert window.tabs.currentWidget() is tab
     rows = _table(window)
     assert len(rows) == world
@@ -143,8 +144,8 @@ def test_following_a_job_shows_each_ranks_new_steps_and_a_rank_that_starts_late(
     world = 3
     writers = {rank: _writer(job, rank, world) for rank in (0, 1)}
     _write_steps(writers[0], 0, range(2))
-    tab = window.ranks_tab
     assert window.follow_run(job)
+    tab = window.ranks_tab
     assert window.tabs.currentWidget() is tab and tab.job.active
     qtbot.waitUntil(lambda: [r[4] for r in _table(window)] == ["2", "0"], timeout=5000)
     _write_steps(writers[1], 1, range(3))

@@ -32,6 +32,14 @@ def amp_refusals(config: RunConfig) -> dict[str, str | None]:
     return {"bf16": None}
 
 
+class _Answer(QObject):
+    """Carries one check's answer from its thread: owned by that thread's closure, never by
+    a window, so a window deleted while the check runs leaves the emitter alive (Qt drops
+    the queued answer with the receiver) instead of a signal emitted on a deleted object."""
+
+    done = Signal(str, object)
+
+
 class AmpSupport(QObject):
     """Greys out, in the techniques panel, the AMP choices this machine cannot run for the
     run panel's preset (an LSTM under bf16 on a CPU without AVX512-BF16/AMX). `check()`
@@ -48,11 +56,13 @@ class AmpSupport(QObject):
     def check(self) -> None:
         config = self.run_panel.config()
         self.asked += 1
+        answer = _Answer()
+        answer.done.connect(self.checked)  # queued to the GUI thread; gone with `self`
 
         def work() -> None:
             refusals = amp_refusals(config)
-            with contextlib.suppress(RuntimeError):  # the window closed meanwhile
-                self.checked.emit(config.preset, refusals)
+            with contextlib.suppress(RuntimeError):
+                answer.done.emit(config.preset, refusals)
 
         # Not a daemon: a window closed at once must not end the interpreter while this
         # thread is inside torch's import (a crash at exit); it ends in a few seconds.

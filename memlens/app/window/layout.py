@@ -9,7 +9,6 @@ from PySide6.QtWidgets import QDockWidget, QLabel, QScrollArea, QTabWidget, QVBo
 from memlens.app.graph.tab import GraphTab
 from memlens.app.lessons.tab import LessonsTab
 from memlens.app.panels.pin_compare import PinCompare
-from memlens.app.ranks.tab import RanksTab
 from memlens.app.window.screen_fit import fit_first_size
 
 EFFECT_HINT = "Flip a technique while a run goes: what it did shows here."
@@ -55,9 +54,7 @@ def build_layout(window) -> None:
     window.tabs.addTab(window.graph_tab, "Autograd graph")
     window.lessons_tab = LessonsTab(window.runs_dir)
     window.tabs.addTab(window.lessons_tab, "Lessons")
-    window.ranks_tab = RanksTab()  # shown while a torchrun job's folder is open
-    window.tabs.addTab(window.ranks_tab, "Ranks")
-    window.tabs.setTabVisible(window.tabs.indexOf(window.ranks_tab), False)
+    window.ranks_tab = None  # made when a torchrun job's folder is first opened
     window.setCentralWidget(window.tabs)
 
     events_dock = dock(window, "Events", window.events_panel, Qt.RightDockWidgetArea,

@@ -87,11 +87,17 @@ class RunOpening:
         """The Ranks tab shows every rank of a job's folder (and comes to the front), or goes
         when another run is shown."""
         w = self.window
-        index = w.tabs.indexOf(w.ranks_tab)
         if folder is None:
-            w.ranks_tab.clear()
-            w.tabs.setTabVisible(index, False)
+            if w.ranks_tab is not None:
+                w.ranks_tab.clear()
+                w.tabs.setTabVisible(w.tabs.indexOf(w.ranks_tab), False)
             return
+        if w.ranks_tab is None:  # only a window that shows a job pays for its plots
+            from memlens.app.ranks.tab import RanksTab
+
+            w.ranks_tab = RanksTab()
+            w.tabs.addTab(w.ranks_tab, "Ranks")
+        index = w.tabs.indexOf(w.ranks_tab)
         w.ranks_tab.show_job(folder, follow=mode == "follow")
         w.tabs.setTabVisible(index, True)
         w.tabs.setCurrentIndex(index)

@@ -16,7 +16,7 @@ from PySide6.QtWidgets import QApplication, QLabel, QMessageBox
 
 from memlens.core.runfolder.history_files import write_history
 from tests.core.helpers import run
-from tests.core.test_faults_round3 import SNAPSHOTS
+from tests.core.test_faults_round3 import SNAPSHOTS, write_snapshot
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -40,13 +40,7 @@ def _refused(window, path) -> QMessageBox:
 
 @pytest.mark.parametrize("name", list(SNAPSHOTS))
 def test_a_snapshot_of_wrong_types_or_sizes_is_a_dialog(window, tmp_path, name):
-    path = tmp_path / "snapshot.pickle"
-    limit = sys.getrecursionlimit()
-    sys.setrecursionlimit(20_000)  # to write the nested case; reading it needs none
-    try:
-        path.write_bytes(pickle.dumps(SNAPSHOTS[name], protocol=4))
-    finally:
-        sys.setrecursionlimit(limit)
+    path = write_snapshot(tmp_path, name)
     box = _refused(window, path)
     assert "snapshot.pickle" in box.text() and len(box.text()) < 600
 

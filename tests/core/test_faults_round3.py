@@ -286,15 +286,21 @@ SNAPSHOTS = {
 }
 
 
-@pytest.mark.parametrize("name", list(SNAPSHOTS))
-def test_a_snapshot_with_wrong_types_or_sizes_is_one_short_line(tmp_path, name):
-    path = tmp_path / "snapshot.pickle"
+def write_snapshot(folder: Path, name: str) -> Path:
+    """SNAPSHOTS[name] pickled as a snapshot file in `folder`."""
+    path = folder / "snapshot.pickle"
     limit = sys.getrecursionlimit()
     sys.setrecursionlimit(20_000)  # to write the nested case; reading it needs none
     try:
         path.write_bytes(pickle.dumps(SNAPSHOTS[name], protocol=4))
     finally:
         sys.setrecursionlimit(limit)
+    return path
+
+
+@pytest.mark.parametrize("name", list(SNAPSHOTS))
+def test_a_snapshot_with_wrong_types_or_sizes_is_one_short_line(tmp_path, name):
+    path = write_snapshot(tmp_path, name)
     line = refused_in_one_line(*cli("shot", "--open", path, "--out", tmp_path / "s.png")[::2],
                                "shot")
     assert str(path) in line and len(line) < 600

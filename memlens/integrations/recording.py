@@ -8,7 +8,9 @@ import importlib
 import math
 from pathlib import Path
 
-from memlens.core.watch.session import Watch, active_watch
+from memlens.core.runfolder import format as fmt
+from memlens.core.watch.active import active_watch
+from memlens.core.watch.session import Watch
 
 
 def import_framework(*names: str, install: str):
@@ -28,7 +30,7 @@ def fresh_folder(parent: str | Path, name: str = "memlens") -> Path:
     in the same log folder)."""
     parent = Path(parent)
     folder, k = parent / name, 2
-    while (folder / "run.json").exists():
+    while (folder / fmt.RUN_JSON).exists():
         folder, k = parent / f"{name}-{k}", k + 1
     return folder
 

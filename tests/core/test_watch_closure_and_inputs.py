@@ -108,15 +108,24 @@ for step in range(6):
     opt.zero_grad()
     nn.functional.mse_loss(model(x), y).backward()
     # torch's own norm before it clips (what Lightning and Hugging Face log as grad_norm)
-    print(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25).item())
+    CLIP
     opt.step()
 """
+# accelerate (1.x) takes the norm apart and clips with it: no clip_grad_norm_ call
+BY_PARTS = """params = list(model.parameters())
+    norm = torch.nn.utils.get_total_norm([p.grad for p in params])
+    torch.nn.utils.clip_grads_with_norm_(params, 0.25, norm)
+    print(norm.item())"""
 
 
-def test_the_grad_norm_is_the_one_before_clip_grad_norm_clips(tmp_path, capsys):
-    plain(tmp_path, CLIPPED)
+@pytest.mark.parametrize("clip", [
+    "print(torch.nn.utils.clip_grad_norm_(model.parameters(), 0.25).item())", BY_PARTS],
+    ids=["clip_grad_norm_", "get_total_norm+clip_grads_with_norm_"])
+def test_the_grad_norm_is_the_one_before_clip_grad_norm_clips(tmp_path, capsys, clip):
+    source = CLIPPED.replace("CLIP", clip)
+    plain(tmp_path, source)
     expected = capsys.readouterr().out
-    code, doc, folder = watch_script(tmp_path, CLIPPED)
+    code, doc, folder = watch_script(tmp_path, source)
     assert code == 0 and capsys.readouterr().out == expected
     before_clip = [float(v) for v in expected.split()]
     assert min(before_clip) > 0.25  # every step was clipped

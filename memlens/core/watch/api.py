@@ -9,8 +9,9 @@ from pathlib import Path
 from torch import nn
 from torch.optim import Optimizer
 
+from memlens.core.watch.active import active_watch
 from memlens.core.watch.found import as_list
-from memlens.core.watch.session import Watch, active_watch
+from memlens.core.watch.session import Watch
 
 
 def watch(models: nn.Module | Iterable[nn.Module] | None = None,

@@ -3,8 +3,8 @@
 A thin wrapper on `nn.Module.__call__` finds the models (any root module call), optimizer
 step hooks find the optimizers, and thin wrappers on `Tensor.backward`,
 `torch.autograd.backward`, `torch.autograd.grad` and the two `zero_grad`s mark where those
-phases start and end; one on `torch.nn.utils.clip_grad_norm_` takes the grad norm before it
-clips.
+phases start and end; one on `torch.nn.utils.clip_grad_norm_` (and on
+`clip_grads_with_norm_`, the clip alone) takes the grad norm before it clips.
 Every wrapper calls the original with the same arguments and returns (or raises) what it
 returned: the user's results are never touched.
 
@@ -58,8 +58,11 @@ class TorchHooks:
         self._patch(torch.nn.Module, "zero_grad", self._wrap_zero_grad(torch.nn.Module.zero_grad))
         self._patch(torch.optim.Optimizer, "__init__",
                     self._wrap_init(torch.optim.Optimizer.__init__))
-        self._patch(torch.nn.utils, "clip_grad_norm_",
-                    self._wrap_clip(torch.nn.utils.clip_grad_norm_))
+        # clip_grads_with_norm_: the clip of a norm taken apart (get_total_norm), as
+        # accelerate does since 1.x; the gradients are still the unclipped ones there
+        for name in ("clip_grad_norm_", "clip_grads_with_norm_"):
+            if name in torch.nn.utils.__dict__:
+                self._patch(torch.nn.utils, name, self._wrap_clip(torch.nn.utils.__dict__[name]))
 
     def _patch(self, owner: Any, name: str, new: Any) -> None:
         self._patched.append((owner, name, owner.__dict__[name]))
@@ -125,7 +128,7 @@ class TorchHooks:
         lst = self.listener
 
         @functools.wraps(original)
-        def clip_grad_norm_(parameters, *args, **kwargs):
+        def clip(parameters, *args, **kwargs):
             if lst.broken:
                 return original(parameters, *args, **kwargs)
             # a generator is read once: the same parameters, as a list, for both
@@ -133,7 +136,7 @@ class TorchHooks:
             lst.before_clip(params)
             return original(params, *args, **kwargs)
 
-        return clip_grad_norm_
+        return clip
 
     def remove(self) -> None:
         for h in self._handles:

@@ -14,6 +14,12 @@ from memlens.core.watch import diagnoses as dx
 if TYPE_CHECKING:
     from memlens.core.watch.session import Watch
 
+NOTHING_FOUND_HELP = (
+    "memlens looks for nn.Module calls and torch.optim optimizers. If your script uses "
+    "neither (a hand-written model of plain tensors), pass what it trains: "
+    "`import memlens; with memlens.watch(models=[model], optimizers=[opt]): ...`, and mark "
+    "steps with `Watch.step()`.")
+
 
 def header(w: Watch) -> dict:
     """run.json's header for a watched run: the script, its argv, the environment."""

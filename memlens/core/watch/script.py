@@ -39,8 +39,9 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     `model_found`: called with each model at its first call (Watch.model_found)."""
     from memlens.core.runfolder.atomic import ExportError
     from memlens.core.runfolder.claim import discard_run
+    from memlens.core.watch.meta import NOTHING_FOUND_HELP
     from memlens.core.watch.report import print_summary
-    from memlens.core.watch.session import NOTHING_FOUND_HELP, Watch
+    from memlens.core.watch.session import Watch
 
     path = str(Path(script))
     argv = [path, *script_args]

@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import contextlib
 import math
-import os
 import sys
 import threading
 import time
@@ -34,36 +33,34 @@ from memlens.core.records import RunEvent, RunSummary
 from memlens.core.runfolder.format import graph_summary
 from memlens.core.runfolder.writer import RunWriter
 from memlens.core.watch import diagnoses as dx
+from memlens.core.watch.active import ACTIVE
 from memlens.core.watch.calls import Call, CallBook, output_nodes
 from memlens.core.watch.events import Events
 from memlens.core.watch.found import Discovery, statistics_pass
+from memlens.core.watch.framework import FrameworkCalls
 from memlens.core.watch.growth import GraphGrowth
 from memlens.core.watch.hooks import TorchHooks
-from memlens.core.watch.meta import error_text, header, launcher_rank, optimizer_site, summary
+from memlens.core.watch.meta import (
+    NOTHING_FOUND_HELP,
+    error_text,
+    header,
+    launcher_rank,
+    optimizer_site,
+    summary,
+)
 from memlens.core.watch.norms import GradNorms
 from memlens.core.watch.phases import HEAP_EVERY_S, Phases  # noqa: F401 - HEAP_EVERY_S: tests
 from memlens.core.watch.report import print_summary
-from memlens.core.watch.roots import root_loss, step_loss, summed_loss
+from memlens.core.watch.roots import root_loss, step_loss
 
 # A step's rows are handed to the writer at most this long after the step ends, a batch at
 # a time (a follower draws at 30 Hz anyway).
 FLUSH_S = 0.1
 RECOMPUTE = "recompute"  # a checkpointed block run again during backward
-_ACTIVE: list[Watch] = []  # at most one watch at a time: the hooks are process-wide
 _compiling = torch.compiler.is_compiling  # a constant True while torch.compile traces
-NOTHING_FOUND_HELP = (
-    "memlens looks for nn.Module calls and torch.optim optimizers. If your script uses "
-    "neither (a hand-written model of plain tensors), pass what it trains: "
-    "`import memlens; with memlens.watch(models=[model], optimizers=[opt]): ...`, and mark "
-    "steps with `Watch.step()`.")
 
 
-def active_watch() -> Watch | None:
-    """The watch recording in this process, if one is."""
-    return _ACTIVE[-1] if _ACTIVE else None
-
-
-class Watch:
+class Watch(FrameworkCalls):
     """A recording of the program's training into a run folder (see the module doc).
 
     Use as a context manager or call `close()`; `phase(name)` labels code, `step()` marks
@@ -75,7 +72,7 @@ class Watch:
                  precise: bool = False, capture_every: int = 0, script: str | None = None,
                  argv: list[str] | None = None, force: bool = False,
                  announce: bool = False, rank: tuple[int, int] | None = None) -> None:
-        if _ACTIVE:
+        if ACTIVE:
             raise RuntimeError("memlens.watch: a watch is already recording in this process; "
                                "close it first (one watch at a time)")
         if capture_every < 0:
@@ -145,7 +142,7 @@ class Watch:
             self.precise.__enter__()
         self.hooks = TorchHooks(self)
         self.hooks.install()
-        _ACTIVE.append(self)
+        ACTIVE.append(self)
         atexit.register(self._at_exit)  # a watch never closed still ends its files
 
     def _at_exit(self) -> None:
@@ -175,59 +172,6 @@ class Watch:
         if self.phases.activity:
             self._end_step()
 
-    def steps_by_hand(self) -> None:
-        """From now on only `step()` ends steps (a framework's callback marks them), with
-        no boundary here."""
-        self._manual_steps = True
-
-    def grads_final(self, optimizer) -> None:
-        """The gradients `optimizer` is about to step with are final here, before any
-        clipping (a framework's hook: Lightning's on_before_optimizer_step, inside its
-        closure): the step's grad norm and diagnosis 3's check are taken now, not at the
-        step."""
-        if not self.broken:
-            self._guard(self._grads_final, optimizer)
-
-    def _grads_final(self, optimizer) -> None:
-        self.seen.add_optimizer(optimizer, active=True)
-        if self.seen.probe_stale:
-            self._ensure_probe()
-        if id(optimizer) not in self._norm_taken:
-            self._norm_taken.add(id(optimizer))
-            self.norms.measure(optimizer, optimizer_site)
-
-    def losses_add_up(self) -> None:
-        """From now on a step's loss is the sum of its backwards' losses (Hugging Face's
-        Trainer: each micro-batch's is its share of the accumulated batch's)."""
-        self._step_loss = summed_loss
-
-    def before_clip(self, params: list) -> None:
-        """clip_grad_norm_ is about to clip `params` (TorchHooks): for each optimizer that
-        steps them the gradients are final, and the norm is taken before the clip."""
-        self._guard(self._before_clip, params)
-
-    def _before_clip(self, params: list) -> None:
-        ids = {id(p) for p in params}
-        for opt in self.seen.steppable_optimizers():
-            if any(id(p) in ids for g in opt.param_groups for p in g["params"][:1]):
-                self._grads_final(opt)
-
-    def note_eval_loss(self, value: float) -> None:
-        """The evaluation loss a framework computed in this step (steps.csv eval_loss)."""
-        with contextlib.suppress(TypeError, ValueError):
-            self._eval_loss = float(value)
-
-    def track(self, model: nn.Module | None = None, name: str | None = None,
-              optimizers=()) -> None:
-        """What a framework knows before the first step: its model, named (the
-        LightningModule's class; a model already found keeps its name), and its optimizers
-        (unwrapped: the torch optimizers that step)."""
-        if model is not None:
-            self._guard(self.seen.add_model, model, name, False)
-        for opt in optimizers:
-            if isinstance(opt, torch.optim.Optimizer):
-                self._guard(self.seen.add_optimizer, opt, False)
-
     def join(self) -> Watch:
         """This watch, for a `memlens.watch()` call inside the script it records: that
         call's close() leaves the recording to its owner."""
@@ -250,8 +194,8 @@ class Watch:
         if self.precise is not None:
             with contextlib.suppress(Exception):
                 self.precise.__exit__(None, None, None)
-        if _ACTIVE and _ACTIVE[-1] is self:
-            _ACTIVE.pop()
+        if ACTIVE and ACTIVE[-1] is self:
+            ACTIVE.pop()
         crashed = error is not None or exit_code not in (None, 0)
         self._guard(self._last_step, crashed)
         if self.nothing_found:
@@ -649,16 +593,3 @@ class Watch:
         self._roots = []
         self._norm_taken = set()
         self._eval_loss = math.nan
-
-
-def _forget_in_child() -> None:
-    """A forked child (a DataLoader worker) inherits the hooks: they must do nothing there,
-    and nothing of the parent's run is written from it."""
-    for w in _ACTIVE:
-        w.broken = w.closed = True
-
-
-if hasattr(os, "register_at_fork"):  # POSIX; where there is no fork there is no child
-    os.register_at_fork(after_in_child=_forget_in_child)
-
-

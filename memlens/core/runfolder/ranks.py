@@ -175,7 +175,8 @@ def table_rows(job: JobFigures) -> list[list[str]]:
 
 def note(job: JobFigures, r: RankFigures) -> str:
     marks = []
-    if len(job.ranks) > 1 and job.largest is not None and r.rank == job.largest.rank:
+    if len(job.ranks) > 1 and job.largest is not None and r.rank == job.largest.rank and \
+            job.largest.peak_bytes != job.smallest.peak_bytes:
         marks.append("largest")
     if len(job.ranks) > 1 and job.slowest is not None and r.rank == job.slowest.rank:
         marks.append("slowest")
@@ -187,7 +188,10 @@ def note(job: JobFigures, r: RankFigures) -> str:
 def imbalance_text(job: JobFigures) -> str:
     """The job's imbalance in one line: peaks max/min, the slowest against the median."""
     parts = [f"{len(job.ranks)} ranks"]
-    if job.largest is not None and job.smallest is not None:
+    if job.largest is not None and job.smallest is not None and \
+            job.largest.peak_bytes == job.smallest.peak_bytes:
+        parts.append(f"the same peak on every rank, {format_bytes(job.largest.peak_bytes)}")
+    elif job.largest is not None and job.smallest is not None:
         parts.append(f"peak max/min {job.peak_ratio:.2f}x (rank {job.largest.rank} "
                      f"{format_bytes(job.largest.peak_bytes)}, rank {job.smallest.rank} "
                      f"{format_bytes(job.smallest.peak_bytes)})")

@@ -148,3 +148,26 @@ def test_the_tab_runs_the_model_file_chosen_in_the_run_panel(qtbot, monkeypatch,
         window.tabs.setCurrentWidget(tab)
         qtbot.wait(50)
         window.grab().save(shot)
+
+
+def test_lessons_that_cannot_fit_are_refused_in_the_tab_before_anything_runs(
+        qtbot, window, tmp_path, monkeypatch):
+    """As `lessons` on the command line: the arms' estimate against free memory first; the
+    tab says what is needed and how to override it, and no run folder is written."""
+    import memlens.core.preflight
+
+    monkeypatch.setattr(memlens.core.preflight, "available_memory",
+                        lambda device: (4096, "the test"))
+    tab = window.lessons_tab
+    tab.settings = TINY
+    tab.steps = 4
+    tab.preset_box.setCurrentText("mlp")
+    click(qtbot, tab.run_button)
+    with qtbot.waitSignal(tab.session.finished, timeout=120_000):
+        pass
+    assert tab.report is None and tab.table.rowCount() == 0
+    text = tab.status.text()
+    assert "needs about" in text and "4.00 KiB" in text and "force=true" in text
+    assert "Traceback" not in text and "\n" not in text
+    assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("run.json"))
+    assert tab.run_button.isEnabled()

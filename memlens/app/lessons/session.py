@@ -33,8 +33,15 @@ class LessonsWorker(QObject):
 
     @Slot()
     def run(self) -> None:
+        from memlens.core.options import ConfigError
+
         try:
+            # as `lessons` does: arms that cannot fit in free memory together are refused
+            # before anything is measured (here, off the GUI thread)
+            self.runner.check_fits()
             self.report = self.runner.run()
+        except ConfigError as exc:  # a setting: its one line says what to change
+            self.failed.emit(str(exc), "")
         except Exception as exc:  # reported, never raised out of the thread
             self.failed.emit(f"{type(exc).__name__}: {exc}", traceback.format_exc())
         finally:

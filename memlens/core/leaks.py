@@ -27,6 +27,8 @@ class LeakWatch:
         self.history: collections.deque[tuple[int, int, int]] = collections.deque(
             maxlen=periods * self.period + 1)
         self.reported = False
+        self.held_nodes: collections.deque[int] = collections.deque(maxlen=LEAK_WINDOW + 1)
+        self.nodes_reported = False
 
     def update(self, total: int, activations: int, other: int, toggles: TechniqueToggles
                ) -> str | None:
@@ -50,3 +52,17 @@ class LeakWatch:
         act = h[-1][1] - h[0][1]
         grew = "activations saved for backward" if act > (h[-1][0] - h[0][0]) / 2 else "other"
         return explain_leak(toggles, grew, per_step, self.period)
+
+    def update_nodes(self, held_nodes: int) -> int | None:
+        """The autograd nodes a loop's running sum keeps (`total_loss += loss`: tensor bytes
+        stay flat, since backward frees the saved tensors, but every step's nodes stay
+        alive): the nodes added a step once they have grown at every one of LEAK_WINDOW
+        steps, once; else None."""
+        if self.nodes_reported:
+            return None
+        nodes = self.held_nodes
+        nodes.append(held_nodes)
+        if len(nodes) < nodes.maxlen or not all(b > a for a, b in itertools.pairwise(nodes)):
+            return None
+        self.nodes_reported = True
+        return round((nodes[-1] - nodes[0]) / (len(nodes) - 1))

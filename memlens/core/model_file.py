@@ -13,6 +13,7 @@ import ast
 import inspect
 import runpy
 import sys
+import threading
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -63,6 +64,12 @@ def preset_label(preset: str) -> str:
     return Path(preset).stem if is_model_file(preset) else preset
 
 
+# Model files are parsed and loaded one thread at a time. Python 3.11's AST construction is
+# not safe from two threads at once ("SystemError: AST constructor recursion depth
+# mismatch": a lesson's two arms build the same file together), and loading edits sys.path.
+_SOURCE_LOCK = threading.RLock()
+
+
 def _read_source(path: Path) -> str:
     try:
         return path.read_text(encoding="utf-8")
@@ -80,7 +87,8 @@ def _syntax_error(path: Path, exc: SyntaxError) -> ModelFileError:
 def _parse(path: Path) -> ast.Module:
     source = _read_source(path)
     try:
-        return ast.parse(source, filename=str(path))
+        with _SOURCE_LOCK:
+            return ast.parse(source, filename=str(path))
     except SyntaxError as exc:
         raise _syntax_error(path, exc) from None
     except (RecursionError, MemoryError, ValueError) as exc:  # nested past Python's limit
@@ -236,7 +244,11 @@ class ModelFile:
 def load_model_file(preset: str) -> ModelFile:
     """Run the file (its imports included) and take its functions. Runs user code: call it
     where the model is built, never on the GUI thread."""
-    path = Path(resolve_preset(preset))
+    with _SOURCE_LOCK:
+        return _load_model_file(Path(resolve_preset(preset)))
+
+
+def _load_model_file(path: Path) -> ModelFile:
     source = _read_source(path)
     try:
         compile(source, str(path), "exec")

@@ -153,7 +153,8 @@ class TrainingSession:
         p = self.preset
         env = self.rec.environment(
             parameters=sum(t.numel() for t in p.parameters()),
-            sizes={"batch_size": p.batch_size, "width": p.width, "seq_len": p.seq_len})
+            sizes={"batch_size": p.batch_size, "width": p.width, "seq_len": p.seq_len,
+                   "data_bytes": _storage_bytes(p.data_tensors())})
         cfg = self.config.to_dict()
         return {"source": "lab", "config": cfg, "schedule": cfg["schedule"],
                 "environment": env}
@@ -399,7 +400,28 @@ class TrainingSession:
         if leak:
             self.sink.on_event(RunEvent(step, self.now(), "leak", key="memory growth",
                                         message="memory keeps growing", explanation=leak))
+        self._check_held_graph(step)
         return record
+
+    def _check_held_graph(self, step: int) -> None:
+        """`total_loss += loss` in training: no tensor bytes grow (backward freed the saved
+        tensors), so the memory check above never fires, but the sum keeps every step's
+        autograd nodes alive. Counted from the sum's grad_fn while it is a graph."""
+        held = self.preset.total_loss
+        if self.leaks.nodes_reported or not isinstance(held, torch.Tensor) or \
+                held.grad_fn is None:
+            return
+        per_step = self.leaks.update_nodes(self.rec.count_nodes([held], GRAPH_NODE_LIMIT))
+        if per_step:
+            self.sink.on_event(RunEvent(
+                step, self.now(), "leak", key="graph kept",
+                message=f"total_loss keeps every step's graph: +{per_step} autograd nodes a step",
+                explanation=(
+                    "`total_loss += loss` adds the loss tensor, graph and all, to a running "
+                    "sum. Backward has freed the graph's saved tensors, so no tensor category "
+                    "grows, but the sum keeps each step's autograd nodes alive: process heap "
+                    "(memory.csv's heap column) grows a few KB a step, for as long as the "
+                    "sum lives. Use `total_loss += loss.item()`.")))
 
     def _eval(self, step: int, toggles: TechniqueToggles, amp_dtype, capture: bool
               ) -> tuple[float, float]:
@@ -446,3 +468,13 @@ class TrainingSession:
         scale = self.scaler.get_scale() if self.scaler is not None else 1.0
         # the true gradient's norm, not the scaled one
         return self.rec.grad_norm(total, self.probe.grads, scale)
+
+
+def _storage_bytes(tensors) -> int:
+    """The bytes of the storages `tensors` use, each storage once (a view of another counts
+    nothing more)."""
+    seen: dict[int, int] = {}
+    for t in tensors:
+        storage = t.untyped_storage()
+        seen[storage.data_ptr()] = storage.nbytes()
+    return sum(seen.values())

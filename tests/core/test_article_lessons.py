@@ -211,7 +211,8 @@ def test_leak_texts_say_what_is_held_with_the_bytes():
     train = explain_leak(TechniqueToggles(leak_loss_sum=True), "other", 10_000)
     assert "autograd nodes" in train and "heap" in train and "graph alive" not in train
     history, _ = run("mlp", steps=14, eval_every=1, leak_loss_sum=True, no_grad_eval=False)
-    (leak,) = [e for e in history.events() if e.kind == "leak"]
+    # the tensor bytes eval's graphs keep (training's kept nodes are "graph kept")
+    (leak,) = [e for e in history.events() if e.kind == "leak" and e.key == "memory growth"]
     per_eval = plain_eval_saved_bytes("mlp")
     assert "saved tensors" in leak.explanation
     assert f"{format_bytes(per_eval)} per eval" in leak.explanation

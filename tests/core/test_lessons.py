@@ -215,10 +215,12 @@ def test_each_lesson_names_metrics_the_records_have():
     for lesson in LESSONS:
         assert lesson.off != lesson.on
         for m in lesson.metrics:
-            if m.source == "sample":
-                assert m.column in SAMPLE_COLUMNS
+            if m.source == "sample":  # "a+b": the sum of two columns
+                assert set(m.column.split("+")) <= set(SAMPLE_COLUMNS)
             elif m.source == "step":
                 assert m.column in STEP_COLUMNS
+            else:
+                assert m.source in ("errors", "data")
             if m.claim is not None:
                 assert m.claim.direction in ("lower", "higher")
 

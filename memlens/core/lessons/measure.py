@@ -22,25 +22,54 @@ class Reading:
 
     value: float | None
     samples: list[float] = field(default_factory=list)
+    # a step peak that is the largest phase-boundary total (light mode on a CPU): a lower
+    # bound of the true peak, no figure to judge a claim by
+    bound: bool = False
 
 
 def read_metric(history: RunHistory, metric: Metric, block: int = 1) -> Reading:
     """`block`: the steps an arm ran at a turn; a time's samples are one per block."""
     if metric.source == "errors":
         return Reading(float(sum(1 for e in history.events() if e.kind == "error")))
+    if metric.source == "data":
+        return Reading(data_bytes(history))
     steps = history.steps.column("step")
     if metric.source == "step":
         values = history.steps.column(metric.column)
         if metric.kind == "time":
             return _time_reading(history, metric, steps, values, block)
-        return Reading(_reduce(values, metric.reduce))
+        value = _reduce(values, metric.reduce)
+        if metric.less_data and value is not None:
+            data = data_bytes(history)
+            value = None if data is None else value - data
+        bound = metric.column == "peak_bytes" and not bool(
+            np.all(history.steps.column("peak_is_exact") == 1))
+        return Reading(value, bound=bound)
     rows = history.samples.rows()
     idx = history.samples.index
     at = rows[:, idx["phase"]] == PHASE_CODE[metric.phase]
     # Completed steps only: a step that failed stops before some of its samples.
     done = np.isin(rows[:, idx["step"]], steps)
-    values = rows[at & done, idx[metric.column]]
+    # "a+b": the sum of two categories (what autograd saved: activations and AMP's copies)
+    values = sum(rows[at & done, idx[c]] for c in metric.column.split("+"))
+    if metric.reduce == "growth":
+        return Reading(_growth(rows[at & done, idx["step"]], values))
     return Reading(_reduce(values, metric.reduce))
+
+
+def _growth(steps: np.ndarray, values: np.ndarray) -> float | None:
+    """Bytes a step: the mean change from one completed step to the next, over pairs of
+    consecutive completed steps only. A run whose steps failed in between (lstm without
+    detach: only the steps where its state is reset complete) has no such pair, and no
+    figure: the steps between two survivors were never measured."""
+    keep = np.isfinite(values)
+    steps, values = steps[keep], values[keep]
+    last = np.append(steps[1:] != steps[:-1], True)  # a step's last sample (gan: two steps)
+    steps, values = steps[last], values[last]
+    pairs = np.diff(steps) == 1
+    if not pairs.any():
+        return None
+    return float(np.diff(values)[pairs].mean())
 
 
 def _reduce(values: np.ndarray, how: str) -> float | None:
@@ -49,10 +78,6 @@ def _reduce(values: np.ndarray, how: str) -> float | None:
         return None
     if how == "max":
         return float(values.max())
-    if how == "growth":
-        if values.size < 2:
-            return None
-        return float(values[-1] - values[0]) / (values.size - 1)
     return float(values[-1])
 
 
@@ -69,6 +94,13 @@ def _time_reading(history: RunHistory, metric: Metric, steps: np.ndarray,
         values = values / batch_size(history)
     samples = [float(np.median(values[blocks == b])) for b in np.unique(blocks)]
     return Reading(float(np.median(samples)) if samples else None, samples)
+
+
+def data_bytes(history: RunHistory) -> float | None:
+    """The bytes of the data set the run holds (each storage once), None where the run did
+    not say (a run folder from before memlens wrote it)."""
+    value = history.meta.get("environment", {}).get("sizes", {}).get("data_bytes")
+    return float(value) if isinstance(value, int | float) else None
 
 
 def batch_size(history: RunHistory) -> int:

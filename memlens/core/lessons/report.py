@@ -105,8 +105,10 @@ def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
         f"budget ended with fewer than {MIN_TIME_BLOCKS} blocks an arm (the change as "
         "measured, no interval).",
         "",
-        *(["On CPU a step peak is the largest phase-boundary sample, a lower bound (CUDA's "
-           "is max_memory_allocated).", ""] if report.device.startswith("cpu") else []),
+        *(["On CPU outside precise mode a step peak is the largest phase-boundary sample, "
+           "a lower bound (CUDA's is max_memory_allocated): shown, with \"lower bound\" "
+           "for a verdict. The accumulate lesson runs in precise mode, where it is exact.",
+           ""] if report.device.startswith("cpu") else []),
         "| preset | lesson | metric | off | on | change | claim | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]

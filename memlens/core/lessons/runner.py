@@ -22,6 +22,7 @@ from memlens.core.lessons.catalog import Lesson, Metric, lessons_for
 from memlens.core.lessons.interleave import Turns, TurnSink
 from memlens.core.lessons.measure import Reading, read_metric
 from memlens.core.lessons.verdict import (
+    LOWER_BOUND,
     MIN_TIME_BLOCKS,
     SAME,
     TOO_FEW,
@@ -38,6 +39,10 @@ FULL_STEPS, FULL_BLOCK = 40, 4
 # budget (lessons.adaptive) until the figure is decided.
 QUICK_STEPS, QUICK_BLOCK = 4, 1
 NOT_MEASURABLE = "not measurable on this CPU"
+BOUND_NOTE = ("on a CPU outside precise mode a step peak is the largest phase-boundary "
+              "total, a lower bound of the true peak (blind to what a kernel allocates and "
+              "frees inside a phase), so it gets no verdict; --set precise=true measures "
+              "it exactly")
 
 
 @dataclass
@@ -383,7 +388,13 @@ class LessonRunner:
             on = read_metric(by["on"].history, metric, self.block)
             row = self._row(lesson, preset_label(preset), env.get("device", ""), metric,
                             off, on, runs, steps)
-            row.note = note
+            unmeasured = ""
+            if metric.reduce == "growth" and None in (off.value, on.value):
+                arm = lesson.off_label if off.value is None else lesson.on_label
+                unmeasured = (f"no two consecutive steps of the {arm} arm completed (the "
+                              "others failed), so its growth per step was not measured")
+            row.note = "; ".join(n for n in (
+                note, BOUND_NOTE if row.verdict == LOWER_BOUND else "", unmeasured) if n)
             rows.append(row)
         return rows
 
@@ -410,6 +421,9 @@ class LessonRunner:
                            > SAME * max(abs(off.value), abs(on.value)))
             verdict = exact_verdict(off.value, on.value, claim)
             exact = True
+            if off.bound or on.bound:  # a lower bound: no verdict on it
+                verdict = LOWER_BOUND if claim is not None else ""
+                significant, exact = False, False
         return LessonRow(
             lesson=lesson.name, title=lesson.title, preset=preset, device=device,
             metric=metric.name, kind=metric.kind, off_label=lesson.off_label,

@@ -12,10 +12,14 @@ from memlens.core.lessons.catalog import Claim
 from memlens.core.stats import RatioCI
 
 VERDICTS = ("confirmed", "larger", "smaller", "not seen", "contradicted", "within noise",
-            "too few samples")
+            "too few samples", "lower bound")
 # A time figure whose arms ran fewer than MIN_TIME_BLOCKS blocks (the budget ran out): the
 # change is shown as measured, with no interval, and this verdict, never "within noise".
 TOO_FEW = "too few samples"
+# A figure that is only a lower bound (a CPU step peak in light mode: the largest
+# phase-boundary total, blind to what a kernel allocates and frees inside a phase): shown,
+# never judged.
+LOWER_BOUND = "lower bound"
 SIZE_FACTOR = 1.5
 # Exact figures closer than this (relative) are the same for a verdict: a few bytes of
 # bookkeeping are not what a claim is about.

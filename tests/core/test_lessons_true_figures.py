@@ -141,6 +141,13 @@ def test_run_names_the_graph_total_loss_keeps_with_its_nodes_a_step(capsys, tmp_
     assert not [e for e in events if e["key"] == "graph kept"]
 
 
+def test_a_leak_that_holds_no_tensor_bytes_says_what_it_holds():
+    rows, _ = rows_of("mlp", "leak_loss_sum")
+    row = rows[("leak_loss_sum", "memory growth per step")]
+    assert row.verdict == "not seen" and row.off == row.on == 0  # tensor bytes: flat
+    assert "autograd nodes" in row.note and "graph kept" in row.note
+
+
 @pytest.mark.parametrize("values,steps,expected", [
     ([10, 20, 30, 40], [0, 1, 2, 3], 10.0),
     ([10, 20, 99, 100], [0, 1, 5, 6], 5.5),  # the gap between steps 1 and 5 is not a step

@@ -39,6 +39,8 @@ class Metric:
     reduce: str = "last"
     per_sample: bool = False  # time: divide by the arm's batch size
     less_data: bool = False  # memory: less the data set the run holds (sizes.data_bytes)
+    # what a learner is told when the figure does not move ("not seen"): why it cannot
+    unseen_note: str = ""
     claim: Claim | None = None
 
 
@@ -181,7 +183,12 @@ LESSONS: tuple[Lesson, ...] = (
         base={"eval_every": 0},
         metrics=(
             Metric("memory growth per step", "memory", "sample", "total", phase="optimizer",
-                   reduce="growth", claim=Claim("total_loss += loss leaks", "higher")),
+                   reduce="growth", claim=Claim("total_loss += loss leaks", "higher"),
+                   unseen_note=(
+                       "in training, backward frees the graph's saved tensors, so no tensor "
+                       "bytes grow: what the sum keeps is every step's autograd nodes "
+                       "(process heap, a few KB a step); `run` names it as a \"graph kept\" "
+                       "event with the nodes a step")),
         ),
     ),
     Lesson(

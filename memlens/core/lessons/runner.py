@@ -393,8 +393,10 @@ class LessonRunner:
                 arm = lesson.off_label if off.value is None else lesson.on_label
                 unmeasured = (f"no two consecutive steps of the {arm} arm completed (the "
                               "others failed), so its growth per step was not measured")
+            unseen = metric.unseen_note if row.verdict == "not seen" else ""
             row.note = "; ".join(n for n in (
-                note, BOUND_NOTE if row.verdict == LOWER_BOUND else "", unmeasured) if n)
+                note, BOUND_NOTE if row.verdict == LOWER_BOUND else "", unmeasured, unseen)
+                if n)
             rows.append(row)
         return rows
 

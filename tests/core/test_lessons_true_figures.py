@@ -148,6 +148,25 @@ def test_a_leak_that_holds_no_tensor_bytes_says_what_it_holds():
     assert "autograd nodes" in row.note and "graph kept" in row.note
 
 
+def test_the_report_says_on_which_cpu_torch_threads_and_load_it_was_made(tmp_path, capsys):
+    import os
+
+    code, err = run_cli(capsys, "lessons", "--preset", "mlp", "--quick", "--lesson",
+                        "zero_grad", "--set", "batch_size=16", "--set", "width=48",
+                        "--out", tmp_path / "rep")
+    assert code == 0, err
+    env = json.loads((tmp_path / "rep" / "lessons.json").read_text())["environment"]
+    assert env["torch"] == torch.__version__ and env["threads"] == torch.get_num_threads()
+    assert env["cpu"]["isa"].startswith(torch.backends.cpu.get_cpu_capability())
+    assert isinstance(env["cpu"]["native_bf16"], bool) and env["cpu"]["cpu"]
+    load = env["load_average"]
+    assert len(load["start"]) == len(load["end"]) == 3 == len(os.getloadavg())
+    md = (tmp_path / "rep" / "lessons.md").read_text()
+    line = next(x for x in md.splitlines() if x.startswith("Environment:"))
+    assert env["cpu"]["isa"] in line and torch.__version__ in line
+    assert ("bf16 native" if env["cpu"]["native_bf16"] else "bf16 emulated") in line
+
+
 @pytest.mark.parametrize("values,steps,expected", [
     ([10, 20, 30, 40], [0, 1, 2, 3], 10.0),
     ([10, 20, 99, 100], [0, 1, 5, 6], 5.5),  # the gap between steps 1 and 5 is not a step

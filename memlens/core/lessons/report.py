@@ -36,8 +36,10 @@ def report_dict(report) -> dict:
                     "size, or budget_s of step time is spent; an arm left with fewer than "
                     f"{MIN_TIME_BLOCKS} blocks gets no interval and the verdict 'too few "
                     "samples', the change as measured",
-            "peak_cpu": "CPU step peak is the largest phase-boundary sample (a lower bound), "
-                        "CUDA's is max_memory_allocated",
+            "peak_cpu": "CPU step peak outside precise mode is the largest phase-boundary "
+                        "sample, a lower bound: its verdict is 'lower bound', never judged "
+                        "(the accumulate lesson runs in precise mode: exact); CUDA's is "
+                        "max_memory_allocated",
         },
         "rows": [r.to_dict() for r in report.rows],
     }
@@ -77,6 +79,23 @@ def write_report(report, out: str | Path,
     return written
 
 
+def environment_line(env: dict) -> str:
+    """Where the report was made, in one line: the CPU (model, ISA, native bf16), torch, its
+    threads and the machine's load at the start and the end."""
+    cpu = env.get("cpu") or {}
+    load = env.get("load_average") or {}
+
+    def avg(v):
+        return f"{v[0]:.2f}" if v else "n/a"
+
+    device = env.get("device_name") if str(env.get("device", "")).startswith("cuda") else (
+        f"{cpu.get('cpu', 'CPU')} ({cpu.get('isa', '?')}, bf16 "
+        f"{'native' if cpu.get('native_bf16') else 'emulated'})")
+    return (f"Environment: {device}; torch {env.get('torch', '?')}, "
+            f"{env.get('threads', '?')} threads; load average (1 min) "
+            f"{avg(load.get('start'))} at the start, {avg(load.get('end'))} at the end.")
+
+
 def change_text(r) -> str:
     if r.change is None:
         return "n/a"
@@ -98,6 +117,8 @@ def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
         "are spent; "
         f"device {report.device or 'n/a'}; "
         f"{report.wall_s:.0f} s" + (" (stopped: partial)" if report.stopped else "") + ".",
+        "",
+        environment_line(report.environment),
         "",
         "Memory: exact bytes. Time: the median of each arm's block medians, change on/off "
         "with its 95% bootstrap interval; "

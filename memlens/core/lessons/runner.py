@@ -168,6 +168,7 @@ class LessonRunner:
         import time
 
         t0 = time.perf_counter()
+        load_start = _load_average()
         report = LessonsReport(self.presets, self.steps, self.block, self.quick,
                                budget_s=self.budget.step_s)
         plan = self.plan()
@@ -195,6 +196,7 @@ class LessonRunner:
             pool.shutdown(wait=True)
         report.stopped = self.stopping
         report.wall_s = time.perf_counter() - t0
+        report.environment = _report_environment(report.environment, load_start)
         return report
 
     def _configs(self, lesson: Lesson, preset: str) -> dict[str, RunConfig]:
@@ -441,6 +443,32 @@ def _step_seconds(history: RunHistory) -> float:
 
     ms = history.steps.column("step_ms")
     return float(np.nansum(ms)) / 1e3 if len(ms) else 0.0
+
+
+def _load_average() -> list[float] | None:
+    """The machine's 1, 5 and 15 minute load averages (None where the OS has none)."""
+    import os
+
+    try:
+        return [round(v, 2) for v in os.getloadavg()]
+    except (AttributeError, OSError):
+        return None
+
+
+def _report_environment(env: dict, load_start: list[float] | None) -> dict:
+    """The report's environment: the first run's (torch, threads, the CPU: its model, ISA
+    and whether bf16 is native), the same keys where no lesson ran, and the load average
+    at the start and the end of the report (time figures are this machine's, at that load)."""
+    import torch
+
+    from memlens.core.cpu_support import cpu_info
+
+    env = dict(env)
+    env.setdefault("torch", torch.__version__)
+    env.setdefault("threads", torch.get_num_threads())
+    env.setdefault("cpu", cpu_info())
+    env["load_average"] = {"start": load_start, "end": _load_average()}
+    return env
 
 
 def _amp_note(lesson: Lesson, env: dict) -> str:

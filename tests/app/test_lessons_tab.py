@@ -7,6 +7,7 @@ import json
 
 import numpy as np
 
+from memlens.app.lessons.tab import COLUMNS
 from tests.app.drive import click
 
 TINY = {"batch_size": 32, "width": 64}
@@ -30,15 +31,18 @@ def test_lessons_tab_runs_shows_verdicts_pins_a_row_and_exports(qtbot, window, t
     tab = _run_lessons(qtbot, window)
     report = tab.report
     assert report is not None and not report.stopped
-    assert tab.table.rowCount() == len(report.rows) > 0
+    lessons = {(r.preset, r.lesson) for r in report.rows}  # a heading row each
+    assert tab.table.rowCount() == len(report.rows) + len(lessons) > 0
     assert tab.progress_bar.value() == 100
     row = next(i for i, r in enumerate(report.rows) if r.metric == "grads at zero_grad")
-    assert tab.table.item(row, 6).text() == report.rows[row].verdict == "confirmed"
+    verdict = COLUMNS.index("verdict")
+    assert tab.table.item(tab.table_row(row), verdict).text() == report.rows[row].verdict \
+        == "confirmed"
     # the row's runs are on disk, under the window's runs folder
     for arm, folder in report.rows[row].runs.items():
         assert str(tmp_path) in folder and arm in folder
     # a user picks the row: the chart shows its lesson, both runs are pinned
-    tab.table.selectRow(row)
+    tab.table.selectRow(tab.table_row(row))
     assert tab.chart_key == ("zero_grad", "mlp")
     assert [p.name for p in window.pins] == ["mlp zero_grad: zeros", "mlp zero_grad: set_to_none"]
     pinned = {p.name: p.series.history for p in window.pins}
@@ -49,7 +53,7 @@ def test_lessons_tab_runs_shows_verdicts_pins_a_row_and_exports(qtbot, window, t
     assert window.pins_panel.list.count() == 2
     # another row replaces the pick's pins rather than piling them up
     other = next(i for i, r in enumerate(report.rows) if r.lesson == "amp_bf16")
-    tab.table.selectRow(other)
+    tab.table.selectRow(tab.table_row(other))
     assert [p.name for p in window.pins] == ["mlp amp_bf16: float32", "mlp amp_bf16: bf16"]
     # export
     out = tmp_path / "export"
@@ -134,11 +138,14 @@ def test_the_tab_runs_the_model_file_chosen_in_the_run_panel(qtbot, monkeypatch,
     spec.loader.exec_module(mod)
     params = sum(p.numel() * p.element_size() for p in mod.build_model().parameters())
     assert report.rows[row].off == params and report.rows[row].on == 0
-    assert tab.table.item(row, 0).text() == "cnn_classifier"
+    heading = tab.table_row(row) - 1
+    while tab.table.item(heading, 1) is not None:  # up to the lesson's heading
+        heading -= 1
+    assert tab.table.item(heading, 0).text().startswith("cnn_classifier · zero_grad: zeros")
     for arm, folder in report.rows[row].runs.items():
         assert os.path.basename(folder) == f"cnn_classifier-zero_grad-{arm}"
         assert str(tmp_path) in folder
-    tab.table.selectRow(row)
+    tab.table.selectRow(tab.table_row(row))
     window.tabs.setCurrentWidget(tab)
     assert [p.name for p in window.pins] == ["cnn_classifier zero_grad: zeros",
                                             "cnn_classifier zero_grad: set_to_none"]
@@ -171,3 +178,40 @@ def test_lessons_that_cannot_fit_are_refused_in_the_tab_before_anything_runs(
     assert "Traceback" not in text and "\n" not in text
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").rglob("run.json"))
     assert tab.run_button.isEnabled()
+
+
+def test_at_1280_px_every_column_shows_and_a_row_pins_its_own_runs_zoomed(qtbot, window):
+    """A 1280×800 screen: the window fits, the table needs no sideways scroll (verdict and
+    claim on screen, the claim at least a word wide), the chart shrinks to fit; picking a
+    row replaces a pin the user had with that row's two runs and shows their steps."""
+    import pyqtgraph as pg
+
+    window.resize(1280, 800)
+    window.pin_current_run()  # nothing to pin yet: no run
+    tab = _run_lessons(qtbot, window)
+    window.tabs.setCurrentWidget(tab)
+    qtbot.waitUntil(lambda: tab.table.isVisible())
+    assert window.width() <= 1280 and window.minimumSizeHint().width() <= 1280
+    table = tab.table
+    assert table.horizontalScrollBar().maximum() == 0
+    header = table.horizontalHeader()
+    right = header.sectionViewportPosition(COLUMNS.index("claim")) + header.sectionSize(
+        COLUMNS.index("claim"))
+    assert right <= table.viewport().width()
+    assert header.sectionSize(COLUMNS.index("claim")) >= table.fontMetrics().horizontalAdvance(
+        "set_to_none")
+    verdict = COLUMNS.index("verdict")
+    longest = max((table.item(t, verdict).text() for t in range(table.rowCount())
+                   if table.item(t, verdict) is not None), key=len)
+    assert header.sectionSize(verdict) >= table.fontMetrics().horizontalAdvance(longest)
+    assert tab.chart.width() <= tab.width()
+    # a heading row picks its lesson's first metric
+    i = next(i for i, r in enumerate(tab.report.rows) if r.lesson == "zero_grad")
+    table.selectRow(tab.table_row(i) - 1)
+    assert tab.chart_key == ("zero_grad", "mlp")
+    assert [p.name for p in window.pins] == ["mlp zero_grad: zeros", "mlp zero_grad: set_to_none"]
+    window.tabs.setCurrentIndex(0)
+    steps = max(len(p.series.history.steps) for p in window.pins)
+    view = window.findChild(pg.PlotWidget, "memory_plot").getViewBox()
+    low, high = view.viewRange()[0]
+    assert low <= 0 and steps - 1 <= high <= steps + 1

@@ -10,9 +10,9 @@ from __future__ import annotations
 import time
 from pathlib import Path
 
-from PySide6.QtCore import QByteArray, QSignalBlocker, Qt, QTimer, Signal
-from PySide6.QtGui import QColor
-from PySide6.QtSvgWidgets import QSvgWidget
+from PySide6.QtCore import QByteArray, QRectF, QSignalBlocker, QSize, Qt, QTimer, Signal
+from PySide6.QtGui import QColor, QPainter
+from PySide6.QtSvg import QSvgRenderer
 from PySide6.QtWidgets import (
     QAbstractItemView,
     QCheckBox,
@@ -32,10 +32,13 @@ from PySide6.QtWidgets import (
 
 from memlens.app.lessons.session import LessonsSession
 
-COLUMNS = ("preset", "lesson", "metric", "off", "on", "change", "verdict", "claim")
+# A row per metric, under a heading row per lesson and preset (it spans the columns: the
+# lesson's name in every row would cost the claim its room at 1280 px).
+COLUMNS = ("metric", "off", "on", "change", "verdict", "claim")
 VERDICT_COLORS = {"confirmed": "#2a8a3e", "larger": "#2a8a3e", "smaller": "#8a6d00",
                   "contradicted": "#c0392b"}
 POLL_MS = 100
+ELIDED = {"metric": 150}  # columns cut with '…' at these widths (px)
 ALL = "all"  # the chooser's entry for every built-in preset
 
 
@@ -49,6 +52,7 @@ class LessonsTab(QWidget):
         self.steps: int | None = None  # None: the runner's default for quick or full
         self.session: LessonsSession | None = None
         self.report = None
+        self._report_rows: list[int | None] = []  # table row -> report row (None: heading)
 
         self._make_controls()
         split = self._make_table_and_chart()
@@ -120,21 +124,25 @@ class LessonsTab(QWidget):
         self.table.setSelectionMode(QAbstractItemView.SingleSelection)
         self.table.setEditTriggers(QAbstractItemView.NoEditTriggers)
         self.table.verticalHeader().setVisible(False)
-        self.table.horizontalHeader().setSectionResizeMode(QHeaderView.ResizeToContents)
-        self.table.horizontalHeader().setStretchLastSection(True)
         self.table.itemSelectionChanged.connect(self._on_selection_changed)
-        self.chart = QSvgWidget()
+        header = self.table.horizontalHeader()
+        # Every column on screen at 1280 px: the short ones fit their text, the lesson and
+        # metric names are cut with '…' (the row's tooltip has them whole) and the claim
+        # takes what is left; the verdict is never cut.
+        for j, name in enumerate(COLUMNS):
+            mode = QHeaderView.Interactive if name in ELIDED else QHeaderView.ResizeToContents
+            header.setSectionResizeMode(j, mode)
+            if name in ELIDED:
+                self.table.setColumnWidth(j, ELIDED[name])
+        header.setSectionResizeMode(COLUMNS.index("claim"), QHeaderView.Stretch)
+        header.setStretchLastSection(False)
+        self.table.setTextElideMode(Qt.ElideRight)
+        self.table.setWordWrap(False)
+        self.chart = SvgView()
         self.chart.setObjectName("lessons_chart")
-        self.chart.setMinimumWidth(300)
-        # The chart keeps its drawn size, left-aligned, whatever the tab's width.
-        chart_box = QWidget()
-        chart_row = QHBoxLayout(chart_box)
-        chart_row.setContentsMargins(0, 0, 0, 0)
-        chart_row.addWidget(self.chart, 0, Qt.AlignTop)
-        chart_row.addStretch(1)
         split = QSplitter(Qt.Vertical)
         split.addWidget(self.table)
-        split.addWidget(chart_box)
+        split.addWidget(self.chart)
         split.setStretchFactor(0, 3)
         split.setStretchFactor(1, 2)
         return split
@@ -227,26 +235,57 @@ class LessonsTab(QWidget):
 
     # --- showing ----------------------------------------------------------------------------
     def show_report(self, report) -> None:
-        from memlens.core.lessons.chart import format_value
-        from memlens.core.lessons.report import change_text
 
         self.report = report
+        self._report_rows = []
         with QSignalBlocker(self.table):
-            self.table.setRowCount(len(report.rows))
-            for i, r in enumerate(report.rows):
-                growth = "growth" in r.metric
-                cells = (r.preset, r.lesson, r.metric, format_value(r.kind, r.off, growth),
-                         format_value(r.kind, r.on, growth), change_text(r),
-                         r.verdict or "—", r.claim or "—")
-                for j, text in enumerate(cells):
-                    item = QTableWidgetItem(text)
-                    if COLUMNS[j] == "verdict" and r.verdict in VERDICT_COLORS:
-                        item.setForeground(QColor(VERDICT_COLORS[r.verdict]))
-                    item.setToolTip(f"{r.title}: {r.off_label} → {r.on_label}")
-                    self.table.setItem(i, j, item)
+            self.table.clearSpans()
+            self.table.setRowCount(0)
+            for indexes in _groups(report.rows):
+                self._add_heading(report.rows[indexes[0]])
+                for i in indexes:
+                    self._add_row(report.rows[i], i)
         if report.rows:
             self.show_chart(report.rows[0].lesson, report.rows[0].preset)
         self._update_buttons()
+
+    def _add_heading(self, r) -> None:
+        t = self.table.rowCount()
+        self.table.insertRow(t)
+        item = QTableWidgetItem(f"{r.preset} · {r.lesson}: {r.off_label} → {r.on_label}")
+        font = item.font()
+        font.setBold(True)
+        item.setFont(font)
+        item.setToolTip(r.title)
+        self.table.setItem(t, 0, item)
+        self.table.setSpan(t, 0, 1, len(COLUMNS))
+        self._report_rows.append(None)
+
+    def _add_row(self, r, index: int) -> None:
+        from memlens.core.lessons.chart import format_value
+        from memlens.core.lessons.report import change_text
+
+        t = self.table.rowCount()
+        self.table.insertRow(t)
+        growth = "growth" in r.metric
+        # the change as a percentage; its interval is in the tooltip and the chart
+        change = change_text(r)
+        cells = (r.metric, format_value(r.kind, r.off, growth),
+                 format_value(r.kind, r.on, growth), change.split(" (")[0],
+                 r.verdict or "—", r.claim or "—")
+        tip = (f"{r.title}: {r.off_label} → {r.on_label}\n{r.metric}\nchange {change}"
+               + (f"\nclaim: {r.claim}" if r.claim else "") + (f"\n{r.note}" if r.note else ""))
+        for j, text in enumerate(cells):
+            item = QTableWidgetItem(text)
+            if COLUMNS[j] == "verdict" and r.verdict in VERDICT_COLORS:
+                item.setForeground(QColor(VERDICT_COLORS[r.verdict]))
+            item.setToolTip(tip)
+            self.table.setItem(t, j, item)
+        self._report_rows.append(index)
+
+    def table_row(self, index: int) -> int:
+        """The table row showing report row `index`."""
+        return self._report_rows.index(index)
 
     def show_chart(self, lesson: str, preset: str) -> None:
         from memlens.core.lessons.chart import chart_svg
@@ -254,14 +293,16 @@ class LessonsTab(QWidget):
         rows = [r for r in self.report.rows if (r.lesson, r.preset) == (lesson, preset)]
         self.chart_key = (lesson, preset)
         self.chart.load(QByteArray(chart_svg(rows).encode("utf-8")))
-        size = self.chart.renderer().defaultSize()
-        self.chart.setFixedSize(size)
 
     def _on_selection_changed(self) -> None:
         rows = self.table.selectionModel().selectedRows()
         if not rows or self.report is None:
             return
-        self.pick_row(rows[0].row())
+        t = rows[0].row()
+        # a heading: its lesson's first metric
+        index = self._report_rows[t] if self._report_rows[t] is not None \
+            else self._report_rows[t + 1]
+        self.pick_row(index)
 
     def pick_row(self, i: int) -> None:
         """Show the row's chart and ask for its two runs to be pinned."""
@@ -309,3 +350,47 @@ class LessonsTab(QWidget):
         self.preset_box.setEnabled(not running)
         self.quick_box.setEnabled(not running)
         self.export_button.setEnabled(not running and self.report is not None)
+
+
+class SvgView(QWidget):
+    """An SVG drawn at its own size, or smaller to fit (aspect kept), at the top left: a
+    chart never asks the window to be wider than the screen."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self._renderer = QSvgRenderer(self)
+        self._renderer.repaintNeeded.connect(self.update)
+
+    def load(self, data: QByteArray) -> None:
+        self._renderer.load(data)
+        self.updateGeometry()
+        self.update()
+
+    def renderer(self) -> QSvgRenderer:
+        return self._renderer
+
+    def sizeHint(self) -> QSize:
+        size = self._renderer.defaultSize()
+        return size if size.isValid() else QSize(300, 200)
+
+    def minimumSizeHint(self) -> QSize:
+        return QSize(200, 120)
+
+    def paintEvent(self, event) -> None:
+        if not self._renderer.isValid():
+            return
+        size = self._renderer.defaultSize()
+        scale = min(1.0, self.width() / max(size.width(), 1),
+                    self.height() / max(size.height(), 1))
+        painter = QPainter(self)
+        self._renderer.render(painter, QRectF(0, 0, size.width() * scale,
+                                              size.height() * scale))
+        painter.end()
+
+
+def _groups(rows) -> list[list[int]]:
+    """The report's row indexes by (preset, lesson), in the report's order."""
+    out: dict[tuple[str, str], list[int]] = {}
+    for i, r in enumerate(rows):
+        out.setdefault((r.preset, r.lesson), []).append(i)
+    return list(out.values())

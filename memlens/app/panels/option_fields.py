@@ -87,7 +87,8 @@ class OptionField(QObject):
             w.setRange(int(opt.minimum or 0), int(min(opt.maximum or INT_MAX, INT_MAX)))
             _, sep, meaning = opt.help.partition("0 = ")
             if sep and opt.minimum == 0:
-                w.setSpecialValueText(meaning.split(";")[0].replace("the ", ""))
+                # short: the field sets the panel's width (the tooltip has it whole)
+                w.setSpecialValueText(meaning.split(";")[0].replace("the ", "").split(" (")[0])
             w.setKeyboardTracking(False)  # one change per edit, not one per digit typed
             w.valueChanged.connect(self._on_editor_changed)
             return w

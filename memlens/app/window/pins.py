@@ -56,6 +56,11 @@ class PinBoard:
             series.pull()
             added.append(self.add(series, name))
         self._lesson_ids = {p.pin_id for p in added}
+        steps = max((len(h.steps) for _name, h in runs), default=0)
+        if steps:  # the step axis spans the two arms, however long the run shown before
+            from memlens.app.timeline.plot_zoom import zoom_to_steps
+
+            zoom_to_steps(self.window.plots, 0, steps - 1)
         return added
 
     def changed(self) -> None:

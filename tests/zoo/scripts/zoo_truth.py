@@ -123,7 +123,8 @@ def _post_step(opt, args, kwargs) -> None:
     _state["opt_steps"] += 1
     # The gradients it stepped: read after the step, as a closure (LBFGS, Lightning) makes
     # them inside it (the zoo's optimizers never change .grad in place), or before a
-    # clip_grad_norm_ since the last step clipped them (the norm frameworks log).
+    # clip_grad_norm_ (or clip_grads_with_norm_) since the last step clipped them (the norm
+    # frameworks log).
     params = [p for g in opt.param_groups for p in g["params"]]
     clipped = _state.pop("clipped", None)
     if clipped is not None and {id(p) for p in params} <= set(clipped):
@@ -148,6 +149,9 @@ def _wrap_clip(original):
 
 
 torch.nn.utils.clip_grad_norm_ = _wrap_clip(torch.nn.utils.clip_grad_norm_)
+# accelerate 1.x takes the norm with get_total_norm and clips with clip_grads_with_norm_
+if hasattr(torch.nn.utils, "clip_grads_with_norm_"):
+    torch.nn.utils.clip_grads_with_norm_ = _wrap_clip(torch.nn.utils.clip_grads_with_norm_)
 
 from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E402
 

@@ -46,6 +46,8 @@ def test_the_accumulation_claim_is_judged_without_the_data_set_the_bigger_batch_
     assert (claim.off, claim.on) == (peak.off - data["off"], peak.on - data["on"])
     assert claim.claim and not peak.claim  # the claim is judged on the figure without data
     assert claim.verdict == "confirmed"
+    # no per-sample time: the two arms' times in one process did not reproduce (point 3)
+    assert not [r for r in report.rows if r.kind == "time"]
     # the raw peak's drop is mostly the data set's: the claim's figure drops far less
     assert (1 - claim.change) < 0.8 * (1 - peak.change)
     # the lesson runs in precise mode: its peaks are exact, so they carry a verdict

@@ -301,3 +301,37 @@ def test_hover_just_after_a_step_boundary_reads_that_step_everywhere(qtbot, wind
     for plot in window.plots.plots:
         title = plot.getPlotItem().titleLabel.text
         assert "step 20" in title and "step 19" not in title, (plot.objectName(), title)
+
+
+WATCHED = """
+import torch
+from torch import nn
+model = nn.Linear(8, 2)
+opt = torch.optim.SGD(model.parameters(), lr=0.1)
+for _ in range(3):
+    opt.zero_grad()
+    model(torch.randn(4, 8)).sum().backward()
+    opt.step()
+"""
+
+
+def test_opening_a_watched_run_says_the_panel_settings_are_not_its_own(qtbot, window,
+                                                                        tmp_path):
+    """A lab run, then File > Open of a watched script's folder: the settings still show
+    the lab run's values (they are what Start runs), and the panel says the run on screen
+    is the script's; Start or Reset makes them the run's again."""
+    from memlens.app.panels.run_panel import SETTINGS_TITLE
+    from memlens.core.watch.script import run_script
+
+    run_to_end(qtbot, window, 3, width=48)
+    assert window.run_panel.title() == SETTINGS_TITLE
+    script = tmp_path / "train_linear.py"
+    script.write_text(WATCHED)
+    folder = tmp_path / "watched"
+    assert run_script(str(script), [], out=str(folder)) == 0
+    assert window.open_run(folder)
+    title = window.run_panel.title()
+    assert "train_linear.py" in title and "watched" in title and "new run" in title
+    assert window.run_panel.values()["width"] == 48  # untouched: the next Start's
+    click(qtbot, button(window, "reset_button"))
+    assert window.run_panel.title() == SETTINGS_TITLE

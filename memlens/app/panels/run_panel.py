@@ -25,6 +25,9 @@ from memlens.core.options import RUN_OPTIONS
 RESTART_HINT = "needs restart"
 
 
+SETTINGS_TITLE = "Settings (apply at Start)"
+
+
 class RunPanel(QGroupBox):
     """Binds to a RunConfig: shows it, edits it, and says which edits wait for a restart."""
 
@@ -35,7 +38,7 @@ class RunPanel(QGroupBox):
     value_changed = Signal(str, object)
 
     def __init__(self, config: RunConfig | None = None, parent=None) -> None:
-        super().__init__("Settings (apply at Start)", parent)
+        super().__init__(SETTINGS_TITLE, parent)
         self.fields: dict[str, OptionField] = {}
         self.hints: dict[str, QLabel] = {}
         self._running_config: RunConfig | None = None
@@ -119,6 +122,17 @@ class RunPanel(QGroupBox):
         return b
 
     # --- the model --------------------------------------------------------------------------
+    def note_shown_run(self, shown: str | None) -> None:
+        """Say what the settings are when the run on screen is not one they describe (a
+        watched script, a framework's fit): `shown` names it; None: they are the run's."""
+        if shown is None:
+            self.setTitle(SETTINGS_TITLE)
+            self.setToolTip("")
+        else:
+            self.setTitle(f"Settings for a new run (the run shown is {shown})")
+            self.setToolTip(f"The run on screen is {shown}: it was not made with these "
+                            "settings. They are what Start runs.")
+
     def set_config(self, config: RunConfig) -> None:
         values = config.to_dict()
         for key, field in self.fields.items():

@@ -156,6 +156,7 @@ class MainWindow(QMainWindow):
         if self.running:
             raise RuntimeError("a run is already going; stop it first")
         self.run_panel.set_config(config)
+        self.run_panel.note_shown_run(None)
         self.techniques_panel.set_toggles(config.techniques)
         self.opening.stop_following()
         session = RunSession(config, self.runs_dir, self.train_fn, parent=self)
@@ -197,6 +198,7 @@ class MainWindow(QMainWindow):
         self._reset_pending = False
         self.session = None
         self.show_history(None)
+        self.run_panel.note_shown_run(None)
         self.set_state(WindowState.IDLE)
 
     def _on_technique_changed(self, key: str, value) -> None:

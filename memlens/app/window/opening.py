@@ -54,13 +54,16 @@ class RunOpening:
         w.loaded_from = Path(folder)
         w.show_history(history)
         config = (history.meta or {}).get("config")
+        shown = shown_run_name(history.meta)
         if isinstance(config, dict):
             try:
                 cfg = RunConfig.from_dict(config)
                 w.run_panel.set_config(cfg)
                 w.techniques_panel.set_toggles(cfg.techniques)
+                shown = None
             except (ConfigError, TypeError, ValueError):
                 pass  # an odd config does not stop the run from being shown
+        w.run_panel.note_shown_run(shown)
         w.set_state(WindowState.FINISHED, f"Opened {folder} (read-only; pin it to compare)")
         return True
 
@@ -144,9 +147,22 @@ class RunOpening:
         self.stop_following()
         self.followed, w.session, w.loaded_from = followed, None, Path(folder)
         w.show_history(followed.history)
+        # a followed run is another program's: the panel's settings are not its
+        w.run_panel.note_shown_run(shown_run_name(followed.history.meta) or folder.name)
         followed.state_changed.connect(
             lambda state: w.set_state(WindowState.FINISHED, state_text(state, Path(folder))))
         followed.failed.connect(lambda text: w.message(
             "Cannot follow this folder", text, QMessageBox.Warning, "follow_error"))
         followed.start()
         return True
+
+
+def shown_run_name(meta) -> str | None:
+    """How the run panel names a run its settings did not make: a watched script's file
+    name (with its source), else None (a lab run: its settings are shown)."""
+    meta = meta if isinstance(meta, dict) else {}
+    if isinstance(meta.get("config"), dict):
+        return None
+    script = meta.get("script")
+    name = Path(str(script)).name if isinstance(script, str) and script else "a recorded run"
+    return f"{name}, watched" if meta.get("source") == "watch" else name

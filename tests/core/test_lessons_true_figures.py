@@ -173,6 +173,9 @@ def test_the_report_says_on_which_cpu_torch_threads_and_load_it_was_made(tmp_pat
     ([10, 20, 30, 40], [0, 1, 2, 3], 10.0),
     ([10, 20, 99, 100], [0, 1, 5, 6], 5.5),  # the gap between steps 1 and 5 is not a step
     ([10, 10, 10], [0, 16, 32], None),
+    ([], [], None),  # every step of the arm failed (gan without detach)
+    ([5], [3], None),
+    ([1, 2, 3, 4], [0, 0, 1, 1], 2.0),  # two samples a step (gan's two optimizers): the last
 ])
 def test_growth_counts_only_consecutive_steps(values, steps, expected):
     from memlens.core.lessons.measure import _growth

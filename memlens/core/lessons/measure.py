@@ -64,6 +64,8 @@ def _growth(steps: np.ndarray, values: np.ndarray) -> float | None:
     figure: the steps between two survivors were never measured."""
     keep = np.isfinite(values)
     steps, values = steps[keep], values[keep]
+    if steps.size < 2:
+        return None
     last = np.append(steps[1:] != steps[:-1], True)  # a step's last sample (gan: two steps)
     steps, values = steps[last], values[last]
     pairs = np.diff(steps) == 1

@@ -283,3 +283,16 @@ def test_app_open_opens_the_path_in_the_window(qtbot, precise, monkeypatch):
     assert ran and len(made) == 1
     qtbot.addWidget(made[0])
     assert made[0].loaded_from == folder
+
+
+def test_opening_a_run_while_the_snapshot_tab_shows_shows_the_run(qtbot, window, precise):
+    """File > Open a snapshot, then a run folder: the run is what the user sees (the
+    timeline, with the run's steps), and the Snapshot tab names the file it holds."""
+    folder, snapshot, summary = precise
+    choose_in_open_dialog(qtbot, window, snapshot)
+    tabs = window.tabs
+    assert tabs.currentWidget() is window.conventions.opener.snapshot_view
+    assert tabs.tabText(tabs.currentIndex()) == f"Snapshot: {snapshot.name}"
+    choose_in_open_dialog(qtbot, window, folder / "run.json")
+    assert tabs.currentIndex() == 0
+    assert len(window.history.steps) == summary.steps_done

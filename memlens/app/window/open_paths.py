@@ -53,6 +53,10 @@ class Opener(QObject):
             self._refuse(str(exc))
             return False
         ok = self.main_window.open_run(target) if kind == "run" else self.open_snapshot(target)
+        tabs = self.main_window.tabs
+        if ok and kind == "run" and self.snapshot_view is not None and \
+                tabs.currentWidget() is self.snapshot_view:
+            tabs.setCurrentIndex(0)  # the run just opened, not the snapshot from before
         if ok:
             self.settings.add_recent(target)
             self.settings.set_last_folder(target.parent)
@@ -73,7 +77,11 @@ class Opener(QObject):
             return False
         finally:
             QApplication.restoreOverrideCursor()
-        self.main_window.tabs.setCurrentWidget(view)
+        tabs = self.main_window.tabs
+        tabs.setCurrentWidget(view)
+        # the tab names its file: it is not the run the other tabs show
+        tabs.setTabText(tabs.indexOf(view), f"Snapshot: {path.name}")
+        tabs.setTabToolTip(tabs.indexOf(view), str(path))
         self.main_window.setWindowTitle(f"memlens: {path.name} (snapshot, read-only)")
         self.main_window.statusBar().showMessage(
             f"Opened snapshot {path}: {timeline.actions:,} trace events", 8000)

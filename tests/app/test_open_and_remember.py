@@ -293,6 +293,7 @@ def test_opening_a_run_while_the_snapshot_tab_shows_shows_the_run(qtbot, window,
     tabs = window.tabs
     assert tabs.currentWidget() is window.conventions.opener.snapshot_view
     assert tabs.tabText(tabs.currentIndex()) == f"Snapshot: {snapshot.name}"
+    qtbot.waitUntil(lambda: window.findChild(QFileDialog, "open_dialog") is None)  # closed
     choose_in_open_dialog(qtbot, window, folder / "run.json")
     assert tabs.currentIndex() == 0
     assert len(window.history.steps) == summary.steps_done

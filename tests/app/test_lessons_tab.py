@@ -8,7 +8,7 @@ import json
 import numpy as np
 
 from memlens.app.lessons.tab import COLUMNS
-from tests.app.drive import click
+from tests.app.drive import click, wait_frames
 
 TINY = {"batch_size": 32, "width": 64}
 
@@ -151,9 +151,9 @@ def test_the_tab_runs_the_model_file_chosen_in_the_run_panel(qtbot, monkeypatch,
                                             "cnn_classifier zero_grad: set_to_none"]
     shot = os.environ.get("MEMLENS_LESSONS_SHOT")
     if shot:  # for looking at the tab: MEMLENS_LESSONS_SHOT=/tmp/x.png pytest -k model_file
-        window.resize(1400, 900)
+        window.resize(1280, 800)
         window.tabs.setCurrentWidget(tab)
-        qtbot.wait(50)
+        wait_frames(qtbot, window, 3)
         window.grab().save(shot)
 
 

@@ -335,3 +335,13 @@ def test_opening_a_watched_run_says_the_panel_settings_are_not_its_own(qtbot, wi
     assert window.run_panel.values()["width"] == 48  # untouched: the next Start's
     click(qtbot, button(window, "reset_button"))
     assert window.run_panel.title() == SETTINGS_TITLE
+
+
+def test_export_is_offered_only_with_a_run_on_screen(qtbot, window):
+    """A fresh window has nothing to export: File > Export is greyed out until a run shows,
+    and again after Reset clears it."""
+    assert not window.export_action.isEnabled()
+    run_to_end(qtbot, window, 3, width=48)
+    assert window.export_action.isEnabled()
+    click(qtbot, button(window, "reset_button"))
+    assert not window.export_action.isEnabled()

@@ -25,6 +25,26 @@ PAGES = (("techniques", "Techniques", "help/techniques.html"),
 DOCS_FILE = Path(__file__).resolve().parent.parent / "README.md"
 
 
+CATEGORIES_MARK = "<!--CATEGORIES:"
+
+
+def page_html(name: str) -> str:
+    """A help page's HTML; the categories' list comes from the one table that the legend
+    tooltips and the docs use, so it names every category the app draws."""
+    text = resource_text(name)
+    start = text.find(CATEGORIES_MARK)
+    if start < 0:
+        return text
+    import html
+
+    from memlens.core.records import CATEGORY_HELP, MEMORY_CATEGORIES
+
+    items = "".join(f"<dt><b>{c}</b></dt><dd>{html.escape(CATEGORY_HELP[c])}.</dd>"
+                    for c in MEMORY_CATEGORIES)
+    end = text.index("-->", start) + 3
+    return f"{text[:start]}<dl>{items}</dl>{text[end:]}"
+
+
 def docs_url() -> QUrl:
     """The README next to the app in a source tree (docs/ sits beside it)."""
     return QUrl.fromLocalFile(str(DOCS_FILE))
@@ -51,7 +71,7 @@ class HelpDialog(QDialog):
             browser = QTextBrowser()
             browser.setObjectName(f"help_{key}")
             browser.setOpenExternalLinks(True)
-            browser.setHtml(resource_text(name))
+            browser.setHtml(page_html(name))
             self.pages[key] = self.tabs.addTab(browser, title)
         rows = shortcut_rows(window)
         self.shortcuts = QTableWidget(len(rows), 2)

@@ -90,6 +90,7 @@ def build_menus(window) -> None:
            "follow_run_action")
     window.export_action = action(window, file_menu, "&Export…", "Ctrl+E",
                                   window.export_dialog, "export_action")
+    window.export_action.setEnabled(False)  # until a run is on screen (show_history)
     file_menu.addSeparator()
     action(window, file_menu, "&Quit", QKeySequence.Quit, window.close, "quit_action")
     run_menu = window.menuBar().addMenu("&Run")

@@ -391,6 +391,7 @@ class MainWindow(QMainWindow):
 
     def show_history(self, history: RunHistory | None) -> None:
         self.history = history
+        self.export_action.setEnabled(history is not None)  # nothing loaded: nothing to export
         self.series = RunSeries(history) if history is not None else None
         self._events_seen = 0
         self._graphs_seen = 0

@@ -20,6 +20,7 @@ from memlens.core.leaks import LeakWatch
 from memlens.core.preset_factory import build_preset
 from memlens.core.presets import Preset
 from memlens.core.recorder.amp_casts import amp_cast_storages
+from memlens.core.recorder.keys import StorageBytes
 from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, Recorder
 from memlens.core.records import PHASE_CODE, SAMPLE_PHASES, MemorySample, RunEvent, StepRecord
 
@@ -154,7 +155,7 @@ class TrainingSession:
         env = self.rec.environment(
             parameters=sum(t.numel() for t in p.parameters()),
             sizes={"batch_size": p.batch_size, "width": p.width, "seq_len": p.seq_len,
-                   "data_bytes": _storage_bytes(p.data_tensors())})
+                   "data_bytes": _data_bytes(p.data_tensors())})
         cfg = self.config.to_dict()
         return {"source": "lab", "config": cfg, "schedule": cfg["schedule"],
                 "environment": env}
@@ -470,11 +471,10 @@ class TrainingSession:
         return self.rec.grad_norm(total, self.probe.grads, scale)
 
 
-def _storage_bytes(tensors) -> int:
-    """The bytes of the storages `tensors` use, each storage once (a view of another counts
-    nothing more)."""
-    seen: dict[int, int] = {}
+
+def _data_bytes(tensors) -> int:
+    """The data set's bytes as memory is counted everywhere: each storage once."""
+    held = StorageBytes()
     for t in tensors:
-        storage = t.untyped_storage()
-        seen[storage.data_ptr()] = storage.nbytes()
-    return sum(seen.values())
+        held.add(t)
+    return held.total

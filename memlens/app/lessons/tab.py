@@ -126,9 +126,9 @@ class LessonsTab(QWidget):
         self.table.verticalHeader().setVisible(False)
         self.table.itemSelectionChanged.connect(self._on_selection_changed)
         header = self.table.horizontalHeader()
-        # Every column on screen at 1280 px: the short ones fit their text, the lesson and
-        # metric names are cut with '…' (the row's tooltip has them whole) and the claim
-        # takes what is left; the verdict is never cut.
+        # Every column on screen at 1280 px: the short ones fit their text, the metric's
+        # name is cut with '…' (the row's tooltip has it whole) and the claim takes what is
+        # left; the verdict is never cut.
         for j, name in enumerate(COLUMNS):
             mode = QHeaderView.Interactive if name in ELIDED else QHeaderView.ResizeToContents
             header.setSectionResizeMode(j, mode)
@@ -235,7 +235,6 @@ class LessonsTab(QWidget):
 
     # --- showing ----------------------------------------------------------------------------
     def show_report(self, report) -> None:
-
         self.report = report
         self._report_rows = []
         with QSignalBlocker(self.table):

@@ -54,16 +54,14 @@ class RunOpening:
         w.loaded_from = Path(folder)
         w.show_history(history)
         config = (history.meta or {}).get("config")
-        shown = shown_run_name(history.meta)
         if isinstance(config, dict):
             try:
                 cfg = RunConfig.from_dict(config)
                 w.run_panel.set_config(cfg)
                 w.techniques_panel.set_toggles(cfg.techniques)
-                shown = None
             except (ConfigError, TypeError, ValueError):
                 pass  # an odd config does not stop the run from being shown
-        w.run_panel.note_shown_run(shown)
+        w.run_panel.note_shown_run(shown_run_name(history.meta))
         w.set_state(WindowState.FINISHED, f"Opened {folder} (read-only; pin it to compare)")
         return True
 

@@ -66,7 +66,7 @@ def _growth(steps: np.ndarray, values: np.ndarray) -> float | None:
     steps, values = steps[keep], values[keep]
     if steps.size < 2:
         return None
-    last = np.append(steps[1:] != steps[:-1], True)  # a step's last sample (gan: two steps)
+    last = np.append(steps[1:] != steps[:-1], True)  # a step's last (gan: one an optimizer)
     steps, values = steps[last], values[last]
     pairs = np.diff(steps) == 1
     if not pairs.any():

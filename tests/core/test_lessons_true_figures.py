@@ -12,6 +12,7 @@ import torch
 from memlens.core.config import RunConfig, TechniqueToggles
 from memlens.core.lessons.runner import LessonRunner
 from memlens.core.preset_factory import build_preset
+from tests.core.test_article_lessons import saved_bytes_of
 from tests.core.test_bad_input import run_cli
 
 TINY = {"batch_size": 16, "width": 48}
@@ -81,23 +82,16 @@ def test_growth_is_not_measured_where_no_two_consecutive_steps_completed():
 
 
 def saved_bytes_after_forward(amp: bool) -> int:
-    """Plain torch: the distinct storages autograd saved in one mlp forward (bf16
-    autocast or fp32), parameters left out (they are params, not what AMP adds)."""
+    """Plain torch: the bytes autograd saves in one mlp forward (bf16 autocast or fp32),
+    parameters and buffers left out (they are not what AMP adds)."""
     preset = build_preset(RunConfig(preset="mlp", **TINY), torch.device("cpu"))
-    params = {p.untyped_storage().data_ptr() for p in preset.parameters()}
-    saved: dict[int, int] = {}
+    buffers = [b for m in preset.models.values() for b in m.buffers()]
 
-    def pack(t):
-        s = t.untyped_storage()
-        if s.data_ptr() not in params:
-            saved[s.data_ptr()] = s.nbytes()
-        return t
+    def forward():
+        with torch.autocast("cpu", torch.bfloat16, enabled=amp):
+            return preset.forward_train(TechniqueToggles())
 
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t), \
-            torch.autocast("cpu", torch.bfloat16, enabled=amp):
-        held = preset.forward_train(TechniqueToggles())
-    del held
-    return sum(saved.values())
+    return saved_bytes_of(forward, preset.parameters(), buffers)
 
 
 def test_the_amp_memory_claim_is_judged_on_all_that_backward_holds():

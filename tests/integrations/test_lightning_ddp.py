@@ -24,36 +24,21 @@ SCRIPT = textwrap.dedent("""
     import json, sys
     import lightning as L
     import torch
-    from torch import nn
     from torch.utils.data import DataLoader, TensorDataset
     from memlens.integrations.lightning import MemlensCallback
-
-    class Tiny(L.LightningModule):
-        def __init__(self):
-            super().__init__()
-            self.net = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 4))
-            self.losses = []
-        def forward(self, x):
-            return self.net(x)
-        def training_step(self, batch, batch_idx):
-            x, y = batch
-            loss = nn.functional.cross_entropy(self(x), y)
-            self.losses.append(loss.item())
-            return loss
-        def configure_optimizers(self):
-            return torch.optim.SGD(self.parameters(), lr=0.1)
+    from tests.integrations.test_lightning_callback import TinyClassifier  # records its losses
 
     if __name__ == "__main__":
         L.seed_everything(0, verbose=False)
         data = TensorDataset(torch.randn(64, 16), torch.randint(0, 4, (64,)))
-        model = Tiny()
+        model = TinyClassifier()
         trainer = L.Trainer(max_epochs=1, accelerator="cpu", devices=2, strategy="ddp",
                             logger=False, default_root_dir=sys.argv[1],
                             enable_checkpointing=False, enable_progress_bar=False,
                             enable_model_summary=False, callbacks=[MemlensCallback()])
         trainer.fit(model, DataLoader(data, batch_size=8))
         with open(f"{sys.argv[1]}/losses{trainer.global_rank}.json", "w") as f:
-            json.dump({"losses": model.losses, "steps": trainer.global_step}, f)
+            json.dump({"losses": model.batch_losses, "steps": trainer.global_step}, f)
 """)
 
 

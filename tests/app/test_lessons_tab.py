@@ -215,3 +215,31 @@ def test_at_1280_px_every_column_shows_and_a_row_pins_its_own_runs_zoomed(qtbot,
     view = window.findChild(pg.PlotWidget, "memory_plot").getViewBox()
     low, high = view.viewRange()[0]
     assert low <= 0 and steps - 1 <= high <= steps + 1
+
+
+def test_a_lessons_chart_png_leaves_the_process_able_to_make_widgets(tmp_path):
+    """The lessons CLI renders its charts' PNGs with Qt in the calling process; a window (or
+    a test session's next widget test) made afterwards must still work: Qt aborts the process
+    when a widget is made under a plain QGuiApplication."""
+    import subprocess
+    import sys
+
+    png = tmp_path / "chart.png"
+    code = (
+        "import sys\n"
+        "from memlens.app.lessons.svg_png import svg_to_png\n"
+        "svg_to_png('<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"40\" height=\"20\">"
+        "<rect width=\"40\" height=\"20\" fill=\"red\"/></svg>', sys.argv[1])\n"
+        "from PySide6.QtWidgets import QApplication, QLabel\n"
+        "app = QApplication.instance() or QApplication([])\n"
+        "label = QLabel('made after the chart')\n"
+        "print(type(app).__name__, label.text())\n")
+    done = subprocess.run([sys.executable, "-c", code, str(png)], capture_output=True,
+                          text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-500:]
+    assert done.stdout.split() == ["QApplication", "made", "after", "the", "chart"]
+    from PySide6.QtGui import QImage
+
+    image = QImage(str(png))
+    assert (image.width(), image.height()) == (40, 20)
+    assert image.pixelColor(20, 10).name() == "#ff0000"

@@ -13,13 +13,17 @@ SCALE = 1.0  # PNG pixels per SVG unit
 
 def svg_to_png(svg: str, path: str | Path, scale: float = SCALE) -> None:
     from PySide6.QtCore import QByteArray, QRectF
-    from PySide6.QtGui import QColor, QGuiApplication, QImage, QPainter
+    from PySide6.QtGui import QColor, QImage, QPainter
     from PySide6.QtSvg import QSvgRenderer
+    from PySide6.QtWidgets import QApplication
 
-    if QGuiApplication.instance() is None:  # the CLI: fonts need a GUI application
+    if QApplication.instance() is None:  # the CLI: fonts need a GUI application
         # offscreen whatever the environment says: a PNG needs no display, and Qt aborts
-        # the process (exit 134) when the platform it is told to use cannot load
-        _keep.append(QGuiApplication(["memlens", "-platform", "offscreen"]))
+        # the process (exit 134) when the platform it is told to use cannot load. A
+        # QApplication, not a QGuiApplication: whatever runs in this process later (the
+        # lessons CLI called from a test session, a window) can still make widgets, which
+        # Qt refuses, aborting, under a QGuiApplication.
+        _keep.append(QApplication(["memlens", "-platform", "offscreen"]))
     renderer = QSvgRenderer(QByteArray(svg.encode("utf-8")))
     if not renderer.isValid():
         raise ExportError(f"cannot render {Path(path).name}: the chart's SVG is not valid")

@@ -17,6 +17,7 @@ import numpy as np
 
 from memlens.core.excerpt import excerpt as _excerpt
 from memlens.core.runfolder.format import SNAPSHOT_PICKLE
+from memlens.core.snapshot_alive import ALLOC, BLOCK, FREE, AllocationSpans, pair_allocations
 
 MAX_SNAPSHOT_BYTES = 4 << 30  # a larger file is surely not a snapshot; refuse, do not load
 TOP_ALLOCATIONS = 20
@@ -55,12 +56,23 @@ def load_plain_pickle(data: bytes) -> object:
 
 @dataclass
 class LiveAllocation:
-    """One allocation alive at the peak: its size, address, category and stack."""
+    """One allocation alive at some event: its size, address, category and stack."""
 
     size: int
     addr: int
     category: str
     frames: list[str]  # "file:line name", newest first
+
+
+@dataclass
+class AliveAllocations:
+    """What was alive after `index` events: the curve's bytes there, how many allocations,
+    and the largest of them with their stacks."""
+
+    index: int
+    allocated: int
+    count: int
+    largest: list[LiveAllocation]
 
 
 @dataclass
@@ -77,10 +89,41 @@ class SnapshotTimeline:
     peak_bytes: int = 0
     top: list[LiveAllocation] = field(default_factory=list)  # largest alive at the peak
     live_at_peak: int = 0  # how many allocations were alive there
+    spans: AllocationSpans | None = None  # every allocation's lifetime, for alive_at
+    entries: tuple[list[dict], list[dict]] = ([], [])  # trace events, end blocks: stacks
 
     @property
     def x(self) -> np.ndarray:
         return np.arange(len(self.allocated), dtype=np.float64)
+
+    @property
+    def last_event(self) -> int:
+        """The largest event index there is: 0 is before the first event, this after the
+        last."""
+        return len(self.allocated) - 1
+
+    def alive_at(self, index: int, limit: int = TOP_ALLOCATIONS) -> AliveAllocations:
+        """The allocations alive after `index` events (0..last_event), largest first; only
+        the `limit` listed get their stacks read."""
+        if not 0 <= index <= self.last_event:
+            raise IndexError(f"event {index} is outside 0..{self.last_event}")
+        alive = self.spans.alive_at(index, limit)
+        trace, blocks = self.entries
+        cache: dict[int, list[str]] = {}
+        largest = []
+        for i in alive.largest.tolist():
+            source = int(self.spans.source[i])
+            if source >= 0:
+                entry, addr = trace[source], _int(trace[source].get("addr", 0))
+            else:
+                block = blocks[BLOCK - source]
+                entry, addr = {"frames": block.get("frames")}, _int(block.get("address", 0))
+            frames = _frames(entry, cache)
+            largest.append(LiveAllocation(int(self.spans.size[i]), addr,
+                                          _category(entry) or "",
+                                          [BEFORE_WINDOW, *frames] if self.spans.before[i]
+                                          else list(frames)))
+        return AliveAllocations(index, int(self.allocated[index]), alive.count, largest)
 
 
 def read_snapshot(path: str | Path) -> SnapshotTimeline:
@@ -267,13 +310,17 @@ def timeline_of(doc: object, path: Path = Path(SNAPSHOT_PICKLE)) -> SnapshotTime
     n = len(trace)
     delta = np.zeros(n, dtype=np.int64)
     seg_delta = np.zeros(n, dtype=np.int64)
+    kinds = np.zeros(n, dtype=np.int64)
+    addrs = np.zeros(n, dtype=np.int64)
     names: list[str | None] = [None] * n
     has_segment_events = False
     for i, e in enumerate(trace):
         action = _action(e)
         size = _int(e.get("size", 0))
-        sign = {"alloc": 1, "free_completed": -1, "free": -1}.get(action, 0)
+        sign = {"alloc": ALLOC, "free_completed": FREE, "free": FREE}.get(action, 0)
         if sign:
+            kinds[i] = sign
+            addrs[i] = _int(e.get("addr", 0))
             delta[i] = sign * size
             names[i] = _category(e)
         seg = {"segment_alloc": 1, "segment_free": -1,
@@ -320,43 +367,19 @@ def timeline_of(doc: object, path: Path = Path(SNAPSHOT_PICKLE)) -> SnapshotTime
         reserved[1:] += reserved[0]
     categories = _drawn_categories(trace, delta, names)
     peak_index = int(np.argmax(allocated))
-    top, live = _live_at(trace, peak_index, blocks)
-    return SnapshotTimeline(path=path, device=device, actions=n, allocated=allocated,
-                            reserved=reserved, categories=categories, peak_index=peak_index,
-                            peak_bytes=int(allocated[peak_index]), top=top, live_at_peak=live)
+    end_blocks = [b for _addr, b, _segment in blocks]
+    spans = pair_allocations(kinds, addrs, np.abs(delta),
+                             np.array([a for a, _b, _s in blocks], dtype=np.int64),
+                             np.array([_int(b.get("size", 0)) for b in end_blocks],
+                                      dtype=np.int64))
+    timeline = SnapshotTimeline(path=path, device=device, actions=n, allocated=allocated,
+                                reserved=reserved, categories=categories,
+                                peak_index=peak_index, peak_bytes=int(allocated[peak_index]),
+                                spans=spans, entries=(trace, end_blocks))
+    at_peak = timeline.alive_at(peak_index)
+    timeline.top, timeline.live_at_peak = at_peak.largest, at_peak.count
+    return timeline
 
 
 def _min_prefix(delta: np.ndarray) -> int:
     return int(np.cumsum(delta).min()) if len(delta) else 0
-
-
-def _live_at(trace: list[dict], index: int, blocks: list) -> tuple[list[LiveAllocation], int]:
-    """The largest allocations alive after `index` events, and how many were alive. Only
-    the shown ones (TOP_ALLOCATIONS) get their stacks read."""
-    live: dict[int, tuple[int, dict, bool]] = {}  # addr -> (size, entry, before the window)
-    for e in trace[:index]:
-        action = e.get("action")
-        addr = _int(e.get("addr", 0))
-        if action == "alloc":
-            live[addr] = (_int(e.get("size", 0)), e, False)
-        elif action in ("free_completed", "free"):
-            live.pop(addr, None)
-    # Alive at the peak but allocated before the window: freed after the peak without an
-    # alloc in the trace, or still alive at the end without one.
-    allocated_in_window = {_int(e.get("addr", 0)) for e in trace if e.get("action") == "alloc"}
-    for e in trace[index:]:
-        addr = _int(e.get("addr", 0))
-        if e.get("action") in ("free_completed", "free") and addr not in allocated_in_window \
-                and addr not in live:
-            live[addr] = (_int(e.get("size", 0)), e, True)
-    for addr, block, _segment in blocks:
-        if addr not in allocated_in_window and addr not in live:
-            live[addr] = (_int(block.get("size", 0)), {"frames": block.get("frames")}, True)
-    shown = sorted(live.items(), key=lambda kv: kv[1][0], reverse=True)[:TOP_ALLOCATIONS]
-    cache: dict[int, list[str]] = {}
-    top = []
-    for addr, (size, entry, before) in shown:
-        frames = _frames(entry, cache)
-        top.append(LiveAllocation(size, addr, _category(entry) or "",
-                                  [BEFORE_WINDOW, *frames] if before else list(frames)))
-    return top, len(live)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from math import ceil, log10
 
 from memlens.app.timeline.live_axis import LiveAxis
-from memlens.core.units import byte_unit, format_bytes
+from memlens.core.units import byte_unit, exact_bytes, format_bytes
 
 
 class BytesAxis(LiveAxis):
@@ -42,9 +42,20 @@ class BytesAxis(LiveAxis):
 
     def tickStrings(self, values, scale, spacing):
         if self.logMode:
-            return [format_bytes(self.log_floor * self.unit * 10**v) for v in values]
+            return [self._log_tick(self.log_floor * self.unit * 10**v) for v in values]
         k = self._shown / self.unit
         places = max(0, ceil(-log10(spacing / k))) if spacing > 0 else 0
         if self._name == "B":
             places = 0
         return [f"{v / k:.{places}f} {self._name}" for v in values]
+
+    @staticmethod
+    def _log_tick(value: float) -> str:
+        """A log tick (a power of 4 bytes) in its unit. With exact bytes on, "1,073,741,824 B"
+        would not fit the axis and the tick would go unlabelled; "1 GiB" is just as exact."""
+        if not exact_bytes():
+            return format_bytes(value)
+        size, unit = byte_unit(round(value))  # 10**log10(4**k) may come back a hair under
+        scaled = value / size
+        whole = abs(scaled - round(scaled)) < 1e-6 * scaled
+        return f"{round(scaled)} {unit}" if whole else format_bytes(value)

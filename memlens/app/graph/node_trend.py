@@ -55,21 +55,27 @@ class NodeTrend(QWidget):
                 return text
         return fm.elidedText(text, Qt.TextElideMode.ElideRight, width)
 
+    def lines(self, fm) -> list[tuple[str, str]]:
+        """(kind, text) of each line of text the trend draws: the heading, then a caption a
+        kind, or "no captures yet" on a line of its own (a narrow panel shows it whole)."""
+        kinds = [k for k, pts in self.series.items() if pts]
+        if not kinds:
+            return [("", "Nodes per capture:"), ("", "no captures yet")]
+        width = self.width() - 8
+        return [("", "Nodes per capture"),
+                *((k, self.caption_fitting(k, fm, width)) for k in kinds)]
+
     def paintEvent(self, event) -> None:
         p = QPainter(self)
         p.setRenderHint(QPainter.RenderHint.Antialiasing)
         fm = p.fontMetrics()
         line = fm.height()
         kinds = [k for k, pts in self.series.items() if pts]
-        p.setPen(QColor("#555555"))
-        if not kinds:
-            p.drawText(4, line, "Nodes per capture: no captures yet")
-            return
-        p.drawText(4, line, "Nodes per capture")
-        width = self.width() - 8
-        for i, kind in enumerate(kinds):
+        for i, (kind, text) in enumerate(self.lines(fm)):
             p.setPen(QColor(self.COLOURS.get(kind, "#555555")))
-            p.drawText(4, line * (2 + i), self.caption_fitting(kind, fm, width))
+            p.drawText(4, line * (1 + i), text)
+        if not kinds:
+            return
         r = self.rect().adjusted(6, int(line * (len(kinds) + 1) + 6), -6, -4)
         every = [pt for k in kinds for pt in self.series[k]]
         s_lo, s_hi = min(s for s, _ in every), max(s for s, _ in every)

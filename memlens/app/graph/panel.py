@@ -131,7 +131,11 @@ class GraphPanel(QWidget):
         self.notes.setText("")
         self._clear_selection_list()
         self._on_search_changed(self.search.text())
-        self.scene.show_message("No graph captured in this run yet.")
+        # the last graph's fit may have zoomed far out: the message reads at its own size,
+        # wrapped to the view
+        width = min(460, max(160, self.graph_view.viewport().width() - 48))
+        self.scene.show_message("No graph captured in this run yet.", width)
+        self.graph_view.zoom_to(1.0, self.scene.sceneRect().center())
         self.header.setText(NO_CAPTURE)
 
     def _display(self, snapshot: GraphSnapshot) -> None:

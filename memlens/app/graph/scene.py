@@ -395,7 +395,7 @@ class GraphScene(QGraphicsScene):
             self._labeller.start()
 
     # --- a message instead of a graph ------------------------------------------------------
-    def show_message(self, text: str) -> None:
+    def show_message(self, text: str, width: float = 460) -> None:
         self._work, self._next, self._announcing = None, None, False
         self._slicer.stop()
         self._old = []
@@ -404,6 +404,6 @@ class GraphScene(QGraphicsScene):
         item = self.addText(text, graph_font())
         self._shown.add(self, item)
         self._shown.root.setVisible(True)
-        item.setTextWidth(460)
+        item.setTextWidth(width)
         item.setDefaultTextColor(QColor("#555555"))
         self.setSceneRect(item.boundingRect().adjusted(-20, -20, 20, 20))

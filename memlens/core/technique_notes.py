@@ -35,9 +35,13 @@ TECHNIQUE_NOTES: dict[str, str] = {
         "(CUDA). Activations shrink and conv nets step faster; the step keeps low-precision "
         "copies of the weights."),
     "leak_loss_sum": (
-        "A bug to watch: total_loss += loss instead of loss.item(). The sum keeps every "
-        "step's autograd graph alive; under grad in validation it keeps every saved tensor, "
-        "so memory grows step after step."),
+        "A bug to watch: total_loss += loss instead of loss.item(). In training the sum "
+        "keeps every step's autograd nodes alive, but backward has already freed their "
+        "saved tensors: tensor memory grows 0 B a step; what grows is the process heap, a "
+        "few KB a step, and an event \"total_loss keeps every step's graph\" gives the "
+        "nodes added a step. In validation run under grad (no_grad_eval off) the sum keeps "
+        "every eval forward's saved tensors: memory grows at every eval (an event \"memory "
+        "keeps growing\")."),
     "leak_cache": (
         "A bug to watch: the loss keeps its intermediates in a list that is never cleared, "
         "so memory grows every step (the kind of leak PyTorch's memory history finds)."),

@@ -44,7 +44,9 @@ def test_following_a_folder_shows_rows_as_they_are_written(qtbot, window, tmp_pa
 def test_following_a_folder_that_is_not_a_run_says_why(qtbot, window, tmp_path, monkeypatch):
     shown = []
     monkeypatch.setattr(window, "message", lambda title, text, *a: shown.append(text))
-    assert not window.follow_run(tmp_path / "nothing")
+    not_a_folder = tmp_path / "notes.txt"  # one that does not exist yet is waited for
+    not_a_folder.write_text("not a run")
+    assert not window.follow_run(not_a_folder)
     assert shown and "not a folder" in shown[0]
 
 

@@ -70,3 +70,37 @@ def state_text(state: str, folder: Path) -> str:
         "finished": f"Followed {folder}: finished",
         "writer gone": f"Followed {folder}: writer gone (its process ended without finishing)",
     }.get(state, state)
+
+
+class AwaitedFolder(QObject):
+    """A folder that does not exist yet (`app --follow DIR` before the run that makes DIR
+    starts): polled until it appears, then `appeared` is emitted once."""
+
+    appeared = Signal(object)  # the folder (a Path)
+
+    def __init__(self, folder: Path, parent: QObject | None = None) -> None:
+        super().__init__(parent)
+        self.folder = Path(folder)
+        self._timer = QTimer(self)
+        self._timer.setObjectName("await_folder_timer")
+        self._timer.setInterval(POLL_MS)
+        self._timer.timeout.connect(self._on_timeout)
+
+    @property
+    def active(self) -> bool:
+        return self._timer.isActive()
+
+    def start(self) -> None:
+        self._timer.start()
+
+    def stop(self) -> None:
+        self._timer.stop()
+
+    def _on_timeout(self) -> None:
+        if self.folder.is_dir():
+            self._timer.stop()
+            self.appeared.emit(self.folder)
+
+
+def waiting_text(folder: Path) -> str:
+    return f"Waiting for {folder} to appear…"

@@ -53,7 +53,7 @@ def launch(argv: list[str] | None = None, open_path: Path | None = None,
     if open_path is not None:
         window.conventions.opener.open_path(open_path)
     if follow:
-        window.follow_run(Path(follow))
+        window.follow_run(Path(follow).expanduser())
     code = app.exec()
     if window.running:  # "Quit now": a step that never ended holds the training thread
         sys.stdout.flush()

@@ -3,6 +3,7 @@ run, and a torchrun job's ranks chosen in the status bar (rank_chooser)."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from PySide6.QtCore import Qt
@@ -19,6 +20,7 @@ class RunOpening:
     def __init__(self, window) -> None:
         self.window = window
         self.followed = None  # app.window.follow_run.FollowedRun while following a folder
+        self.awaited = None  # app.window.follow_run.AwaitedFolder: to follow once it appears
         self._rank_mode = ""  # "open" or "follow": what choosing a rank does
         window.rank_chooser.rank_chosen.connect(self._on_rank_chosen)
 
@@ -115,6 +117,9 @@ class RunOpening:
         return self.followed is not None and self.followed.active
 
     def stop_following(self) -> None:
+        if self.awaited is not None:
+            self.awaited.stop()
+            self.awaited = None
         if self.followed is not None:
             self.followed.stop()
             self.followed = None
@@ -128,13 +133,16 @@ class RunOpening:
 
     def follow_run(self, folder: Path) -> bool:
         """Show a run folder that another process is writing, growing as it grows (a
-        distributed watch's parent folder: one rank at a time, chosen in the status bar)."""
+        distributed watch's parent folder: one rank at a time, chosen in the status bar).
+        A folder that does not exist yet is waited for, and followed once it appears."""
         from memlens.app.window.follow_run import FollowedRun, state_text
 
         w = self.window
         if w.running:
             w.statusBar().showMessage("Stop the run first to follow another", 6000)
             return False
+        if not os.path.lexists(folder):
+            return self._await(Path(folder))
         folder = self._rank_of(folder, "follow")
         try:
             followed = FollowedRun(folder, w)
@@ -152,6 +160,17 @@ class RunOpening:
         followed.failed.connect(lambda text: w.message(
             "Cannot follow this folder", text, QMessageBox.Warning, "follow_error"))
         followed.start()
+        return True
+
+
+    def _await(self, folder: Path) -> bool:
+        from memlens.app.window.follow_run import AwaitedFolder, waiting_text
+
+        self.stop_following()
+        self.awaited = AwaitedFolder(folder, self.window)
+        self.awaited.appeared.connect(self.follow_run)
+        self.window.set_state(WindowState.IDLE, waiting_text(folder))
+        self.awaited.start()
         return True
 
 

@@ -1,5 +1,6 @@
 """What the app remembers between launches: the run settings, window geometry and docks,
-splitter sizes, the last folder, recent runs and the bytes display (QSettings).
+splitter sizes, the last folder, recent runs, the runs folder, the bytes display and the theme
+(QSettings).
 
 `AppSettings.user()` is the user's own store (launch() uses it); `AppSettings.at(path)` an
 INI file (the tests give a temporary one); `AppSettings()` remembers nothing past the
@@ -18,7 +19,14 @@ RECENT_MAX = 8
 # Storage keys, one definition each.
 GEOMETRY, WINDOW_STATE, SPLITTERS = "window/geometry", "window/state", "window/splitters"
 LAST_FOLDER, RECENT, RUN_CONFIG = "files/last_folder", "files/recent", "run/config"
-EXACT_BYTES = "view/exact_bytes"
+EXACT_BYTES, THEME, RUNS_FOLDER = "view/exact_bytes", "view/theme", "files/runs_folder"
+THEME_CHOICES = ("system", "light", "dark")  # View > Theme; "system" follows its scheme
+
+
+def default_runs_folder() -> Path:
+    """Where in-app runs go until the user picks a folder: one place whatever folder the app
+    was started from (a desktop launcher starts it in the home folder)."""
+    return Path.home() / "memlens-runs"
 
 
 def user_store() -> QSettings:
@@ -93,6 +101,21 @@ class AppSettings:
 
     def set_exact_bytes(self, on: bool) -> None:
         self.put(EXACT_BYTES, "true" if on else "false")
+
+    def runs_folder(self) -> Path:
+        folder = self.get(RUNS_FOLDER)
+        return Path(str(folder)) if folder else default_runs_folder()
+
+    def set_runs_folder(self, folder: str | Path) -> None:
+        self.put(RUNS_FOLDER, str(Path(folder).expanduser().resolve()))
+
+    def theme(self) -> str:
+        """"system", "light" or "dark" (View > Theme)."""
+        choice = str(self.get(THEME, "system"))
+        return choice if choice in THEME_CHOICES else "system"
+
+    def set_theme(self, choice: str) -> None:
+        self.put(THEME, choice)
 
     def run_config(self) -> dict | None:
         raw = self.get(RUN_CONFIG)

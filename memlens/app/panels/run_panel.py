@@ -165,6 +165,10 @@ class RunPanel(QGroupBox):
             hint.setVisible(running is not None and running[key] != value)
 
     # --- the run's state ----------------------------------------------------------------------
+    def say(self, text: str) -> None:
+        """A note under the buttons (wrapped, never cut) until the state next changes."""
+        self.state_label.setText(text)
+
     def set_state(self, state: WindowState, running_config: RunConfig | None = None,
                   message: str = "") -> None:
         state = WindowState(state)

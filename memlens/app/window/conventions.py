@@ -1,6 +1,7 @@
 """What users expect of a desktop app, added to the main window in one place: Open (runs and
 snapshots), Recent runs, drag and drop, remembered settings and layout, box zoom and Zoom to
-steps, the rows tables, exact bytes, the Help menu and a theme that follows the system's."""
+steps, the rows tables, exact bytes, the Help menu, the runs folder and View > Theme (the
+system's scheme, light or dark)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,11 @@ from PySide6.QtWidgets import QApplication
 
 from memlens.app.app_settings import AppSettings
 from memlens.app.resources import app_icon
-from memlens.app.theme import apply_theme, current_theme, system_theme, theme_for
+from memlens.app.theme import apply_theme, current_theme, theme_for
 from memlens.app.timeline.plot_zoom import BoxZoom, ZoomToStepsDialog
 from memlens.app.window.open_paths import Opener
+from memlens.app.window.runs_folder import RunsFolderChoice
+from memlens.app.window.theme_menu import ThemeMenu, chosen_theme
 from memlens.core import units
 from memlens.core.config import RunConfig
 from memlens.core.options import ConfigError
@@ -38,11 +41,13 @@ class WindowConventions(QObject):
         self.box_zoom = BoxZoom(window.plots)
         self.rows_dialog = None
         self.help_dialog = None
+        self.theme_menu = ThemeMenu(window, settings, self.apply_theme)
+        self.runs_folder = RunsFolderChoice(window, settings)
         units.set_exact_bytes(settings.exact_bytes())
         window.setWindowIcon(app_icon())
         hints = QApplication.styleHints()
         hints.colorSchemeChanged.connect(self._on_color_scheme_changed)
-        self.apply_theme(system_theme())
+        self.apply_theme(chosen_theme(settings.theme()))
         settings.restore_window(window)
 
     def _action(self, menu, text: str, shortcut, slot, name: str,
@@ -59,6 +64,7 @@ class WindowConventions(QObject):
     def add_menus(self, file_menu, view_menu, open_action: QAction) -> None:
         file_menu.insertMenu(open_action, self.opener.recent_menu)
         file_menu.insertAction(self.opener.recent_menu.menuAction(), open_action)
+        file_menu.insertAction(self.main_window.export_action, self.runs_folder.action)
         view_menu.addSeparator()
         self._action(view_menu, "&Zoom to steps…", "Ctrl+Shift+Z", self.zoom_dialog,
                      "zoom_action")
@@ -75,6 +81,7 @@ class WindowConventions(QObject):
                                          self._on_exact_bytes_toggled, "exact_bytes_action",
                                          checkable=True)
         self.exact_action.setChecked(units.exact_bytes())
+        self.theme_menu.add_to(view_menu)
         help_menu = self.main_window.menuBar().addMenu("&Help")
         self._action(help_menu, "What the &techniques do", QKeySequence.HelpContents,
                      lambda: self.show_help("techniques"), "help_techniques_action")
@@ -134,7 +141,8 @@ class WindowConventions(QObject):
 
     # --- theme ---------------------------------------------------------------------------------
     def _on_color_scheme_changed(self, scheme) -> None:
-        self.apply_theme(theme_for(scheme))
+        if self.theme_menu.follows_system:
+            self.apply_theme(theme_for(scheme))
 
     def apply_theme(self, theme) -> None:
         apply_theme(theme, self.main_window.plots.plots)

@@ -49,7 +49,7 @@ pg.setConfigOptions(antialias=False, foreground="#333333", background="w")
 
 FRAME_MS = 33  # curves: about 30 Hz
 TEXT_EVERY = 8  # text: every 8th frame, about 4 Hz
-DEFAULT_RUNS_DIR = Path("runs")
+RUNS_DIR_FROM_SETTINGS = "settings"  # MainWindow's runs_dir: the remembered runs folder
 # Closing waits this long for the run to stop (a frame or two) before it says "stopping…"
 # and lets the window go on painting.
 CLOSE_WAIT_MS = 30
@@ -57,11 +57,12 @@ CLOSE_WAIT_MS = 30
 
 class MainWindow(QMainWindow):
     """`train_fn` defaults to memlens.core.loop.run_training; tests and benchmarks may pass
-    memlens.core.synthetic.synthetic_training. `runs_dir=None` keeps runs in memory only.
+    memlens.core.synthetic.synthetic_training. `runs_dir`: where runs are written; by default
+    the runs folder File > Runs folder set (app_settings); None keeps runs in memory only.
     `settings`: what is remembered between launches (app.app_settings; by default nothing)."""
 
     def __init__(self, config: RunConfig | None = None, *,
-                 runs_dir: Path | None = DEFAULT_RUNS_DIR,
+                 runs_dir: Path | str | None = RUNS_DIR_FROM_SETTINGS,
                  train_fn: TrainFn | None = None,
                  settings: AppSettings | None = None) -> None:
         super().__init__()
@@ -70,7 +71,8 @@ class MainWindow(QMainWindow):
             config = remembered_config(self.app_settings)
         self.setObjectName("main_window")
         self.setWindowTitle("memlens")
-        self.runs_dir = runs_dir
+        self.runs_dir = (self.app_settings.runs_folder() if runs_dir == RUNS_DIR_FROM_SETTINGS
+                         else runs_dir)
         self.train_fn = train_fn
         config = config or RunConfig()
         self.session: RunSession | None = None
@@ -140,9 +142,9 @@ class MainWindow(QMainWindow):
         return self.session is not None and self.session.running
 
     def start_run(self) -> None:
-        if self.running:
-            self.statusBar().showMessage(
-                "A run is already going: Stop it (or Reset) before starting another", 6000)
+        if self.running:  # beside the buttons, wrapped: the status bar would cut it
+            self.run_panel.say("A run is already going: Stop it (or Reset) before starting "
+                               "another")
             return
         try:
             config = self.run_panel.config(self.techniques_panel.toggles())
@@ -163,6 +165,8 @@ class MainWindow(QMainWindow):
         session.finished.connect(self._on_session_finished)
         session.failed.connect(self._on_session_failed)
         self.session = session
+        if session.folder is not None:  # File > Recent runs lists it from its start
+            self.conventions.opener.remember(session.folder)
         self.loaded_from = None
         self.show_history(session.history)
         self.status.set_planned(config.steps)
@@ -339,7 +343,9 @@ class MainWindow(QMainWindow):
             self.board.update_state()
 
     def refresh_texts(self) -> None:
-        """Every text now (legends, status bar), e.g. after the bytes display changed."""
+        """Every text now (legends, status bar, the toggles' effects), e.g. after the bytes
+        display changed."""
+        self._measuring = list(self._toggle_rows)
         self.plots.mark_dirty()
         self._refresh_text()
 

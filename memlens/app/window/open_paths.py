@@ -58,11 +58,15 @@ class Opener(QObject):
                 tabs.currentWidget() is self.snapshot_view:
             tabs.setCurrentIndex(0)  # the run just opened, not the snapshot from before
         if ok:
-            self.settings.add_recent(target)
-            self.settings.set_last_folder(target.parent)
-            self.settings.sync()
-            self._fill_recent()
+            self.remember(target)
         return ok
+
+    def remember(self, path: Path) -> None:
+        """On the Recent runs menu (newest first), and the folder Open starts in."""
+        self.settings.add_recent(path)
+        self.settings.set_last_folder(Path(path).parent)
+        self.settings.sync()
+        self._fill_recent()
 
     def open_snapshot(self, path: Path) -> bool:
         QApplication.setOverrideCursor(Qt.WaitCursor)

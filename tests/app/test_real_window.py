@@ -117,8 +117,15 @@ def start_child(display: str, tmp_path: Path, config: Path | None = None):
     the user's app). Returns the child, its output's reader and its stderr's file."""
     env = {k: v for k, v in os.environ.items()
            if k not in ("QT_QPA_PLATFORM", "WAYLAND_DISPLAY")}  # no forced platform: xcb
+    config = config or tmp_path / "config"
     env.update(DISPLAY=display, PYTHONPATH=str(ROOT), PYTHONUNBUFFERED="1",
-               XDG_CONFIG_HOME=str(config or tmp_path / "config"))
+               XDG_CONFIG_HOME=str(config))
+    # The runs folder File > Runs folder sets, in the child's own store (user_store's file).
+    from memlens.app.app_settings import AppSettings
+
+    store = AppSettings.at(config / "memlens" / "memlens.ini")
+    store.set_runs_folder(tmp_path / "runs")
+    store.sync()
     log = tmp_path / "child-stderr.txt"
     with log.open("wb") as err:  # a file, not a pipe: Qt's warnings can never block the child
         child = subprocess.Popen([sys.executable, "-m", "tests.app.real_window_child"],

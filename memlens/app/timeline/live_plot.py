@@ -8,7 +8,9 @@ and hover read-out.
 
 from __future__ import annotations
 
+import contextlib
 import math
+from html import escape
 
 import numpy as np
 import pyqtgraph as pg
@@ -17,21 +19,30 @@ from PySide6.QtGui import QColor
 
 from memlens.app.series.run_series import RunSeries
 from memlens.app.timeline.grid_lines import GridLines
+from memlens.app.timeline.legend_label import LegendLabel
 from memlens.app.timeline.live_axis import LiveAxis
 from memlens.app.timeline.live_line import LiveLine
-from memlens.app.timeline.marker_labels import label_rows, row_position
+from memlens.app.timeline.marker_labels import (
+    LABEL_FILL_ALPHA,
+    label_anchor,
+    label_rows,
+    row_position,
+)
 from memlens.app.timeline.plot_style import (
     HOVER_COLOR,
     TOTAL_COLOR,
     event_color,
+    legend_row,
     lighten,
     readable,
+    swatch,
 )
 from memlens.app.timeline.stacked_area import AreaLayer, StackedArea
+from memlens.app.timeline.step_axis import StepAxis
 
 MARKER_LABEL_ROWS = (0.92, 0.8, 0.68)
 AXIS_WIDTH = 62
-LEGEND_HEIGHT = 36
+LEGEND_HEIGHT = 36  # the title row's least height: two lines of legend
 # fit_y keeps a y range while the data fills at least this share of it (auto-range's own
 # padding leaves about 0.9 at the usual plot heights).
 KEEP_Y = 0.85
@@ -67,7 +78,8 @@ class LivePlot(pg.PlotWidget):
 
     def __init__(self, object_name: str, title: str, left_axis: pg.AxisItem | None = None,
                  parent=None) -> None:
-        axes = {side: LiveAxis(side) for side in ("left", "bottom", "right", "top")}
+        axes = {side: LiveAxis(side) for side in ("left", "right", "top")}
+        axes["bottom"] = StepAxis("bottom")
         if left_axis is not None:
             axes["left"] = left_axis
         super().__init__(parent=parent, background="w", axisItems=axes)
@@ -78,6 +90,18 @@ class LivePlot(pg.PlotWidget):
         self.scene().setItemIndexMethod(self.scene().ItemIndexMethod.NoIndex)
         self.title = title
         item = self.getPlotItem()
+        # The title row is the legend: one that wraps at the view's width (app.timeline.
+        # legend_label) in place of pyqtgraph's, which runs off the plot's right edge.
+        item.layout.removeItem(item.titleLabel)
+        self.scene().removeItem(item.titleLabel)
+        item.titleLabel = LegendLabel("", size="11pt", parent=item)
+        item.layout.addItem(item.titleLabel, 0, 1)
+        item.titleLabel.geometryChanged.connect(self._on_legend_resized)
+        self._legend_row = LEGEND_HEIGHT
+        self._legend_width = 0.0
+        # The colours the theme asks for (set_theme): the plot background and the total line.
+        self._background = "#FFFFFF"
+        self._total_line = TOTAL_COLOR
         # A light y grid of our own (see app.timeline.grid_lines); markers and the hover line give
         # the x reference.
         self.grid = GridLines(item.getAxis("left"))
@@ -131,13 +155,14 @@ class LivePlot(pg.PlotWidget):
             curve.setSegmentedLineMode("off")
         elif style == Qt.SolidLine:
             # Repaints only its changed right edge (a dash pattern would restart per piece).
-            curve = LiveLine(pg.mkPen(color, width=width))
+            curve = LiveLine(pg.mkPen(self.legend_color(color), width=width))
         else:
-            curve = LiveCurve(pen=pg.mkPen(color, width=width, style=style),
+            curve = LiveCurve(pen=pg.mkPen(self.legend_color(color), width=width, style=style),
                               skipFiniteCheck=finite, connect="all" if finite else "finite")
             # One cached path per setData; "segmented" lines are rebuilt at every paint.
             curve.setSegmentedLineMode("off")
         curve.setZValue(z)
+        self._own_colors[key] = color
         view = view or self.getPlotItem().vb
         view.addItem(curve)
         self._bounded.append((curve, view))
@@ -161,15 +186,29 @@ class LivePlot(pg.PlotWidget):
             pos=step, angle=90, movable=False,
             pen=pg.mkPen(color, width=1.5 if kind == "error" else 1),
             label=label,
-            # pyqtgraph puts the label on the side of the line facing the view's centre,
-            # so labels near either edge stay readable.
-            labelOpts={"position": row, "color": color, "fill": pg.mkBrush(255, 255, 255, 210)},
+            # The side of the line the label takes: arrange_marker_labels sets it.
+            labelOpts={"position": row, "anchors": [(0, 0.5), (0, 0.5)]},
         )
         line.setZValue(30)
+        line.event_kind = kind
+        self._theme_marker(line)
         self.getPlotItem().addItem(line, ignoreBounds=True)
         self.markers.append(line)
         self.arrange_marker_labels()
         return line
+
+    def _theme_marker(self, line: pg.InfiniteLine) -> None:
+        """A marker in the theme's colours: its line and text readable on the background,
+        its label's box the background itself, see-through over the curves."""
+        color = readable(event_color(line.event_kind), self._background)
+        pen = pg.mkPen(line.pen)
+        pen.setColor(pg.mkColor(color))
+        line.setPen(pen)
+        line.label.setColor(color)
+        fill = QColor(self._background)
+        fill.setAlpha(LABEL_FILL_ALPHA)
+        line.label.fill = pg.mkBrush(fill)
+        line.label.update()
 
     def arrange_marker_labels(self, *_args) -> None:
         """Labels of the markers in view in rows from the top, none over another and none
@@ -180,14 +219,25 @@ class LivePlot(pg.PlotWidget):
         if not self.markers or width <= 0 or height <= 0 or x1 <= x0:
             return
         scale = width / (x1 - x0)
-        shown = [m for m in self.markers if x0 <= m.value() <= x1]
+        shown = []
+        for line in self.markers:
+            # A label whose line is out of view would still poke into it, cut at its edge.
+            inside = x0 <= line.value() <= x1
+            if inside:
+                shown.append(line)
+            elif line.label.isVisible():
+                line.label.setVisible(False)
         spans, tallest = [], 0.0
         for line in shown:
             rect = line.label.boundingRect()
             tallest = max(tallest, rect.height())
             x = (line.value() - x0) * scale
-            # pyqtgraph draws the label on the side of the line facing the view's centre
-            spans.append((x, x + rect.width()) if x < width / 2 else (x - rect.width(), x))
+            anchor = label_anchor(x, rect.width(), width)
+            if line.label.anchors[0][0] != anchor:
+                line.label.anchors = [(anchor, 0.5), (anchor, 0.5)]
+                line.label.updatePosition()
+            left = x - anchor * rect.width()
+            spans.append((left, left + rect.width()))
         for line, row in zip(shown, label_rows(spans), strict=True):
             position = row_position(row, tallest, height)
             if position is None:
@@ -217,24 +267,41 @@ class LivePlot(pg.PlotWidget):
             label.text = text
             label.item.setHtml(f"<span style='{self._legend_style}'>{text}</span>")
             self._legend_html = html
+            self._fit_legend_row()
             return
         self._legend_html = html
         item = self.getPlotItem()
         item.setTitle(text, size="8.5pt", color=item.titleLabel.opts.get("color") or "#333333",
                       justify="left")
-        item.titleLabel.setMaximumHeight(LEGEND_HEIGHT)
-        item.layout.setRowFixedHeight(0, LEGEND_HEIGHT)
-        # A long legend must not widen the plot (it would push the view past the widget
-        # and out of line with the other plots): it may run out to the right instead.
-        item.titleLabel.setMinimumWidth(0)
+        item.titleLabel.setMaximumHeight(self._legend_row)
+        item.layout.setRowFixedHeight(0, self._legend_row)
         # The style LabelItem.setText wraps the text in (its colour and size options).
         color = pg.mkColor(label.opts["color"]).name(QColor.NameFormat.HexArgb)
         self._legend_style = f"color: {color}; font-size: {label.opts['size']}"
+        self._fit_legend_row()
+
+    def _fit_legend_row(self, shrink: bool = False) -> None:
+        """The title row as tall as the wrapped legend. It only grows while the width stays
+        (a hover read-out one line longer, then shorter, must not make the views jump);
+        a new width (`shrink`) fits it to the text again."""
+        item = self.getPlotItem()
+        need = max(LEGEND_HEIGHT, math.ceil(item.titleLabel.text_height()))
+        if need > self._legend_row or (shrink and need < self._legend_row):
+            self._legend_row = need
+            item.titleLabel.setMaximumHeight(need)
+            item.layout.setRowFixedHeight(0, need)
+
+    def _on_legend_resized(self) -> None:
+        width = self.getPlotItem().titleLabel.size().width()
+        if width != self._legend_width:
+            self._legend_width = width
+            self._fit_legend_row(shrink=True)
 
     def set_theme(self, theme) -> None:
         """Background, axes, grid, title text and the darkest line in `theme`'s colours
         (an memlens.app.theme.Theme)."""
         self.setBackground(theme.plot_background)
+        self._background, self._total_line = theme.plot_background, theme.total_line
         item = self.getPlotItem()
         for side in ("left", "bottom", "right"):
             axis = item.getAxis(side)
@@ -256,18 +323,63 @@ class LivePlot(pg.PlotWidget):
             if pen.style() == Qt.NoPen:
                 continue
             own = self._own_colors.setdefault(key, pen.color().name())
-            # The total line is the strongest on either background; others keep their hue.
-            wanted = (theme.total_line if own.upper() == TOTAL_COLOR.upper()
-                      else readable(own, theme.plot_background))
+            wanted = self.legend_color(own)
             pen.setColor(pg.mkColor(wanted))
             if isinstance(curve, LiveLine):
                 curve.pen = pen
                 curve.update()
             else:
                 curve.setPen(pen)
+        for line in self.markers:
+            self._theme_marker(line)
+        for curve in self.ghosts.values():
+            curve.setPen(pg.mkPen(self.legend_color(curve.pin_color), width=1,
+                                  style=Qt.DashLine))
         item.titleLabel.opts["color"] = theme.plot_text
         html, self._legend_html = self._legend_html, None
         self.set_legend(html or "")
+
+    def legend_color(self, color: str) -> str:
+        """`color` as this plot draws it in the current theme: the total line the strongest
+        on either background, any other readable on it with its hue kept. Curves and their
+        legend swatches both take it, so a swatch always shows its curve's colour."""
+        if color.upper() == TOTAL_COLOR.upper():
+            return self._total_line
+        return readable(color, self._background)
+
+    def swatch(self, color: str, text: str, value: str = "") -> str:
+        """A legend entry (plot_style.swatch) in the colour its curve is drawn in."""
+        return swatch(self.legend_color(color), text, value)
+
+    def pin_legend(self, pins, value_at=None) -> str:
+        """An entry for each visible pinned run, by its name, in its ghost line's colour;
+        with `value_at(series)`'s text where that gives one (the hover read-out)."""
+        parts = []
+        for pin in pins:
+            if not pin.visible:
+                continue
+            text = value_at(pin.series) if value_at is not None else None
+            tail = f"&nbsp;<b>{text}</b>" if text is not None else ""
+            parts.append(f'<span style="color:{self.legend_color(pin.color)}">&#9477;&nbsp;'
+                         f"{escape(pin.name)}</span>{tail}")
+        return legend_row(parts)
+
+    @contextlib.contextmanager
+    def for_export(self):
+        """The plot laid out as an image of it alone must show it: with its own step axis
+        (in the stack only the lowest plot shows one), in the same size of image."""
+        item = self.getPlotItem()
+        axis = item.getAxis("bottom")
+        hidden = not axis.isVisible()
+        if hidden:
+            item.showAxis("bottom")
+            item.layout.activate()
+        try:
+            yield
+        finally:
+            if hidden:
+                item.hideAxis("bottom")
+                item.layout.activate()
 
     # Log scale: values below this (in the plot's units) are drawn at it, the bottom edge.
     log_floor = 1e-3
@@ -308,8 +420,9 @@ class LivePlot(pg.PlotWidget):
         for pin_id, pin in wanted.items():
             curve = self.ghosts.get(pin_id)
             if curve is None:
-                curve = LiveCurve(pen=pg.mkPen(pin.color, width=1, style=Qt.DashLine),
-                                  connect="finite")
+                curve = LiveCurve(pen=pg.mkPen(self.legend_color(pin.color), width=1,
+                                               style=Qt.DashLine), connect="finite")
+                curve.pin_color = pin.color
                 curve.setSegmentedLineMode("off")
                 curve.setOpacity(0.75)
                 curve.setZValue(20)
@@ -391,16 +504,3 @@ class LivePlot(pg.PlotWidget):
     def leaveEvent(self, event) -> None:
         self.hover_left.emit()
         super().leaveEvent(event)
-
-
-def ghost_legend(pins, value_at) -> str:
-    """Legend entries for visible pins: `value_at(series)` gives the text or None."""
-    parts = []
-    for pin in pins:
-        if not pin.visible:
-            continue
-        text = value_at(pin.series)
-        if text is not None:
-            parts.append(f'<span style="color:{pin.color}">&#9477;&nbsp;{pin.label}</span> '
-                         f"<b>{text}</b>")
-    return "&nbsp;&nbsp;".join(parts)

@@ -6,8 +6,8 @@ import numpy as np
 import pyqtgraph as pg
 
 from memlens.app.series.run_series import RunSeries
-from memlens.app.timeline.live_plot import LivePlot, ghost_legend
-from memlens.app.timeline.plot_style import GRAD_NORM_COLOR, LOSS_COLOR, swatch
+from memlens.app.timeline.live_plot import LivePlot
+from memlens.app.timeline.plot_style import GRAD_NORM_COLOR, LOSS_COLOR, legend_row
 from memlens.core.units import format_number
 
 
@@ -65,10 +65,10 @@ class LossPlot(LivePlot):
             step, values = found
             loss, grad = format_number(values["loss"]), format_number(values["grad_norm"])
             head = f"<i>step {step}</i>"
-        parts = [head, swatch(LOSS_COLOR, "loss", loss), swatch(GRAD_NORM_COLOR, "grad norm", grad)]
-        if x is not None:
-            parts.append(ghost_legend(pins, lambda s: _ghost_loss(s, x)))
-        return "&nbsp;&nbsp;".join(p for p in parts if p)
+        parts = [head, self.swatch(LOSS_COLOR, "loss", loss),
+                 self.swatch(GRAD_NORM_COLOR, "grad norm", grad),
+                 self.pin_legend(pins, None if x is None else lambda s: _ghost_loss(s, x))]
+        return legend_row(parts)
 
 
 def _ghost_loss(series: RunSeries, x: float) -> str | None:

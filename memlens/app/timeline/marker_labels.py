@@ -1,10 +1,25 @@
-"""Where event markers' labels go: stacked in rows from the plot's top so no two overlap and
-none is cut off at the top edge."""
+"""Where event markers' labels go: beside their line on whichever side has room (clamped to
+the view where neither has), stacked in rows from the plot's top so no two overlap and none
+is cut off at an edge."""
 
 from __future__ import annotations
 
 LABEL_GAP_PX = 4.0  # between two labels on one row
 TOP_MARGIN_PX = 2.0
+# A label's box: the plot's own background, see-through enough that a curve under it shows.
+LABEL_FILL_ALPHA = 110
+
+
+def label_anchor(x: float, width: float, view_width: float) -> float:
+    """For a label `width` px wide on a line `x` px into a view `view_width` px wide, the
+    share of the label left of the line (pyqtgraph's anchor): 0 (to the right) where it
+    fits there, 1 (to the left) where it fits there instead, else as far left as keeps its
+    left edge in the view."""
+    if x + width <= view_width:
+        return 0.0
+    if x - width >= 0:
+        return 1.0
+    return x / width  # here x < width: the left edge at the view's
 
 
 def label_rows(spans: list[tuple[float, float]], gap: float = LABEL_GAP_PX) -> list[int]:

@@ -9,13 +9,13 @@ from PySide6.QtCore import Qt
 
 from memlens.app.series.run_series import STEP_LINES, RunSeries
 from memlens.app.timeline.bytes_axis import BytesAxis
-from memlens.app.timeline.live_plot import LivePlot, ghost_legend
+from memlens.app.timeline.live_plot import LivePlot
 from memlens.app.timeline.plot_style import (
     CATEGORY_COLORS,
     PEAK_COLOR,
     RESERVED_COLOR,
     TOTAL_COLOR,
-    swatch,
+    legend_row,
 )
 from memlens.core.records import CATEGORY_HELP, MEMORY_CATEGORIES, SAMPLE_PHASES
 from memlens.core.units import format_bytes
@@ -100,13 +100,12 @@ class MemoryPlot(LivePlot):
                 peak = format_bytes(run.step_value(step_row, "peak_bytes"))
             if not math.isnan(row[idx["reserved"]]):
                 total += f" &nbsp;reserved <b>{format_bytes(row[idx['reserved']])}</b>"
-        first = [f"<i>{head}</i>" if head else "", swatch(TOTAL_COLOR, "total", total),
-                 swatch(PEAK_COLOR, "peak", peak)]
-        if x is not None:
-            first.append(ghost_legend(pins, lambda s: _ghost_total(s, x)))
-        second = [swatch(CATEGORY_COLORS[c], c, values[c]) for c in MEMORY_CATEGORIES
+        first = [f"<i>{head}</i>" if head else "", self.swatch(TOTAL_COLOR, "total", total),
+                 self.swatch(PEAK_COLOR, "peak", peak),
+                 self.pin_legend(pins, None if x is None else lambda s: _ghost_total(s, x))]
+        second = [self.swatch(CATEGORY_COLORS[c], c, values[c]) for c in MEMORY_CATEGORIES
                   if c in shown]
-        return "&nbsp;&nbsp;".join(p for p in first if p) + "<br>" + "&nbsp;&nbsp;".join(second)
+        return legend_row(first) + "<br>" + legend_row(second)
 
 
 def category_tooltip() -> str:

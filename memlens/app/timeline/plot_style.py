@@ -4,13 +4,19 @@ from __future__ import annotations
 
 from memlens.core.records import MEMORY_CATEGORIES, PHASES
 
-# Muted, colour-blind-friendly hues; fills are these, lightened, drawn opaque.
+# The palette: every series' colour is defined here once; curves, areas, legends, exports
+# and the other views import it. Muted, colour-blind-friendly hues; fills are these,
+# lightened, drawn opaque. A band shares its hue with the phase that makes it (activations
+# and forward, grads and backward, optimizer state and the optimizer step); within one
+# plot no two series share a colour (the peak line stays the red the docs name, so no band
+# is red).
 CATEGORY_COLORS: dict[str, str] = dict(zip(MEMORY_CATEGORIES, (
-    "#4C72B0", "#DD8452", "#55A868", "#C44E52", "#8C8C8C", "#937860", "#DA8BC3",
+    "#4C72B0", "#DD8452", "#55A868", "#64B5CD", "#8C8C8C", "#937860", "#DA8BC3",
     "#A6D854",
 ), strict=True))
 PHASE_COLORS: dict[str, str] = dict(zip(PHASES, (
-    "#8172B3", "#64B5CD", "#DD8452", "#55A868", "#CCB974",
+    "#8172B3", CATEGORY_COLORS["activations"], CATEGORY_COLORS["grads"],
+    CATEGORY_COLORS["optimizer"], "#CCB974",
 ), strict=True))
 # A torchrun job's ranks, one hue each (the 11th rank takes the first hue again).
 RANK_COLORS: tuple[str, ...] = ("#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#9467BD",
@@ -38,9 +44,15 @@ def event_color(kind: str) -> str:
 
 
 def swatch(color: str, text: str, value: str = "") -> str:
-    """A legend entry as rich text: a coloured square, the name, and a value if any."""
-    tail = f" <b>{value}</b>" if value else ""
+    """A legend entry as rich text: a coloured square, the name, and a value if any (one
+    unbreakable piece: a wrapped legend breaks between entries only)."""
+    tail = f"&nbsp;<b>{value}</b>" if value else ""
     return f'<span style="color:{color}">&#9632;</span>&nbsp;{text}{tail}'
+
+
+def legend_row(parts) -> str:
+    """Legend entries in a row, spaced, with a place between any two to wrap at."""
+    return "&nbsp; ".join(p for p in parts if p)
 
 
 MIN_LINE_CONTRAST = 3.0  # WCAG's minimum for graphics a user must make out

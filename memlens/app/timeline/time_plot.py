@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 
 from memlens.app.series.run_series import PHASE_MS_COLUMNS, STEP_LINES, RunSeries
-from memlens.app.timeline.live_plot import LivePlot, ghost_legend
-from memlens.app.timeline.plot_style import PHASE_COLORS, TOTAL_COLOR, swatch
+from memlens.app.timeline.live_plot import LivePlot
+from memlens.app.timeline.plot_style import PHASE_COLORS, TOTAL_COLOR, legend_row
 from memlens.core.records import PHASES
 from memlens.core.units import format_ms
 
@@ -45,11 +45,10 @@ class TimePlot(LivePlot):
                                                               strict=True)}
             total = format_ms(record["step_ms"])
             head = f"<i>step {step}</i>"
-        first = [head, swatch(TOTAL_COLOR, "whole step", total)]
-        if x is not None:
-            first.append(ghost_legend(pins, lambda s: _ghost_ms(s, x)))
-        second = [swatch(PHASE_COLORS[p], p, values[p]) for p in PHASES]
-        return "&nbsp;&nbsp;".join(p for p in first if p) + "<br>" + "&nbsp;&nbsp;".join(second)
+        first = [head, self.swatch(TOTAL_COLOR, "whole step", total),
+                 self.pin_legend(pins, None if x is None else lambda s: _ghost_ms(s, x))]
+        second = [self.swatch(PHASE_COLORS[p], p, values[p]) for p in PHASES]
+        return legend_row(first) + "<br>" + legend_row(second)
 
 
 def _ghost_ms(series: RunSeries, x: float) -> str | None:

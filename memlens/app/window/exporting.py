@@ -106,7 +106,8 @@ def export_run(history, plots: dict, folder: str | Path, choices: set[str],
                 continue
             for name, widget in plots.items():
                 try:
-                    written.append(_export_scene(widget, folder / f"{name}.{kind}", kind))
+                    with widget.for_export():  # its own step axis, as no stack shows it
+                        written.append(_export_scene(widget, folder / f"{name}.{kind}", kind))
                 except ExportError as exc:
                     problems.append(str(exc))
         extras = [f for f in extra_formats() if f in choices]

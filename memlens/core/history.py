@@ -36,6 +36,7 @@ LEGACY_STEP_COLUMNS: tuple[str, ...] = STEP_COLUMNS[:-2]
 # across [step, step + 1) and every plot can share one axis.
 SAMPLE_COLUMNS: tuple[str, ...] = (
     "step", "phase", "x", "time_s", *MEMORY_CATEGORIES, "total", "allocated", "reserved", "heap",
+    "rss",
 )
 PHASES_PER_STEP = len(PHASE_CODE)
 MAX_GRAPHS = 32
@@ -91,7 +92,7 @@ def sample_values(s: MemorySample) -> tuple[float, ...]:
         s.step, PHASE_CODE[s.phase], sample_x(s.step, s.phase), s.time_s,
         s.params, s.grads, s.optimizer, s.activations, s.other, s.buffers, s.amp_casts,
         s.temporaries, s.total,
-        _num(s.allocated), _num(s.reserved), _num(s.heap),
+        _num(s.allocated), _num(s.reserved), _num(s.heap), _num(s.rss),
     )
 
 

@@ -74,6 +74,8 @@ class MemorySample:
     buffers: int = 0
     amp_casts: int = 0
     temporaries: int = 0
+    # The process's resident memory (/proc/self/statm), read where the heap is (on CUDA too).
+    rss: int | None = None
 
     @property
     def total(self) -> int:
@@ -217,8 +219,9 @@ class AllocBlock:
 
 def edge_samples(step: int, params: int, buffers: int, rows: list[tuple]) -> list[MemorySample]:
     """The native LightProbe's edge rows (memory.MemoryProbe.take_rows: code, time_s, grads,
-    optimizer, activations, other, heap) as MemorySamples of `step`, with the probe's
+    optimizer, activations, other, heap, rss) as MemorySamples of `step`, with the probe's
     parameter and buffer bytes."""
     return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
-                         None, None, heap if heap >= 0 else None, buffers)
-            for code, t, grads, opt, act, other, heap in rows]
+                         None, None, heap if heap >= 0 else None, buffers,
+                         rss=rss if rss >= 0 else None)
+            for code, t, grads, opt, act, other, heap, rss in rows]

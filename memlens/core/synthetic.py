@@ -221,6 +221,7 @@ def fill_history(history: RunHistory, steps: int, config: RunConfig | None = Non
     rows[:, :, idx["allocated"]] = np.nan
     rows[:, :, idx["reserved"]] = np.nan
     rows[:, :, idx["heap"]] = np.nan
+    rows[:, :, idx["rss"]] = np.nan
     history.samples.extend(rows.reshape(-1, rows.shape[2]))
     template = StepRecord(0, 0.0, 1.0, 1.0, 3.55, 0.05, 1.0, 2.0, 0.5, 0.0,
                           params * 3 + 4096, params * 3 + act + 4096, None, 12, act, 0)

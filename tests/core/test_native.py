@@ -247,6 +247,7 @@ def test_light_probe_edges_keep_their_samples_until_taken_and_check_their_argume
     assert rows[1][3] == sum(t.untyped_storage().nbytes() for s in opt.state.values()
                              for t in s.values())
     assert rows[0][6] == -1 and rows[1][6] == -1  # the heap is read at forward only
+    assert rows[0][7] == -1 and rows[1][7] == -1  # and the resident memory with it
     assert take() == []
     with pytest.raises(TypeError):
         edge(backward, ())  # carried must be a list

@@ -17,11 +17,13 @@ import numpy as np
 
 from memlens.app.series.bin_pyramid import BASE, BinPyramid, Growing, level_of
 from memlens.app.series.decimate import bin_size
-from memlens.core.history import ColumnTable, RunHistory
+from memlens.core.history import PHASES_PER_STEP, ColumnTable, RunHistory
 from memlens.core.records import MEMORY_CATEGORIES, PHASES
 
 PHASE_MS_COLUMNS: tuple[str, ...] = tuple(f"{p}_ms" for p in PHASES)
 PULL_ROWS = 65_536  # rows read from the history at a time: a loaded run is read in pieces
+# The process's own memory, read once a step (memory.csv's rss_bytes, heap_bytes), in order.
+PROCESS_LINES: tuple[str, ...] = ("rss", "heap")
 # The step table's line channels, in order (see RunSeries._step_lines).
 STEP_LINES: tuple[str, ...] = ("loss", "grad_norm", "peak_bytes", "whole_step")
 
@@ -181,10 +183,12 @@ class RunSeries:
     """What the plots draw for one run (live or loaded), kept in step with its history.
 
     `samples` groups: "layers" (cumulative category bytes, the last the total), "total"
-    (that total as a line) and, once a run reports CUDA allocator figures, "allocator"
-    (allocated, reserved). `steps` groups: "phases" (cumulative phase ms, the last the whole
-    step) and "lines" (STEP_LINES). The full-array properties below read the whole history:
-    for tests and one-off questions, not for a frame.
+    (that total as a line), once a run reports CUDA allocator figures, "allocator"
+    (allocated, reserved), and once it reports the process's own memory, "process"
+    (PROCESS_LINES: NaN at the samples that did not read it). `steps` groups: "phases"
+    (cumulative phase ms, the last the whole step) and "lines" (STEP_LINES). The full-array
+    properties below read the whole history: for tests and one-off questions, not for a
+    frame.
     """
 
     def __init__(self, history: RunHistory) -> None:
@@ -192,6 +196,7 @@ class RunSeries:
         s_idx, t_idx = history.samples.index, history.steps.index
         self._cat_cols = [s_idx[c] for c in MEMORY_CATEGORIES]
         self._alloc_cols = [s_idx["allocated"], s_idx["reserved"]]
+        self._process_cols = [s_idx[c] for c in PROCESS_LINES]
         self._phase_cols = [t_idx[c] for c in PHASE_MS_COLUMNS]
         self._line_cols = [t_idx[c] for c in STEP_LINES[:3]]
         n_cat, n_phase = len(MEMORY_CATEGORIES), len(PHASES)
@@ -205,6 +210,7 @@ class RunSeries:
             "lines": (len(STEP_LINES), True, self._step_lines),
         })
         self.has_reserved = False
+        self.has_process = False  # some sample read the process's RSS or heap
         self.peak = 0.0  # highest per-step peak so far
         self.last_total = math.nan  # the newest sample's total bytes
 
@@ -231,6 +237,9 @@ class RunSeries:
     def _allocator(self, rows: np.ndarray) -> np.ndarray:
         return rows[:, self._alloc_cols].T
 
+    def _process(self, rows: np.ndarray) -> np.ndarray:
+        return rows[:, self._process_cols].T
+
     # --- pulling ------------------------------------------------------------------------
     def pull(self) -> tuple[int, int]:
         """Take rows added since the last pull. Returns (new samples, new steps)."""
@@ -244,6 +253,9 @@ class RunSeries:
         if not self.has_reserved and np.isfinite(rows[:, self._alloc_cols[1]]).any():
             self.has_reserved = True  # a CUDA run: keep allocated and reserved from now on
             self.samples.add_group("allocator", (2, True, self._allocator))
+        if not self.has_process and np.isfinite(rows[:, self._process_cols]).any():
+            self.has_process = True
+            self.samples.add_group("process", (len(PROCESS_LINES), True, self._process))
 
     def _on_step_rows(self, rows: np.ndarray) -> None:
         peaks = rows[:, self._line_cols[2]]
@@ -317,6 +329,19 @@ class RunSeries:
 
     def _sample_step(self, i: int) -> int:
         return int(self.history.samples.column("step", i, i + 1)[0])
+
+    def process_at(self, i: int) -> dict[str, float]:
+        """The process's RSS and heap as last read at or before sample row i, by
+        PROCESS_LINES name (those never read there left out)."""
+        if not self.has_process:
+            return {}
+        _x, rows = self.samples.rows("process", max(0, i - 2 * PHASES_PER_STEP), i + 1)
+        out = {}
+        for name, values in zip(PROCESS_LINES, rows, strict=True):
+            read = values[np.isfinite(values)]
+            if len(read):
+                out[name] = float(read[-1])
+        return out
 
     def total_at(self, i: int) -> float:
         """Total bytes of sample row i."""

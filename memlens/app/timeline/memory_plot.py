@@ -7,13 +7,15 @@ import math
 import numpy as np
 from PySide6.QtCore import Qt
 
-from memlens.app.series.run_series import STEP_LINES, RunSeries
+from memlens.app.series.run_series import PROCESS_LINES, STEP_LINES, RunSeries
 from memlens.app.timeline.bytes_axis import BytesAxis
 from memlens.app.timeline.live_plot import LivePlot
 from memlens.app.timeline.plot_style import (
     CATEGORY_COLORS,
+    HEAP_COLOR,
     PEAK_COLOR,
     RESERVED_COLOR,
+    RSS_COLOR,
     TOTAL_COLOR,
     legend_row,
 )
@@ -24,11 +26,15 @@ Y_UNIT = 2**20  # bytes per unit of the view (see memlens.app.timeline.bytes_axi
 # The legend lists these always, and buffers, amp_casts and temporaries where they hold
 # bytes at the step shown: eight entries do not fit one line of a narrow window.
 ALWAYS_LISTED = MEMORY_CATEGORIES[:5]
+# The process's own memory (PROCESS_LINES), as the legend names it: what no tensor explains.
+PROCESS_LABELS: dict[str, str] = {"rss": "process RSS", "heap": "malloc heap (CPU)"}
+PROCESS_COLORS: dict[str, str] = {"rss": RSS_COLOR, "heap": HEAP_COLOR}
 
 
 class MemoryPlot(LivePlot):
     """`curves[category]` holds the cumulative layer (params, params+grads, ...); `total` the
-    sum; `peak` each step's peak at step + 0.5; `reserved`/`allocated` only on CUDA. All in
+    sum; `peak` each step's peak at step + 0.5; `reserved`/`allocated` only on CUDA; `rss`
+    and `heap` (the process's own memory, read once a step) while `process_shown`. All in
     MiB (bytes / Y_UNIT); the axis labels them in whatever binary unit reads best."""
 
     log_floor = 1024 / Y_UNIT  # 1 KiB
@@ -43,10 +49,20 @@ class MemoryPlot(LivePlot):
         self.add_curve("allocated", TOTAL_COLOR, width=1, style=Qt.DashDotLine, z=14,
                        finite=False)
         self.add_curve("reserved", RESERVED_COLOR, z=14, finite=False)
+        for key in PROCESS_LINES:
+            self.add_curve(key, PROCESS_COLORS[key], width=1.5, style=Qt.DashLine, z=13,
+                           finite=False).setVisible(False)
+        self.process_shown = False
         # Before any data: an axis in MiB rather than "0 B .. 1 B"; data rescales it.
         self.getPlotItem().setYRange(0, 1, padding=0)
         # The legend (the title row) says what each band holds.
         self.getPlotItem().titleLabel.setToolTip(category_tooltip())
+
+    def show_process(self, on: bool) -> None:
+        """Draw the process's RSS and heap lines beside the tensor bytes (or not)."""
+        self.process_shown = bool(on)
+        for key in PROCESS_LINES:
+            self.curves[key].setVisible(self.process_shown)
 
     def ghost_line(self, run: RunSeries, x0: float, x1: float, max_points: int
                    ) -> tuple[np.ndarray, np.ndarray]:
@@ -67,6 +83,11 @@ class MemoryPlot(LivePlot):
             xa, rows = samples.decimate("allocator", sl, max_points)
             self.curves["allocated"].setData(xa, rows[0] / Y_UNIT)
             self.curves["reserved"].setData(xa, rows[1] / Y_UNIT)
+        if self.process_shown and run.has_process:
+            xr, rows = samples.decimate("process", sl, max_points)
+            for key, values in zip(PROCESS_LINES, rows, strict=True):
+                read = np.isfinite(values)  # only the samples that read it: one line
+                self.curves[key].setData(xr[read], values[read] / Y_UNIT)
         if run.step_count:
             xp, lines = run.steps.decimate("lines", run.steps.visible(x0 - 1, x1), max_points)
             peak = lines[STEP_LINES.index("peak_bytes")] / Y_UNIT
@@ -103,6 +124,13 @@ class MemoryPlot(LivePlot):
         first = [f"<i>{head}</i>" if head else "", self.swatch(TOTAL_COLOR, "total", total),
                  self.swatch(PEAK_COLOR, "peak", peak),
                  self.pin_legend(pins, None if x is None else lambda s: _ghost_total(s, x))]
+        if self.process_shown:
+            i = None if row is None else run.sample_row_at(x if x is not None
+                                                           else run.samples.last_x)
+            read = run.process_at(i) if i is not None else {}
+            first += [self.swatch(PROCESS_COLORS[k], PROCESS_LABELS[k],
+                                  format_bytes(read[k]) if k in read else "")
+                      for k in PROCESS_LINES]
         second = [self.swatch(CATEGORY_COLORS[c], c, values[c]) for c in MEMORY_CATEGORIES
                   if c in shown]
         return legend_row(first) + "<br>" + legend_row(second)

@@ -8,6 +8,7 @@ import time
 import pyqtgraph as pg
 from PySide6.QtCore import QPointF, QSignalBlocker, Signal
 from PySide6.QtWidgets import (
+    QCheckBox,
     QGraphicsView,
     QHBoxLayout,
     QLabel,
@@ -92,12 +93,21 @@ class PlotStack(QWidget):
         self.follow_button.setChecked(True)
         self.follow_button.setToolTip("Keep the newest step in view (panning back turns it off)")
         self.follow_button.toggled.connect(self._on_follow_button_toggled)
+        # The process's own memory beside the tensor bytes: off by default, since the
+        # process's RSS (torch's libraries alone) dwarfs a small model's tensors.
+        self.process_box = QCheckBox("Process RSS && heap")
+        self.process_box.setObjectName("process_memory_box")
+        self.process_box.setToolTip(
+            "Draw the process's resident memory (RSS) and, on CPU, malloc's heap on the "
+            "memory plot: memory no tensor explains")
+        self.process_box.toggled.connect(self._on_process_box_toggled)
         hint = QLabel("Drag to pan, wheel to zoom the step axis; hover for values.")
         hint.setObjectName("plot_hint")
         hint.setWordWrap(True)
         top = QHBoxLayout()
         top.setContentsMargins(4, 0, 4, 0)
         top.addWidget(hint, 1)
+        top.addWidget(self.process_box)
         top.addWidget(self.follow_button)
 
         splitter = QSplitter()
@@ -109,6 +119,7 @@ class PlotStack(QWidget):
             vb.sigRangeChangedManually.connect(self._on_range_changed_manually)
             vb.sigXRangeChanged.connect(self._on_x_range_changed)
             plot.hover_left.connect(self._on_hover_left)
+            plot.theme_changed.connect(self._on_theme_changed)
         splitter.setSizes([400, 220, 220])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -209,6 +220,10 @@ class PlotStack(QWidget):
             finally:
                 self._following = False
 
+    def _on_process_box_toggled(self, on: bool) -> None:
+        self.memory_plot.show_process(on)
+        self.mark_dirty()
+
     def _on_follow_button_toggled(self, on: bool) -> None:
         self.set_follow(on, window=None)
 
@@ -245,6 +260,9 @@ class PlotStack(QWidget):
                 plot.hover_line.show()
         self._legend_dirty = True
         self.refresh_legends()
+
+    def _on_theme_changed(self) -> None:
+        self._legend_dirty = True  # the swatches' colours (the next text refresh)
 
     def _on_hover_left(self) -> None:
         if self.hover_x is not None:

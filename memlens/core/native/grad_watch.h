@@ -245,6 +245,27 @@ int64_t heap_bytes() {
 #endif
 }
 
+// The process's resident memory: /proc/self/statm's resident pages times the page size (as
+// core.recorder.heap.process_rss_bytes reads it), or -1 where there is no /proc.
+int64_t rss_bytes() {
+  const int fd = open("/proc/self/statm", O_RDONLY);
+  if (fd < 0) {
+    return -1;
+  }
+  char buf[128];
+  const ssize_t n = read(fd, buf, sizeof(buf) - 1);
+  close(fd);
+  if (n <= 0) {
+    return -1;
+  }
+  buf[n] = '\0';
+  long long size = 0, resident = 0;
+  if (std::sscanf(buf, "%lld %lld", &size, &resident) != 2) {
+    return -1;
+  }
+  return static_cast<int64_t>(resident) * static_cast<int64_t>(sysconf(_SC_PAGESIZE));
+}
+
 class LightProbe {
  public:
   LightProbe(py::object watch, py::object saved)
@@ -253,11 +274,11 @@ class LightProbe {
     saved_ = saved_obj_.cast<std::shared_ptr<SavedTracker>>();
   }
 
-  // (grads, optimizer, activations, other, heap) bytes now. `scan_grads`: the gradients may
-  // have changed (else last scan's); `states`: the optimizers' `state` dicts where the
-  // optimizer state may have changed, else None; `heap`: read the process heap (else, and
-  // where there is no mallinfo2, -1).
-  std::array<int64_t, 5> sample(bool scan_grads, const py::object& states,
+  // (grads, optimizer, activations, other, heap, rss) bytes now. `scan_grads`: the gradients
+  // may have changed (else last scan's); `states`: the optimizers' `state` dicts where the
+  // optimizer state may have changed, else None; `heap`: read the process heap and resident
+  // memory (else, and where there is no mallinfo2 or /proc, -1).
+  std::array<int64_t, 6> sample(bool scan_grads, const py::object& states,
                                 const py::list& carried, bool heap) {
     if (scan_grads) {
       grads_total_ = watch_->scan_grads(&grads_);
@@ -300,7 +321,7 @@ class LightProbe {
       other += n;
     }
     return {grads_total_, opt_total_, saved_bytes, other,
-            heap ? heap_bytes() : int64_t{-1}};
+            heap ? heap_bytes() : int64_t{-1}, heap ? rss_bytes() : int64_t{-1}};
   }
 
   // --- phase edges: a sample recorded where it is taken, handed to Python at step end ----
@@ -357,7 +378,7 @@ class LightProbe {
   }
 
   // The rows since the last take, as (code, time_s, grads, optimizer, activations, other,
-  // heap) tuples; the buffer is emptied.
+  // heap, rss) tuples; the buffer is emptied.
   PyObject* take() {
     PyObject* out = PyList_New(static_cast<Py_ssize_t>(rows_.size()));
     if (out == nullptr) {
@@ -366,9 +387,10 @@ class LightProbe {
     for (size_t i = 0; i < rows_.size(); ++i) {
       const EdgeRow& row = rows_[i];
       PyObject* item = Py_BuildValue(
-          "(idLLLLL)", row.code, row.t, static_cast<long long>(row.v[0]),
+          "(idLLLLLL)", row.code, row.t, static_cast<long long>(row.v[0]),
           static_cast<long long>(row.v[1]), static_cast<long long>(row.v[2]),
-          static_cast<long long>(row.v[3]), static_cast<long long>(row.v[4]));
+          static_cast<long long>(row.v[3]), static_cast<long long>(row.v[4]),
+          static_cast<long long>(row.v[5]));
       if (item == nullptr) {
         Py_DECREF(out);
         return nullptr;
@@ -384,7 +406,7 @@ class LightProbe {
   struct EdgeRow {
     int code;
     double t;
-    std::array<int64_t, 5> v;
+    std::array<int64_t, 6> v;
   };
 
   int& rule(int code) {

@@ -29,7 +29,9 @@
 // to it. Everything that touches Python objects runs with the GIL held.
 
 #include <Python.h>
+#include <fcntl.h>
 #include <malloc.h>
+#include <unistd.h>
 
 #include <ATen/SequenceNumber.h>
 #include <c10/core/Allocator.h>
@@ -49,6 +51,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <initializer_list>
 #include <memory>

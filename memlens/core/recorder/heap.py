@@ -1,9 +1,11 @@
-"""The process heap (glibc's mallinfo2): memory no tensor explains, on CPU."""
+"""The process heap (glibc's mallinfo2, CPU) and resident memory (RSS): memory no tensor
+explains."""
 
 from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
 
 
@@ -34,3 +36,22 @@ def process_heap_bytes() -> int | None:
         return None
     info = _mallinfo2()
     return int(info.uordblks + info.hblkhd)
+
+
+STATM = "/proc/self/statm"  # "size resident shared ...", in pages (Linux; the native twin too)
+_PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
+
+
+def process_rss_bytes() -> int | None:
+    """The process's resident memory: /proc/self/statm's resident pages times the page size,
+    or None where there is no /proc (macOS, Windows)."""
+    try:
+        fd = os.open(STATM, os.O_RDONLY)
+    except OSError:
+        return None
+    try:
+        return int(os.read(fd, 128).split()[1]) * _PAGE
+    except (OSError, IndexError, ValueError):
+        return None
+    finally:
+        os.close(fd)

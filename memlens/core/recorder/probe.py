@@ -12,7 +12,7 @@ import time
 import torch
 from torch import Tensor
 
-from memlens.core.recorder.heap import process_heap_bytes
+from memlens.core.recorder.heap import process_heap_bytes, process_rss_bytes
 from memlens.core.recorder.keys import StorageBytes, storage_key
 from memlens.core.recorder.precise import StorageTracker
 from memlens.core.recorder.saved import SavedTensorTracker
@@ -36,6 +36,7 @@ class MemoryProbe:
     _OPT_CHANGES = frozenset({"start", "optimizer"})
     # mallinfo2 walks malloc's free lists (tens of microseconds in a busy heap): read the
     # process heap once a step, at the end of forward, when activations are at their height.
+    # The resident memory (RSS) is read with it, never more often.
     _HEAP_PHASES = frozenset({"start", "forward"})
 
     def __init__(self, preset, device: torch.device, saved: SavedTensorTracker,
@@ -115,7 +116,7 @@ class MemoryProbe:
 
     def take_rows(self) -> list[tuple]:
         """The rows edge() recorded since the last take, in order, as LightProbe.take gives
-        them (code, time_s, grads, optimizer, activations, other, heap): for a caller that
+        them (code, time_s, grads, optimizer, activations, other, heap, rss): for a caller that
         makes them samples later (edge_samples)."""
         return self._take_rows()
 
@@ -175,8 +176,8 @@ class MemoryProbe:
         if self.light is not None:
             states = ([o.state for o in self.preset.optimizers]
                       if phase in self._OPT_CHANGES else None)
-            # heap: mallinfo2 read in C, -1 when not asked for or where glibc has none
-            grads, opt, act_bytes, other, heap = self.light(
+            # heap, rss: read in C, -1 when not asked for or where the system has none
+            grads, opt, act_bytes, other, heap, rss = self.light(
                 grads_changed, states,
                 carried if carried is not None else self.preset.carried_tensors(),
                 read_heap)
@@ -185,7 +186,8 @@ class MemoryProbe:
             amp = self._amp_bytes(self.saved.live)
             return MemorySample(step, phase, time_s, self.params.total, grads, opt,
                                 act_bytes - amp, other, None, None,
-                                heap if heap >= 0 else None, self.buffers.total, amp)
+                                heap if heap >= 0 else None, self.buffers.total, amp,
+                                rss=rss if rss >= 0 else None)
         if grads_changed:
             self._grads = self._scan_grads()
         grads = self._grads
@@ -196,7 +198,7 @@ class MemoryProbe:
         act_bytes, live = self.saved.measure()
         amp = self._amp_bytes(live)
         known = self.params.total + grads.total + opt.total + act_bytes + self.buffers.total
-        allocated = reserved = heap = None
+        allocated = reserved = heap = rss = None
         temporaries = 0
         if carried is None:
             carried = self.preset.carried_tensors()
@@ -223,11 +225,13 @@ class MemoryProbe:
             self.precise.classify(found)
         else:
             other = self._other(carried, grads, opt)
-        if not self.cuda and read_heap:
-            heap = process_heap_bytes()
+        if read_heap:
+            rss = process_rss_bytes()
+            if not self.cuda:
+                heap = process_heap_bytes()
         return MemorySample(step, phase, time_s, self.params.total, grads.total, opt.total,
                             act_bytes - amp, other, allocated, reserved, heap,
-                            self.buffers.total, amp, temporaries)
+                            self.buffers.total, amp, temporaries, rss)
 
     def _other(self, carried: list[Tensor], grads: StorageBytes, opt: StorageBytes) -> int:
         """Bytes of the tensors the loop carries between steps, not counted elsewhere."""

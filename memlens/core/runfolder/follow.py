@@ -11,6 +11,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from memlens.core.history import RunHistory
@@ -22,8 +23,12 @@ LIVE, FINISHED, GONE, WAITING = "live", "finished", "writer gone", "waiting"
 class _Tail:
     """New complete lines of a growing CSV file, header checked once."""
 
-    def __init__(self, path: Path, header: tuple[str, ...]) -> None:
+    def __init__(self, path: Path, header: tuple[str, ...],
+                 found: Callable[[list[str]], tuple[str, ...] | None] | None = None) -> None:
         self.path, self.header = path, header
+        # The header a file's first row has, of those the format reads (memory.csv's two).
+        self.found = found or (lambda got: header if tuple(got[: len(header)]) == header
+                               else None)
         self.offset = 0
         self.line = 1  # the file's line number of the next row read
         self.checked = False
@@ -49,9 +54,11 @@ class _Tail:
         self.line += len(rows)
         if not self.checked:
             self.checked = True
-            if not rows or tuple(rows[0][: len(self.header)]) != self.header:
+            header = self.found(rows[0]) if rows else None
+            if header is None:
                 raise fmt.RunFolderError(f"{self.path}: not a memlens {self.path.name}; expected "
                                      f"the columns: {', '.join(self.header)}")
+            self.header = header
             rows = rows[1:]
             first += 1
         return rows, first
@@ -66,7 +73,8 @@ class RunFollower:
             raise fmt.RunFolderError(f"{str(self.folder)!r} is not a folder; choose a run folder")
         self.history = RunHistory()
         self._steps = _Tail(self.folder / fmt.STEPS_CSV, fmt.STEPS_HEADER)
-        self._memory = _Tail(self.folder / fmt.MEMORY_CSV, fmt.MEMORY_HEADER)
+        self._memory = _Tail(self.folder / fmt.MEMORY_CSV, fmt.MEMORY_HEADER,
+                             fmt.memory_header_of)
         self._json_stamp: tuple | None = None
         self._events_seen = 0
         self.state = WAITING
@@ -81,7 +89,8 @@ class RunFollower:
             self.history.steps.extend(fmt.steps_table(steps, self._steps.path, first))
         samples, first = self._memory.new_rows()
         if samples:  # a watch writes a step's samples whole: x spread within the batch
-            self.history.samples.extend(fmt.memory_table(samples, self._memory.path, first))
+            self.history.samples.extend(fmt.memory_table(samples, self._memory.path, first,
+                                                         self._memory.header))
         self.state = self._state()
         return len(steps), len(samples)
 

@@ -43,8 +43,10 @@ RUN_FORMAT_VERSION = 2
 STEPS_HEADER: tuple[str, ...] = STEP_COLUMNS
 MEMORY_HEADER: tuple[str, ...] = (
     "step", "phase", "time_s", *(f"{c}_bytes" for c in MEMORY_CATEGORIES), "total_bytes",
-    "allocated_bytes", "reserved_bytes", "heap_bytes",
+    "allocated_bytes", "reserved_bytes", "heap_bytes", "rss_bytes",
 )
+# rss_bytes came last: a folder written before it has the header without it (read as NaN).
+OLD_MEMORY_HEADER: tuple[str, ...] = MEMORY_HEADER[:-1]
 # allocations.csv (an export made on request): precise mode's events as text
 ACTIONS = ("alloc", "free")
 ALLOC_HEADER: tuple[str, ...] = (
@@ -121,11 +123,22 @@ def steps_table(rows: list[list[str]], path: Path, first_line: int = 2) -> np.nd
     return out[:kept]
 
 
-def memory_table(rows: list[list[str]], path: Path, first_line: int = 2) -> np.ndarray:
+def memory_header_of(got: Any) -> tuple[str, ...] | None:
+    """The memory.csv header a file's first row starts with (today's or OLD_MEMORY_HEADER),
+    or None for neither."""
+    for header in (MEMORY_HEADER, OLD_MEMORY_HEADER):
+        if tuple(got[: len(header)]) == header:
+            return header
+    return None
+
+
+def memory_table(rows: list[list[str]], path: Path, first_line: int = 2,
+                 header: tuple[str, ...] = MEMORY_HEADER) -> np.ndarray:
     """memory.csv's rows (cells) as SAMPLE_COLUMNS numbers, x spread as the writer placed
-    them. Short rows are left out; a bad cell or an unknown phase is a RunFolderError
-    naming its line."""
-    width = len(MEMORY_HEADER)
+    them; columns `header` lacks (an older file's) are NaN. Short rows are left out; a bad
+    cell or an unknown phase is a RunFolderError naming its line."""
+    width = len(header)
+    absent = (math.nan,) * (len(MEMORY_HEADER) - width)
     out = np.empty((len(rows), len(SAMPLE_COLUMNS)), dtype=np.float64)
     kept = 0
     for i, r in enumerate(rows):
@@ -134,7 +147,7 @@ def memory_table(rows: list[list[str]], path: Path, first_line: int = 2) -> np.n
         step, phase, time_s, *rest = r[:width]
         try:
             out[kept] = (int(step), PHASE_CODE[phase], 0.0, float(time_s),
-                         *(number(v) for v in rest))
+                         *(number(v) for v in rest), *absent)
         except (ValueError, KeyError, OverflowError):
             raise RunFolderError(f"{path}: line {first_line + i} is not valid (a value is not "
                                  "a number, or the phase is unknown); the file is damaged"
@@ -180,11 +193,11 @@ def parse_numbers(data: bytes, header: tuple[str, ...], phase_column: int | None
 
 def memory_from_numbers(fast: np.ndarray) -> np.ndarray:
     """parse_numbers' memory.csv table (step, phase code, time_s, ...) laid out as
-    SAMPLE_COLUMNS, x spread."""
-    out = np.empty((len(fast), len(SAMPLE_COLUMNS)), dtype=np.float64)
+    SAMPLE_COLUMNS, x spread; the columns an older file lacks are NaN."""
+    out = np.full((len(fast), len(SAMPLE_COLUMNS)), np.nan, dtype=np.float64)
     out[:, :2] = fast[:, :2]
     out[:, 2] = spread_x(fast[:, 0], fast[:, 1])
-    out[:, 3:] = fast[:, 2:]
+    out[:, 3 : 1 + fast.shape[1]] = fast[:, 2:]
     return out
 
 

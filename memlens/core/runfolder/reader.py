@@ -21,6 +21,7 @@ from memlens.core.runfolder.format import (
     INT_STEP_COLUMNS,
     MEMORY_CSV,
     MEMORY_HEADER,
+    OLD_MEMORY_HEADER,
     RUN_JSON,
     STEPS_CSV,
     STEPS_HEADER,
@@ -30,6 +31,7 @@ from memlens.core.runfolder.format import (
     header_problem,
     is_run_doc,
     memory_from_numbers,
+    memory_header_of,
     memory_table,
     meta_of,
     parse_numbers,
@@ -70,6 +72,18 @@ def load_run(folder: str | Path) -> RunHistory:
     return history
 
 
+def read_header_and_steps(folder: str | Path) -> tuple[dict, np.ndarray]:
+    """run.json and steps.csv's STEP_COLUMNS table alone, checked as load_run checks them
+    (memory.csv is left unread: what a list of runs shows); RunFolderError says why not."""
+    folder = Path(folder)
+    for name in (RUN_JSON, STEPS_CSV):
+        if not (folder / name).is_file():
+            raise RunFolderError(f"{str(folder)!r} is not a memlens run folder: {name} missing")
+    doc = read_run_json(folder / RUN_JSON)
+    check_run_doc(doc, folder / RUN_JSON)
+    return doc, _read_steps(folder / STEPS_CSV)
+
+
 def read_run_json(path: Path) -> dict:
     """run.json as a dict of our format, or RunFolderError saying why not."""
     try:
@@ -100,6 +114,13 @@ def rank_folders(folder: str | Path) -> list[Path]:
 
 
 def _read_csv(path: Path, header: tuple[str, ...]) -> list[list[str]]:
+    return _csv_rows(path, header, header)[1]
+
+
+def _csv_rows(path: Path, header: tuple[str, ...], told: tuple[str, ...]
+              ) -> tuple[tuple[str, ...], list[list[str]]]:
+    """The file's header, which starts with `header`, and its complete rows; a bad header
+    is a RunFolderError that names the columns `told`."""
     try:
         with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: a BOM is dropped
             rows = list(csv.reader(fh))
@@ -113,12 +134,12 @@ def _read_csv(path: Path, header: tuple[str, ...]) -> list[list[str]]:
         raise RunFolderError(f"{path}: empty file, no header")
     got = tuple(rows[0])
     if got[: len(header)] != header:
-        raise RunFolderError(header_problem(path, got, header))
+        raise RunFolderError(header_problem(path, got, told))
     body = rows[1:]
     # A crash mid-write can leave a torn last line: keep only complete rows.
     while body and len(body[-1]) != len(got):
         body.pop()
-    return body
+    return got, body
 
 
 def _fast(path: Path, header: tuple[str, ...], phase_column: int | None = None):
@@ -169,7 +190,8 @@ def _describe(value: float) -> str:
 
 
 _STEP_TIMES = {c for c in STEP_COLUMNS if c.endswith("_ms") or c == "time_s"}
-_SAMPLE_WHOLE = {"step", "phase", *MEMORY_CATEGORIES, "total", "allocated", "reserved", "heap"}
+_SAMPLE_WHOLE = {"step", "phase", *MEMORY_CATEGORIES, "total", "allocated", "reserved", "heap",
+                 "rss"}
 _SAMPLE_REQUIRED = {"step", "phase", *MEMORY_CATEGORIES, "total", "time_s"}
 
 
@@ -183,8 +205,13 @@ def _read_steps(path: Path) -> np.ndarray:
 
 def _read_memory(path: Path) -> np.ndarray:
     fast = _fast(path, MEMORY_HEADER, phase_column=1)
-    table = (memory_from_numbers(fast) if fast is not None
-             else memory_table(_read_csv(path, MEMORY_HEADER), path))
+    if fast is None:  # a folder written before rss_bytes, or one the codecs must name
+        fast = _fast(path, OLD_MEMORY_HEADER, phase_column=1)
+    if fast is not None:
+        table = memory_from_numbers(fast)
+    else:
+        got, body = _csv_rows(path, OLD_MEMORY_HEADER, MEMORY_HEADER)
+        table = memory_table(body, path, header=memory_header_of(got))
     _check_values(path, table, SAMPLE_COLUMNS, _SAMPLE_WHOLE, _SAMPLE_REQUIRED, {"time_s"})
     phase = table[:, SAMPLE_COLUMNS.index("phase")]
     bad = np.flatnonzero((phase < 0) | (phase >= len(SAMPLE_PHASES)))

@@ -67,7 +67,7 @@ class Phases:
             return
         params, buffers = self.probe.params.total, self.probe.buffers.total
         base, peak, total = params + buffers, self.step_peak, 0
-        for _, _, grads, opt, act, other, _ in rows:
+        for _, _, grads, opt, act, other, _, _ in rows:
             total = base + grads + opt + act + other
             if total > peak:
                 peak = total

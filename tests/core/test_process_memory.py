@@ -1,0 +1,104 @@
+"""The process's resident memory (RSS) recorded beside the heap, once a step, read back from
+memory.csv, and old folders without the column still open."""
+
+from __future__ import annotations
+
+import csv
+import os
+
+import numpy as np
+import pytest
+
+from memlens.core.recorder.heap import process_rss_bytes
+from memlens.core.runfolder.follow import RunFollower
+from memlens.core.runfolder.reader import load_run
+from memlens.core.runfolder.writer import RunWriter
+from tests.core.helpers import run, samples_at
+
+BLOCK = 256 * 2**20  # bytes of the array a test allocates (and touches) between samples
+linux_only = pytest.mark.skipif(not os.path.exists("/proc/self/statm"), reason="no /proc")
+
+
+def statm_rss() -> int:
+    """An independent read of the resident memory: resident pages times the page size."""
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+
+@linux_only
+def test_rss_is_statm_resident_pages_and_grows_by_a_touched_allocation():
+    before = statm_rss()
+    got = process_rss_bytes()
+    after = statm_rss()
+    assert min(before, after) - 2**20 <= got <= max(before, after) + 2**20
+    block = np.ones(BLOCK // 8)  # every page written: resident
+    grown = process_rss_bytes()
+    assert grown - got >= 0.95 * BLOCK
+    assert abs(grown - statm_rss()) <= 2**20
+    del block
+
+
+class AllocateAfterStep:
+    """A sink that allocates BLOCK bytes (and keeps them) when step `at` is recorded: the
+    next step's forward sample must show the process that much bigger."""
+
+    def __init__(self, at: int) -> None:
+        self.at, self.block, self.rss_around = at, None, None
+
+    def on_step(self, record) -> None:
+        if record.step == self.at:
+            before = statm_rss()
+            self.block = np.ones(BLOCK // 8)
+            self.rss_around = (before, statm_rss())
+
+
+@linux_only
+def test_a_run_records_rss_where_it_reads_the_heap_and_sees_an_allocation_between_steps():
+    sink = AllocateAfterStep(at=2)
+    history, _ = run("mlp", steps=5, sink=sink)
+    table = history.samples
+    rss, heap = table.column("rss"), table.column("heap")
+    # The same cadence as the heap: at start and after each forward, never elsewhere.
+    np.testing.assert_array_equal(np.isfinite(rss), np.isfinite(heap))
+    forward = samples_at(history, "forward", "rss")
+    assert len(forward) == 5 and np.isfinite(forward).all()
+    assert forward[3] - forward[2] >= 0.95 * BLOCK  # the block came between the two
+    # ... and what was recorded is the process's statm figure of the moment, not a count of
+    # its own: after the allocation the sample is at least what statm said then.
+    assert forward[3] >= sink.rss_around[1] - 64 * 2**20
+
+
+def test_memory_csv_has_rss_bytes_and_load_run_reads_it_back(tmp_path):
+    folder = tmp_path / "run"
+    history, _ = run("mlp", steps=3, sink=RunWriter(folder))
+    with open(folder / "memory.csv", newline="") as fh:
+        rows = list(csv.DictReader(fh))
+    assert "rss_bytes" in rows[0]
+    written = [float(r["rss_bytes"]) if r["rss_bytes"] else np.nan for r in rows]
+    np.testing.assert_array_equal(load_run(folder).samples.column("rss"), written)
+    np.testing.assert_array_equal(history.samples.column("rss"), written)
+    if os.path.exists("/proc/self/statm"):
+        assert np.isfinite(written).sum() == 1 + 3  # start, and each step's forward
+
+
+@pytest.mark.parametrize("reader", ["load_run", "follow"])
+def test_a_folder_written_before_rss_bytes_still_opens(tmp_path, reader):
+    folder = tmp_path / "old"
+    run("mlp", steps=3, sink=RunWriter(folder))
+    new = load_run(folder).samples.rows()
+    path = folder / "memory.csv"
+    with open(path, newline="") as fh:
+        rows = list(csv.reader(fh))
+    assert rows[0][-1] == "rss_bytes"
+    with open(path, "w", newline="") as fh:  # as a memlens before this column wrote it
+        csv.writer(fh).writerows(r[:-1] for r in rows)
+    if reader == "load_run":
+        old = load_run(folder).samples
+    else:
+        follower = RunFollower(folder)
+        follower.poll()
+        old = follower.history.samples
+    rss = old.index["rss"]
+    assert np.isnan(old.rows()[:, rss]).all()
+    keep = [i for i in range(new.shape[1]) if i != rss]
+    np.testing.assert_array_equal(old.rows()[:, keep], new[:, keep])

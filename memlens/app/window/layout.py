@@ -106,6 +106,7 @@ def build_menus(window) -> None:
     window.capture_action = action(window, run_menu, "&Capture graph of next step", "Ctrl+G",
                                    window.capture_next_step, "capture_action")
     view_menu = window.menuBar().addMenu("&View")
+    window.view_menu = view_menu
     action(window, view_menu, "&Follow newest step", "End",
            lambda: window.plots.set_follow(True), "follow_action")
     window.conventions.add_menus(file_menu, view_menu, window.open_action)

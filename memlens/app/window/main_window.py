@@ -38,6 +38,7 @@ from memlens.app.window.opening import RunOpening
 from memlens.app.window.pins import PinBoard
 from memlens.app.window.rank_chooser import RankChooser
 from memlens.app.window.run_session import RunSession, TrainFn
+from memlens.app.window.runs_dock import RunsDock
 from memlens.core.config import RunConfig
 from memlens.core.effects import toggle_effect
 from memlens.core.history import RunHistory
@@ -105,6 +106,7 @@ class MainWindow(QMainWindow):
         build_layout(self)
         self.conventions = WindowConventions(self, self.app_settings)
         build_menus(self)
+        self.runs_dock = RunsDock(self, self.view_menu)
         self.amp_support = AmpSupport(self.run_panel, self.techniques_panel, self)
         self._connect()
         self.set_state(WindowState.IDLE)

@@ -1,0 +1,143 @@
+"""The Runs list: the run folders under one folder, kept current as runs appear; a ticked run
+is overlaid as a pin (TensorBoard's run picker)."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+from PySide6.QtCore import QFileSystemWatcher, QSignalBlocker, Qt, QTimer, Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from memlens.core.runfolder.listing import RunListing, list_runs
+from memlens.core.units import format_bytes
+
+COLUMNS = ("name", "preset or script", "steps", "peak", "date")
+FOLDER_ROLE = Qt.UserRole
+# A burst of file changes (a run writing its first files) is read once, this long after.
+RESCAN_DELAY_MS = 200
+
+
+def row_texts(run: RunListing) -> list[str]:
+    """A run's cells, in COLUMNS order."""
+    peak = format_bytes(run.peak_bytes) if run.peak_bytes is not None else ""
+    date = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.written))
+    return [run.name, run.what, str(run.steps), peak, date]
+
+
+class RunsPanel(QWidget):
+    """Lists the runs under `folder`; `run_checked(folder, on)` when a run's box changes."""
+
+    run_checked = Signal(Path, bool)
+
+    def __init__(self, folder: Path | None = None, parent=None) -> None:
+        super().__init__(parent)
+        self.folder: Path | None = None
+        self.runs: list[RunListing] = []
+        self.tree = QTreeWidget()
+        self.tree.setObjectName("runs_tree")
+        self.tree.setHeaderLabels(list(COLUMNS))
+        self.tree.setRootIsDecorated(False)
+        self.tree.setToolTip("Tick runs to overlay them on the plots as pins")
+        self.tree.itemChanged.connect(self._on_item_changed)
+        self.folder_label = QLabel("")
+        self.folder_label.setObjectName("runs_folder_label")
+        self.folder_label.setWordWrap(True)
+        choose = QPushButton("Folder…")
+        choose.setObjectName("runs_folder_button")
+        choose.setToolTip("Choose the folder whose run folders are listed")
+        choose.clicked.connect(self._on_choose_clicked)
+        top = QHBoxLayout()
+        top.addWidget(self.folder_label, 1)
+        top.addWidget(choose)
+        layout = QVBoxLayout(self)
+        layout.setContentsMargins(2, 2, 2, 2)
+        layout.addLayout(top)
+        layout.addWidget(self.tree, 1)
+        # The folder, the run folders not readable yet (a run's folder comes before its
+        # run.json) and those of runs not finished (run.json is replaced as they go): a
+        # change in any of them reads the folder again.
+        self.watcher = QFileSystemWatcher(self)
+        self.watcher.directoryChanged.connect(self._on_folder_changed)
+        self._rescan = QTimer(self)
+        self._rescan.setSingleShot(True)
+        self._rescan.setInterval(RESCAN_DELAY_MS)
+        self._rescan.timeout.connect(self.rescan)
+        self.set_folder(folder)
+
+    def set_folder(self, folder: Path | None) -> None:
+        self.folder = Path(folder) if folder is not None else None
+        self.folder_label.setText(str(self.folder) if self.folder else "No folder chosen")
+        self.tree.clear()
+        self.runs = []
+        self.rescan()
+
+    def rescan(self) -> None:
+        """Read the folder again: new runs are added (unticked), gone ones dropped, ticked
+        ones stay ticked."""
+        runs, unready = list_runs(self.folder) if self.folder is not None else ([], [])
+        live = [r.folder for r in runs if not r.finished]
+        if self.folder is None:
+            self._watch([])
+        else:  # a runs folder not made yet (no run started): its parent says when it is
+            here = self.folder if self.folder.is_dir() else self.folder.parent
+            self._watch([here, *unready, *live])
+        ticked = {p for p, on in self.checked_states().items() if on}
+        self.runs = runs
+        with QSignalBlocker(self.tree):
+            self.tree.clear()
+            for run in runs:
+                item = QTreeWidgetItem(row_texts(run))
+                item.setData(0, FOLDER_ROLE, str(run.folder))
+                item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
+                item.setCheckState(0, Qt.Checked if run.folder in ticked else Qt.Unchecked)
+                item.setToolTip(0, str(run.folder))
+                self.tree.addTopLevelItem(item)
+        for i in range(len(COLUMNS)):
+            self.tree.resizeColumnToContents(i)
+
+    def checked_states(self) -> dict[Path, bool]:
+        out = {}
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            out[Path(item.data(0, FOLDER_ROLE))] = item.checkState(0) == Qt.Checked
+        return out
+
+    def set_checked(self, folder: Path, on: bool) -> None:
+        """Tick or untick a run's box without saying so (its pin went another way)."""
+        for i in range(self.tree.topLevelItemCount()):
+            item = self.tree.topLevelItem(i)
+            if Path(item.data(0, FOLDER_ROLE)) == Path(folder):
+                with QSignalBlocker(self.tree):
+                    item.setCheckState(0, Qt.Checked if on else Qt.Unchecked)
+
+    def _watch(self, folders: list[Path]) -> None:
+        wanted = {str(f) for f in folders if f.is_dir()}
+        held = set(self.watcher.directories())
+        if held - wanted:
+            self.watcher.removePaths(sorted(held - wanted))
+        if wanted - held:
+            self.watcher.addPaths(sorted(wanted - held))
+
+    def _on_folder_changed(self, _path: str) -> None:
+        self._rescan.start()
+
+    def _on_item_changed(self, item: QTreeWidgetItem, column: int) -> None:
+        if column == 0:
+            self.run_checked.emit(Path(item.data(0, FOLDER_ROLE)),
+                                  item.checkState(0) == Qt.Checked)
+
+    def _on_choose_clicked(self) -> None:
+        chosen = QFileDialog.getExistingDirectory(self, "Folder of runs",
+                                                  str(self.folder or Path.cwd()))
+        if chosen:
+            self.set_folder(Path(chosen))

@@ -1,0 +1,70 @@
+"""The run folders under one folder, as a list of runs shows them: name, what ran, steps,
+peak and when. Read through the format's one reader; nothing in a folder is ever run."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from memlens.core.history import STEP_COLUMNS
+from memlens.core.model_file import preset_label
+from memlens.core.runfolder.format import RUN_JSON, RunFolderError
+from memlens.core.runfolder.reader import read_header_and_steps
+
+_PEAK = STEP_COLUMNS.index("peak_bytes")
+
+
+@dataclass(frozen=True, slots=True)
+class RunListing:
+    """One run folder's line in a list of runs."""
+
+    folder: Path
+    name: str  # the folder's name
+    what: str  # the preset (its label) or, for a watched run, the script's file name
+    steps: int  # steps recorded in steps.csv
+    peak_bytes: int | None  # run.json's summary peak, else the highest step peak; None: none
+    written: float  # run.json's last change, seconds since the epoch
+    finished: bool  # run.json has the run's summary (a live or crashed run has none)
+
+
+def list_run(folder: str | Path) -> RunListing:
+    """A run folder's listing; RunFolderError when it is not a readable run."""
+    folder = Path(folder)
+    doc, steps = read_header_and_steps(folder)
+    config = doc.get("config") or {}
+    script = doc.get("script")
+    what = (Path(script).name if isinstance(script, str) and script
+            else preset_label(str(config.get("preset", "run"))))
+    peak = None
+    summary = doc.get("summary") or {}
+    value = summary.get("peak_bytes")
+    if isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value):
+        peak = int(value)
+    elif len(steps) and np.isfinite(steps[:, _PEAK]).any():
+        peak = int(np.nanmax(steps[:, _PEAK]))
+    try:
+        written = (folder / RUN_JSON).stat().st_mtime
+    except OSError as exc:
+        raise RunFolderError(f"{folder}: cannot be read ({exc.strerror or exc})") from None
+    return RunListing(folder, folder.name, what, len(steps), peak, written,
+                      doc.get("summary") is not None)
+
+
+def list_runs(parent: str | Path) -> tuple[list[RunListing], list[Path]]:
+    """The runs in `parent`'s folders, by folder name, and the folders that hold no
+    readable run (yet: a run's folder is made before its files), by folder name."""
+    parent = Path(parent)
+    try:
+        folders = sorted(p for p in parent.iterdir() if p.is_dir())
+    except OSError:
+        return [], []
+    runs, others = [], []
+    for folder in folders:
+        try:
+            runs.append(list_run(folder))
+        except RunFolderError:
+            others.append(folder)
+    return runs, others

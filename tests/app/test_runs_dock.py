@@ -1,0 +1,69 @@
+"""View > Runs: the run folders under a folder, read through the run-folder reader; ticked
+runs become pins; a run that appears later is listed without a restart."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QTreeWidget
+
+from memlens.__main__ import main as memlens_main
+from memlens.app.panels.runs_panel import COLUMNS
+from memlens.app.timeline.memory_plot import Y_UNIT
+from memlens.core.runfolder.reader import load_run
+from memlens.core.units import format_bytes
+from tests.app.drive import wait_frames
+from tests.app.test_main_window import plot
+
+TINY = ("--set", "batch_size=8", "--set", "width=16", "--set", "eval_every=0", "--quiet")
+
+
+def cli_run(out, preset: str, steps: int) -> None:
+    assert memlens_main(["run", "--preset", preset, "--steps", str(steps), *TINY,
+                         "--out", str(out)]) == 0
+
+
+def rows(tree: QTreeWidget) -> list[list[str]]:
+    return [[tree.topLevelItem(i).text(c) for c in range(len(COLUMNS))]
+            for i in range(tree.topLevelItemCount())]
+
+
+def test_runs_dock_lists_runs_pins_ticked_ones_and_sees_a_new_run(qtbot, window, tmp_path):
+    parent = tmp_path / "many"
+    cli_run(parent / "a-mlp", "mlp", 3)
+    cli_run(parent / "b-cnn", "cnn", 4)
+    action = window.findChild(type(window.open_action), "runs_action")
+    assert action is not None and action in window.view_menu.actions()
+    assert not window.runs_dock.dock.isVisible() and not action.isChecked()
+    action.trigger()
+    qtbot.waitUntil(window.runs_dock.dock.isVisible, timeout=5000)
+    window.runs_dock.panel.set_folder(parent)
+    tree = window.findChild(QTreeWidget, "runs_tree")
+
+    expected = []
+    for name in ("a-mlp", "b-cnn"):
+        doc = json.loads((parent / name / "run.json").read_text())
+        expected.append([name, doc["config"]["preset"], str(doc["summary"]["steps_done"]),
+                         format_bytes(doc["summary"]["peak_bytes"])])
+    assert [r[:4] for r in rows(tree)] == expected
+    assert all(r[4].startswith("20") for r in rows(tree))  # a date
+
+    for i in range(2):
+        tree.topLevelItem(i).setCheckState(0, Qt.Checked)
+    assert len(window.pins) == 2
+    wait_frames(qtbot, window, 2)
+    for pin, name in zip(window.pins, ("a-mlp", "b-cnn"), strict=True):
+        saved = load_run(parent / name)
+        np.testing.assert_array_equal(pin.series.history.steps.rows(), saved.steps.rows())
+        _, total = plot(window, "memory_plot").ghosts[pin.pin_id].getData()
+        np.testing.assert_allclose(total * Y_UNIT, saved.samples.column("total"), rtol=1e-6)
+    tree.topLevelItem(0).setCheckState(0, Qt.Unchecked)  # unticked: its pin goes
+    assert [p.series.history.meta["config"]["preset"] for p in window.pins] == ["cnn"]
+
+    cli_run(parent / "c-mlp", "mlp", 2)  # a run made while the app watches
+    qtbot.waitUntil(lambda: [r[0] for r in rows(tree)] == ["a-mlp", "b-cnn", "c-mlp"],
+                    timeout=10_000)
+    assert rows(tree)[2][2] == "2"
+    assert tree.topLevelItem(1).checkState(0) == Qt.Checked  # kept ticked across the rescan

@@ -13,6 +13,7 @@ from PySide6.QtGui import QColor, QImage, QWheelEvent
 from PySide6.QtWidgets import QApplication
 
 from memlens.app.theme import DARK, LIGHT, MIN_LINE_CONTRAST, contrast
+from memlens.app.window.main_window import TEXT_EVERY
 from memlens.core.config import RunConfig, ScheduledChange
 from tests.app.drive import wait_frames
 
@@ -72,8 +73,9 @@ def test_exported_plots_have_a_step_axis_and_name_the_pinned_run(qtbot, window, 
     for plot, name in ((window.plots.memory_plot, "memory"), (window.plots.time_plot, "time"),
                        (window.plots.loss_plot, "loss")):
         legend = plot.getPlotItem().titleLabel.text
-        assert escape(pin.name) in legend, (name, legend)
-        (colour,) = [c for c, n in PIN_ENTRY.findall(legend) if n == escape(pin.name)]
+        assert escape(pin.name) in legend.replace("&nbsp;", " "), (name, legend)
+        (colour,) = [c for c, n in PIN_ENTRY.findall(legend)
+                     if n.replace("&nbsp;", " ") == escape(pin.name)]
         assert colour.upper() == plot.ghosts[pin.pin_id].opts["pen"].color().name().upper()
         scale = QImage(str(tmp_path / "out" / f"{name}.png")).width() / plot.viewport().width()
         view = plot.getPlotItem().vb.sceneBoundingRect()
@@ -121,10 +123,12 @@ def test_legends_fit_at_1280_with_distinct_visible_colours_in_both_themes(qtbot,
         window.conventions.apply_theme(theme)
         for step in (None, 6):
             if step is None:
-                window.plots.set_hover(None)
+                # the legends as the window's own text refresh rewrites them (a text frame,
+                # then one legend a frame)
+                wait_frames(qtbot, window, TEXT_EVERY + len(window.plots.plots))
             else:
                 _hover(window, step + 0.4)
-            wait_frames(qtbot, window, 1)
+                wait_frames(qtbot, window, 1)
             for plot in window.plots.plots:
                 _legend_fits(plot)
                 entries = _swatches(plot)

@@ -75,6 +75,8 @@ AXIS_TEXT = "#444444"
 
 class LivePlot(pg.PlotWidget):
     hover_left = Signal()
+    # The legend's swatches are the theme's colours: whoever writes the legend writes it anew.
+    theme_changed = Signal()
 
     def __init__(self, object_name: str, title: str, left_axis: pg.AxisItem | None = None,
                  parent=None) -> None:
@@ -338,6 +340,7 @@ class LivePlot(pg.PlotWidget):
         item.titleLabel.opts["color"] = theme.plot_text
         html, self._legend_html = self._legend_html, None
         self.set_legend(html or "")
+        self.theme_changed.emit()
 
     def legend_color(self, color: str) -> str:
         """`color` as this plot draws it in the current theme: the total line the strongest
@@ -360,8 +363,10 @@ class LivePlot(pg.PlotWidget):
                 continue
             text = value_at(pin.series) if value_at is not None else None
             tail = f"&nbsp;<b>{text}</b>" if text is not None else ""
+            # a name is one unbreakable piece too: "mlp (40" over "steps)" reads badly
+            name = escape(pin.name).replace(" ", "&nbsp;")
             parts.append(f'<span style="color:{self.legend_color(pin.color)}">&#9477;&nbsp;'
-                         f"{escape(pin.name)}</span>{tail}")
+                         f"{name}</span>{tail}")
         return legend_row(parts)
 
     @contextlib.contextmanager

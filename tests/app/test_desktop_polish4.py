@@ -39,11 +39,15 @@ def run_to_end(qtbot, window, steps: int, **values) -> None:
 
 
 def test_exact_bytes_re_renders_the_effects_of_toggles_made_before_the_switch(qtbot, window):
-    choose(window, steps=40)
+    choose(window, steps=100_000)
     click(qtbot, window.findChild(QPushButton, "run_button"))
-    wait_steps(qtbot, window, 8)
+    wait_steps(qtbot, window, 12)
     window.techniques_panel.fields["retain_graph"].widget.setChecked(True)  # flipped live
-    qtbot.waitUntil(lambda: window.state == "finished", timeout=120_000)
+    toggles = lambda: [e for e in window.events_panel.events if e.kind == "toggle"]  # noqa: E731
+    qtbot.waitUntil(lambda: bool(toggles()), timeout=30_000)
+    wait_steps(qtbot, window, toggles()[0].step + 12)  # steps after it to measure
+    window.stop_run()
+    qtbot.waitUntil(lambda: window.state == "finished", timeout=60_000)
     window.refresh_now()
     rows = [i for i, e in enumerate(window.events_panel.events) if e.kind == "toggle"]
     assert len(rows) == 1
@@ -95,13 +99,18 @@ def test_log_scale_with_exact_bytes_labels_every_tick_over_the_whole_range(qtbot
 # --- 10a: Ctrl+R while a run goes ------------------------------------------------------------
 
 
-def test_start_while_a_run_goes_says_so_in_full(qtbot, window):
+def test_start_while_a_run_goes_says_so_in_full(qtbot, window, monkeypatch):
+    from memlens.app.panels import run_panel
+
+    monkeypatch.setattr(run_panel, "NOTE_MS", 300, raising=False)
     window.resize(1280, 800)
     choose(window, steps=100_000)
     click(qtbot, window.findChild(QPushButton, "run_button"))
     wait_steps(qtbot, window, 2)
-    action(window, "start_action").trigger()  # Ctrl+R
     label = window.run_panel.state_label
+    qtbot.waitUntil(lambda: window.state == "running", timeout=30_000)
+    state = label.text()
+    action(window, "start_action").trigger()  # Ctrl+R
     assert "already going" in label.text()
 
     def whole() -> bool:
@@ -111,6 +120,7 @@ def test_start_while_a_run_goes_says_so_in_full(qtbot, window):
 
     qtbot.waitUntil(whole, timeout=5000)
     assert label.isVisible()
+    qtbot.waitUntil(lambda: label.text() == state, timeout=5000)  # then the state again
     window.stop_run()
     qtbot.waitUntil(lambda: window.state == "finished", timeout=60_000)
 

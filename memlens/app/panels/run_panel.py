@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import Signal
+from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
     QFormLayout,
     QGridLayout,
@@ -23,6 +23,7 @@ from memlens.core.model_file import ModelFileError, read_file_config
 from memlens.core.options import RUN_OPTIONS
 
 RESTART_HINT = "needs restart"
+NOTE_MS = 6000  # how long a note (RunPanel.say) replaces the state's text
 
 
 SETTINGS_TITLE = "Settings (apply at Start)"
@@ -166,8 +167,16 @@ class RunPanel(QGroupBox):
 
     # --- the run's state ----------------------------------------------------------------------
     def say(self, text: str) -> None:
-        """A note under the buttons (wrapped, never cut) until the state next changes."""
+        """A note under the buttons (wrapped, never cut) for NOTE_MS, then the state's text
+        again (unless something else was written there meanwhile)."""
+        before = self.state_label.text()
         self.state_label.setText(text)
+
+        def restore() -> None:
+            if self.state_label.text() == text:
+                self.state_label.setText(before)
+
+        QTimer.singleShot(NOTE_MS, self, restore)
 
     def set_state(self, state: WindowState, running_config: RunConfig | None = None,
                   message: str = "") -> None:

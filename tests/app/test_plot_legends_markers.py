@@ -13,6 +13,7 @@ from PySide6.QtGui import QColor, QImage, QWheelEvent
 from PySide6.QtWidgets import QApplication
 
 from memlens.app.theme import DARK, LIGHT, MIN_LINE_CONTRAST, contrast
+from memlens.app.timeline.plot_style import CATEGORY_COLORS, PHASE_COLORS, lighten
 from memlens.app.window.main_window import TEXT_EVERY
 from memlens.core.config import RunConfig, ScheduledChange
 from tests.app.drive import wait_frames
@@ -165,6 +166,10 @@ def _blend(top: str, alpha: float, under: str) -> str:
     return "#{:02X}{:02X}{:02X}".format(*mix)
 
 
+# the area fills each plot draws (LivePlot.add_area lightens them by 0.3)
+FILLS = {"memory_plot": tuple(CATEGORY_COLORS.values()), "time_plot": tuple(PHASE_COLORS.values())}
+
+
 def test_marker_labels_stay_inside_the_view_and_let_the_curves_show(qtbot, window):
     window.resize(1280, 800)
     cfg = tiny(30).with_schedule([ScheduledChange.parse(s) for s in (
@@ -183,8 +188,14 @@ def test_marker_labels_stay_inside_the_view_and_let_the_curves_show(qtbot, windo
                     plot.objectName(), line.value(), rect, view)
                 fill = line.label.fill.color()
                 assert fill.name().upper() == theme.plot_background.upper()
+                # text over a see-through box over light area fills: text contrast (WCAG
+                # AA, 4.5) against the background, and readable over the box on the
+                # lightest fill the plot draws
                 text = line.label.textItem.defaultTextColor().name()
-                assert contrast(text, theme.plot_background) >= MIN_LINE_CONTRAST
+                assert contrast(text, theme.plot_background) >= 4.5
+                for hue in FILLS.get(plot.objectName(), ()):
+                    over = _blend(fill.name(), fill.alphaF(), lighten(hue, 0.3))
+                    assert contrast(text, over) >= 2.5, (plot.objectName(), text, hue)
                 # a curve passing under the label still stands out from the label's box
                 for key in ("loss", "grad_norm", "peak"):
                     curve = plot.curves.get(key)

@@ -30,6 +30,7 @@ from memlens.app.timeline.marker_labels import (
 )
 from memlens.app.timeline.plot_style import (
     HOVER_COLOR,
+    MIN_LABEL_CONTRAST,
     TOTAL_COLOR,
     event_color,
     legend_row,
@@ -206,7 +207,7 @@ class LivePlot(pg.PlotWidget):
         pen = pg.mkPen(line.pen)
         pen.setColor(pg.mkColor(color))
         line.setPen(pen)
-        line.label.setColor(color)
+        line.label.setColor(readable(color, self._background, MIN_LABEL_CONTRAST))
         fill = QColor(self._background)
         fill.setAlpha(LABEL_FILL_ALPHA)
         line.label.fill = pg.mkBrush(fill)

@@ -7,7 +7,7 @@ from __future__ import annotations
 LABEL_GAP_PX = 4.0  # between two labels on one row
 TOP_MARGIN_PX = 2.0
 # A label's box: the plot's own background, see-through enough that a curve under it shows.
-LABEL_FILL_ALPHA = 110
+LABEL_FILL_ALPHA = 130
 
 
 def label_anchor(x: float, width: float, view_width: float) -> float:

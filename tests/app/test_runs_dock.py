@@ -7,14 +7,14 @@ import json
 
 import numpy as np
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QTreeWidget
+from PySide6.QtWidgets import QListWidget, QPushButton, QTreeWidget
 
 from memlens.__main__ import main as memlens_main
 from memlens.app.panels.runs_panel import COLUMNS
 from memlens.app.timeline.memory_plot import Y_UNIT
 from memlens.core.runfolder.reader import load_run
 from memlens.core.units import format_bytes
-from tests.app.drive import wait_frames
+from tests.app.drive import click, wait_frames
 from tests.app.test_main_window import plot
 
 TINY = ("--set", "batch_size=8", "--set", "width=16", "--set", "eval_every=0", "--quiet")
@@ -39,7 +39,8 @@ def test_runs_dock_lists_runs_pins_ticked_ones_and_sees_a_new_run(qtbot, window,
     assert not window.runs_dock.dock.isVisible() and not action.isChecked()
     action.trigger()
     qtbot.waitUntil(window.runs_dock.dock.isVisible, timeout=5000)
-    window.runs_dock.panel.set_folder(parent)
+    # File > Runs folder…'s choice (its dialog's fileSelected) is the folder listed
+    window.conventions.runs_folder.set_folder(parent)
     tree = window.findChild(QTreeWidget, "runs_tree")
 
     expected = []
@@ -60,6 +61,12 @@ def test_runs_dock_lists_runs_pins_ticked_ones_and_sees_a_new_run(qtbot, window,
         _, total = plot(window, "memory_plot").ghosts[pin.pin_id].getData()
         np.testing.assert_allclose(total * Y_UNIT, saved.samples.column("total"), rtol=1e-6)
     tree.topLevelItem(0).setCheckState(0, Qt.Unchecked)  # unticked: its pin goes
+    assert [p.series.history.meta["config"]["preset"] for p in window.pins] == ["cnn"]
+    pins_list = window.findChild(QListWidget, "pins_list")
+    pins_list.setCurrentRow(0)
+    click(qtbot, window.findChild(QPushButton, "remove_pin_button"))  # removed there:
+    assert window.pins == [] and tree.topLevelItem(1).checkState(0) == Qt.Unchecked  # unticked
+    tree.topLevelItem(1).setCheckState(0, Qt.Checked)
     assert [p.series.history.meta["config"]["preset"] for p in window.pins] == ["cnn"]
 
     cli_run(parent / "c-mlp", "mlp", 2)  # a run made while the app watches

@@ -63,9 +63,9 @@ def test_a_run_records_rss_where_it_reads_the_heap_and_sees_an_allocation_betwee
     forward = samples_at(history, "forward", "rss")
     assert len(forward) == 5 and np.isfinite(forward).all()
     assert forward[3] - forward[2] >= 0.95 * BLOCK  # the block came between the two
-    # ... and what was recorded is the process's statm figure of the moment, not a count of
-    # its own: after the allocation the sample is at least what statm said then.
-    assert forward[3] >= sink.rss_around[1] - 64 * 2**20
+    # ... and what was recorded is the process's statm resident figure of the moment (not
+    # its virtual size, GBs more with torch loaded): a tiny step later, within a few MiB.
+    assert abs(forward[3] - sink.rss_around[1]) <= 64 * 2**20
 
 
 def test_memory_csv_has_rss_bytes_and_load_run_reads_it_back(tmp_path):

@@ -39,6 +39,8 @@ class RunsDock:
         view_menu.addAction(self.action)
         self.pin_ids: dict[Path, int] = {}  # a ticked run's folder -> its pin
         self.panel.run_checked.connect(self._on_run_checked)
+        # A pin removed in the pins list unticks its run.
+        window.pins_panel.remove_clicked.connect(self._on_pin_removed)
         # File > Runs folder… moves the list with it.
         window.conventions.runs_folder.folder_changed.connect(self.panel.set_folder)
 
@@ -56,3 +58,9 @@ class RunsDock:
             self.window.statusBar().showMessage(str(exc), 6000)
             return
         self.pin_ids[folder] = board.add_history(history).pin_id
+
+    def _on_pin_removed(self, pin_id: int) -> None:
+        for folder, held in list(self.pin_ids.items()):
+            if held == pin_id:
+                del self.pin_ids[folder]
+                self.panel.set_checked(folder, False)

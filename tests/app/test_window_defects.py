@@ -180,7 +180,7 @@ def test_start_while_running_says_why_nothing_starts(qtbot, window):
     wait_steps(qtbot, window, 1)
     session = window.session
     window.start_action.trigger()
-    assert "already" in window.statusBar().currentMessage()
+    assert "already" in window.run_panel.state_label.text()  # beside the buttons, whole
     assert window.session is session
     stop(qtbot, window)
 

@@ -72,14 +72,20 @@ def shoot_run(config, baseline, out: Path, size: tuple[int, int], args) -> int:
     return EXIT_OK
 
 
-def shoot_opened(path: str, out: Path, size: tuple[int, int], tab: str, theme: str) -> int:
-    """`shot --open PATH`: the window showing a run folder or a snapshot, no run."""
+def shoot_opened(path: str, out: Path, size: tuple[int, int], tab: str, theme: str,
+                 at_event: int | None = None) -> int:
+    """`shot --open PATH`: the window showing a run folder or a snapshot, no run; with
+    `at_event`, the snapshot's list of what was alive after that event, as a click shows."""
     from memlens.core.runfolder.open_target import OpenError, check_openable
 
     try:
-        kind, _target = check_openable(path)
+        kind, _target = check_openable(path) if at_event is None else _snapshot_with(
+            path, at_event)
     except OpenError as exc:
         print(f"memlens shot: cannot open {path}: {exc}", file=sys.stderr)
+        return EXIT_BAD_INPUT
+    except IndexError as exc:
+        print(f"memlens shot: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
     from PySide6.QtWidgets import QApplication
 
@@ -88,6 +94,8 @@ def shoot_opened(path: str, out: Path, size: tuple[int, int], tab: str, theme: s
     opened = window.conventions.opener.open_path(path)
     if opened and kind == "run" and tab == "graph":
         window.tabs.setCurrentIndex(1)
+    if opened and at_event is not None:
+        window.conventions.opener.snapshot_view.show_alive_at(at_event)
     _settle(OPENED_MS)
     QApplication.processEvents()
     _say_if_resized(window, size)
@@ -97,8 +105,28 @@ def shoot_opened(path: str, out: Path, size: tuple[int, int], tab: str, theme: s
     if problem:
         print(f"memlens shot: {problem}", file=sys.stderr)
         return EXIT_FAILED
-    print(f"wrote {out}: {path} ({kind})")
+    at = "" if at_event is None else f", alive at event {at_event} listed"
+    print(f"wrote {out}: {path} ({kind}){at}")
     return EXIT_OK
+
+
+def _snapshot_with(path: str, at_event: int):
+    """check_openable for `--at-event`: a snapshot that has that event, checked before any
+    window is made (IndexError names the range)."""
+    from memlens.core.runfolder.open_target import OpenError, resolve
+    from memlens.core.snapshot_file import SnapshotFileError, read_snapshot
+
+    kind, target = resolve(path)
+    if kind != "snapshot":
+        raise OpenError("--at-event needs a snapshot, and this is a run folder")
+    try:
+        last = read_snapshot(target).last_event
+    except SnapshotFileError as exc:
+        raise OpenError(str(exc)) from None
+    if not 0 <= at_event <= last:
+        raise IndexError(f"--at-event {at_event}: this snapshot has events 0 to {last} "
+                         "(0 is before the first)")
+    return kind, target
 
 
 def _application():

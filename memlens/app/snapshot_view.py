@@ -1,14 +1,17 @@
 """The Snapshot tab: a snapshot.pickle from a user's own run (memlens.core.snapshot_file) shown as
-allocated memory over its allocation events, and the largest allocations at the peak."""
+allocated memory over its allocation events; hovering says the bytes at an event, a click
+lists what was alive there (the peak until then; Escape goes back to it)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QLabel, QSplitter, QTreeWidget, QTreeWidgetItem, QVBoxLayout, QWidget
+from PySide6.QtGui import QKeySequence, QShortcut
+from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 
 from memlens.app.series.pins import PIN_COLORS
+from memlens.app.snapshot_alive_list import AliveList
 from memlens.app.timeline.bytes_axis import BytesAxis
 from memlens.app.timeline.plot_style import CATEGORY_COLORS, PEAK_COLOR, RESERVED_COLOR, TOTAL_COLOR
 from memlens.core.snapshot_file import SnapshotTimeline
@@ -41,15 +44,27 @@ class SnapshotView(QWidget):
         self.peak_line = pg.InfiniteLine(angle=90, movable=False,
                                          pen=pg.mkPen(PEAK_COLOR, style=Qt.DashLine))
         item.addItem(self.peak_line, ignoreBounds=True)
-        self.top = QTreeWidget()
-        self.top.setObjectName("snapshot_top")
-        self.top.setHeaderLabels(["size", "category", "where (newest frame first)"])
-        self.top.setColumnWidth(0, 110)
-        self.top.setColumnWidth(1, 90)
+        self.chosen_line = pg.InfiniteLine(angle=90, movable=False,
+                                           pen=pg.mkPen(TOTAL_COLOR, width=1.5))
+        self.chosen_line.hide()
+        item.addItem(self.chosen_line, ignoreBounds=True)
+        self.hover_text = pg.TextItem(anchor=(0, 0), color=TOTAL_COLOR,
+                                      fill=pg.mkBrush(255, 255, 255, 210))
+        self.hover_text.setZValue(50)
+        self.hover_text.hide()
+        item.addItem(self.hover_text, ignoreBounds=True)
+        self.plot.scene().sigMouseMoved.connect(self._on_mouse_moved)
+        self.plot.scene().sigMouseClicked.connect(self._on_plot_clicked)
+        self.alive_list = AliveList()
+        self.alive_list.back_to_peak.connect(self.show_peak)
+        self.top = self.alive_list.tree
+        escape = QShortcut(QKeySequence(Qt.Key_Escape), self)
+        escape.setContext(Qt.WidgetWithChildrenShortcut)
+        escape.activated.connect(self.show_peak)
         split = QSplitter(Qt.Vertical)
         split.setObjectName("snapshot_splitter")
         split.addWidget(self.plot)
-        split.addWidget(self.top)
+        split.addWidget(self.alive_list)
         split.setSizes([400, 220])
         layout = QVBoxLayout(self)
         layout.setContentsMargins(0, 0, 0, 0)
@@ -60,6 +75,8 @@ class SnapshotView(QWidget):
         self.plot.setBackground(theme.plot_background)
         self.legend.setBrush(pg.mkBrush(theme.plot_background))
         self.legend.setLabelTextColor(theme.plot_text)
+        self.hover_text.fill = pg.mkBrush(theme.plot_background)
+        self.hover_text.setColor(theme.plot_text)
         for side in ("left", "bottom"):
             axis = self.plot.getPlotItem().getAxis(side)
             axis.setTextPen(theme.plot_text)
@@ -81,7 +98,7 @@ class SnapshotView(QWidget):
             self._curve(name, x, curve, category_color(name, i), 1.0)
         self.peak_line.setPos(timeline.peak_index)
         item.enableAutoRange()
-        self._fill_top(timeline)
+        self.show_peak()
         where = "" if timeline.reserved is None else (
             f", reserved at the end {format_bytes(float(timeline.reserved[-1]))}")
         self.summary.setText(
@@ -102,14 +119,44 @@ class SnapshotView(QWidget):
         curve.setClipToView(True)
         self.curves[key] = curve
 
-    def _fill_top(self, timeline: SnapshotTimeline) -> None:
-        self.top.clear()
-        for alloc in timeline.top:
-            first = alloc.frames[0] if alloc.frames else "(no stack recorded)"
-            row = QTreeWidgetItem([format_bytes(float(alloc.size)), alloc.category or "–",
-                                   first])
-            row.setToolTip(2, "\n".join(alloc.frames) or "no stack recorded")
-            row.setData(0, Qt.UserRole, alloc.size)
-            for frame in alloc.frames[1:]:
-                QTreeWidgetItem(row, ["", "", frame])
-            self.top.addTopLevelItem(row)
+    # --- one moment ---------------------------------------------------------------------------
+    def event_at(self, scene_pos) -> int | None:
+        """The event under a scene position in the plot, or None outside it (or no file)."""
+        vb = self.plot.getPlotItem().getViewBox()
+        if self.timeline is None or not vb.sceneBoundingRect().contains(scene_pos):
+            return None
+        x = vb.mapSceneToView(scene_pos).x()
+        return int(min(max(round(x), 0), self.timeline.last_event))
+
+    def show_alive_at(self, index: int) -> None:
+        """List what was alive after `index` events (0..timeline.last_event)."""
+        if index == self.timeline.peak_index:
+            self.show_peak()
+            return
+        self.alive_list.show_alive(self.timeline.alive_at(index), at_peak=False)
+        self.chosen_line.setPos(index)
+        self.chosen_line.show()
+
+    def show_peak(self) -> None:
+        if self.timeline is None:
+            return
+        self.alive_list.show_alive(self.timeline.alive_at(self.timeline.peak_index),
+                                   at_peak=True)
+        self.chosen_line.hide()
+
+    def _on_mouse_moved(self, scene_pos) -> None:
+        index = self.event_at(scene_pos)
+        if index is None:
+            self.hover_text.hide()
+            return
+        allocated = float(self.timeline.allocated[index])
+        self.hover_text.setText(f"event {index:,}: {format_bytes(allocated)} allocated")
+        (x0, x1), (_y0, y1) = self.plot.getPlotItem().getViewBox().viewRange()
+        self.hover_text.setAnchor((1, 0) if index > (x0 + x1) / 2 else (0, 0))
+        self.hover_text.setPos(index, y1)
+        self.hover_text.show()
+
+    def _on_plot_clicked(self, event) -> None:
+        index = self.event_at(event.scenePos())
+        if index is not None and event.button() == Qt.LeftButton and not event.double():
+            self.show_alive_at(index)

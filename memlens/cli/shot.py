@@ -42,6 +42,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--open", metavar="PATH", dest="open_path",
                    help="run nothing: open this run folder or snapshot.pickle as File > Open "
                    "does and save the window showing it")
+    p.add_argument("--at-event", type=int, metavar="N",
+                   help="with --open SNAPSHOT: list what was alive after event N, as a click "
+                   "on the plot there does (0 is before the first event)")
     p.add_argument("--theme", choices=("light", "dark"), default="light",
                    help="colour theme of the picture (the app itself follows the system's)")
     p.add_argument("--timeout", type=float, default=900.0, metavar="S",
@@ -95,10 +98,13 @@ def main(args) -> int:
         size = _size(args.size)
         _timeout(args.timeout)
         out = check_out(args.out)
+        if args.at_event is not None and args.open_path is None:
+            raise ValueError(f"--at-event {args.at_event}: give the snapshot with --open")
     except (ConfigError, ValueError) as exc:
         return refuse("shot", exc)
     from memlens.app import shot
 
     if args.open_path is not None:
-        return shot.shoot_opened(args.open_path, out, size, args.tab, args.theme)
+        return shot.shoot_opened(args.open_path, out, size, args.tab, args.theme,
+                                 args.at_event)
     return shot.shoot_run(config, baseline, out, size, args)

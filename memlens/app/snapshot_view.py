@@ -13,7 +13,13 @@ from PySide6.QtWidgets import QLabel, QSplitter, QVBoxLayout, QWidget
 from memlens.app.series.pins import PIN_COLORS
 from memlens.app.snapshot_alive_list import AliveList
 from memlens.app.timeline.bytes_axis import BytesAxis
-from memlens.app.timeline.plot_style import CATEGORY_COLORS, PEAK_COLOR, RESERVED_COLOR, TOTAL_COLOR
+from memlens.app.timeline.plot_style import (
+    CATEGORY_COLORS,
+    HOVER_COLOR,
+    PEAK_COLOR,
+    RESERVED_COLOR,
+    TOTAL_COLOR,
+)
 from memlens.core.snapshot_file import SnapshotTimeline
 from memlens.core.units import format_bytes
 
@@ -44,10 +50,14 @@ class SnapshotView(QWidget):
         self.peak_line = pg.InfiniteLine(angle=90, movable=False,
                                          pen=pg.mkPen(PEAK_COLOR, style=Qt.DashLine))
         item.addItem(self.peak_line, ignoreBounds=True)
-        self.chosen_line = pg.InfiniteLine(angle=90, movable=False,
-                                           pen=pg.mkPen(TOTAL_COLOR, width=1.5))
+        self.chosen_line = pg.InfiniteLine(angle=90, movable=False,  # the clicked moment
+                                           pen=pg.mkPen(HOVER_COLOR, width=2,
+                                                        style=Qt.DashDotLine))
         self.chosen_line.hide()
         item.addItem(self.chosen_line, ignoreBounds=True)
+        self.hover_line = pg.InfiniteLine(angle=90, movable=False, pen=pg.mkPen(HOVER_COLOR))
+        self.hover_line.hide()
+        item.addItem(self.hover_line, ignoreBounds=True)
         self.hover_text = pg.TextItem(anchor=(0, 0), color=TOTAL_COLOR,
                                       fill=pg.mkBrush(255, 255, 255, 210))
         self.hover_text.setZValue(50)
@@ -148,6 +158,7 @@ class SnapshotView(QWidget):
         index = self.event_at(scene_pos)
         if index is None:
             self.hover_text.hide()
+            self.hover_line.hide()
             return
         allocated = float(self.timeline.allocated[index])
         self.hover_text.setText(f"event {index:,}: {format_bytes(allocated)} allocated")
@@ -155,6 +166,8 @@ class SnapshotView(QWidget):
         self.hover_text.setAnchor((1, 0) if index > (x0 + x1) / 2 else (0, 0))
         self.hover_text.setPos(index, y1)
         self.hover_text.show()
+        self.hover_line.setPos(index)
+        self.hover_line.show()
 
     def _on_plot_clicked(self, event) -> None:
         index = self.event_at(event.scenePos())

@@ -24,6 +24,9 @@ from memlens.core.snapshot_file import SnapshotTimeline
 from memlens.core.units import format_bytes
 
 Y_UNIT = 2**20  # the view draws MiB (see memlens.app.timeline.bytes_axis)
+LEGEND_ALPHA = 150  # the legend lets what lies under it show
+HEADROOM = 1.4  # the y range over the highest curve: room for the legend's two rows
+LEGEND_COLUMNS = 4  # what fits across the plot in a 1280-pixel window
 
 
 def category_color(name: str, index: int) -> str:
@@ -45,7 +48,8 @@ class SnapshotView(QWidget):
         item = self.plot.getPlotItem()
         item.setLabel("bottom", "allocation events (trace order)")
         item.setMenuEnabled(False)
-        self.legend = item.addLegend(offset=(-10, 5), brush=pg.mkBrush(255, 255, 255, 210))
+        # two rows across the top, over headroom kept free of the curves (show_timeline)
+        self.legend = item.addLegend(offset=(10, 2), brush=pg.mkBrush(255, 255, 255, LEGEND_ALPHA))
         self.curves: dict[str, pg.PlotDataItem] = {}
         self.peak_line = pg.InfiniteLine(angle=90, movable=False,
                                          pen=pg.mkPen(PEAK_COLOR, style=Qt.DashLine))
@@ -83,7 +87,9 @@ class SnapshotView(QWidget):
 
     def set_theme(self, theme) -> None:
         self.plot.setBackground(theme.plot_background)
-        self.legend.setBrush(pg.mkBrush(theme.plot_background))
+        background = pg.mkColor(theme.plot_background)
+        background.setAlpha(LEGEND_ALPHA)
+        self.legend.setBrush(pg.mkBrush(background))
         self.legend.setLabelTextColor(theme.plot_text)
         self.hover_text.fill = pg.mkBrush(theme.plot_background)
         self.hover_text.setColor(theme.plot_text)
@@ -107,7 +113,11 @@ class SnapshotView(QWidget):
         for i, (name, curve) in enumerate(timeline.categories.items()):
             self._curve(name, x, curve, category_color(name, i), 1.0)
         self.peak_line.setPos(timeline.peak_index)
+        self.legend.setColumnCount(min(LEGEND_COLUMNS, -(-len(self.curves) // 2)))
         item.enableAutoRange()
+        # headroom above the highest curve for the legend's row: it never covers the data
+        top = max(float(np.nanmax(c.yData)) for c in self.curves.values() if len(c.yData))
+        item.setYRange(0.0, top * HEADROOM, padding=0.0)
         self.show_peak()
         where = "" if timeline.reserved is None else (
             f", reserved at the end {format_bytes(float(timeline.reserved[-1]))}")

@@ -10,6 +10,7 @@ import pytest
 from PySide6.QtCore import QPointF, Qt
 
 from memlens.core.units import format_bytes
+from tests.app.drive import wait_frames
 from tests.app.test_open_and_remember import _main, choose_in_open_dialog
 from tests.core.test_snapshot_alive import _program, _replay, _snapshot
 
@@ -56,6 +57,7 @@ def test_hover_says_the_bytes_and_a_click_lists_what_was_alive(qtbot, window, sn
     assert view is not None and window.tabs.currentWidget() is view
     vb = view.plot.getPlotItem().getViewBox()
     qtbot.waitUntil(lambda: vb.viewRange()[0][1] >= KEPT)  # drawn: the x axis spans the trace
+    wait_frames(qtbot, window, 2)  # and laid out: the axes' widths follow the new ranges
     n = _a_moment_that_is_not_the_peak(view, program, cut)
     alive = _replay(program, cut + n)
 
@@ -107,3 +109,23 @@ def test_shot_at_event_saves_the_list_there_and_a_bad_event_exits_2(tmp_path, sn
     assert lines == [f"memlens shot: --at-event {KEPT + 1}: this snapshot has events 0 to "
                      f"{KEPT} (0 is before the first)"]
     assert not bad.exists()
+
+
+def test_the_legend_sits_over_headroom_and_covers_no_curve(qtbot, window, snapshot_file):
+    """At 1280x800 the snapshot's legend lies inside the plot, above the highest value of
+    every curve (the y range keeps room for it), so no part of a curve is hidden."""
+    import numpy as np
+
+    path = snapshot_file[0]
+    window.resize(1280, 800)
+    choose_in_open_dialog(qtbot, window, path)
+    view = window.conventions.opener.snapshot_view
+    vb = view.plot.getPlotItem().getViewBox()
+    qtbot.waitUntil(lambda: vb.viewRange()[0][1] >= KEPT)
+    wait_frames(qtbot, window, 2)
+    top = max(float(np.nanmax(curve.yData)) for curve in view.curves.values())  # as drawn
+    legend = vb.mapSceneToView(view.legend.sceneBoundingRect()).boundingRect()
+    (x0, x1), (y0, y1) = vb.viewRange()
+    assert legend.top() > top  # in view units y grows upwards: the legend's lower edge
+    assert x0 <= legend.left() and legend.right() <= x1  # nothing cut at the right edge
+    assert legend.bottom() <= y1 + (y1 - y0) * 0.05

@@ -4,6 +4,8 @@ runs become pins; a run that appears later is listed without a restart."""
 from __future__ import annotations
 
 import json
+import os
+import time
 
 import numpy as np
 from PySide6.QtCore import Qt
@@ -49,7 +51,20 @@ def test_runs_dock_lists_runs_pins_ticked_ones_and_sees_a_new_run(qtbot, window,
         expected.append([name, doc["config"]["preset"], str(doc["summary"]["steps_done"]),
                          format_bytes(doc["summary"]["peak_bytes"])])
     assert [r[:4] for r in rows(tree)] == expected
-    assert all(r[4].startswith("20") for r in rows(tree))  # a date
+    for name, row in zip(("a-mlp", "b-cnn"), rows(tree), strict=True):  # run.json's mtime
+        written = time.localtime(os.path.getmtime(parent / name / "run.json"))
+        assert row[4] == time.strftime("%m-%d %H:%M", written)
+    # at 1280x800 every column is on screen in the dock, no sideways scrolling
+    window.resize(1280, 800)
+    wait_frames(qtbot, window, 2)
+    header = tree.header()
+    last = len(COLUMNS) - 1
+    assert (header.sectionViewportPosition(last) + header.sectionSize(last)
+            <= tree.viewport().width())
+    assert tree.horizontalScrollBar().maximum() == 0
+    for c in range(1, len(COLUMNS)):  # each figure shown whole
+        width = max(tree.fontMetrics().horizontalAdvance(r[c]) for r in rows(tree))
+        assert header.sectionSize(c) >= width, COLUMNS[c]
 
     for i in range(2):
         tree.topLevelItem(i).setCheckState(0, Qt.Checked)

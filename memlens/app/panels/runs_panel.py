@@ -10,6 +10,7 @@ from PySide6.QtCore import QFileSystemWatcher, QSignalBlocker, Qt, QTimer, Signa
 from PySide6.QtWidgets import (
     QFileDialog,
     QHBoxLayout,
+    QHeaderView,
     QLabel,
     QPushButton,
     QTreeWidget,
@@ -21,7 +22,12 @@ from PySide6.QtWidgets import (
 from memlens.core.runfolder.listing import RunListing, list_runs
 from memlens.core.units import format_bytes
 
-COLUMNS = ("name", "preset or script", "steps", "peak", "date")
+# Short headings: the dock shares the window's right column (about 300 px at 1280x800);
+# each heading's tooltip says it in full.
+COLUMNS = ("name", "what", "steps", "peak", "date")
+COLUMN_TIPS = ("the run folder's name", "the preset or script it ran", "steps done",
+               "the run's peak memory", "when its run.json was last written")
+DATE_FORMAT = "%m-%d %H:%M"  # the year in the cell's tooltip
 FOLDER_ROLE = Qt.UserRole
 # A burst of file changes (a run writing its first files) is read once, this long after.
 RESCAN_DELAY_MS = 200
@@ -30,7 +36,7 @@ RESCAN_DELAY_MS = 200
 def row_texts(run: RunListing) -> list[str]:
     """A run's cells, in COLUMNS order."""
     peak = format_bytes(run.peak_bytes) if run.peak_bytes is not None else ""
-    date = time.strftime("%Y-%m-%d %H:%M", time.localtime(run.written))
+    date = time.strftime(DATE_FORMAT, time.localtime(run.written))
     return [run.name, run.what, str(run.steps), peak, date]
 
 
@@ -46,7 +52,16 @@ class RunsPanel(QWidget):
         self.tree = QTreeWidget()
         self.tree.setObjectName("runs_tree")
         self.tree.setHeaderLabels(list(COLUMNS))
+        for i, tip in enumerate(COLUMN_TIPS):
+            self.tree.headerItem().setToolTip(i, tip)
         self.tree.setRootIsDecorated(False)
+        # Every column on screen in a narrow dock: the figures take what they need, the
+        # name the rest, cut in the middle where it must be (its tooltip is the whole path).
+        header = self.tree.header()
+        header.setStretchLastSection(False)
+        header.setSectionResizeMode(QHeaderView.ResizeToContents)
+        header.setSectionResizeMode(0, QHeaderView.Stretch)
+        self.tree.setTextElideMode(Qt.ElideMiddle)
         self.tree.setToolTip("Tick runs to overlay them on the plots as pins")
         self.tree.itemChanged.connect(self._on_item_changed)
         self.folder_label = QLabel("")
@@ -101,9 +116,9 @@ class RunsPanel(QWidget):
                 item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
                 item.setCheckState(0, Qt.Checked if run.folder in ticked else Qt.Unchecked)
                 item.setToolTip(0, str(run.folder))
+                item.setToolTip(len(COLUMNS) - 1, time.strftime("%Y-%m-%d %H:%M:%S",
+                                                                time.localtime(run.written)))
                 self.tree.addTopLevelItem(item)
-        for i in range(len(COLUMNS)):
-            self.tree.resizeColumnToContents(i)
 
     def checked_states(self) -> dict[Path, bool]:
         out = {}

@@ -69,6 +69,7 @@ def test_runs_dock_lists_runs_pins_ticked_ones_and_sees_a_new_run(qtbot, window,
     for i in range(2):
         tree.topLevelItem(i).setCheckState(0, Qt.Checked)
     assert len(window.pins) == 2
+    assert [p.name for p in window.pins] == ["a-mlp", "b-cnn"]  # named by their folders
     wait_frames(qtbot, window, 2)
     for pin, name in zip(window.pins, ("a-mlp", "b-cnn"), strict=True):
         saved = load_run(parent / name)

@@ -30,11 +30,12 @@ class PinBoard:
         self.changed()
         return pin
 
-    def add_history(self, history) -> PinnedRun:
-        """A loaded run as a pin (File > Open while a run is going)."""
+    def add_history(self, history, name: str = "") -> PinnedRun:
+        """A loaded run as a pin (File > Open while a run is going; the Runs dock names it
+        by its folder, which tells apart runs of the same settings)."""
         series = RunSeries(history)
         series.pull()
-        return self.add(series)
+        return self.add(series, name)
 
     def remove(self, pin_id: int) -> None:
         self.pins = [p for p in self.pins if p.pin_id != pin_id]

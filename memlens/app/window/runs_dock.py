@@ -57,7 +57,7 @@ class RunsDock:
             self.panel.set_checked(folder, False)
             self.window.statusBar().showMessage(str(exc), 6000)
             return
-        self.pin_ids[folder] = board.add_history(history).pin_id
+        self.pin_ids[folder] = board.add_history(history, folder.name).pin_id
 
     def _on_pin_removed(self, pin_id: int) -> None:
         for folder, held in list(self.pin_ids.items()):

@@ -24,8 +24,9 @@ RANK_COLORS: tuple[str, ...] = ("#1F77B4", "#FF7F0E", "#2CA02C", "#D62728", "#94
 TOTAL_COLOR = "#222222"
 PEAK_COLOR = "#C44E52"
 RESERVED_COLOR = "#7F3C8D"
-RSS_COLOR = "#17BECF"  # the process's resident memory
-HEAP_COLOR = "#8C564B"  # malloc's in-use bytes (CPU)
+# The process's own memory lines (teal, magenta): hues no band, line or pinned run takes.
+RSS_COLOR = "#006D5B"  # the process's resident memory
+HEAP_COLOR = "#B8009F"  # malloc's in-use bytes (CPU)
 LOSS_COLOR = "#1F77B4"
 GRAD_NORM_COLOR = "#E07B00"
 TOGGLE_COLOR = "#2F6FB0"

@@ -21,6 +21,8 @@ GEOMETRY, WINDOW_STATE, SPLITTERS = "window/geometry", "window/state", "window/s
 LAST_FOLDER, RECENT, RUN_CONFIG = "files/last_folder", "files/recent", "run/config"
 EXACT_BYTES, THEME, RUNS_FOLDER = "view/exact_bytes", "view/theme", "files/runs_folder"
 THEME_CHOICES = ("system", "light", "dark")  # View > Theme; "system" follows its scheme
+X_AXIS = "view/x_axis"
+X_AXIS_CHOICES = ("steps", "wall_time")  # View > X axis; the x data stay in steps either way
 
 
 def default_runs_folder() -> Path:
@@ -116,6 +118,14 @@ class AppSettings:
 
     def set_theme(self, choice: str) -> None:
         self.put(THEME, choice)
+
+    def x_axis(self) -> str:
+        """"steps" or "wall_time" (View > X axis)."""
+        choice = str(self.get(X_AXIS, "steps"))
+        return choice if choice in X_AXIS_CHOICES else "steps"
+
+    def set_x_axis(self, choice: str) -> None:
+        self.put(X_AXIS, choice)
 
     def run_config(self) -> dict | None:
         raw = self.get(RUN_CONFIG)

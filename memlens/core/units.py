@@ -67,3 +67,26 @@ def format_percent_change(before: float, after: float) -> str:
         return "n/a"
     change = 100.0 * (after - before) / before
     return f"{change:+.0f}%"
+
+
+def format_elapsed(seconds: float, spacing: float | None = None,
+                   clock: bool | None = None) -> str:
+    """Seconds since a run started: '12.5 s' under a minute, '1:02' (or '1:02:03') on a
+    clock. `spacing`: the finest difference the text must show (a tick spacing; None: a
+    hundredth under 10 s, a tenth under a minute, whole seconds past it); `clock`: m:ss
+    whatever the value (an axis whose ticks reach a minute labels them all alike)."""
+    if seconds is None or math.isnan(seconds):
+        return "n/a"
+    if spacing is None:
+        spacing = 0.01 if seconds < 10 else 0.1 if seconds < 60 else 1.0
+    digits = 0 if spacing >= 1 else min(max(math.ceil(-math.log10(spacing) - 1e-9), 0), 6)
+    seconds = round(seconds, digits)  # so that 59.999 reads 1:00, not 0:60
+    if not (seconds >= 60 if clock is None else clock):
+        return f"{seconds:.{digits}f} s"
+    sign, seconds = ("-", -seconds) if seconds < 0 else ("", seconds)
+    minutes, rest = divmod(seconds, 60)
+    rest = round(rest, digits)
+    hours, minutes = divmod(int(minutes), 60)
+    width = 2 if not digits else 3 + digits
+    text = f"{rest:0{width}.{digits}f}"
+    return f"{sign}{hours}:{minutes:02d}:{text}" if hours else f"{sign}{minutes}:{text}"

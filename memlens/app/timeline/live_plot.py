@@ -78,6 +78,8 @@ class LivePlot(pg.PlotWidget):
     hover_left = Signal()
     # The legend's swatches are the theme's colours: whoever writes the legend writes it anew.
     theme_changed = Signal()
+    # View > X axis > Wall time (PlotStack.set_wall_time): the read-out gives the step's time.
+    wall_time = False
 
     def __init__(self, object_name: str, title: str, left_axis: pg.AxisItem | None = None,
                  parent=None) -> None:

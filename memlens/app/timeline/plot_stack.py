@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
 )
 
 from memlens.app.series.run_series import RunSeries
+from memlens.app.series.wall_clock import WallClock
 from memlens.app.timeline.live_plot import LivePlot
 from memlens.app.timeline.loss_plot import LossPlot
 from memlens.app.timeline.memory_plot import MemoryPlot
@@ -67,10 +68,11 @@ class PlotStack(QWidget):
         self.plots: tuple[LivePlot, ...] = (self.memory_plot, self.time_plot, self.loss_plot)
         for plot in self.plots[1:]:
             plot.setXLink(self.memory_plot)
-        self.loss_plot.getPlotItem().setLabel("bottom", "step")
         for plot in self.plots[:-1]:
             plot.getPlotItem().hideAxis("bottom")  # one step axis, under the stack
         self.run: RunSeries | None = None
+        self.clock = WallClock()  # the shown run's, for View > X axis > Wall time
+        self.wall_time = False
         self.pins: list = []
         self.follow = True
         self.live = False  # a run is adding steps (the window says so)
@@ -136,6 +138,9 @@ class PlotStack(QWidget):
     # --- what is shown ----------------------------------------------------------------------
     def set_run(self, run: RunSeries | None, events: list[RunEvent] = ()) -> None:
         self.run = run
+        self.clock.series = run
+        for axis in self.step_axes:
+            axis.ticks_changed()
         self._edge, self._creeping = None, False
         self._release_paints()
         for plot in self.plots:
@@ -150,6 +155,19 @@ class PlotStack(QWidget):
         self.pins = list(pins)
         for plot in self.plots:
             plot.sync_ghosts(self.pins)
+        self.mark_dirty()
+
+    @property
+    def step_axes(self):
+        return [plot.getPlotItem().getAxis("bottom") for plot in self.plots]
+
+    def set_wall_time(self, on: bool) -> None:
+        """Bottom axes (every plot's: exported images show theirs) ticked at round wall
+        times of the shown run, or at whole steps; the x data stay in steps either way."""
+        self.wall_time = bool(on)
+        for plot, axis in zip(self.plots, self.step_axes, strict=True):
+            plot.wall_time = self.wall_time
+            axis.set_clock(self.clock if on else None)
         self.mark_dirty()
 
     def add_event(self, event: RunEvent) -> None:
@@ -281,6 +299,9 @@ class PlotStack(QWidget):
             self._stale = set(range(n))
             self._legend_dirty = True
             self._note_edge()
+            if self.wall_time:
+                for axis in self.step_axes:
+                    axis.note_new_steps()
         if self._dirty or (self._stale and not self.spreading):
             chosen = list(range(n))
         elif self._stale and not busy:

@@ -8,7 +8,7 @@ from memlens.app.series.run_series import PHASE_MS_COLUMNS, STEP_LINES, RunSerie
 from memlens.app.timeline.live_plot import LivePlot
 from memlens.app.timeline.plot_style import PHASE_COLORS, TOTAL_COLOR, legend_row
 from memlens.core.records import PHASES
-from memlens.core.units import format_ms
+from memlens.core.units import format_elapsed, format_ms
 
 
 class TimePlot(LivePlot):
@@ -45,6 +45,10 @@ class TimePlot(LivePlot):
                                                               strict=True)}
             total = format_ms(record["step_ms"])
             head = f"<i>step {step}</i>"
+            if self.wall_time:
+                # when it ended: the wall-time axis's ticks are interpolated between these
+                head = (f"<i>step {step}, ended at&nbsp;"
+                        f"{format_elapsed(record['time_s']).replace(' ', '&nbsp;')}</i>")
         first = [head, self.swatch(TOTAL_COLOR, "whole step", total),
                  self.pin_legend(pins, None if x is None else lambda s: _ghost_ms(s, x))]
         second = [self.swatch(PHASE_COLORS[p], p, values[p]) for p in PHASES]

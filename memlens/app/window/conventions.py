@@ -1,7 +1,7 @@
 """What users expect of a desktop app, added to the main window in one place: Open (runs and
 snapshots), Recent runs, drag and drop, remembered settings and layout, box zoom and Zoom to
-steps, the rows tables, exact bytes, the Help menu, the runs folder and View > Theme (the
-system's scheme, light or dark)."""
+steps, the rows tables, exact bytes, the Help menu, the runs folder, View > X axis (steps or
+wall time) and View > Theme (the system's scheme, light or dark)."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from memlens.app.timeline.plot_zoom import BoxZoom, ZoomToStepsDialog
 from memlens.app.window.open_paths import Opener
 from memlens.app.window.runs_folder import RunsFolderChoice
 from memlens.app.window.theme_menu import ThemeMenu, chosen_theme
+from memlens.app.window.x_axis_menu import XAxisMenu
 from memlens.core import units
 from memlens.core.config import RunConfig
 from memlens.core.options import ConfigError
@@ -42,6 +43,7 @@ class WindowConventions(QObject):
         self.rows_dialog = None
         self.help_dialog = None
         self.theme_menu = ThemeMenu(window, settings, self.apply_theme)
+        self.x_axis_menu = XAxisMenu(window, settings)
         self.runs_folder = RunsFolderChoice(window, settings)
         units.set_exact_bytes(settings.exact_bytes())
         window.setWindowIcon(app_icon())
@@ -81,6 +83,7 @@ class WindowConventions(QObject):
                                          self._on_exact_bytes_toggled, "exact_bytes_action",
                                          checkable=True)
         self.exact_action.setChecked(units.exact_bytes())
+        self.x_axis_menu.add_to(view_menu)
         self.theme_menu.add_to(view_menu)
         help_menu = self.main_window.menuBar().addMenu("&Help")
         self._action(help_menu, "What the &techniques do", QKeySequence.HelpContents,

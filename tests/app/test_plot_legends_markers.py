@@ -18,7 +18,10 @@ from memlens.app.window.main_window import TEXT_EVERY
 from memlens.core.config import RunConfig, ScheduledChange
 from tests.app.drive import wait_frames
 
-SWATCH = re.compile(r'color:(#[0-9A-Fa-f]{6})">&#9632;</span>&nbsp;([^<&]+)')
+SWATCH = re.compile(r'color:(#[0-9A-Fa-f]{6})">&#9632;</span>&nbsp;'
+                    r'([^<]+?)(?=&nbsp;<b>|&nbsp; |<|$)')
+# an entry: its swatch, name and value (bold), up to the next entry's separator
+ENTRY = re.compile(r'&#9632;</span>&nbsp;(.+?)(?=&nbsp; <span|$)')
 PIN_ENTRY = re.compile(r'color:(#[0-9A-Fa-f]{6})">&#9477;&nbsp;([^<]+)</span>')
 
 
@@ -111,9 +114,27 @@ def _legend_fits(plot) -> None:
     assert bottom <= item.vb.sceneBoundingRect().top() + 1, plot.objectName()
 
 
+def _entries_unbroken(plot) -> None:
+    """No legend entry is split over two lines ("optimizer 5.05" over "MiB"): an entry holds
+    no breakable space, and no wrapped line of the laid-out text starts inside one."""
+    label = plot.getPlotItem().titleLabel
+    for entry in ENTRY.findall(label.text):
+        assert " " not in re.sub(r"<[^>]+>", "", entry), (plot.objectName(), entry)
+    doc = label.item.document()
+    block = doc.begin()
+    while block.isValid():
+        text, layout = block.text(), block.layout()
+        starts = {layout.lineAt(i).textStart() for i in range(1, layout.lineCount())}
+        # regular spaces (and <br>'s line separators) only between entries
+        for token in re.finditer("[^ \u2028]+", text):
+            inside = [s for s in starts if token.start() < s < token.end()]
+            assert not inside, (plot.objectName(), token.group())
+        block = block.next()
+
+
 def _swatches(plot) -> list[tuple[str, str]]:
     legend = plot.getPlotItem().titleLabel.text
-    return ([(c.upper(), n) for c, n in SWATCH.findall(legend)]
+    return ([(c.upper(), n.replace("&nbsp;", " ")) for c, n in SWATCH.findall(legend)]
             + [(c.upper(), n) for c, n in PIN_ENTRY.findall(legend)])
 
 
@@ -132,6 +153,7 @@ def test_legends_fit_at_1280_with_distinct_visible_colours_in_both_themes(qtbot,
                 wait_frames(qtbot, window, 1)
             for plot in window.plots.plots:
                 _legend_fits(plot)
+                _entries_unbroken(plot)
                 entries = _swatches(plot)
                 names = [n.strip() for _c, n in entries]
                 colours = [c for c, _n in entries]

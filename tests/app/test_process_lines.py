@@ -53,7 +53,7 @@ def test_process_rss_and_heap_lines_hold_memory_csv_columns(qtbot, window):
         np.testing.assert_array_equal(x, x_all[read])
         np.testing.assert_allclose(y * Y_UNIT, recorded[read], rtol=1e-6)
     window.plots.refresh_legends()
-    legend = memory.getPlotItem().titleLabel.text
+    legend = memory.getPlotItem().titleLabel.text.replace("&nbsp;", " ")
     assert "process RSS" in legend and "malloc heap (CPU)" in legend
     click(qtbot, box)  # off again: hidden, and out of the y range
     assert not memory.curves["rss"].isVisible() and not memory.curves["heap"].isVisible()

@@ -49,6 +49,8 @@ def event_color(kind: str) -> str:
 def swatch(color: str, text: str, value: str = "") -> str:
     """A legend entry as rich text: a coloured square, the name, and a value if any (one
     unbreakable piece: a wrapped legend breaks between entries only)."""
+    # the spaces inside a name ("grad norm") or a value ("5.05 MiB") must not break either
+    text, value = text.replace(" ", "&nbsp;"), value.replace(" ", "&nbsp;")
     tail = f"&nbsp;<b>{value}</b>" if value else ""
     return f'<span style="color:{color}">&#9632;</span>&nbsp;{text}{tail}'
 

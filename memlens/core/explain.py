@@ -5,7 +5,7 @@ from __future__ import annotations
 from memlens.core.config import TechniqueToggles
 from memlens.core.excerpt import safe_str
 from memlens.core.options import is_model_file
-from memlens.core.units import format_bytes
+from memlens.core.units import byte_figure
 
 
 def error_title(exc: BaseException) -> str:
@@ -136,15 +136,16 @@ def explain_leak(toggles: TechniqueToggles, grew: str, per_step: float,
     """Name the likely cause of steady memory growth from the toggles in force, and what it
     holds: saved tensors (eval under grad, a cache) in tensor bytes, or autograd nodes in the
     process heap (training, where backward has freed the saved tensors). `period`: steps
-    between evals (growth through eval comes once a period)."""
-    size = f"{format_bytes(per_step)} per step"
+    between evals (growth through eval comes once a period). Its byte figures are marks
+    (units.byte_figure) that the event made of it writes in the display of the moment."""
+    size = f"{byte_figure(per_step)} per step"
     causes = []
     if toggles.leak_loss_sum:
         if not toggles.no_grad_eval:
             causes.append(
                 "`total_loss += loss` in eval, run under grad, keeps each eval forward's "
                 "saved tensors alive through the sum "
-                f"({format_bytes(per_step * period)} per eval); "
+                f"({byte_figure(per_step * period)} per eval); "
                 "use `loss.item()`, or run eval under torch.no_grad()")
         causes.append(
             "`total_loss += loss` in training keeps every step's autograd nodes alive through "
@@ -157,7 +158,7 @@ def explain_leak(toggles: TechniqueToggles, grew: str, per_step: float,
                       "state")
     if toggles.leak_cache:
         causes.append("the loss keeps its intermediates in a list that is never cleared "
-                      f"({format_bytes(per_step)} of tensors a step); store .detach() copies "
+                      f"({byte_figure(per_step)} of tensors a step); store .detach() copies "
                       "or .item() values, or clear the list")
     if not causes:
         causes.append("something holds tensors across steps: a list of losses or outputs, "

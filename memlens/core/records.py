@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from memlens.core.units import format_figures, has_figures
+
 # A step runs these phases in this order; `eval` only every `eval_every` steps.
 PHASES: tuple[str, ...] = ("zero_grad", "forward", "backward", "optimizer", "eval")
 # A memory sample names the phase that just finished; `start` is the state before step 0;
@@ -141,6 +143,25 @@ class RunEvent:
     bytes: int | None = None
     where: str = ""
     fix: str = ""
+    # (message, explanation) with their byte figures as units.byte_figure marks, where
+    # they have any: message and explanation are those written in the display of the
+    # moment, and rerender() writes them again in the current one (View > Exact bytes).
+    templates: tuple[str, str] | None = None
+
+    def __post_init__(self) -> None:
+        if self.templates is None and (has_figures(self.message)
+                                       or has_figures(self.explanation)):
+            self.templates = (self.message, self.explanation)
+        if self.templates is not None:
+            self.templates = tuple(self.templates)  # a list, read back from run.json
+            self.rerender()
+
+    def rerender(self) -> bool:
+        """Write the byte figures again in the current bytes display; False if it has none."""
+        if self.templates is None:
+            return False
+        self.message, self.explanation = (format_figures(t) for t in self.templates)
+        return True
 
     @property
     def on_timeline(self) -> bool:
@@ -161,6 +182,8 @@ class RunEvent:
         if self.kind != "diagnosis":  # other events' run.json stays as it was
             for name in _DIAGNOSIS_FIELDS:
                 del d[name]
+        if self.templates is None:
+            del d["templates"]
         return d
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import re
 
 BYTE_UNITS: tuple[str, ...] = ("B", "KiB", "MiB", "GiB", "TiB")
 _exact = [False]  # the app's View > Exact bytes: every byte figure as a whole number of bytes
@@ -39,6 +40,27 @@ def format_bytes(value: float | None, signed: bool = False) -> str:
     scaled = value / size
     digits = 2 if abs(scaled) < 10 else 1 if abs(scaled) < 100 else 0
     return f"{sign}{scaled:.{digits}f} {unit}"
+
+
+# A byte figure inside an event's text (RunEvent renders it): the raw value kept, so that the
+# text can be written again in the other bytes display (View > Exact bytes) after the fact.
+_FIGURE = re.compile("\ue000([^\ue001]*)\ue001")
+
+
+def byte_figure(value: float | None) -> str:
+    """`value` as a mark that format_figures writes as format_bytes(value) would now."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    return f"\ue000{float(value)!r}\ue001"
+
+
+def has_figures(text: str) -> bool:
+    return "\ue000" in text
+
+
+def format_figures(text: str) -> str:
+    """A text with its byte_figure marks written in the current bytes display."""
+    return _FIGURE.sub(lambda m: format_bytes(float(m[1])), text)
 
 
 def format_ms(value: float | None) -> str:

@@ -66,6 +66,41 @@ def test_exact_bytes_re_renders_the_effects_of_toggles_made_before_the_switch(qt
     assert BYTE_FIGURE.findall(item.toolTip()) == figures  # and back
 
 
+def _as_bytes(figure: str) -> float:
+    number, unit = figure.lstrip("+").replace(",", "").split()
+    return float(number) * 1024 ** ["B", "KiB", "MiB", "GiB"].index(unit)
+
+
+def test_exact_bytes_re_renders_a_leak_found_before_the_switch(qtbot, window):
+    """A leak's explanation ("grows 1.2 MiB per step") written in MiB before View > Exact
+    bytes is written again in bytes after it, each the same figure to its three digits, and
+    back again: also in the run folder's events read back."""
+    # growth every step (eval off), over the leak check's threshold: the default sizes
+    choose(window, steps=100_000, eval_every=0, batch_size=0, width=0)
+    click(qtbot, window.findChild(QPushButton, "run_button"))
+    wait_steps(qtbot, window, 4)
+    window.techniques_panel.fields["leak_cache"].widget.setChecked(True)  # flipped live
+    leaks = lambda: [i for i, e in enumerate(window.events_panel.events)  # noqa: E731
+                     if e.kind == "leak"]
+    qtbot.waitUntil(lambda: bool(leaks()), timeout=60_000)
+    window.stop_run()
+    qtbot.waitUntil(lambda: window.state == "finished", timeout=60_000)
+    item = window.events_panel.list.item(leaks()[0])
+    window.events_panel.list.setCurrentItem(item)
+    binary = BYTE_FIGURE.findall(item.toolTip())
+    assert binary and all(f.endswith("iB") for f in binary), item.toolTip()
+
+    action(window, "exact_bytes_action").trigger()
+    exact = BYTE_FIGURE.findall(item.toolTip())
+    assert len(exact) == len(binary)
+    assert all(re.fullmatch(r"[+-]?\d{1,3}(,\d{3})* B", f) for f in exact), exact
+    for b, e in zip(binary, exact, strict=True):  # the same figure, more exactly
+        assert abs(_as_bytes(b) - _as_bytes(e)) <= 0.01 * _as_bytes(e), (b, e)
+    assert window.events_panel.detail.text() == item.toolTip()  # the pane shows it too
+    action(window, "exact_bytes_action").trigger()
+    assert BYTE_FIGURE.findall(item.toolTip()) == binary  # and back
+
+
 def test_log_scale_with_exact_bytes_labels_every_tick_over_the_whole_range(qtbot, window):
     window.resize(1280, 800)
     run_to_end(qtbot, window, steps=4)

@@ -207,6 +207,7 @@ def test_intermediates_are_kept_only_for_leak_cache(preset):
 
 def test_leak_texts_say_what_is_held_with_the_bytes():
     from memlens.core.explain import explain_leak
+    from memlens.core.units import format_figures
 
     train = explain_leak(TechniqueToggles(leak_loss_sum=True), "other", 10_000)
     assert "autograd nodes" in train and "heap" in train and "graph alive" not in train
@@ -216,7 +217,7 @@ def test_leak_texts_say_what_is_held_with_the_bytes():
     per_eval = plain_eval_saved_bytes("mlp")
     assert "saved tensors" in leak.explanation
     assert f"{format_bytes(per_eval)} per eval" in leak.explanation
-    cache = explain_leak(TechniqueToggles(leak_cache=True), "other", 3 * 2**20)
+    cache = format_figures(explain_leak(TechniqueToggles(leak_cache=True), "other", 3 * 2**20))
     assert "intermediates in a list that is never cleared (3.00 MiB of tensors a step)" in cache
 
 

@@ -91,6 +91,19 @@ class EventsPanel(QWidget):
                 self.detail.setText(item.toolTip())
         return item
 
+    def rerender(self) -> None:
+        """Write the rows whose texts hold byte figures again, in the current bytes display
+        (View > Exact bytes switched): a leak found before the switch reads as after it."""
+        current = self.list.currentRow()
+        for index, event in enumerate(self.events):
+            item = self.list.item(index)
+            if item is None or event.kind == "toggle" or not event.rerender():
+                continue
+            item.setText(f"step {event.step}   {event.label()}")
+            item.setToolTip(self._detail_text(event))
+            if current == index or (current < 0 and index == self.list.count() - 1):
+                self.detail.setText(item.toolTip())
+
     def set_effect(self, index: int, text: str, details: str) -> None:
         """Attach the "what just happened" result to a toggle's row."""
         item = self.list.item(index)

@@ -347,6 +347,7 @@ class MainWindow(QMainWindow):
     def refresh_texts(self) -> None:
         """Every text now (legends, status bar, the toggles' effects), e.g. after the bytes
         display changed."""
+        self.events_panel.rerender()
         self._measuring = list(self._toggle_rows)
         self.plots.mark_dirty()
         self._refresh_text()

@@ -17,7 +17,7 @@ from typing import Any
 
 from torch import Tensor
 
-from memlens.core.units import format_bytes
+from memlens.core.units import byte_figure
 from memlens.core.watch import diagnoses as dx
 
 OUTPUT_DEPTH, OUTPUT_ITEMS = 3, 16  # how deep, and how many items of each, outputs are read
@@ -188,7 +188,7 @@ class CallBook:
         self.report(
             dx.GRAD_NOT_BACKWARDED, c.site,
             f"{c.model} forward under grad is never backwarded"
-            + (f": its graph held {format_bytes(c.bytes)} saved for backward" if c.bytes
+            + (f": its graph held {byte_figure(c.bytes)} saved for backward" if c.bytes
                else ""),
             "A forward with grad enabled keeps every tensor its backward would need until "
             "the output is dropped. If it is only evaluated (validation, a sample), that "
@@ -226,8 +226,8 @@ class CallBook:
             dx.GRAD_NOT_BACKWARDED, where,
             f"{first.model} forward under grad is never backwarded, and its outputs are kept: "
             f"{holder} holds the graphs of {len(held)} calls (at {first.site}), "
-            f"{format_bytes(total)} saved for backward"
-            + (f", +{format_bytes(total / steps)} a step" if steps > 1 else ""),
+            f"{byte_figure(total)} saved for backward"
+            + (f", +{byte_figure(total / steps)} a step" if steps > 1 else ""),
             "A forward with grad enabled keeps every tensor its backward would need for as "
             "long as its output lives: kept in a list, each call's graph stays, and memory "
             "grows with every call.",

@@ -18,7 +18,7 @@ from collections.abc import Callable
 from torch import Tensor
 from torch._C import _autograd
 
-from memlens.core.units import format_bytes
+from memlens.core.units import byte_figure
 from memlens.core.watch import diagnoses as dx
 
 GRAPH_GROWS = "graph grows step after step"
@@ -91,8 +91,8 @@ class GraphGrowth:
             GRAPH_GROWS, site,
             f"the graph backward runs through grows every step: {n0} nodes at step {s0}, "
             f"{nodes} at step {step} (+{(nodes - n0) / span:.0f} a step); "
-            f"{format_bytes(retained)} saved for backward held across steps "
-            f"(+{format_bytes(max(0, retained - r0) / span)} a step); backward "
+            f"{byte_figure(retained)} saved for backward held across steps "
+            f"(+{byte_figure(max(0, retained - r0) / span)} a step); backward "
             f"{ms0:.1f} ms → {backward_ms:.1f} ms{carried}",
             "A tensor carried from one step to the next keeps the graph that made it. With "
             "backward(retain_graph=True) nothing frees it: each backward runs through every "

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pickle
 
+import numpy as np
 import pytest
 from PySide6.QtCore import QPointF, Qt
 
@@ -114,8 +115,6 @@ def test_shot_at_event_saves_the_list_there_and_a_bad_event_exits_2(tmp_path, sn
 def test_the_legend_sits_over_headroom_and_covers_no_curve(qtbot, window, snapshot_file):
     """At 1280x800 the snapshot's legend lies inside the plot, above the highest value of
     every curve (the y range keeps room for it), so no part of a curve is hidden."""
-    import numpy as np
-
     path = snapshot_file[0]
     window.resize(1280, 800)
     choose_in_open_dialog(qtbot, window, path)
@@ -129,3 +128,43 @@ def test_the_legend_sits_over_headroom_and_covers_no_curve(qtbot, window, snapsh
     assert legend.top() > top  # in view units y grows upwards: the legend's lower edge
     assert x0 <= legend.left() and legend.right() <= x1  # nothing cut at the right edge
     assert legend.bottom() <= y1 + (y1 - y0) * 0.05
+
+
+def test_a_precise_runs_allocations_open_in_the_snapshot_tab_at_any_moment(qtbot, window,
+                                                                           tmp_path):
+    """View > Allocations of this run: the run on screen, recorded in precise mode, in the
+    Snapshot tab as its exported snapshot.pickle shows (the same events, the same alive
+    set at a clicked moment); a light run says why there is nothing to show."""
+    from PySide6.QtWidgets import QPushButton
+
+    from memlens.core.exports.snapshot import write_snapshot
+    from memlens.core.snapshot_file import read_snapshot
+    from tests.app.drive import choose
+
+    def run(precise: bool) -> None:
+        choose(window, steps=6, precise=precise, eval_every=0)
+        window.findChild(QPushButton, "run_button").click()
+        qtbot.waitUntil(lambda: window.state == "finished", timeout=120_000)
+
+    show = window.findChild(type(window.open_action), "run_allocations_action")
+    run(precise=False)
+    show.trigger()
+    assert "precise" in window.statusBar().currentMessage()
+    assert window.conventions.opener.snapshot_view is None  # no tab for nothing
+
+    run(precise=True)
+    show.trigger()
+    view = window.conventions.opener.snapshot_view
+    assert window.tabs.currentWidget() is view
+    exported = read_snapshot(write_snapshot(window.history, tmp_path / "snapshot.pickle"))
+    np.testing.assert_array_equal(view.timeline.allocated, exported.allocated)
+    vb = view.plot.getPlotItem().getViewBox()
+    qtbot.waitUntil(lambda: vb.viewRange()[0][1] >= exported.last_event)
+    wait_frames(qtbot, window, 2)
+    n = exported.last_event // 2
+    moment = view.event_at(view.plot.mapToScene(_viewport_pos(view, n)))
+    qtbot.mouseClick(view.plot.viewport(), Qt.LeftButton, pos=_viewport_pos(view, n))
+    alive = exported.alive_at(moment)
+    assert f"Alive at event {moment:,}</b>: {alive.count:,} allocations" in \
+        view.alive_list.title.text()
+    assert _rows(view) == [a.size for a in alive.largest]

@@ -83,6 +83,8 @@ class WindowConventions(QObject):
                                          self._on_exact_bytes_toggled, "exact_bytes_action",
                                          checkable=True)
         self.exact_action.setChecked(units.exact_bytes())
+        self._action(view_menu, "&Allocations of this run (Snapshot tab)", None,
+                     self.opener.show_run_allocations, "run_allocations_action")
         self.x_axis_menu.add_to(view_menu)
         self.theme_menu.add_to(view_menu)
         help_menu = self.main_window.menuBar().addMenu("&Help")

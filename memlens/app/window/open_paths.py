@@ -81,15 +81,46 @@ class Opener(QObject):
             return False
         finally:
             QApplication.restoreOverrideCursor()
-        tabs = self.main_window.tabs
-        tabs.setCurrentWidget(view)
-        # the tab names its file: it is not the run the other tabs show
-        tabs.setTabText(tabs.indexOf(view), f"Snapshot: {path.name}")
-        tabs.setTabToolTip(tabs.indexOf(view), str(path))
+        self._show_view(view, f"Snapshot: {path.name}", str(path))
         self.main_window.setWindowTitle(f"memlens: {path.name} (snapshot, read-only)")
         self.main_window.statusBar().showMessage(
             f"Opened snapshot {path}: {timeline.actions:,} trace events", 8000)
         return True
+
+    def show_run_allocations(self) -> bool:
+        """View > Allocations of this run: a precise run's allocation events in the Snapshot
+        tab, as its exported snapshot.pickle would show (hover, click any moment), without
+        a file. A run without them gets the reason in the status bar."""
+        from memlens.app.series.pins import run_name
+        from memlens.core.exports.snapshot import build_snapshot, unavailable_reason
+        from memlens.core.snapshot_file import timeline_of
+
+        history = self.main_window.history
+        bar = self.main_window.statusBar()
+        reason = ("no run is on screen" if history is None
+                  else unavailable_reason(history, " to show"))
+        if reason is not None:
+            bar.showMessage(f"No allocations to show: {reason}", 10_000)
+            return False
+        name = run_name(history.meta or {}, len(history.steps))
+        QApplication.setOverrideCursor(Qt.WaitCursor)
+        try:  # the snapshot export's window of the run: its last allocation events
+            timeline = timeline_of(build_snapshot(history), Path(f"{name} allocations"))
+            view = self.view()
+            view.show_timeline(timeline)
+        finally:
+            QApplication.restoreOverrideCursor()
+        self._show_view(view, "Snapshot: this run's allocations",
+                        f"the allocation events of {name}, as its snapshot.pickle holds them")
+        bar.showMessage(f"{name}: {timeline.actions:,} allocation events", 8000)
+        return True
+
+    def _show_view(self, view, title: str, tip: str) -> None:
+        tabs = self.main_window.tabs
+        tabs.setCurrentWidget(view)
+        # the tab names what it shows: not (always) the run the other tabs show
+        tabs.setTabText(tabs.indexOf(view), title)
+        tabs.setTabToolTip(tabs.indexOf(view), tip)
 
     def view(self):
         """The Snapshot tab, added on first use."""

@@ -332,27 +332,7 @@ def timeline_of(doc: object, path: Path = Path(SNAPSHOT_PICKLE)) -> SnapshotTime
     _checked_sum(seg_delta, "trace's segment sizes")
     # A trace is a ring buffer: what was alive before its first event is known from the
     # end state (the segments' active blocks) less what the trace added.
-    alive_end = 0
-    reserved_end = 0
-    blocks: list[tuple[int, dict, dict]] = []
-    visited = 0
-    for s in segments:
-        reserved_end += _int(s.get("total_size", 0))
-        seg_blocks = _list(s.get("blocks"), "a segment's blocks")
-        visited += len(seg_blocks)
-        if visited > MAX_BLOCKS:
-            raise SnapshotFileError(f"the segments hold more than {MAX_BLOCKS:,} blocks; "
-                                    "memlens reads up to that many")
-        for b in seg_blocks:
-            # A block freed on its stream but not yet released still counts, as the
-            # trace counts a free at free_completed.
-            if isinstance(b, dict) and b.get("state") in ("active_allocated",
-                                                          "active_pending_free"):
-                alive_end += _int(b.get("size", 0))
-                blocks.append((_int(b.get("address", 0)), b, s))
-    if alive_end >= MAX_SIZE or reserved_end >= MAX_SIZE:
-        raise SnapshotFileError("the segments' sizes sum past 2**62 bytes: no real memory "
-                                "is that large; the file is damaged")
+    alive_end, reserved_end, blocks = _end_state(segments)
     allocated = np.empty(n + 1, dtype=np.int64)
     allocated[0] = alive_end - int(delta.sum()) if segments else max(0, -_min_prefix(delta))
     np.cumsum(delta, out=allocated[1:])
@@ -379,6 +359,33 @@ def timeline_of(doc: object, path: Path = Path(SNAPSHOT_PICKLE)) -> SnapshotTime
     at_peak = timeline.alive_at(peak_index)
     timeline.top, timeline.live_at_peak = at_peak.largest, at_peak.count
     return timeline
+
+
+def _end_state(segments: list[dict]) -> tuple[int, int, list[tuple[int, dict, dict]]]:
+    """Bytes alive and reserved at the snapshot's end, and the alive blocks (address, block,
+    segment), from its segments."""
+    alive_end = 0
+    reserved_end = 0
+    blocks: list[tuple[int, dict, dict]] = []
+    visited = 0
+    for s in segments:
+        reserved_end += _int(s.get("total_size", 0))
+        seg_blocks = _list(s.get("blocks"), "a segment's blocks")
+        visited += len(seg_blocks)
+        if visited > MAX_BLOCKS:
+            raise SnapshotFileError(f"the segments hold more than {MAX_BLOCKS:,} blocks; "
+                                    "memlens reads up to that many")
+        for b in seg_blocks:
+            # A block freed on its stream but not yet released still counts, as the
+            # trace counts a free at free_completed.
+            if isinstance(b, dict) and b.get("state") in ("active_allocated",
+                                                          "active_pending_free"):
+                alive_end += _int(b.get("size", 0))
+                blocks.append((_int(b.get("address", 0)), b, s))
+    if alive_end >= MAX_SIZE or reserved_end >= MAX_SIZE:
+        raise SnapshotFileError("the segments' sizes sum past 2**62 bytes: no real memory "
+                                "is that large; the file is damaged")
+    return alive_end, reserved_end, blocks
 
 
 def _min_prefix(delta: np.ndarray) -> int:

@@ -9,7 +9,7 @@ import re
 
 import numpy as np
 from PySide6.QtCore import Qt
-from PySide6.QtGui import QAction, QImage, QPainter, QPalette
+from PySide6.QtGui import QImage, QPainter, QPalette
 from PySide6.QtWidgets import QApplication, QFileDialog, QGraphicsTextItem, QPushButton
 
 from memlens.app.app_settings import AppSettings
@@ -18,21 +18,10 @@ from memlens.app.theme import DARK, LIGHT, apply_theme, current_theme
 from memlens.app.window.main_window import MainWindow
 from memlens.core.runfolder.writer import RunWriter
 from tests.app.drive import choose, click, wait_steps
+from tests.app.test_view_help_theme import action, run_to_end
 from tests.core.test_run_follow import sample, step_record
 
 BYTE_FIGURE = re.compile(r"[+-]?[\d,.]+ (?:B|KiB|MiB|GiB)\b")
-
-
-def action(window, name: str) -> QAction:
-    found = window.findChild(QAction, name)
-    assert found is not None, name
-    return found
-
-
-def run_to_end(qtbot, window, steps: int, **values) -> None:
-    choose(window, steps=steps, **values)
-    click(qtbot, window.findChild(QPushButton, "run_button"))
-    qtbot.waitUntil(lambda: window.state == "finished", timeout=120_000)
 
 
 # --- 7: exact bytes --------------------------------------------------------------------------

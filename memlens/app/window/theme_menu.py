@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-from PySide6.QtCore import QObject
-from PySide6.QtGui import QAction, QActionGroup
-
 from memlens.app.app_settings import THEME_CHOICES, AppSettings
 from memlens.app.theme import THEMES, Theme, system_theme
+from memlens.app.window.choice_menu import ChoiceMenu
 
 LABELS = {"system": "&System", "light": "&Light", "dark": "&Dark"}
 
@@ -16,37 +14,19 @@ def chosen_theme(choice: str) -> Theme:
     return system_theme() if choice == "system" else THEMES[choice]
 
 
-class ThemeMenu(QObject):
+class ThemeMenu(ChoiceMenu):
     """Radio actions theme_<choice>_action; `apply(theme)` shows a theme (conventions')."""
 
     def __init__(self, window, settings: AppSettings, apply) -> None:
-        super().__init__(window)
-        self.settings, self._apply = settings, apply
-        self.choice = settings.theme()
-        group = QActionGroup(self)
-        group.setExclusive(True)
-        self.actions: dict[str, QAction] = {}
-        for choice in THEME_CHOICES:
-            action = QAction(LABELS[choice], window)
-            action.setObjectName(f"theme_{choice}_action")
-            action.setCheckable(True)
-            action.setChecked(choice == self.choice)
-            action.triggered.connect(lambda _=False, c=choice: self.choose(c))
-            group.addAction(action)
-            self.actions[choice] = action
+        self.settings = settings
+        super().__init__(window, "theme", "T&heme", {c: LABELS[c] for c in THEME_CHOICES},
+                         settings.theme(), self._remember_choice,
+                         lambda choice: apply(chosen_theme(choice)))
 
-    def add_to(self, view_menu) -> None:
-        menu = view_menu.addMenu("T&heme")
-        menu.setObjectName("theme_menu")
-        menu.addActions(list(self.actions.values()))
+    def _remember_choice(self, choice: str) -> None:
+        self.settings.set_theme(choice)
+        self.settings.sync()
 
     @property
     def follows_system(self) -> bool:
         return self.choice == "system"
-
-    def choose(self, choice: str) -> None:
-        self.choice = choice
-        self.actions[choice].setChecked(True)
-        self.settings.set_theme(choice)
-        self.settings.sync()
-        self._apply(chosen_theme(choice))

@@ -90,3 +90,31 @@ def test_runs_dock_lists_runs_pins_ticked_ones_and_sees_a_new_run(qtbot, window,
                     timeout=10_000)
     assert rows(tree)[2][2] == "2"
     assert tree.topLevelItem(1).checkState(0) == Qt.Checked  # kept ticked across the rescan
+
+
+def test_a_run_that_cannot_be_read_is_unticked_with_a_message(qtbot, window, tmp_path,
+                                                                monkeypatch):
+    parent = tmp_path / "runs"
+    cli_run(parent / "good", "mlp", 2)
+    cli_run(parent / "damaged", "mlp", 2)
+    window.runs_dock.action.trigger()
+    window.conventions.runs_folder.set_folder(parent)
+    tree = window.findChild(QTreeWidget, "runs_tree")
+    names = [r[0] for r in rows(tree)]
+    # damaged after it was listed (a disk that failed, a copy cut short)
+    (parent / "damaged" / "steps.csv").write_bytes(b"\xff\xfe\x00not text\n")
+    damaged = tree.topLevelItem(names.index("damaged"))
+    damaged.setCheckState(0, Qt.Checked)
+    assert damaged.checkState(0) == Qt.Unchecked and window.pins == []
+    assert "steps.csv" in window.statusBar().currentMessage()
+    # a folder the user may not read (an OSError, not a damaged file): the same
+    import memlens.app.window.runs_dock as runs_dock
+
+    def refused(folder):
+        raise PermissionError(13, "Permission denied", str(folder))
+
+    monkeypatch.setattr(runs_dock, "load_run", refused)
+    good = tree.topLevelItem(names.index("good"))
+    good.setCheckState(0, Qt.Checked)
+    assert good.checkState(0) == Qt.Unchecked and window.pins == []
+    assert "Permission denied" in window.statusBar().currentMessage()

@@ -27,9 +27,12 @@ from memlens.core.stats import median_pair_ratio
 
 # (example, its arguments, has the target): the examples at their own sizes (PyTorch's
 # word_language_model's, and a DCGAN at CIFAR's size), and at toy sizes (--tiny: steps of
-# a few ms), where memlens's fixed cost a step shows most: reported, no target.
+# a few ms; rnn_lm --micro: about 2 ms), where memlens's fixed cost a step shows most:
+# reported, no target.
 CASES = [("rnn_lm", [], True), ("dcgan", ["--sample-every", "10"], True),
-         ("rnn_lm", ["--tiny"], False), ("dcgan", ["--sample-every", "10", "--tiny"], False)]
+         ("rnn_lm", ["--tiny"], False), ("dcgan", ["--sample-every", "10", "--tiny"], False),
+         ("rnn_lm", ["--micro"], False)]
+TOY_SIZES = {"--tiny": "toy sizes (--tiny)", "--micro": "a 2 ms step (--micro)"}
 OVERHEAD_LIMIT = 1.05
 FOLLOW_LIMIT_MS = 250.0
 
@@ -51,8 +54,10 @@ def _median(values: list[float]) -> float:
 
 
 def _label(name: str, extra: list[str]) -> tuple[str, str]:
-    tiny = "--tiny" in extra
-    return f"{name}{'_tiny' if tiny else ''}", "toy sizes (--tiny)" if tiny else "own sizes"
+    for flag, size in TOY_SIZES.items():
+        if flag in extra:
+            return f"{name}_{flag[2:]}", size
+    return name, "own sizes"
 
 
 def in_process(s: Settings) -> list[Figure]:
@@ -62,7 +67,7 @@ def in_process(s: Settings) -> list[Figure]:
     for name, extra, target in CASES:
         if s.quick and not target:
             continue  # the smoke run: the targets only
-        per_block = 12 if "--tiny" in extra else 8
+        per_block = 12 if set(TOY_SIZES) & set(extra) else 8
         cmd = [sys.executable, "-m", "benchmarks._watch_probe",
                str(ROOT / "examples" / f"{name}.py"), str(blocks), str(per_block), "--", *extra]
         done = subprocess.run(cmd, cwd=ROOT, env=_env(s.threads), check=True,

@@ -5,7 +5,8 @@ PyTorch's own word_language_model example (embedding and hidden 200, batch 20, B
 
 Plain PyTorch, no memlens: record it with `python main.py watch examples/rnn_lm.py`.
 Options: --steps N, --times FILE (each step's wall and thread CPU time in ms, one step a line),
---tiny (embedding 32, hidden 128, batch 16: a step of a few milliseconds).
+--tiny (embedding 32, hidden 128, batch 16: a step of a few milliseconds), --micro (embedding
+32, hidden 96, batch 8: a step of about 2 ms, the watch's target size).
 """
 
 import argparse
@@ -18,11 +19,13 @@ parser = argparse.ArgumentParser()
 parser.add_argument("--steps", type=int, default=200)
 parser.add_argument("--times", help="write each step's time (ms) to this file")
 parser.add_argument("--tiny", action="store_true", help="toy sizes: a step of a few ms")
+parser.add_argument("--micro", action="store_true", help="smaller still: a step of about 2 ms")
 args = parser.parse_args()
 torch.manual_seed(0)
 
 VOCAB, BPTT, LR, CLIP = 64, 35, 1.0, 0.25
-EMBED, HIDDEN, BATCH = (32, 128, 16) if args.tiny else (200, 200, 20)
+EMBED, HIDDEN, BATCH = (32, 96, 8) if args.micro else (32, 128, 16) if args.tiny else (
+    200, 200, 20)
 text = torch.randint(0, VOCAB, (BATCH, 20_000))  # synthetic "text", one row per stream
 
 

@@ -107,13 +107,17 @@ def test_a_run_that_cannot_be_read_is_unticked_with_a_message(qtbot, window, tmp
     damaged.setCheckState(0, Qt.Checked)
     assert damaged.checkState(0) == Qt.Unchecked and window.pins == []
     assert "steps.csv" in window.statusBar().currentMessage()
-    # a folder the user may not read (an OSError, not a damaged file): the same
-    import memlens.app.window.runs_dock as runs_dock
+    # a file the user may not read: the reader's own OSError, said as a RunFolderError
+    from pathlib import Path
 
-    def refused(folder):
-        raise PermissionError(13, "Permission denied", str(folder))
+    read_text = Path.read_text
 
-    monkeypatch.setattr(runs_dock, "load_run", refused)
+    def refused(path, *args, **kwargs):
+        if path == parent / "good" / "run.json":
+            raise PermissionError(13, "Permission denied", str(path))
+        return read_text(path, *args, **kwargs)
+
+    monkeypatch.setattr(Path, "read_text", refused)
     good = tree.topLevelItem(names.index("good"))
     good.setCheckState(0, Qt.Checked)
     assert good.checkState(0) == Qt.Unchecked and window.pins == []

@@ -53,7 +53,7 @@ class RunsDock:
             return
         try:
             history = load_run(folder)
-        except (RunFolderError, OSError) as exc:  # damaged, or not ours to read
+        except RunFolderError as exc:  # the reader's one error: damaged, or unreadable
             self.panel.set_checked(folder, False)
             self.window.statusBar().showMessage(str(exc), 6000)
             return

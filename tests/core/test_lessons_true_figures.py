@@ -113,7 +113,7 @@ def test_run_names_the_graph_total_loss_keeps_with_its_nodes_a_step(capsys, tmp_
                         "--quiet", "--out", tmp_path / "r")
     assert code == 0, err
     events = json.loads((tmp_path / "r" / "run.json").read_text())["events"]
-    kept = [e for e in events if e["key"] == "graph kept"]
+    kept = [e for e in events if e["key"] == "graph kept across steps"]
     assert len(kept) == 1
     # plain torch: the nodes one training step's loss graph adds to the running sum
     preset = build_preset(RunConfig(preset="mlp", **TINY), torch.device("cpu"))
@@ -134,7 +134,7 @@ def test_run_names_the_graph_total_loss_keeps_with_its_nodes_a_step(capsys, tmp_
                         "batch_size=16", "--set", "width=48", "--quiet", "--out",
                         tmp_path / "plain")
     events = json.loads((tmp_path / "plain" / "run.json").read_text())["events"]
-    assert not [e for e in events if e["key"] == "graph kept"]
+    assert not [e for e in events if e["key"] == "graph kept across steps"]
 
 
 def test_a_leak_that_holds_no_tensor_bytes_says_what_it_holds():

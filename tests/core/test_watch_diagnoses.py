@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from memlens.core.watch import diagnoses as dx
+from memlens.core import findings
 from tests.core.test_watch import HEAD, diagnoses, watch_script
 
 MLP = HEAD + """
@@ -40,7 +40,7 @@ def test_1_validation_under_grad(tmp_path):
     code, doc, source = run(tmp_path, VALIDATION.format(ctx="if True:"))
     assert code == 0
     found = diagnoses(doc)
-    assert [d["key"] for d in found] == [dx.GRAD_NOT_BACKWARDED]
+    assert [d["key"] for d in found] == [findings.GRAD_NOT_BACKWARDED]
     d = found[0]
     assert d["where"].endswith(f"train.py:{line_of(source, '# VAL')}")
     # independent: ReLU saves its 256x32 float output, Linear saves its input (256x8, 256x32)
@@ -75,11 +75,11 @@ train()
 def test_2_graph_kept_across_steps_names_the_holder(tmp_path, line, holder):
     code, doc, source = run(tmp_path, KEPT.format(line=line))
     assert code == 0
-    found = diagnoses(doc, dx.GRAPH_KEPT)
+    found = diagnoses(doc, findings.GRAPH_KEPT)
     assert len(found) == 1 and holder in found[0]["message"]
     assert found[0]["where"].endswith(f"train.py:{line_of(source, '# HOLD')}")
     assert "item()" in found[0]["fix"]
-    assert [d["key"] for d in diagnoses(doc)] == [dx.GRAPH_KEPT]
+    assert [d["key"] for d in diagnoses(doc)] == [findings.GRAPH_KEPT]
 
 
 def test_2_clean_item(tmp_path):
@@ -118,7 +118,7 @@ def test_3_gradients_never_cleared(tmp_path):
     code, doc, source = run(tmp_path, CLEARING.format(zero="pass"))
     assert code == 0
     found = diagnoses(doc)
-    assert [d["key"] for d in found] == [dx.GRADS_NOT_CLEARED]
+    assert [d["key"] for d in found] == [findings.GRADS_NOT_CLEARED]
     assert found[0]["where"].endswith(f"train.py:{line_of(source, '# STEP')}")
     assert "zero_grad" in found[0]["fix"]
 
@@ -151,7 +151,7 @@ def test_4_carried_state_without_detach(tmp_path, capsys):
     code, doc, _ = watch_script(tmp_path, source)
     assert code == 1
     assert "backward through the graph a second time" in capsys.readouterr().err
-    found = diagnoses(doc, dx.STATE_NOT_DETACHED)
+    found = diagnoses(doc, findings.STATE_NOT_DETACHED)
     assert len(found) == 1
     assert found[0]["where"].endswith(f"train.py:{line_of(source, '# RNN')}")
     assert "rnn forward" in found[0]["message"]  # named as the script names it
@@ -183,7 +183,7 @@ def test_5_validation_in_train_mode(tmp_path):
     code, doc, _ = watch_script(tmp_path, source)
     assert code == 0
     found = diagnoses(doc)
-    assert [d["key"] for d in found] == [dx.EVAL_IN_TRAIN_MODE]
+    assert [d["key"] for d in found] == [findings.EVAL_IN_TRAIN_MODE]
     assert found[0]["where"].endswith(f"train.py:{line_of(source, '# EVAL')}")
     assert "model.eval()" in found[0]["fix"]
 

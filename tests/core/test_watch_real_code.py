@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 import torch
 
+from memlens.core import findings
+from memlens.core.findings import GRAPH_GROWS
 from memlens.core.runfolder.reader import load_run
-from memlens.core.watch import diagnoses as dx
-from memlens.core.watch.growth import GRAPH_GROWS
 from memlens.core.watch.script import run_script
 from tests.core.test_watch import ADAM_LOOP, HEAD, diagnoses, plain, watch_script, write
 
@@ -49,7 +49,7 @@ def test_watch_out_on_a_folder_holding_a_run_is_refused_and_the_run_kept(tmp_pat
 
 
 def test_two_watches_started_in_the_same_second_get_two_folders(tmp_path, monkeypatch):
-    from memlens.core.watch.session import Watch
+    from memlens.core.watch.api import Watch
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setattr(time, "strftime", lambda fmt, *a: "20261202-120000")
@@ -121,18 +121,19 @@ def test_a_batch_sliced_from_a_data_set_counts_what_its_graph_saves(tmp_path):
     saved = 32 * 20 * 4 + 32 * 16 * 4
     history = load_run(folder)
     cols = history.samples.columns
-    from memlens.core.records import PHASE_CODE
+    from memlens.core.records import SAMPLE_PHASE_CODE
 
     rows = list(history.samples.rows())
     at = {name: cols.index(name) for name in ("step", "phase", "activations", "other")}
-    forward = [r for r in rows if r[at["phase"]] == PHASE_CODE["forward"]]
+    forward = [r for r in rows if r[at["phase"]] == SAMPLE_PHASE_CODE["forward"]]
     assert len(forward) == 6
     assert {r[at["activations"]] for r in forward} == {saved}
     # The data set is the script's: `other` (the model's inputs), once the model has been
     # called with a slice of it; the part the graph saved is activations meanwhile.
     data = X_BYTES = 4096 * 20 * 4
+    code = SAMPLE_PHASE_CODE
     later = {r[at["other"]] for r in rows if r[at["step"]] >= 1 and r[at["phase"]] in (
-        PHASE_CODE["forward"], PHASE_CODE["backward"], PHASE_CODE["optimizer"])}
+        code["forward"], code["backward"], code["optimizer"])}
     assert later == {X_BYTES, data - 32 * 20 * 4}
 
 
@@ -238,7 +239,7 @@ for step in range(3):
         model(x)  # EVAL
 """
     code, doc, _ = watch_script(tmp_path, source)
-    assert code == 0 and keys(doc) == [dx.EVAL_IN_TRAIN_MODE]
+    assert code == 0 and keys(doc) == [findings.EVAL_IN_TRAIN_MODE]
 
 
 MANUAL_GRADS = HEAD + """
@@ -303,7 +304,7 @@ def test_1_kept_validation_outputs_name_their_holder_and_its_growth(tmp_path, ho
     source = KEPT_OUTPUTS.format(holder=holder, ctx="if True:")
     code, doc, _ = watch_script(tmp_path, source)
     assert code == 0
-    found = diagnoses(doc, dx.GRAD_NOT_BACKWARDED)
+    found = diagnoses(doc, findings.GRAD_NOT_BACKWARDED)
     assert len(found) == 1, [(d["step"], d["where"], d["message"]) for d in found]
     d = found[0]
     assert f"`{holder}`" in d["message"] and "a step" in d["message"]
@@ -353,7 +354,7 @@ for step in range(5):
 """
     code, doc, _ = watch_script(tmp_path, source)
     assert code == 0
-    found = diagnoses(doc, dx.GRAD_NOT_BACKWARDED)
+    found = diagnoses(doc, findings.GRAD_NOT_BACKWARDED)
     assert len(found) == 1 and "`history`" in found[0]["message"]
     assert found[0]["where"].endswith(f"train.py:{line_of(source, '# KEEP')}")
 
@@ -376,7 +377,7 @@ train_epoch()
 """
     code, doc, _ = watch_script(tmp_path, source)
     assert code == 0
-    found = diagnoses(doc, dx.GRAPH_KEPT)
+    found = diagnoses(doc, findings.GRAPH_KEPT)
     assert len(found) == 1 and "`epoch_loss`" in found[0]["message"]
     assert found[0]["where"].endswith(f"train.py:{line_of(source, '# ACC')}")
 
@@ -451,7 +452,7 @@ for step in range(4):
 """
     code, doc, folder = watch_script(tmp_path, source)
     assert code == 1 and "modified by an inplace operation" in capsys.readouterr().err
-    found = diagnoses(doc, dx.STATE_NOT_DETACHED)
+    found = diagnoses(doc, findings.STATE_NOT_DETACHED)
     assert len(found) == 1 and "detach()" in found[0]["fix"]
     assert found[0]["where"].endswith(f"train.py:{line_of(source, '# CALL')}")
     # the step the error cut short is no step: one optimizer step was made

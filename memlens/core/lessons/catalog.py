@@ -187,8 +187,8 @@ LESSONS: tuple[Lesson, ...] = (
                    unseen_note=(
                        "in training, backward frees the graph's saved tensors, so no tensor "
                        "bytes grow: what the sum keeps is every step's autograd nodes "
-                       "(process heap, a few KB a step); `run` names it as a \"graph kept\" "
-                       "event with the nodes a step")),
+                       "(process heap, a few KB a step); `run` names it as a \"graph kept "
+                       "across steps\" event with the nodes a step")),
         ),
     ),
     Lesson(

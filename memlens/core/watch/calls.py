@@ -17,6 +17,13 @@ from typing import Any
 
 from torch import Tensor
 
+from memlens.core.findings import (
+    EVAL_IN_TRAIN_MODE,
+    GRAD_NOT_BACKWARDED,
+    GRAPH_KEPT,
+    STATE_NOT_DETACHED,
+    fix_of,
+)
 from memlens.core.units import byte_figure
 from memlens.core.watch import diagnoses as dx
 
@@ -186,14 +193,14 @@ class CallBook:
 
     def _not_backwarded(self, c: Call) -> None:
         self.report(
-            dx.GRAD_NOT_BACKWARDED, c.site,
+            GRAD_NOT_BACKWARDED, c.site,
             f"{c.model} forward under grad is never backwarded"
             + (f": its graph held {byte_figure(c.bytes)} saved for backward" if c.bytes
                else ""),
             "A forward with grad enabled keeps every tensor its backward would need until "
             "the output is dropped. If it is only evaluated (validation, a sample), that "
             "memory and the time to save it are spent for nothing.",
-            "wrap it in `torch.no_grad()` (and call model.eval() for validation)",
+            fix_of(GRAD_NOT_BACKWARDED),
             c.bytes or None)
         if c.train_layers:
             self.eval_in_train(c)
@@ -223,7 +230,7 @@ class CallBook:
         total = sum(c.bytes for c in held)
         steps = last.step - first.step + 1
         self.report(
-            dx.GRAD_NOT_BACKWARDED, where,
+            GRAD_NOT_BACKWARDED, where,
             f"{first.model} forward under grad is never backwarded, and its outputs are kept: "
             f"{holder} holds the graphs of {len(held)} calls (at {first.site}), "
             f"{byte_figure(total)} saved for backward"
@@ -263,12 +270,12 @@ class CallBook:
 
     def eval_in_train(self, c: Call) -> None:
         self.report(
-            dx.EVAL_IN_TRAIN_MODE, c.site,
+            EVAL_IN_TRAIN_MODE, c.site,
             f"{c.model} is evaluated (no backward) while model.training is True, and it has "
             "Dropout/BatchNorm layers",
             "In train mode Dropout drops units and BatchNorm uses the batch's statistics and "
             "updates its running ones: validation figures are noisy and the model changes.",
-            "call model.eval() before validation (and model.train() after)", None)
+            fix_of(EVAL_IN_TRAIN_MODE), None)
 
     def check_graph_kept(self, step: int, retained_bytes: int) -> None:
         """Diagnosis 2: a loss's graph from an earlier step still alive at this step's end."""
@@ -298,13 +305,13 @@ class CallBook:
         self.graph_kept_reported = True
         alive = sum(1 for r in self.backward_marks if (m := r()) is not None and m.step < step)
         self.report(
-            dx.GRAPH_KEPT, where,
+            GRAPH_KEPT, where,
             f"the autograd graph of step {old[0].step}'s loss is still alive at step {step}'s "
             f"end ({alive} losses of earlier steps alive), held by {holder}",
             "A tensor that requires grad keeps its whole graph (and, before backward, every "
             "saved tensor): summing losses or keeping outputs in a list makes memory grow "
             "each step.",
-            "use `loss.item()` (or `.detach()`) for what you keep across steps",
+            fix_of(GRAPH_KEPT),
             retained_bytes or None, once=False)
 
     def _old_marks(self, step: int) -> list[Mark]:
@@ -342,7 +349,7 @@ class CallBook:
             return  # an in-place change of the user's own: autograd's message says it all
         where = origin.site if origin else carried[1] if carried else where_now
         self.report(
-            dx.STATE_NOT_DETACHED, where,
+            STATE_NOT_DETACHED, where,
             "backward reached a graph an earlier backward had "
             + ("freed" if twice else "used, whose saved tensors have changed since")
             + (f": it comes from the {origin.model} forward at {origin.site} of step "
@@ -352,5 +359,5 @@ class CallBook:
             "A tensor carried from one batch to the next (an RNN's hidden state) still points "
             "at the previous batch's graph: the previous backward freed its saved tensors, "
             "or (with retain_graph=True) the optimizer has since changed the weights it saved.",
-            "detach what you carry: `hidden = hidden.detach()` at the start of each batch",
+            fix_of(STATE_NOT_DETACHED),
             None, phase="backward")

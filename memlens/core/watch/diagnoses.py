@@ -211,12 +211,7 @@ def _named(node: ast.AST, name: str) -> bool:
 
 # --- the diagnoses ---------------------------------------------------------------------------
 
-GRAD_NOT_BACKWARDED = "forward under grad never backwarded"
-GRAPH_KEPT = "graph kept across steps"
-GRADS_NOT_CLEARED = "gradients never cleared"
-STATE_NOT_DETACHED = "carried state without detach"
-EVAL_IN_TRAIN_MODE = "validation in train mode"
-# and 6, GRAPH_GROWS: core/watch/growth.py
+# Their keys and fix texts: core.findings (one vocabulary with the lab's).
 
 
 def diagnosis(step: int, time_s: float, key: str, message: str, explanation: str, *,

@@ -18,10 +18,10 @@ from collections.abc import Callable
 from torch import Tensor
 from torch._C import _autograd
 
+from memlens.core.findings import GRAPH_GROWS, fix_of
 from memlens.core.units import byte_figure
 from memlens.core.watch import diagnoses as dx
 
-GRAPH_GROWS = "graph grows step after step"
 STEPS = 4  # consecutive steps of growth before it is called one
 INPUTS = 8  # of a root call's arguments looked at
 
@@ -98,6 +98,5 @@ class GraphGrowth:
             "backward(retain_graph=True) nothing frees it: each backward runs through every "
             "earlier step's graph again, so memory and backward's time grow without end "
             "(and the gradients mix in every earlier batch).",
-            "detach what you carry at the start of each step: `hidden = hidden.detach()` "
-            "(then retain_graph=True is not needed)",
+            fix_of(GRAPH_GROWS),
             retained or None)

@@ -15,8 +15,8 @@ import math
 import weakref
 from collections.abc import Callable
 
+from memlens.core.findings import GRADS_NOT_CLEARED, fix_of
 from memlens.core.recorder.recorder import sum_of_squares
-from memlens.core.watch import diagnoses as dx
 
 GROWING_STEPS = 3  # optimizer steps without clearing, each with a larger grad norm
 
@@ -75,13 +75,12 @@ class GradNorms:
         self._growing.append(norm)
         norms = self._growing[-(GROWING_STEPS + 1):]
         if len(norms) > GROWING_STEPS and all(b > a for a, b in itertools.pairwise(norms)):
-            self._report(dx.GRADS_NOT_CLEARED, where(), (
+            self._report(GRADS_NOT_CLEARED, where(), (
                 f"{len(self._growing) - 1} optimizer steps of {type(opt).__name__} with no "
                 f"zero_grad between them; the grad norm grew {norms[0]:.3g} -> {norms[-1]:.3g}"),
                 "backward adds into .grad: without clearing, each step's gradient is the sum of "
                 "all the steps before, and the updates grow.",
-                "call optimizer.zero_grad() (set_to_none, the default) before each backward, "
-                "or every k steps for gradient accumulation",
+                fix_of(GRADS_NOT_CLEARED),
                 None)
 
     def _native_sum_of_squares(self, opt) -> float:

@@ -1,0 +1,141 @@
+"""Every finding memlens reports about a training loop, in one place: its key (run.json's
+event key, the same in the lab and in a watch), what detects it, where it points, its fix,
+and what `main.py fix` applies for it.
+
+The lab's loop (core.training, core.leaks) reports `leak` events and a watch (core.watch)
+`diagnosis` events; both take their keys and fix texts from here. docs/watch.md's table of
+diagnoses is this module's `markdown_table()` (tests/core/test_findings.py checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# The keys, as run.json's events carry them.
+GRAD_NOT_BACKWARDED = "forward under grad never backwarded"
+GRAPH_KEPT = "graph kept across steps"
+GRADS_NOT_CLEARED = "gradients never cleared"
+STATE_NOT_DETACHED = "carried state without detach"
+EVAL_IN_TRAIN_MODE = "validation in train mode"
+GRAPH_GROWS = "graph grows step after step"
+MEMORY_GROWTH = "memory growth"
+
+# What `main.py fix` does for a finding (core.fix), where it can change the source safely.
+FIX_NO_GRAD = "no_grad"  # `with torch.no_grad():` around the forward (model.eval() too)
+FIX_KEEP_VALUE = "keep_value"  # `.item()` or `.detach()` on what is kept across steps
+FIX_ZERO_GRAD = "zero_grad"  # `optimizer.zero_grad()` before the backward
+FIX_DETACH_STATE = "detach_state"  # `hidden = hidden.detach()` before the call
+FIX_EVAL_MODE = "eval_mode"  # model.eval() / model.train() around the evaluation
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    key: str
+    number: int | None  # its number in docs/watch.md's table (a watch's diagnosis)
+    found_when: str  # what detects it
+    where: str  # where it points
+    fix: str  # the fix, as the event's `fix` and the explanation say it
+    fix_applies: str | None  # what `main.py fix` applies (FIX_*), or None
+    seen_by: tuple[str, ...]  # "lab" (the presets' loop), "watch" (a user's script)
+
+
+FINDINGS: tuple[Finding, ...] = (
+    Finding(
+        GRAD_NOT_BACKWARDED, 1,
+        "a root forward under grad whose output's graph no backward reached by the end of "
+        "its step (a C++ pre-hook on each output's autograd node counts the backward passes "
+        "that reach it, and a weak pointer says whether the node lives: "
+        "`core/native/call_tracker.h`; a Python pre-hook and a metadata marker where the "
+        "native helpers are not built). Not after a backward that raised (whether it would "
+        "have reached them is not known). When such graphs outlive their step (outputs kept "
+        "in a list: `all_preds.append(out)`, `samples.append(netG(noise))`, "
+        "`history.append(validate())`), once they span two steps: the holder, the bytes "
+        "they keep and their growth a step",
+        "the forward call (bytes: what its graph saved); for kept outputs the variable that "
+        "keeps them (found by walking from the script's variables, lists included, to the "
+        "calls' output nodes, in C++) and its `append` line",
+        "wrap it in `torch.no_grad()` (and call model.eval() for validation)",
+        FIX_NO_GRAD, ("watch",)),
+    Finding(
+        GRAPH_KEPT, 2,
+        "two or more losses of earlier steps are still alive at a later step's end, or one "
+        "whose graph still keeps saved bytes (a marker in the autograd node's metadata dies "
+        "with the node). One backwarded loss held across an epoch (`return loss` from "
+        "`train()`) keeps nothing: not reported. In the lab: the `total_loss += loss` leak's "
+        "sum keeps more autograd nodes at each of 8 steps",
+        "the variable that holds it (a local in which function, a global, `self.x`, or a "
+        "list), found by walking from the tensors in the script's frames to the old node, "
+        "and the line where it is accumulated (`+=`, `append`, `x = x + loss`)",
+        "use `loss.item()` (or `.detach()`) for what you keep across steps",
+        FIX_KEEP_VALUE, ("lab", "watch")),
+    Finding(
+        GRADS_NOT_CLEARED, 3,
+        "3 optimizer steps with no `zero_grad` (and no `grad = None`, no `p.grad = g`) "
+        "before their backward, each with a larger grad norm",
+        "the `optimizer.step()` line",
+        "call optimizer.zero_grad() (set_to_none, the default) before each backward, or "
+        "every k steps for gradient accumulation",
+        FIX_ZERO_GRAD, ("watch",)),
+    Finding(
+        STATE_NOT_DETACHED, 4,
+        "\"backward through the graph a second time\": the forward whose output node the "
+        "failing backward reached for the second time; or, with `retain_graph=True`, "
+        "autograd's \"modified by an inplace operation\" where the backward reached an "
+        "earlier step's forward again (the optimizer changed the weights that graph saved) "
+        "or the model was given a tensor with an earlier step's graph",
+        "that forward call (e.g. `out, hidden = rnn(x, hidden)`); fix `hidden = "
+        "hidden.detach()`",
+        "detach what you carry: `hidden = hidden.detach()` at the start of each batch",
+        FIX_DETACH_STATE, ("watch",)),
+    Finding(
+        EVAL_IN_TRAIN_MODE, 5,
+        "an eval forward (as above) of a model with Dropout/BatchNorm while "
+        "`model.training` is True; not `torch.optim.swa_utils.update_bn`'s pass (every "
+        "BatchNorm's momentum None, no active Dropout: it recomputes the statistics on "
+        "purpose)",
+        "the forward call",
+        "call model.eval() before validation (and model.train() after)",
+        FIX_EVAL_MODE, ("watch",)),
+    Finding(
+        GRAPH_GROWS, 6,
+        "4 steps in a row each with more autograd nodes behind backward's roots than the "
+        "last, and either more bytes saved for backward held across steps each step or a "
+        "model input whose graph an earlier step made (autograd numbers the nodes a thread "
+        "makes in order: one numbered before the step began is an earlier step's). The "
+        "bug: state carried with its graph and `backward(retain_graph=True)` "
+        "(word_language_model's `p.data.add_` update makes no in-place error)",
+        "the model call that was given the carried tensor, named (`hidden`); the growth a "
+        "step (nodes, bytes, backward's time) and the `detach()` fix",
+        "detach what you carry at the start of each step: `hidden = hidden.detach()` "
+        "(then retain_graph=True is not needed)",
+        FIX_DETACH_STATE, ("watch",)),
+    Finding(
+        MEMORY_GROWTH, None,
+        "the end-of-step total grows by 32 KiB or more at each of 8 steps (with an eval "
+        "every N steps: at each of 3 evals), its likely cause named from the techniques in "
+        "force",
+        "the step where the growth is seen; the category that grew",
+        "hold values, not tensors, across steps (`.item()`, `.detach()`), run evaluation "
+        "under torch.no_grad(), and detach carried state",
+        None, ("lab",)),
+)
+
+BY_KEY: dict[str, Finding] = {f.key: f for f in FINDINGS}
+
+
+def fix_of(key: str) -> str:
+    """The fix text of the finding `key`."""
+    return BY_KEY[key].fix
+
+
+def markdown_table() -> str:
+    """docs/watch.md's table of a watch's diagnoses."""
+    rows = ["| # | key | found when | where |", "| --- | --- | --- | --- |"]
+    for f in FINDINGS:
+        if "watch" in f.seen_by and f.number is not None:
+            rows.append(f"| {f.number} | `{f.key}` | {f.found_when} | {f.where} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":  # python -m memlens.core.findings: the table for docs/watch.md
+    print(markdown_table())

@@ -42,6 +42,13 @@ def add_parser(subparsers) -> None:
 
 
 def main(args) -> int:
+    from memlens.core.model_file import one_load_per_run
+
+    with one_load_per_run():  # the preflight and the run take one load of a model file
+        return _main(args)
+
+
+def _main(args) -> int:
     from memlens.core.options import ConfigError
     from memlens.core.runfolder.atomic import ExportError
 
@@ -129,6 +136,7 @@ def _prepare(cfg, args):
     from memlens.core.model_file import preset_label
     from memlens.core.preflight import check_run
     from memlens.core.recorder.output import choose_folder
+    from memlens.core.runfolder.header import run_header
     from memlens.core.runfolder.writer import RunWriter
     from memlens.core.training import resolve_device
 
@@ -136,7 +144,7 @@ def _prepare(cfg, args):
     out = choose_folder(args.out, preset_label(cfg.preset), force=args.force)
     history = RunHistory(spill_dir=out)  # made at the first spill, after the writer's files
     writer = RunWriter(out, precise=cfg.precise, history=history,
-                       meta={"config": cfg.to_dict(), "schedule": cfg.to_dict()["schedule"]})
+                       meta=run_header("lab", config=cfg.to_dict()))
     return out, writer, history
 
 

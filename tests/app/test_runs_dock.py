@@ -122,3 +122,30 @@ def test_a_run_that_cannot_be_read_is_unticked_with_a_message(qtbot, window, tmp
     good.setCheckState(0, Qt.Checked)
     assert good.checkState(0) == Qt.Unchecked and window.pins == []
     assert "Permission denied" in window.statusBar().currentMessage()
+
+
+def test_runs_dock_marks_a_run_whose_writer_was_killed_as_ended(qtbot, tmp_path):
+    """A run folder whose process ended without its summary (SIGKILL) is listed as ended,
+    not as a live run; a finished one carries no mark."""
+    import socket
+    import subprocess
+    import sys
+
+    from memlens.app.panels.runs_panel import RunsPanel
+    from memlens.core.runfolder.writer import RunWriter
+    from tests.core.export_histories import step_record
+
+    parent = tmp_path / "runs"
+    cli_run(parent / "a-done", "mlp", 2)
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    w = RunWriter(parent / "b-killed")
+    w.on_start({"source": "lab", "pid": gone.pid, "host": socket.gethostname(),
+                "config": {"preset": "mlp"}})
+    w.on_steps([(step_record(0, 0.1, 1000), ())])
+    w.flush()  # no on_finish: the process died before it
+    panel = RunsPanel(parent)
+    qtbot.addWidget(panel)
+    steps = {r[0]: r[2] for r in rows(panel.tree)}
+    assert steps == {"a-done": "2", "b-killed": "1 (ended)"}
+    w.close()

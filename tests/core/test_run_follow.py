@@ -41,8 +41,8 @@ def test_poll_takes_only_new_complete_rows(tmp_path):
     f = RunFollower(tmp_path)
     assert f.poll() == (0, 0) and f.state == LIVE
     for i in range(3):
-        w.on_sample(sample(i, "forward"))
-        w.on_step(step_record(i))
+        w.on_samples([sample(i, "forward")])
+        w.on_steps([(step_record(i), ())])
         w.flush()  # the writer's thread has written them
         assert f.poll() == (1, 1)
     assert f.history.steps.column("loss").tolist() == [1.0, 0.5, 0.25]
@@ -66,7 +66,7 @@ def test_a_writer_whose_process_ended_without_finishing_is_gone(tmp_path):
     p = subprocess.Popen([sys.executable, "-c", "pass"])
     p.wait()
     w = writer(tmp_path, pid=p.pid)
-    w.on_step(step_record(0))
+    w.on_steps([(step_record(0), ())])
     w.flush()
     f = RunFollower(tmp_path)
     f.poll()

@@ -19,13 +19,16 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from memlens.core.runfolder.header import FINISHED, GONE, LIVE
 from memlens.core.runfolder.listing import RunListing, list_runs
 from memlens.core.units import format_bytes
 
 # Short headings: the dock shares the window's right column (about 300 px at 1280x800);
 # each heading's tooltip says it in full.
 COLUMNS = ("name", "what", "steps", "peak", "date")
-COLUMN_TIPS = ("the run folder's name", "the preset or script it ran", "steps done",
+COLUMN_TIPS = ("the run folder's name", "the preset or script it ran",
+               "steps done; (live) while its writer runs, (ended) where it was killed "
+               "before its end",
                "the run's peak memory", "when its run.json was last written")
 DATE_FORMAT = "%m-%d %H:%M"  # the year in the cell's tooltip
 FOLDER_ROLE = Qt.UserRole
@@ -37,7 +40,8 @@ def row_texts(run: RunListing) -> list[str]:
     """A run's cells, in COLUMNS order."""
     peak = format_bytes(run.peak_bytes) if run.peak_bytes is not None else ""
     date = time.strftime(DATE_FORMAT, time.localtime(run.written))
-    return [run.name, run.what, str(run.steps), peak, date]
+    steps = str(run.steps) + {FINISHED: "", GONE: " (ended)"}.get(run.state, " (live)")
+    return [run.name, run.what, steps, peak, date]
 
 
 class RunsPanel(QWidget):
@@ -100,7 +104,7 @@ class RunsPanel(QWidget):
         """Read the folder again: new runs are added (unticked), gone ones dropped, ticked
         ones stay ticked."""
         runs, unready = list_runs(self.folder) if self.folder is not None else ([], [])
-        live = [r.folder for r in runs if not r.finished]
+        live = [r.folder for r in runs if r.state == LIVE]
         if self.folder is None:
             self._watch([])
         else:  # a runs folder not made yet (no run started): its parent says when it is

@@ -23,6 +23,7 @@ from memlens.core.model_file import preset_label
 from memlens.core.options import ConfigError
 from memlens.core.records import RunEvent
 from memlens.core.runfolder.claim import new_run_folder
+from memlens.core.runfolder.header import run_header
 from memlens.core.runfolder.writer import RunWriter
 from memlens.core.sinks import FanOut, GuardedSink
 
@@ -70,6 +71,12 @@ class RunWorker(QObject):
 
     @Slot()
     def run(self) -> None:
+        from memlens.core.model_file import one_load_per_run
+
+        with one_load_per_run():  # the preflight and the run take one load of a model file
+            self._run()
+
+    def _run(self) -> None:
         try:
             train = self._train_fn or core_training()
             if self._train_fn is None:  # the preset's memory check, as the CLI's
@@ -112,7 +119,8 @@ class RunSession(QObject):
         if folder is not None:
             try:
                 writer = RunWriter(folder, precise=config.precise,
-                                   meta={"config": config.to_dict()}, history=self.history)
+                                   meta=run_header("lab", config=config.to_dict()),
+                                   history=self.history)
                 self.folder = folder
             except OSError as exc:  # ExportError
                 problem = str(exc)

@@ -3,21 +3,22 @@
 `RunFollower.poll()` reads what was appended to steps.csv and memory.csv since the last
 poll (a partial last line waits for its newline), re-reads run.json when it changed, and
 appends to a RunHistory. It says whether the writer is live, finished (run.json has its
-summary) or gone (its pid no longer runs and it never finished).
+summary) or gone (its pid no longer runs on this host and it never finished: runfolder.header).
 """
 
 from __future__ import annotations
 
 import csv
 import json
-import os
 from collections.abc import Callable
 from pathlib import Path
 
 from memlens.core.history import RunHistory
 from memlens.core.runfolder import format as fmt
+from memlens.core.runfolder.header import FINISHED, GONE, LIVE, writer_state
 
-LIVE, FINISHED, GONE, WAITING = "live", "finished", "writer gone", "waiting"
+__all__ = ["FINISHED", "GONE", "LIVE", "WAITING", "RunFollower"]
+WAITING = "waiting"
 
 
 class _Tail:
@@ -78,7 +79,7 @@ class RunFollower:
         self._json_stamp: tuple | None = None
         self._events_seen = 0
         self.state = WAITING
-        self.pid: int | None = None
+        self._header: dict = {}  # what says whether the writer runs (runfolder.header)
         self.meta_reads = 0  # run.json reads that found it changed
 
     def poll(self) -> tuple[int, int]:
@@ -115,30 +116,13 @@ class RunFollower:
         h = self.history
         h.meta = fmt.meta_of(doc)
         h.summary = doc.get("summary")
-        self.pid = doc.get("pid") if isinstance(doc.get("pid"), int) else None
+        self._header = {k: doc.get(k) for k in ("pid", "host", "finished")}
         for e in events[self._events_seen:]:
             h.on_event(e)
         self._events_seen = len(events)
 
     def _state(self) -> str:
         h = self.history
-        if h.summary is not None:
-            return FINISHED
-        if not h.meta:
+        if h.summary is None and not h.meta:
             return WAITING
-        if self.pid is not None and not pid_alive(self.pid):
-            return GONE
-        return LIVE
-
-
-def pid_alive(pid: int) -> bool:
-    """Whether a process with this id runs on this machine."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
+        return writer_state({**self._header, "summary": h.summary})

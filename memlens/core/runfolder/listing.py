@@ -12,6 +12,7 @@ import numpy as np
 from memlens.core.history import STEP_COLUMNS
 from memlens.core.model_file import preset_label
 from memlens.core.runfolder.format import RUN_JSON, RunFolderError
+from memlens.core.runfolder.header import FINISHED, writer_state
 from memlens.core.runfolder.reader import read_header_and_steps
 
 _PEAK = STEP_COLUMNS.index("peak_bytes")
@@ -27,7 +28,12 @@ class RunListing:
     steps: int  # steps recorded in steps.csv
     peak_bytes: int | None  # run.json's summary peak, else the highest step peak; None: none
     written: float  # run.json's last change, seconds since the epoch
-    finished: bool  # run.json has the run's summary (a live or crashed run has none)
+    state: str  # runfolder.header's: live, finished, or writer gone (killed before its end)
+
+    @property
+    def finished(self) -> bool:
+        """Whether the run's writer ended it (run.json has its summary)."""
+        return self.state == FINISHED
 
 
 def list_run(folder: str | Path) -> RunListing:
@@ -49,8 +55,7 @@ def list_run(folder: str | Path) -> RunListing:
         written = (folder / RUN_JSON).stat().st_mtime
     except OSError as exc:
         raise RunFolderError(f"{folder}: cannot be read ({exc.strerror or exc})") from None
-    return RunListing(folder, folder.name, what, len(steps), peak, written,
-                      doc.get("summary") is not None)
+    return RunListing(folder, folder.name, what, len(steps), peak, written, writer_state(doc))
 
 
 def list_runs(parent: str | Path) -> tuple[list[RunListing], list[Path]]:

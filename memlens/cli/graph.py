@@ -12,6 +12,7 @@ from memlens.cli.args import (
     build_config,
     command_parser,
 )
+from memlens.core.sinks import Sink
 
 EXIT_NOT_CAPTURED = 1
 
@@ -46,7 +47,7 @@ def graph_config(args):
                                      "eval_every": args.step + 1 if args.eval else 0})
 
 
-class _CaptureAt:
+class _CaptureAt(Sink):
     """A run sink that asks for a capture of step N and keeps that step's graph."""
 
     def __init__(self, controls, step: int, kind: str) -> None:
@@ -56,18 +57,14 @@ class _CaptureAt:
         if step == 0:
             controls.request_capture()
 
-    def on_start(self, meta): pass
-    def on_sample(self, sample): pass
-    def on_finish(self, summary): pass
-
-    def on_step(self, record) -> None:
-        if record.step == self.step - 1:
+    def on_steps(self, rows) -> None:
+        if any(record.step == self.step - 1 for record, _ in rows):
             self.controls.request_capture()
 
     def on_event(self, event) -> None:
         if event.kind == "error":
             self.errors.append(event)
-            if event.step == self.step - 1:  # no on_step for a failed step: ask here
+            if event.step == self.step - 1:  # no row for a failed step: ask here
                 self.controls.request_capture()
 
     def on_graph(self, snapshot) -> None:
@@ -76,6 +73,13 @@ class _CaptureAt:
 
 
 def main(args) -> int:
+    from memlens.core.model_file import one_load_per_run
+
+    with one_load_per_run():  # the preflight and the run take one load of a model file
+        return _main(args)
+
+
+def _main(args) -> int:
     from memlens.core.options import ConfigError
     from memlens.core.runfolder.atomic import ExportError
 

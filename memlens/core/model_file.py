@@ -10,6 +10,7 @@ CLI exits 2 and the app shows the message, naming file:line where there is one.
 from __future__ import annotations
 
 import ast
+import contextlib
 import inspect
 import runpy
 import sys
@@ -241,11 +242,45 @@ class ModelFile:
     batch_size_arg: bool  # make_batch takes batch_size: it follows the batch_size setting
 
 
+# Inside one_load_per_run(): the files run so far, by (path, mtime, size), on this thread.
+_THIS_RUN = threading.local()
+
+
+@contextlib.contextmanager
+def one_load_per_run():
+    """A run's scope: a model file runs once in it (its preflight's memory check and the
+    run's own build take the same loaded file), not once per use. A file changed since is
+    run again."""
+    outer = getattr(_THIS_RUN, "files", None)
+    if outer is None:
+        _THIS_RUN.files = {}
+    try:
+        yield
+    finally:
+        if outer is None:
+            _THIS_RUN.files = None
+
+
 def load_model_file(preset: str) -> ModelFile:
-    """Run the file (its imports included) and take its functions. Runs user code: call it
-    where the model is built, never on the GUI thread."""
+    """Run the file (its imports included) and take its functions; inside
+    one_load_per_run(), once. Runs user code: call it where the model is built, never on
+    the GUI thread."""
+    path = Path(resolve_preset(preset))
+    files = getattr(_THIS_RUN, "files", None)
+    key = None
+    if files is not None:
+        try:
+            st = path.stat()
+            key = (str(path), st.st_mtime_ns, st.st_size)
+        except OSError:
+            key = None  # its read says what is wrong
+        if key in files:
+            return files[key]
     with _SOURCE_LOCK:
-        return _load_model_file(Path(resolve_preset(preset)))
+        loaded = _load_model_file(path)
+    if files is not None and key is not None:
+        files[key] = loaded
+    return loaded
 
 
 def _load_model_file(path: Path) -> ModelFile:

@@ -197,3 +197,36 @@ def test_a_model_too_large_for_the_machine_is_refused_with_the_estimate(capsys, 
     assert code == 2
     assert "the run needs about" in err and "params 149" in err and "force=true" in err
     assert not (tmp_path / "run").exists()
+
+
+COUNTED = '''\
+import pathlib
+import torch
+from torch import nn
+
+with open(pathlib.Path(__file__).with_name("loads.txt"), "a") as fh:
+    fh.write("loaded\\n")  # a side effect at import, as a file that downloads data has
+
+
+def build_model():
+    return nn.Linear(4, 3)
+
+
+def make_batch(step, split):
+    gen = torch.Generator().manual_seed(step)
+    return torch.randn(8, 4, generator=gen), torch.randint(0, 3, (8,), generator=gen)
+'''
+
+
+@pytest.mark.parametrize("extra", [(), ("--set", "amp=bf16")], ids=["fp32", "bf16 checked"])
+def test_a_model_file_runs_once_per_run_its_preflight_included(capsys, tmp_path, extra):
+    """`main.py run` checks the run fits (and, for bf16 on a CPU, its layers) before the
+    run builds the model: the file's top-level code runs once for all of it."""
+    path = write(tmp_path, COUNTED)
+    code, _ = run(capsys, tmp_path, path, *extra)
+    assert code == 0
+    assert (tmp_path / "loads.txt").read_text().splitlines() == ["loaded"]
+    (tmp_path / "again").mkdir()
+    code, _ = run(capsys, tmp_path / "again", path, *extra)
+    assert code == 0  # a second run runs it again: once more, not twice more
+    assert (tmp_path / "loads.txt").read_text().splitlines() == ["loaded"] * 2

@@ -57,19 +57,21 @@ class _CountingSink:
     def on_start(self, meta) -> None:
         pass  # the preload already started the run's history
 
-    def on_sample(self, s) -> None:
-        if s.phase == "start":
-            return
-        from memlens.core.records import MemorySample
+    def on_samples(self, items) -> None:
+        from memlens.core.records import MemorySample, samples_of
 
-        self.sink.on_sample(MemorySample(s.step + self.offset, s.phase, s.time_s, s.params,
-                                         s.grads, s.optimizer, s.activations, s.other))
-        self.samples += 1
+        shifted = [MemorySample(s.step + self.offset, s.phase, s.time_s, s.params, s.grads,
+                                s.optimizer, s.activations, s.other)
+                   for s in samples_of(items) if s.phase != "start"]
+        self.sink.on_samples(shifted)
+        self.samples += len(shifted)
 
-    def on_step(self, r) -> None:
-        r.step += self.offset
-        self.sink.on_step(r)
-        self.steps += 1
+    def on_steps(self, rows) -> None:
+        for r, items in rows:
+            self.on_samples(items)
+            r.step += self.offset
+            self.sink.on_steps([(r, ())])
+            self.steps += 1
 
     def on_event(self, e) -> None:
         e.step += self.offset

@@ -54,7 +54,7 @@ def _fill_fast(history, steps: int, allocs_per_step: int = 0) -> None:
 
 
 def _fill(history, steps: int, allocs_per_step: int = 0) -> float:
-    """Fill through on_sample / on_step (and on_allocations) with plain records; returns
+    """Fill through add_sample / add_step (and on_allocations) with plain records; returns
     seconds taken."""
     import numpy as np
 
@@ -62,7 +62,7 @@ def _fill(history, steps: int, allocs_per_step: int = 0) -> float:
 
     phases = ("zero_grad", "forward", "backward", "optimizer")[:PHASES_PER_STEP]
     history.on_start({"config": {}, "environment": {}})
-    history.on_sample(MemorySample(0, "start", 0.0, 1 << 20, 0, 0, 0, 4096))
+    history.add_sample(MemorySample(0, "start", 0.0, 1 << 20, 0, 0, 0, 4096))
     allocs = np.zeros((allocs_per_step, 9))
     allocs[:, 1] = np.arange(allocs_per_step) % 2  # alloc, free, alloc, ...
     allocs[:, 4] = 4096
@@ -70,13 +70,13 @@ def _fill(history, steps: int, allocs_per_step: int = 0) -> float:
     for step in range(steps):
         t = step * 1e-3
         for i, phase in enumerate(phases):
-            history.on_sample(MemorySample(step, phase, t + i * 1e-4, 1 << 20, 1 << 20,
+            history.add_sample(MemorySample(step, phase, t + i * 1e-4, 1 << 20, 1 << 20,
                                            2 << 20, (i == 1) << 22, 4096, None, None,
                                            50_000_000 + step))
         if allocs_per_step:
             allocs[:, 6] = step
             history.on_allocations(AllocBlock(allocs, ["model.py:12:forward"]))
-        history.on_step(StepRecord(step, t, 1.0, 0.5, 3.5, 0.1, 1.0, 2.0, 0.4, 0.0,
+        history.add_step(StepRecord(step, t, 1.0, 0.5, 3.5, 0.1, 1.0, 2.0, 0.4, 0.0,
                                    4 << 20, 9 << 20, None, 12, 1 << 22, 0))
     return time.perf_counter() - t0
 
@@ -155,5 +155,5 @@ def run(s: Settings) -> list[Figure]:
         ]
     figures.append(Figure("history_append_rows_per_s", "sink appends (samples + steps) "
                           "(context)", rows_per_s, "rows/s",
-                          note="MemorySample/StepRecord -> on_sample/on_step"))
+                          note="MemorySample/StepRecord -> add_sample/add_step"))
     return figures

@@ -145,12 +145,11 @@ class Memlens(_Variant):
         self.session = TrainingSession(config, RunControls(config.techniques), self.history,
                                        preset=preset)
         self.history.on_start(self.session.meta())
-        self.session.sample(0, "start")
+        self.session.start_sample()
         self.session.close()
 
     def _one(self, step: int) -> None:
-        record = self.session.step(step, self.toggles, False)
-        self.history.on_step(record)
+        self.session.step(step, self.toggles, False)  # its row goes to the history
 
     def _block(self, k: int) -> float:
         self.session.install_stop_hooks()

@@ -142,9 +142,10 @@ def follow_latency(s: Settings) -> list[Figure]:
         window.follow_run(Path(tmp) / "run")
         curve = window.plots.loss_plot.curves["loss"]
         for i in range(10 if s.quick else 40):
-            w.on_sample(MemorySample(i, "forward", i, 100, 0, 0, 10, 0))
+            sample = MemorySample(i, "forward", i, 100, 0, 0, 10, 0)
             t0 = time.perf_counter()
-            w.on_step(StepRecord(i, i, 1.0, 1.0, 1, 0, 0, 0, 0, 0, 100, 110, None, 1, 10, 0))
+            w.on_steps([(StepRecord(i, i, 1.0, 1.0, 1, 0, 0, 0, 0, 0, 100, 110, None, 1, 10, 0),
+                         [sample])])
             while len(curve.getData()[0] if curve.getData()[0] is not None else ()) < i + 1:
                 app.processEvents()
                 time.sleep(0.001)

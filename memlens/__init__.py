@@ -20,8 +20,7 @@ __version__ = "0.3.0"
 __all__ = ["Watch", "__version__", "watch"]
 
 if TYPE_CHECKING:
-    from memlens.core.watch.api import watch
-    from memlens.core.watch.session import Watch
+    from memlens.core.watch.api import Watch, watch
 
 _LAZY = {"Watch", "watch"}
 

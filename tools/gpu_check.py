@@ -103,7 +103,9 @@ def check_pytest(out: Path, dry_run: bool) -> dict:
 
 
 class _AllocatorWitness:
-    """A sink that reads torch.cuda's own counters the moment memlens hands on a record."""
+    """Reads torch.cuda's own counters the moment memlens takes a sample (its probe's sample
+    wrapped: samples of short steps reach a sink only at the step's end) and as each step's
+    row is handed on."""
 
     def __init__(self, torch, device) -> None:
         self.torch, self.device = torch, device
@@ -114,11 +116,41 @@ class _AllocatorWitness:
         self.peak = self.reserved = 0
 
     def on_start(self, meta): pass
+    def on_samples(self, items): pass
     def on_event(self, event): pass
     def on_graph(self, snapshot): pass
+    def on_allocations(self, rows): pass
+    def on_cuda_snapshot(self, recorder): pass
     def on_finish(self, summary): pass
 
-    def on_sample(self, s) -> None:
+    def watching(self):
+        """A context in which every MemoryProbe.sample is checked as it is taken."""
+        import contextlib
+
+        from memlens.core.recorder.probe import MemoryProbe
+
+        original = MemoryProbe.sample
+
+        def sample(probe, *args, **kwargs):
+            s = original(probe, *args, **kwargs)
+            self._sampled(s)
+            return s
+
+        @contextlib.contextmanager
+        def patched():
+            MemoryProbe.sample = sample
+            try:
+                yield
+            finally:
+                MemoryProbe.sample = original
+
+        return patched()
+
+    def on_steps(self, rows) -> None:
+        for r, _ in rows:
+            self._step(r)
+
+    def _sampled(self, s) -> None:
         cuda = self.torch.cuda
         self.samples += 1
         if self.first_params is None:
@@ -128,7 +160,7 @@ class _AllocatorWitness:
         self.worst_reserved = max(self.worst_reserved,
                                   abs((s.reserved or 0) - cuda.memory_reserved(self.device)))
 
-    def on_step(self, r) -> None:
+    def _step(self, r) -> None:
         cuda = self.torch.cuda
         self.steps += 1
         self.peak, self.reserved = max(self.peak, r.peak_bytes), max(self.reserved,
@@ -162,7 +194,8 @@ def check_allocator(out: Path, dry_run: bool) -> dict:
     for preset in PRESETS:
         config = tiny_config(preset, steps=6, device="cuda", eval_every=3)
         witness = _AllocatorWitness(torch, device)
-        summary = run_training(config, sink=witness)
+        with witness.watching():
+            summary = run_training(config, sink=witness)
         model = build_preset(config, device)
         storages = {p.untyped_storage().data_ptr(): p.untyped_storage().nbytes()
                     for p in model.parameters()}
@@ -255,7 +288,7 @@ def check_amp(out: Path, dry_run: bool) -> dict:
 
     class Losses:
         def __init__(self): self.losses = []
-        def on_step(self, r): self.losses.append(r.loss)
+        def on_steps(self, rows): self.losses += [r.loss for r, _ in rows]
         def __getattr__(self, name): return lambda *a: None
 
     figures, problems = {}, []

@@ -8,13 +8,14 @@ import time
 from collections.abc import Callable
 from typing import TextIO
 
+from memlens.core.sinks import Sink
 from memlens.core.units import format_bytes
 
 TTY_EVERY_S = 0.2  # a terminal line redraws at most this often
 LOG_EVERY_S = 5.0  # a log gets a line this often (and the last step's)
 
 
-class Progress:
+class Progress(Sink):
     """A sink for the loop's records. The rate counts steps since the first one finished,
     so model set-up and the first step's one-off costs do not drag it down."""
 
@@ -29,10 +30,6 @@ class Progress:
         self.last = None  # when the last line was written
         self.first: tuple[int, float] | None = None  # (steps done, time) at the first step
         self._drawn = False  # a tty line waits to be cleared
-
-    def on_start(self, meta): pass
-    def on_sample(self, s): pass
-    def on_graph(self, g): pass
 
     def on_finish(self, summary) -> None:
         self._clear()
@@ -50,9 +47,11 @@ class Progress:
         return (f"  step {done}/{self.total}  loss {r.loss:.4f}  "
                 f"{format_bytes(r.allocated_bytes)}{rate_text}")
 
-    def on_step(self, r) -> None:
-        if self.quiet:
-            return
+    def on_steps(self, rows) -> None:
+        if not self.quiet and rows:
+            self._step(rows[-1][0])
+
+    def _step(self, r) -> None:
         now = self.clock()
         done = r.step + 1
         if self.first is None:

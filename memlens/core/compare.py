@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from memlens.core.history import RunHistory
-from memlens.core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES
+from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASE_CODE, SAMPLE_PHASES
 
 COMPARE_CATEGORIES = (*MEMORY_CATEGORIES, "total")
 COMPARE_PHASES = SAMPLE_PHASES[1:]  # every phase edge of a step (not the run's start)
@@ -40,7 +40,7 @@ def _by_phase(history: RunHistory) -> dict[str, dict[str, tuple[float, float]]]:
     idx = history.samples.index
     out: dict[str, dict[str, tuple[float, float]]] = {}
     for phase in COMPARE_PHASES:
-        at = rows[rows[:, idx["phase"]] == PHASE_CODE[phase]]
+        at = rows[rows[:, idx["phase"]] == SAMPLE_PHASE_CODE[phase]]
         if len(at):
             out[phase] = {c: (float(np.mean(at[:, idx[c]])), float(np.max(at[:, idx[c]])))
                           for c in COMPARE_CATEGORIES}

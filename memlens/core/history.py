@@ -16,11 +16,14 @@ import numpy as np
 from memlens.core.records import (
     ALLOC_FRAME_COLUMN,
     MEMORY_CATEGORIES,
-    PHASE_CODE,
+    SAMPLE_PHASE_CODE,
     AllocBlock,
     MemorySample,
     RunEvent,
+    SampleItem,
     StepRecord,
+    StepRow,
+    samples_of,
 )
 
 STEP_COLUMNS: tuple[str, ...] = (
@@ -29,8 +32,6 @@ STEP_COLUMNS: tuple[str, ...] = (
     "reserved_bytes", "graph_nodes", "saved_bytes", "retained_bytes", "eval_loss",
     "optimizer_stepped", "peak_is_exact",
 )
-# The columns of runs written before `optimizer_stepped` and `peak_is_exact` (read as NaN).
-LEGACY_STEP_COLUMNS: tuple[str, ...] = STEP_COLUMNS[:-2]
 # `x` places a sample on the step axis: step + (phase index) / PHASES_PER_STEP (spread_x for
 # steps whose phases repeat), so the samples of a step spread
 # across [step, step + 1) and every plot can share one axis.
@@ -38,7 +39,7 @@ SAMPLE_COLUMNS: tuple[str, ...] = (
     "step", "phase", "x", "time_s", *MEMORY_CATEGORIES, "total", "allocated", "reserved", "heap",
     "rss",
 )
-PHASES_PER_STEP = len(PHASE_CODE)
+PHASES_PER_STEP = len(SAMPLE_PHASE_CODE)
 MAX_GRAPHS = 32
 # Rows per storage block of a ColumnTable: ~0.9 MB of samples, small enough that the unused
 # end of the last block is under 1% of a million-sample run.
@@ -51,7 +52,7 @@ ALLOC_COLUMNS: tuple[str, ...] = (
 
 
 def sample_x(step: int, phase: str) -> float:
-    return step + PHASE_CODE[phase] / PHASES_PER_STEP
+    return step + SAMPLE_PHASE_CODE[phase] / PHASES_PER_STEP
 
 
 def spread_x(steps: np.ndarray, codes: np.ndarray) -> np.ndarray:
@@ -89,7 +90,7 @@ def _num(v: float | int | None) -> float:
 def sample_values(s: MemorySample) -> tuple[float, ...]:
     """A sample as a row in SAMPLE_COLUMNS order."""
     return (
-        s.step, PHASE_CODE[s.phase], sample_x(s.step, s.phase), s.time_s,
+        s.step, SAMPLE_PHASE_CODE[s.phase], sample_x(s.step, s.phase), s.time_s,
         s.params, s.grads, s.optimizer, s.activations, s.other, s.buffers, s.amp_casts,
         s.temporaries, s.total,
         _num(s.allocated), _num(s.reserved), _num(s.heap), _num(s.rss),
@@ -424,15 +425,34 @@ class RunHistory:
         self.frames: list[str] = []  # interned Python stacks of allocations
         self._frame_ids: dict[str, int] = {}
 
-    # --- sink interface -------------------------------------------------------------------
-    def on_start(self, meta: dict) -> None:
-        self.meta = dict(meta)
-
-    def on_sample(self, s: MemorySample) -> None:
+    # --- rows, one at a time --------------------------------------------------------------
+    def add_sample(self, s: MemorySample) -> None:
         self.samples.append(s)  # made a row by sample_values when read
 
-    def on_step(self, r: StepRecord) -> None:
+    def add_step(self, r: StepRecord) -> None:
         self.steps.append(r)  # made a row by step_values when read
+
+    # --- the run sink (core.sinks.RunSink) --------------------------------------------------
+    def on_start(self, meta: dict) -> None:
+        self.meta = {**self.meta, **meta}
+
+    def on_samples(self, items: Sequence[SampleItem]) -> None:
+        self._add_samples(items)
+
+    def on_steps(self, rows: Sequence[StepRow]) -> None:
+        append = self.steps.append
+        for record, items in rows:
+            if items:
+                self._add_samples(items)
+            append(record)
+
+    def _add_samples(self, items: Sequence[SampleItem]) -> None:
+        append = self.samples.append
+        for s in samples_of(items):
+            append(s)
+
+    def on_cuda_snapshot(self, recorder) -> None:
+        pass
 
     def on_allocations(self, rows: list[tuple] | AllocBlock) -> None:
         """Precise mode: storage alloc/free events as a block (or rows: ALLOC_COLUMNS values

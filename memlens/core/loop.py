@@ -8,21 +8,19 @@ is lost. A step itself is core.training's (the lab's driver of the one recorder)
 
 from __future__ import annotations
 
-import math
-from typing import Any
 
 from memlens.core.config import RunConfig, TechniqueToggles
 from memlens.core.controls import RunControls, StopRequested
 from memlens.core.excerpt import safe_str
 from memlens.core.explain import error_title, explain_error
 from memlens.core.records import NATIVE_BUILD_EVENT, RunEvent, RunSummary
-from memlens.core.sinks import FanOut
+from memlens.core.sinks import FanOut, RunSink
 from memlens.core.training import TrainingSession, resolve_device
 
 __all__ = ["TrainingSession", "resolve_device", "run_training"]
 
 
-def _announce_native_build(config: RunConfig, sink: Any) -> None:
+def _announce_native_build(config: RunConfig, sink: RunSink) -> None:
     """A precise CPU run on a machine where the set-up did not build the native recorder
     compiles it first (once per torch, a minute or so): say so, as the run's first event."""
     from memlens.core.native import needs_build
@@ -38,7 +36,7 @@ def _announce_native_build(config: RunConfig, sink: Any) -> None:
         ))
 
 
-def _announce_cuda_only(config: RunConfig, sink: Any) -> None:
+def _announce_cuda_only(config: RunConfig, sink: RunSink) -> None:
     """CUDA-only settings set on a run that trains elsewhere do nothing: say so, once."""
     from memlens.core.options import RUN_OPTIONS
 
@@ -58,7 +56,7 @@ def _announce_cuda_only(config: RunConfig, sink: Any) -> None:
         ))
 
 
-def _apply_changes(session: TrainingSession, controls: RunControls, sink: Any, step: int,
+def _apply_changes(session: TrainingSession, controls: RunControls, sink: RunSink, step: int,
                    toggles: TechniqueToggles, changes: list) -> TechniqueToggles:
     """The step boundary's technique changes, as toggle events; a change this machine cannot
     run (AMP bf16 on a CPU without it for this model) is refused with an event saying why,
@@ -80,7 +78,7 @@ def _apply_changes(session: TrainingSession, controls: RunControls, sink: Any, s
     return toggles
 
 
-def _refuse_failed_amp(session: TrainingSession, controls: RunControls, sink: Any, step: int,
+def _refuse_failed_amp(session: TrainingSession, controls: RunControls, sink: RunSink, step: int,
                        toggles: TechniqueToggles, exc: Exception) -> bool:
     """A step that failed because this CPU cannot run its bf16 kernels (a layer the probe did
     not know): AMP goes off with an event saying why, and the step is run again in fp32.
@@ -103,23 +101,10 @@ def _refuse_failed_amp(session: TrainingSession, controls: RunControls, sink: An
     return True
 
 
-class _Tally:
-    """A run's running figures, not lists: a run's memory must not grow with its length."""
-
-    def __init__(self) -> None:
-        self.done, self.final_loss, self.step_ms_sum, self.peak = 0, math.nan, 0.0, 0
-
-    def add(self, record) -> None:
-        self.done += 1
-        self.final_loss = record.loss
-        self.step_ms_sum += record.step_ms
-        self.peak = max(self.peak, record.peak_bytes)
-
-
 def run_training(
     config: RunConfig,
     controls: RunControls | None = None,
-    sink: Any = None,
+    sink: RunSink | None = None,
     *,
     on_error: str = "stop",
 ) -> RunSummary:
@@ -131,7 +116,7 @@ def run_training(
     controls = controls or RunControls(config.techniques, config.schedule)
     sink = sink if sink is not None else FanOut()
     session = _start(config, controls, sink)
-    tally, stopped_by, error, step = _Tally(), "completed", None, 0
+    stopped_by, error, step = "completed", None, 0
     try:
         while step < config.steps:
             if not controls.wait_while_paused() or controls.stop_requested:
@@ -142,14 +127,13 @@ def run_training(
             every = config.capture_every
             capture = controls.take_capture_request() or bool(every and step % every == 0)
             try:
-                record = _step(session, step, toggles, capture)
+                _step(session, step, toggles, capture)  # its row goes to the sink
             except StopRequested:
                 session.take_step_samples()  # what the step measured before the stop
                 stopped_by = "stopped"
                 break
             except Exception as exc:  # a training error is data, not a crash
                 session.take_step_samples()  # what the step measured before the error
-                session.flush_allocations()
                 if _refuse_failed_amp(session, controls, sink, step, toggles, exc):
                     continue  # the same step again, in fp32
                 error = _training_error(session, config, sink, step, toggles, exc, on_error)
@@ -160,21 +144,20 @@ def run_training(
                     continue
                 stopped_by = "error"
                 break
-            sink.on_step(record)
-            tally.add(record)
             step += 1
     finally:
         _close(session, sink)
+    tally = session.steps.tally
     summary = RunSummary(
         steps_done=tally.done, stopped_by=stopped_by, wall_s=session.now(),
         final_loss=tally.final_loss, peak_bytes=max(tally.peak, session.measured_peak()),
-        mean_step_ms=tally.step_ms_sum / tally.done if tally.done else math.nan, error=error,
+        mean_step_ms=tally.mean_step_ms, error=error,
     )
     sink.on_finish(summary.to_dict())
     return summary
 
 
-def _start(config: RunConfig, controls: RunControls, sink: Any) -> TrainingSession:
+def _start(config: RunConfig, controls: RunControls, sink: RunSink) -> TrainingSession:
     """The session, its run.json header, its first notes and its "start" sample."""
     _announce_native_build(config, sink)
     _announce_cuda_only(config, sink)
@@ -190,8 +173,8 @@ def _start(config: RunConfig, controls: RunControls, sink: Any) -> TrainingSessi
     note = session.amp_note(config.techniques.amp)
     if note is not None:
         sink.on_event(note)
-    session.sample(0, "start")
-    session.flush_allocations()
+    session.start_sample()
+    session.flush()
     return session
 
 
@@ -205,7 +188,7 @@ def _step(session: TrainingSession, step: int, toggles: TechniqueToggles, captur
     return record
 
 
-def _training_error(session: TrainingSession, config: RunConfig, sink: Any, step: int,
+def _training_error(session: TrainingSession, config: RunConfig, sink: RunSink, step: int,
                     toggles: TechniqueToggles, exc: Exception, on_error: str) -> RunEvent:
     """The error's event, explained; the preset recovered for the next step."""
     phase = session.current_phase
@@ -219,9 +202,9 @@ def _training_error(session: TrainingSession, config: RunConfig, sink: Any, step
     return error
 
 
-def _close(session: TrainingSession, sink: Any) -> None:
+def _close(session: TrainingSession, sink: RunSink) -> None:
     session.close()
-    session.flush_allocations()
+    session.steps.finish()
     recorder = session.cuda_recorder
     if recorder is not None:
         if recorder.recording or recorder.snapshot is not None:

@@ -13,7 +13,8 @@ PHASES: tuple[str, ...] = ("zero_grad", "forward", "backward", "optimizer", "eva
 # `eval_forward` is taken inside the eval phase, at the end of its forward, while the eval
 # loss (and, under grad, its graph) is alive, as a user's validation loop holds it.
 SAMPLE_PHASES: tuple[str, ...] = ("start", *PHASES[:-1], "eval_forward", "eval")
-PHASE_CODE: dict[str, int] = {name: i for i, name in enumerate(SAMPLE_PHASES)}
+# A sample's phase as the number memory.csv and the history store.
+SAMPLE_PHASE_CODE: dict[str, int] = {name: i for i, name in enumerate(SAMPLE_PHASES)}
 
 # The key of the info event that says the native helpers are built before this run starts.
 NATIVE_BUILD_EVENT = "native build"
@@ -241,10 +242,30 @@ class AllocBlock:
 
 
 def edge_samples(step: int, params: int, buffers: int, rows: list[tuple]) -> list[MemorySample]:
-    """The native LightProbe's edge rows (memory.MemoryProbe.take_rows: code, time_s, grads,
-    optimizer, activations, other, heap, rss) as MemorySamples of `step`, with the probe's
-    parameter and buffer bytes."""
+    """The native LightProbe's edge rows (core.recorder.probe.MemoryProbe.take_rows: code,
+    time_s, grads, optimizer, activations, other, heap, rss) as MemorySamples of `step`, with
+    the probe's parameter and buffer bytes."""
     return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
                          None, None, heap if heap >= 0 else None, buffers,
                          rss=rss if rss >= 0 else None)
             for code, t, grads, opt, act, other, heap, rss in rows]
+
+
+# The native LightProbe's samples of one step, not yet made MemorySamples: (step, params
+# bytes, buffer bytes, rows as MemoryProbe.take_rows gives them). A watch hands these to the
+# run folder's writer, which makes them samples on its own thread.
+EdgeBlock = tuple[int, int, int, list[tuple]]
+SampleItem = MemorySample | EdgeBlock
+# An ended step as a producer hands it on: its record and its samples not handed on before.
+StepRow = tuple[StepRecord, "list[SampleItem] | tuple[()]"]
+
+
+def samples_of(items) -> list[MemorySample]:
+    """Sample items (MemorySamples, or EdgeBlocks) as MemorySamples, in order."""
+    samples: list[MemorySample] = []
+    for item in items:
+        if isinstance(item, MemorySample):
+            samples.append(item)
+        else:
+            samples += edge_samples(*item)
+    return samples

@@ -9,6 +9,7 @@ import threading
 from typing import Any
 
 from memlens.core.exits import EXIT_SIGNAL_BASE
+from memlens.core.sinks import RECORD_METHODS
 
 
 class SignalStop:
@@ -71,8 +72,8 @@ class WriteGuard:
                 self.writer.close()
 
     def on_start(self, meta): self._call("on_start", meta)
-    def on_sample(self, s): self._call("on_sample", s)
-    def on_step(self, r): self._call("on_step", r)
+    def on_samples(self, items): self._call("on_samples", items)
+    def on_steps(self, rows): self._call("on_steps", rows)
     def on_event(self, e): self._call("on_event", e)
     def on_graph(self, g): self._call("on_graph", g)
     def on_allocations(self, rows): self._call("on_allocations", rows)
@@ -96,9 +97,8 @@ class StoppedBy:
 
     def __init__(self, sink, reason) -> None:
         self._sink, self._reason = sink, reason
-        for name in ("on_start", "on_sample", "on_step", "on_event", "on_graph",
-                     "on_allocations", "on_cuda_snapshot"):
-            if hasattr(sink, name):
+        for name in RECORD_METHODS:
+            if name != "on_finish":
                 setattr(self, name, getattr(sink, name))
 
     def on_finish(self, summary: dict) -> None:

@@ -1,91 +1,140 @@
-"""Where a run's records go: any object with these methods; FanOut sends to several,
-GuardedSink drops a sink that fails (a full disk) instead of failing the run."""
+"""Where a run's records go: the `RunSink` protocol every producer writes to (the lab's loop
+and a watch, through core.recorder.step.StepRecorder), with `Sink` (a base whose methods
+do nothing), `FanOut` (several sinks in order) and `GuardedSink` (drops a sink that fails,
+a full disk, instead of failing the run).
+
+One format: samples come as lists (`on_samples`), ended steps as rows of (record, its
+samples) (`on_steps`). A sample item is a MemorySample or a native edge block still to be
+made MemorySamples (records.EdgeBlock; `records.samples_of` makes them).
+"""
 
 from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, Protocol
 
-from memlens.core.records import MemorySample, RunEvent, StepRecord
+from memlens.core.records import RunEvent, SampleItem, StepRow
 
-    # Optional: on_allocations(rows) (precise mode), on_cuda_snapshot(recorder) (CUDA).
+if TYPE_CHECKING:
+    from memlens.core.exports.cuda_recorder import CudaSnapshotRecorder
+    from memlens.core.graph.snapshot import GraphSnapshot
+
+RECORD_METHODS = ("on_start", "on_samples", "on_steps", "on_event", "on_graph",
+                  "on_allocations", "on_cuda_snapshot", "on_finish")
+
+
+class RunSink(Protocol):
+    """What a producer hands a run's records to (called on the training thread)."""
+
+    def on_start(self, meta: dict) -> None:
+        """run.json's header, or keys to add to it (called again as they become known)."""
+
+    def on_samples(self, items: Sequence[SampleItem]) -> None:
+        """Samples with no step row after them yet (a long step's, as each is taken; a
+        step cut short; the run's last)."""
+
+    def on_steps(self, rows: Sequence[StepRow]) -> None:
+        """Ended steps, each (record, the samples not handed on before), in order."""
+
+    def on_event(self, event: RunEvent) -> None: ...
+
+    def on_graph(self, snapshot: GraphSnapshot) -> None: ...
+
+    def on_allocations(self, rows: Any) -> None:
+        """Precise mode: storage alloc/free rows (core.history.AllocBlock or row tuples)."""
+
+    def on_cuda_snapshot(self, recorder: CudaSnapshotRecorder) -> None: ...
+
+    def on_finish(self, summary: dict) -> None: ...
+
+
+class Sink:
+    """A RunSink whose methods do nothing: a sink overrides the records it wants."""
+
+    def on_start(self, meta: dict) -> None:
+        pass
+
+    def on_samples(self, items: Sequence[SampleItem]) -> None:
+        pass
+
+    def on_steps(self, rows: Sequence[StepRow]) -> None:
+        pass
+
+    def on_event(self, event: RunEvent) -> None:
+        pass
+
+    def on_graph(self, snapshot: GraphSnapshot) -> None:
+        pass
+
+    def on_allocations(self, rows: Any) -> None:
+        pass
+
+    def on_cuda_snapshot(self, recorder: CudaSnapshotRecorder) -> None:
+        pass
+
+    def on_finish(self, summary: dict) -> None:
+        pass
 
 
 class FanOut:
     """Forwards every record to each sink, in order. Sinks must not raise."""
 
-    _RECORDS = ("on_sample", "on_step", "on_event", "on_graph", "on_allocations")
+    def __init__(self, *sinks: RunSink | None) -> None:
+        self.sinks: list[RunSink] = [s for s in sinks if s is not None]
+        # Bound once: the hot path is called for every step, and one sink (the usual case)
+        # needs no loop.
+        for name in RECORD_METHODS:
+            methods = [getattr(s, name) for s in self.sinks]
+            setattr(self, name, methods[0] if len(methods) == 1 else _each(methods))
 
-    def __init__(self, *sinks: Any) -> None:
-        self.sinks = [s for s in sinks if s is not None]
-        if len(self.sinks) == 1:  # the hot path, called for every record: no extra layer
-            only = self.sinks[0]
-            for name in self._RECORDS:
-                if hasattr(only, name):
-                    setattr(self, name, getattr(only, name))
+    # (the methods are set per instance above; these say what a FanOut is)
+    def on_start(self, meta: dict) -> None: ...
+    def on_samples(self, items: Sequence[SampleItem]) -> None: ...
+    def on_steps(self, rows: Sequence[StepRow]) -> None: ...
+    def on_event(self, event: RunEvent) -> None: ...
+    def on_graph(self, snapshot: GraphSnapshot) -> None: ...
+    def on_allocations(self, rows: Any) -> None: ...
+    def on_cuda_snapshot(self, recorder: CudaSnapshotRecorder) -> None: ...
+    def on_finish(self, summary: dict) -> None: ...
 
-    def on_start(self, meta: dict) -> None:
-        for s in self.sinks:
-            s.on_start(meta)
 
-    def on_sample(self, sample: MemorySample) -> None:
-        for s in self.sinks:
-            s.on_sample(sample)
+def _each(methods: list[Callable]) -> Callable:
+    def call(*args: Any) -> None:
+        for m in methods:
+            m(*args)
 
-    def on_step(self, record: StepRecord) -> None:
-        for s in self.sinks:
-            s.on_step(record)
-
-    def on_event(self, event: RunEvent) -> None:
-        for s in self.sinks:
-            s.on_event(event)
-
-    def on_graph(self, snapshot: Any) -> None:
-        for s in self.sinks:
-            if hasattr(s, "on_graph"):
-                s.on_graph(snapshot)
-
-    def on_allocations(self, rows: list[tuple]) -> None:
-        for s in self.sinks:
-            if hasattr(s, "on_allocations"):
-                s.on_allocations(rows)
-
-    def on_cuda_snapshot(self, recorder: Any) -> None:
-        for s in self.sinks:
-            if hasattr(s, "on_cuda_snapshot"):
-                s.on_cuda_snapshot(recorder)
-
-    def on_finish(self, summary: dict) -> None:
-        for s in self.sinks:
-            s.on_finish(summary)
+    return call
 
 
 class GuardedSink:
-    """Forwards to `sink` until one of its calls raises OSError or ValueError (a full or
-    vanished disk); then drops it and calls `on_failure(sink, exc)` once. Records after
-    that go nowhere, so the run goes on in memory. `detach()` takes the sink away from any
-    thread, between two records, never in the middle of one."""
+    """Forwards to `sink` until one of its calls raises one of `catch` (by default OSError or
+    ValueError: a full or vanished disk); then drops it and calls `on_failure(sink, exc)`
+    once. Records after that go nowhere, so the run goes on in memory. `detach()` takes the
+    sink away from any thread, between two records, never in the middle of one."""
 
-    _FORWARDED = ("on_start", "on_sample", "on_step", "on_event", "on_graph",
-                  "on_allocations", "on_cuda_snapshot", "on_finish")
-
-    def __init__(self, sink: Any, on_failure: Callable[[Any, Exception], None]) -> None:
-        self.sink = sink
+    def __init__(self, sink: RunSink, on_failure: Callable[[RunSink, Exception], None],
+                 catch: tuple[type[Exception], ...] = (OSError, ValueError)) -> None:
+        self.sink: RunSink | None = sink
         self._on_failure = on_failure
+        self._catch = catch
         self._lock = threading.Lock()
+        for name in RECORD_METHODS:
+            # bound once per record kind: the writer is called for every step
+            setattr(self, name, functools.partial(self._call, name))
 
-    def __getattr__(self, name: str) -> Any:
-        if name not in self._FORWARDED:
-            raise AttributeError(name)
-        # Made once per record kind, then found as an attribute: the writer is called for
-        # every sample and step, and __getattr__ runs only for names not yet set.
-        forward = functools.partial(self._call, name)
-        setattr(self, name, forward)
-        return forward
+    # (set per instance above)
+    def on_start(self, meta: dict) -> None: ...
+    def on_samples(self, items: Sequence[SampleItem]) -> None: ...
+    def on_steps(self, rows: Sequence[StepRow]) -> None: ...
+    def on_event(self, event: RunEvent) -> None: ...
+    def on_graph(self, snapshot: GraphSnapshot) -> None: ...
+    def on_allocations(self, rows: Any) -> None: ...
+    def on_cuda_snapshot(self, recorder: CudaSnapshotRecorder) -> None: ...
+    def on_finish(self, summary: dict) -> None: ...
 
-    def detach(self) -> Any:
+    def detach(self) -> RunSink | None:
         """Take the sink away: later records go nowhere. Returns it (None if already gone)."""
         with self._lock:
             sink, self.sink = self.sink, None
@@ -97,11 +146,11 @@ class GuardedSink:
         failed = None
         with self._lock:
             sink = self.sink
-            if sink is None or not hasattr(sink, method):
+            if sink is None:
                 return
             try:
                 getattr(sink, method)(*args)
-            except (OSError, ValueError) as exc:
+            except self._catch as exc:
                 self.sink = None
                 failed = (sink, exc)
         if failed is not None:

@@ -19,7 +19,8 @@ import numpy as np
 from memlens.core.config import RunConfig
 from memlens.core.controls import RunControls
 from memlens.core.history import RunHistory, step_values
-from memlens.core.records import MemorySample, RunEvent, RunSummary, StepRecord
+from memlens.core.records import MemorySample, RunEvent, RunSummary, StepRecord, samples_of
+from memlens.core.runfolder.header import run_header
 
 ENVIRONMENT = {
     "torch": "synthetic",
@@ -77,14 +78,15 @@ def synthetic_training(
     sink = sink or RunHistory()
     t0 = time.perf_counter()
     m = _Model(config)
-    sink.on_start({"config": config.to_dict(), "environment": dict(ENVIRONMENT)})
+    sink.on_start({**run_header("lab", config=config.to_dict()),
+                   "environment": dict(ENVIRONMENT)})
 
     def now() -> float:
         return time.perf_counter() - t0
 
     def sample(step: int, phase: str) -> None:
-        sink.on_sample(MemorySample(step, phase, now(), m.params, m.grads, m.optimizer,
-                                    m.activations, m.other))
+        sink.on_samples([MemorySample(step, phase, now(), m.params, m.grads, m.optimizer,
+                                      m.activations, m.other)])
 
     sample(0, "start")
     # Running figures, as the real loop keeps them: nothing a step grows but the history.
@@ -112,7 +114,7 @@ def synthetic_training(
                 break
             controls.pause()
             continue
-        sink.on_step(record)
+        sink.on_steps([(record, ())])
         steps_done += 1
         peak = max(peak, record.peak_bytes)
         last_loss = record.loss
@@ -202,7 +204,7 @@ def fill_history(history: RunHistory, steps: int, config: RunConfig | None = Non
     s = np.arange(steps, dtype=np.float64)
     history.on_start({"config": config.to_dict(), "environment": dict(ENVIRONMENT)})
     first = MemorySample(0, "start", 0.0, params, 0, 0, 0, 4096)
-    history.on_sample(first)
+    history.add_sample(first)
     phases = 4
     rows = np.zeros((steps, phases, len(history.samples.columns)))
     idx = history.samples.index
@@ -266,18 +268,20 @@ class _Offset:
         if not self.history.meta:
             self.history.on_start(meta)
 
-    def on_sample(self, s: MemorySample) -> None:
-        if s.phase == "start" and self.offset:
-            return
-        self.history.on_sample(
-            MemorySample(s.step + self.offset, s.phase, s.time_s, s.params, s.grads,
-                         s.optimizer, s.activations, s.other)
-        )
+    def on_samples(self, items) -> None:
+        for s in samples_of(items):
+            if s.phase == "start" and self.offset:
+                continue
+            self.history.add_sample(
+                MemorySample(s.step + self.offset, s.phase, s.time_s, s.params, s.grads,
+                             s.optimizer, s.activations, s.other))
 
-    def on_step(self, r: StepRecord) -> None:
-        r.step += self.offset
-        self.history.on_step(r)
-        self.producer.produced += 1
+    def on_steps(self, rows) -> None:
+        for r, items in rows:
+            self.on_samples(items)
+            r.step += self.offset
+            self.history.add_step(r)
+            self.producer.produced += 1
 
     def on_event(self, e: RunEvent) -> None:
         e.step += self.offset

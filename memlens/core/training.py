@@ -10,37 +10,27 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from typing import Any
 
 import torch
 
 from memlens.core.config import RunConfig, TechniqueToggles
 from memlens.core.controls import RunControls, StopRequested
+from memlens.core.findings import GRAPH_KEPT, MEMORY_GROWTH
 from memlens.core.leaks import LeakWatch
 from memlens.core.preset_factory import build_preset
 from memlens.core.presets import Preset
 from memlens.core.recorder.amp_casts import amp_cast_storages
 from memlens.core.recorder.keys import StorageBytes
 from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, Recorder
-from memlens.core.records import PHASE_CODE, SAMPLE_PHASES, MemorySample, RunEvent, StepRecord
+from memlens.core.recorder.step import StepRecorder
+from memlens.core.records import RunEvent, StepRecord
+from memlens.core.runfolder.header import run_header
+from memlens.core.sinks import RunSink
 
 _AMP_DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16}
 # A do-nothing context the step enters where no AMP or precise mode is on: one object made
 # once (nullcontext keeps no state), not one a step.
 _NO_CONTEXT = contextlib.nullcontext()
-_ZERO_GRAD, _FORWARD, _BACKWARD, _OPTIMIZER, _EVAL_FORWARD, _EVAL = (
-    PHASE_CODE[p] for p in ("zero_grad", "forward", "backward", "optimizer", "eval_forward",
-                            "eval"))
-# Steps shorter than SHORT_STEP_MS are "short" until one takes longer than LONG_STEP_MS
-# (hysteresis). A long step has stop hooks on its models (a stop answered inside a long
-# phase) and hands each sample on as its phase ends (a live view sees forward's rise before
-# backward runs). A short step answers a stop at its next phase edge soon enough, and in
-# light mode hands its samples on at its end: the GUI draws at 30 Hz, and a sample handed
-# on right after a phase's kernels costs several times what it costs at the step's end.
-SHORT_STEP_MS = 30.0
-LONG_STEP_MS = 60.0
-ALLOC_FLUSH_ROWS = 2048  # precise mode: alloc/free rows held before handing them on
-ALLOC_FLUSH_S = 0.25
 _TORCH_THREADS: list[int] = []  # torch's own default, read before memlens first changes it
 
 
@@ -68,7 +58,7 @@ def use_threads(n: int) -> None:
 class TrainingSession:
     """A preset plus its recording; runs steps. Use run_training() unless you need steps."""
 
-    def __init__(self, config: RunConfig, controls: RunControls, sink: Any,
+    def __init__(self, config: RunConfig, controls: RunControls, sink: RunSink,
                  preset: Preset | None = None) -> None:
         """`preset`: an already built preset for this config (the benchmarks time several
         ways of running one model); by default the session builds its own."""
@@ -85,20 +75,20 @@ class TrainingSession:
         self._amp_noted = False  # the note that this CPU emulates bf16, once a run
         self.rec = rec = Recorder(self.device, self.t0, precise=config.precise)
         self.probe = rec.make_probe(self.preset)
-        self.saved, self.precise, self.tick = rec.saved, rec.precise, rec.tick
+        self.saved, self.precise = rec.saved, rec.precise
+        # The lab's loop has no code of the user's between phases (only memlens's own
+        # bookkeeping): a step's time is its phases'. The GUI's history takes every step as
+        # it ends, and the heap is read at every step's forward.
+        self.steps = StepRecorder(rec, sink, self.preset.carried_tensors, other_is_step=False,
+                                  heap_every_s=0.0, flush_s=0.0)
+        self.steps.use_probe(self.probe)
         # The probe's native grad scan also sums each gradient's squares as autograd writes
         # it (core/native/grad_watch.h): put on at each step (a no-op while on), off at close.
         grads = self.probe.grad_watch
         self._grad_watch = grads
         self._watch_install, self._watch_sumsq = (grads.fast_functions() if grads is not None
                                                   else (None, None))
-        # A phase edge's sample: taken and handed on at once, or, in light mode once steps
-        # are short, kept by the native LightProbe until the step's end (take_step_samples).
-        self._edge = self._sample_now
-        self._step = 0
         self.phase = ""
-        self._step_samples: list[MemorySample] = []
-        self.sample_peak = 0  # the largest total of any sample handed on (measured_peak)
         # The last training forward's result (losses, outputs), held as a user's loop holds
         # `loss = ...` and `logits = ...`: until the next forward rebinds them.
         self.held = None
@@ -106,14 +96,12 @@ class TrainingSession:
         self.micro = 0  # micro-batches since the last optimizer step
         self.leaks = LeakWatch(config.eval_every or 1)
         self.cuda_recorder = None
-        self._flushed_at = time.perf_counter()
         if self.device.type == "cuda" and config.cuda_snapshot_steps:
             from memlens.core.exports.cuda_recorder import CudaSnapshotRecorder
 
             self.cuda_recorder = CudaSnapshotRecorder(
                 config.cuda_snapshot_start, config.cuda_snapshot_steps, device=self.device)
         self._stop_hooks: list = []
-        self._short_steps = False  # until a step shows phase edges come often enough
         self.install_stop_hooks()
         # One saved-tensor hooks context for every step (it keeps no state between uses).
         self._saved_hooks = self.saved.hooks()
@@ -145,7 +133,7 @@ class TrainingSession:
         if not note:
             return None
         self._amp_noted = True
-        return RunEvent(self._step, self.now(), "setup", key="bf16 emulated",
+        return RunEvent(self.steps.step, self.now(), "setup", key="bf16 emulated",
                         message="bf16 is emulated on this CPU: its steps are slower than fp32",
                         explanation=note[0].upper() + note[1:] + ".")
 
@@ -156,94 +144,55 @@ class TrainingSession:
             parameters=sum(t.numel() for t in p.parameters()),
             sizes={"batch_size": p.batch_size, "width": p.width, "seq_len": p.seq_len,
                    "data_bytes": _data_bytes(p.data_tensors())})
-        cfg = self.config.to_dict()
-        return {"source": "lab", "config": cfg, "schedule": cfg["schedule"],
-                "environment": env}
+        return {**run_header("lab", config=self.config.to_dict()), "environment": env}
 
     def now(self) -> float:
         return time.perf_counter() - self.t0
 
-    # --- samples -------------------------------------------------------------------------------
-    def sample(self, step: int, phase: str, carried: list | None = None):
-        s = self.probe.sample(step, phase, self.now(), carried)
-        self.sink.on_sample(s)
-        self.sample_peak = max(self.sample_peak, s.total)
-        return s
+    # --- samples and stops -------------------------------------------------------------------
+    def start_sample(self) -> None:
+        """The run's `start` sample, before its first step."""
+        self.steps.first_sample()
 
-    def _sample_now(self, code: int, carried: list) -> None:
-        """A phase edge's sample, taken and handed to the sink at once."""
-        self._step_samples.append(self.sample(self._step, SAMPLE_PHASES[code], carried))
-
-    def take_step_samples(self) -> list[MemorySample]:
-        """The samples of the current step's edges so far, in order. Those the native edge
-        kept reach the sink here: at the step's end, or (run_training) at an error or a stop
-        inside it, so that nothing measured before either is lost."""
-        if self.probe.edge is not None:
-            kept = self.probe.take_samples(self._step)
-            on_sample = self.sink.on_sample
-            for s in kept:
-                on_sample(s)
-            self._step_samples.extend(kept)
-        out, self._step_samples = self._step_samples, []
-        if out:
-            self.sample_peak = max(self.sample_peak, max(s.total for s in out))
-        return out
+    def take_step_samples(self) -> list:
+        """A step an error or a stop cut short: what it measured so far reaches the sink
+        as samples (nothing measured before either is lost)."""
+        return self.steps.abandon_step()
 
     def measured_peak(self) -> int:
         """The largest memory any sample so far saw, with the in-step peaks where they are
         known (CUDA, precise mode): a failed or stopped step's count too, so a summary's
         peak is never below a total it printed."""
-        return self.rec.measured_peak(self.sample_peak)
+        return self.rec.measured_peak(self.steps.run_peak)
 
-    def flush_allocations(self) -> None:
-        if self.precise is not None and hasattr(self.sink, "on_allocations"):
-            self._flushed_at = time.perf_counter()
-            rows = self.precise.drain()
-            if rows:
-                self.sink.on_allocations(rows)
+    def flush(self) -> None:
+        """Everything measured so far to the sink (precise mode's allocation rows too)."""
+        self.steps.flush()
 
-    def _maybe_flush_allocations(self) -> None:
-        """Precise mode hands alloc/free rows on in batches of many steps: turning stacks
-        into text and storing rows costs less per row in one go, and a viewer a quarter of
-        a second behind loses nothing. run_training flushes at every end of a run."""
-        if self.precise is not None and (
-                self.precise.pending >= ALLOC_FLUSH_ROWS
-                or time.perf_counter() - self._flushed_at >= ALLOC_FLUSH_S):
-            self.flush_allocations()
-
-    # --- phases and stops ------------------------------------------------------------------------
-    def _enter_phase(self, step: int, phase: str) -> None:
-        """A phase edge: names the phase (for an error's event), aborts here if a stop was
-        asked, and has precise mode file new storages under the phase."""
+    def _enter(self, phase: str) -> None:
+        """A phase edge: names the phase (for an error's event) and aborts here if a stop
+        was asked. The driver enters the StepRecorder's phase itself, where its timing
+        starts."""
         self.phase = phase
         if self.controls.stopping:
             raise StopRequested
-        if self.precise is not None:
-            self.rec.begin_phase(step, phase)
 
     def install_stop_hooks(self) -> None:
         """A stop asked for mid-step aborts at the next model call or phase. Hooks go on the
         top-level models only: a module with any hook leaves PyTorch's fast call path, and
         hooking every child cost more than the rest of the stop machinery together. Where
-        steps are short, the phase edges alone answer a stop within a few milliseconds and
-        the hooks come off (see SHORT_STEP_MS)."""
-        if not self._short_steps and not self._stop_hooks:
+        steps are short (the StepRecorder's short_steps), the phase edges alone answer a
+        stop within a few milliseconds and the hooks come off."""
+        if not self.steps.short_steps and not self._stop_hooks:
             check = self.controls.check_stop
             self._stop_hooks = [model.register_forward_pre_hook(lambda *_: check())
                                 for model in self.preset.models.values()]
 
-    def tune_for_step_length(self, step_ms: float) -> None:
-        """Short steps: no stop hooks, samples kept to the step's end where the native
-        LightProbe keeps them; long steps: hooks on, each sample handed on at once."""
-        if step_ms < SHORT_STEP_MS and not self._short_steps:
-            self._short_steps = True
+    def _tune_stop_hooks(self) -> None:
+        if self.steps.short_steps:
             self._remove_stop_hooks()
-            if self.probe.edge is not None:
-                self._edge = self.probe.edge
-        elif step_ms > LONG_STEP_MS and self._short_steps:
-            self._short_steps = False
+        else:
             self.install_stop_hooks()
-            self._edge = self._sample_now
 
     def close(self) -> None:
         """Remove the session's hooks from the models and stop precise mode's listening, on
@@ -269,16 +218,12 @@ class TrainingSession:
 
     # --- one step --------------------------------------------------------------------------------
     def step(self, step: int, toggles: TechniqueToggles, capture: bool) -> StepRecord:
-        """One step (one micro-batch): its phases, timed, and a memory sample after each.
-
-        The phase clock is a bare function (time.perf_counter on CPU) and the contexts are
-        made once, not per step: between kernels the interpreter runs with cold caches, and
-        each Python call here costs several microseconds.
-        """
+        """One step (one micro-batch): its phases, timed and sampled by the StepRecorder,
+        which hands the step's row to the sink as it ends."""
         p = self.preset
         p.step_index = step
-        self._step = step
-        self.rec.begin_step()
+        sr = self.steps
+        sr.begin_step(step)
         if self._watch_install is not None:
             self._watch_install()
         if toggles.amp == "fp16" and self.scaler is None:
@@ -286,49 +231,45 @@ class TrainingSession:
         elif toggles.amp != "fp16":
             self.scaler = None
         amp_dtype = _AMP_DTYPES.get(toggles.amp)
-        # AMP's weight copies are told apart from activations at each sample (the native
-        # edge keeps figures without them): sample as each phase ends.
-        edge = self._edge if amp_dtype is None else self._sample_now
-        ms = {"zero_grad": 0.0, "forward": 0.0, "backward": 0.0, "optimizer": 0.0, "eval": 0.0}
+        sr.use_python_samples(amp_dtype is not None)
         precise = self.precise
         with self._saved_hooks, (precise if precise is not None else _NO_CONTEXT):
-            self._zero_grad(step, toggles, ms, edge)
-            result, loss_value, nodes, saved_bytes = self._forward(
-                step, toggles, amp_dtype, capture, ms, edge)
-            self._backward(step, toggles, result, ms, edge)
+            self._zero_grad(toggles)
+            result, loss_value, nodes, saved_bytes = self._forward(toggles, amp_dtype, capture)
+            self._backward(toggles, result)
             del result
             grad_norm = self._grad_norm()
-            stepped = self._optimizer(step, toggles, ms, edge)
+            stepped = self._optimizer(toggles)
             eval_loss = math.nan
             every = self.config.eval_every
             if every and (step + 1) % every == 0:
-                self._enter_phase(step, "eval")
-                eval_loss, ms["eval"] = self._eval(step, toggles, amp_dtype, capture)
-                edge(_EVAL, p.carried_tensors())
-        return self._finish(step, toggles, ms, loss_value, grad_norm, nodes, saved_bytes,
-                            eval_loss, stepped)
+                eval_loss = self._eval(step, toggles, amp_dtype, capture)
+                sr.sample("eval")  # the eval phase's end: its loss is gone
+        record = sr.end_step(loss=loss_value, grad_norm=grad_norm, nodes=nodes,
+                             saved_bytes=saved_bytes, eval_loss=eval_loss, stepped=stepped)
+        self._tune_stop_hooks()
+        self._check_leaks(step, toggles)
+        return record
 
-    def _zero_grad(self, step: int, toggles: TechniqueToggles, ms: dict, edge) -> None:
+    def _zero_grad(self, toggles: TechniqueToggles) -> None:
         """At the start of each accumulation cycle, unless switched off."""
-        self._enter_phase(step, "zero_grad")
-        t = self.tick()
+        self._enter("zero_grad")
+        self.steps.enter("zero_grad")
         if self.micro == 0 and toggles.zero_grad != "off":
             for opt in self.preset.optimizers:
                 opt.zero_grad(set_to_none=toggles.zero_grad == "set_to_none")
-        ms["zero_grad"] = (self.tick() - t) * 1e3
-        edge(_ZERO_GRAD, self.preset.carried_tensors())
+        self.steps.leave()
 
-    def _forward(self, step: int, toggles: TechniqueToggles, amp_dtype, capture: bool,
-                 ms: dict, edge):
+    def _forward(self, toggles: TechniqueToggles, amp_dtype, capture: bool):
         """(the forward's result, its loss, graph nodes, bytes saved for backward)."""
-        p = self.preset
-        self._enter_phase(step, "forward")
+        p, sr = self.preset, self.steps
+        self._enter("forward")
         graph = self.rec.begin_capture(p.models) if capture else None
         try:
-            t = self.tick()
+            sr.enter("forward")
             with self._autocast(amp_dtype):
                 result = p.forward_train(toggles)
-            ms["forward"] = (self.tick() - t) * 1e3
+            sr.leave(sample=False)  # the sample after the loss is read, as a loop reads it
             # The new forward rebinds `loss` and `logits`: the last step's go only now.
             self.held = result
         except BaseException:
@@ -337,7 +278,7 @@ class TrainingSession:
             raise
         loss_value = result.report_loss.item()
         if graph is not None:
-            self.sink.on_graph(graph.finish(result.report_loss, step))
+            self.sink.on_graph(graph.finish(result.report_loss, sr.step))
         if toggles.leak_cache:
             p.cache.extend(result.intermediates)
         roots = [loss for loss, _ in result.backward]
@@ -345,33 +286,31 @@ class TrainingSession:
         self.probe.amp_casts = (amp_cast_storages(roots, self.probe.param_list)
                                 if amp_dtype is not None else {})
         p.account_loss(result.report_loss, toggles, train=True, value=loss_value)
-        edge(_FORWARD, p.carried_tensors())  # forward replaces lstm's state, a leak adds
+        sr.sample("forward")  # forward replaces lstm's state, a leak adds
         saved_bytes = self.saved.step_saved_bytes  # all packed by now
         if not math.isfinite(loss_value):
             raise FloatingPointError(f"loss = {loss_value}")
         return result, loss_value, nodes, saved_bytes
 
-    def _backward(self, step: int, toggles: TechniqueToggles, result, ms: dict,
-                  edge) -> None:
-        self._enter_phase(step, "backward")
+    def _backward(self, toggles: TechniqueToggles, result) -> None:
+        self._enter("backward")
+        self.steps.enter("backward")
         k = toggles.accumulate
-        t = self.tick()
         for loss, inputs in result.backward:
             scaled = loss / k if k > 1 else loss
             if self.scaler is not None:
                 scaled = self.scaler.scale(scaled)
             scaled.backward(retain_graph=toggles.retain_graph, inputs=inputs)
-        ms["backward"] = (self.tick() - t) * 1e3
         # A plain loop keeps `loss` and its outputs bound until the next forward
         # (self.held): with retain_graph its saved tensors stay alive that long.
-        edge(_BACKWARD, self.preset.carried_tensors())
+        self.steps.leave()
 
-    def _optimizer(self, step: int, toggles: TechniqueToggles, ms: dict, edge) -> bool:
+    def _optimizer(self, toggles: TechniqueToggles) -> bool:
         """The optimizer step once every `accumulate` micro-batches; whether it stepped."""
-        self._enter_phase(step, "optimizer")
+        self._enter("optimizer")
+        self.steps.enter("optimizer")
         self.micro += 1
         stepped = self.micro >= toggles.accumulate
-        t = self.tick()
         if stepped:
             for opt in self.preset.optimizers:
                 if self.scaler is not None:
@@ -381,28 +320,16 @@ class TrainingSession:
             if self.scaler is not None:
                 self.scaler.update()
             self.micro = 0
-        ms["optimizer"] = (self.tick() - t) * 1e3
-        edge(_OPTIMIZER, self.preset.carried_tensors())
+        self.steps.leave()
         return stepped
 
-    def _finish(self, step: int, toggles: TechniqueToggles, ms: dict, loss_value: float,
-                grad_norm: float, nodes: int, saved_bytes: int, eval_loss: float,
-                stepped: bool) -> StepRecord:
-        samples = self.take_step_samples()
-        end = samples[-1]
-        if self.precise is not None:
-            self._maybe_flush_allocations()
-        record = self.rec.step_record(
-            step=step, loss=loss_value, grad_norm=grad_norm, phase_ms=ms, nodes=nodes,
-            peak_seen=max([s.total for s in samples]), end_total=end.total,
-            saved_bytes=saved_bytes, eval_loss=eval_loss, stepped=stepped)
-        self.tune_for_step_length(record.step_ms)
-        leak = self.leaks.update(end.total, end.activations, end.other, toggles)
+    def _check_leaks(self, step: int, toggles: TechniqueToggles) -> None:
+        total, activations, other = self.steps.last_figures
+        leak = self.leaks.update(total, activations, other, toggles)
         if leak:
-            self.sink.on_event(RunEvent(step, self.now(), "leak", key="memory growth",
+            self.sink.on_event(RunEvent(step, self.now(), "leak", key=MEMORY_GROWTH,
                                         message="memory keeps growing", explanation=leak))
         self._check_held_graph(step)
-        return record
 
     def _check_held_graph(self, step: int) -> None:
         """`total_loss += loss` in training: no tensor bytes grow (backward freed the saved
@@ -415,7 +342,7 @@ class TrainingSession:
         per_step = self.leaks.update_nodes(self.rec.count_nodes([held], GRAPH_NODE_LIMIT))
         if per_step:
             self.sink.on_event(RunEvent(
-                step, self.now(), "leak", key="graph kept",
+                step, self.now(), "leak", key=GRAPH_KEPT,
                 message=f"total_loss keeps every step's graph: +{per_step} autograd nodes a step",
                 explanation=(
                     "`total_loss += loss` adds the loss tensor, graph and all, to a running "
@@ -424,10 +351,10 @@ class TrainingSession:
                     "(memory.csv's heap column) grows a few KB a step, for as long as the "
                     "sum lives. Use `total_loss += loss.item()`.")))
 
-    def _eval(self, step: int, toggles: TechniqueToggles, amp_dtype, capture: bool
-              ) -> tuple[float, float]:
-        """The eval phase: (its loss, its forward's time in ms)."""
-        p = self.preset
+    def _eval(self, step: int, toggles: TechniqueToggles, amp_dtype, capture: bool) -> float:
+        """The eval phase; its loss. Its time is its forward's."""
+        p, sr = self.preset, self.steps
+        self._enter("eval")
         self.rec.prune_amp_casts()
         if toggles.eval_mode:
             p.set_train(False)
@@ -435,19 +362,16 @@ class TrainingSession:
         # A capture shows the eval graph too: empty under no_grad, a full graph without it.
         graph = self.rec.begin_capture(p.models) if capture else None
         try:
-            t = self.tick()
+            sr.enter("eval")
             with grad_ctx, self._autocast(amp_dtype):
                 loss = p.forward_eval(toggles)
                 value = loss.item()
                 p.account_loss(loss, toggles, train=False, value=value)
-            ms = (self.tick() - t) * 1e3
+            sr.leave(sample=False)
             # Memory as a validation loop holds it: the loss bound, its graph alive under grad.
-            if amp_dtype is not None:
-                if not toggles.no_grad_eval:
-                    self.rec.note_amp_casts(amp_cast_storages([loss], self.probe.param_list))
-                self._sample_now(_EVAL_FORWARD, p.carried_tensors())
-            else:
-                self._edge(_EVAL_FORWARD, p.carried_tensors())
+            if amp_dtype is not None and not toggles.no_grad_eval:
+                self.rec.note_amp_casts(amp_cast_storages([loss], self.probe.param_list))
+            sr.sample("eval_forward")
             if graph is not None:
                 self.sink.on_graph(graph.finish(loss, step, kind="eval"))
                 graph = None
@@ -455,7 +379,7 @@ class TrainingSession:
             if graph is not None:
                 graph.abort()
             p.set_train(True)
-        return value, ms
+        return value
 
     def _autocast(self, dtype):
         """Autocast to `dtype` on this device, or, for dtype None, a context that does

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from memlens.core.runfolder import format as fmt
 from memlens.core.watch.active import active_watch
-from memlens.core.watch.session import Watch
+from memlens.core.watch.session import WatchSession
 
 
 def import_framework(*names: str, install: str):
@@ -42,19 +42,19 @@ class Recording:
     (validation, the sanity check), `end` closes it."""
 
     def __init__(self) -> None:
-        self.watch: Watch | None = None
+        self.watch: WatchSession | None = None
         self._owner = False
         self._counted = 0  # the framework's step counter at the last step boundary
         self._phases: list[contextlib.ExitStack] = []
 
     def begin(self, *, out, script: str | None, rank: tuple[int, int], precise: bool,
-              capture_every: int) -> Watch:
+              capture_every: int) -> WatchSession:
         current = active_watch()
         if current is not None:
             self.watch, self._owner = current.join(), False
         else:
-            self.watch = Watch(out=out, precise=precise, capture_every=capture_every,
-                               script=script, rank=rank, announce=True)
+            self.watch = WatchSession(out=out, precise=precise, capture_every=capture_every,
+                                      script=script, rank=rank, announce=True)
             self._owner = True
         self.watch.steps_by_hand()  # the framework's counter ends steps, nothing else
         self._counted = 0

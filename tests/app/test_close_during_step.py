@@ -28,11 +28,11 @@ class LongStep:
 
     def __call__(self, config, controls, sink, on_error="pause") -> RunSummary:
         sink.on_start({"config": config.to_dict(), "environment": {}})
-        sink.on_step(StepRecord(step=0, time_s=0.0, loss=1.0, grad_norm=1.0, step_ms=1.0,
-                                zero_grad_ms=0.0, forward_ms=0.0, backward_ms=0.0,
-                                optimizer_ms=0.0, eval_ms=0.0, allocated_bytes=1,
-                                peak_bytes=1, reserved_bytes=None, graph_nodes=1,
-                                saved_bytes=0, retained_bytes=0))
+        sink.on_steps([(StepRecord(step=0, time_s=0.0, loss=1.0, grad_norm=1.0, step_ms=1.0,
+                                   zero_grad_ms=0.0, forward_ms=0.0, backward_ms=0.0,
+                                   optimizer_ms=0.0, eval_ms=0.0, allocated_bytes=1,
+                                   peak_bytes=1, reserved_bytes=None, graph_nodes=1,
+                                   saved_bytes=0, retained_bytes=0), ())])
         self.in_step.set()
         self.release.wait(SAFETY_S)
         summary = RunSummary(steps_done=1, stopped_by="stopped", wall_s=0.0, final_loss=1.0,

@@ -253,8 +253,8 @@ def test_following_a_folder_that_does_not_exist_yet_waits_for_it(qtbot, window, 
     writer = RunWriter(folder)  # the run starts: its folder appears
     writer.on_start({"source": "watch", "pid": os.getpid()})
     for i in range(3):
-        writer.on_sample(sample(i, "forward"))
-        writer.on_step(step_record(i))
+        writer.on_samples([sample(i, "forward")])
+        writer.on_steps([(step_record(i), ())])
     writer.flush()
     qtbot.waitUntil(lambda: window.following, timeout=5000)
     loss = window.plots.loss_plot.curves["loss"]

@@ -26,8 +26,8 @@ def test_following_a_folder_shows_rows_as_they_are_written(qtbot, window, tmp_pa
     assert window.run_panel.state_label.text().endswith(": live")
     for i in range(3):
         for phase in ("zero_grad", "forward", "backward", "optimizer"):
-            w.on_sample(sample(i, phase))
-        w.on_step(step_record(i))
+            w.on_samples([sample(i, phase)])
+        w.on_steps([(step_record(i), ())])
         w.flush()
         qtbot.waitUntil(lambda i=i: len(plot(window, "loss_plot").curves["loss"].getData()[0])
                         == i + 1, timeout=5000)
@@ -62,8 +62,8 @@ def test_a_torchrun_parent_folder_shows_one_rank_chosen_in_the_status_bar(qtbot,
         w = RunWriter(tmp_path / "job" / f"rank{rank}")
         w.on_start({"source": "watch", "pid": os.getpid(), "rank": rank, "world_size": 2})
         for i in range(2):
-            w.on_sample(sample(i, "forward"))
-            w.on_step(dataclasses.replace(step_record(i), loss=10.0 * rank + i))
+            w.on_samples([sample(i, "forward")])
+            w.on_steps([(dataclasses.replace(step_record(i), loss=10.0 * rank + i), ())])
         w.flush()
         writers.append(w)
     loss = lambda: plot(window, "loss_plot").curves["loss"].getData()[1]  # noqa: E731

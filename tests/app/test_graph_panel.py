@@ -13,11 +13,12 @@ from PySide6.QtCore import QPoint, Qt, QTimer
 from memlens.app.graph.panel import GraphPanel
 from memlens.core.graph.groups import GROUP_ABOVE
 from memlens.core.graph.snapshot import GraphSnapshot
+from memlens.core.sinks import Sink
 from tests.app.drive import on_screen
 from tests.core.helpers import run
 
 
-class _Keep:
+class _Keep(Sink):
     def __init__(self) -> None:
         self.snapshots: list[GraphSnapshot] = []
 
@@ -153,7 +154,8 @@ def test_trend_follows_a_growing_graph(qtbot, panel):
 
     cfg = tiny_config("lstm", steps=3, detach_state=False, retain_graph=True, capture_every=1)
     keep = _Keep()
-    for name in ("on_start", "on_sample", "on_step", "on_event", "on_finish"):
+    for name in ("on_start", "on_samples", "on_steps", "on_event", "on_allocations",
+                 "on_cuda_snapshot", "on_finish"):
         setattr(keep, name, lambda *a: None)
     run_training(cfg, RunControls(cfg.techniques), keep, on_error="continue")
     for s in keep.snapshots:

@@ -49,8 +49,8 @@ def _writer(job, rank: int, world: int) -> RunWriter:
 def _write_steps(w: RunWriter, rank: int, steps: range) -> None:
     for i in steps:
         for k in range(len(PHASES)):
-            w.on_sample(_sample(rank, i, k))
-        w.on_step(_step(rank, i))
+            w.on_samples([_sample(rank, i, k)])
+        w.on_steps([(_step(rank, i), ())])
     w.flush()
 
 

@@ -131,7 +131,7 @@ def test_wall_time_axis_ticks_where_the_run_reaches_round_times(qtbot, window, s
 def _steps(history: RunHistory, first: int, count: int, seconds: float) -> None:
     """Steps of `seconds` each, back to back from the run's start."""
     for i in range(first, first + count):
-        history.on_step(StepRecord(
+        history.add_step(StepRecord(
             step=i, time_s=(i + 1) * seconds, loss=1.0, grad_norm=0.5, step_ms=seconds * 1e3,
             zero_grad_ms=0, forward_ms=seconds * 1e3, backward_ms=0, optimizer_ms=0,
             eval_ms=0, allocated_bytes=1, peak_bytes=1, reserved_bytes=None, graph_nodes=1,

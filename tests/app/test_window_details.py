@@ -175,7 +175,7 @@ def test_cuda_runs_show_reserved_and_allocated_lines(qtbot):
     h.on_start({"environment": {"device": "cuda:0", "memory_label": "CUDA allocator"}})
     for step in range(5):
         for i, phase in enumerate(("zero_grad", "forward", "backward", "optimizer")):
-            h.on_sample(MemorySample(step, phase, step + i / 10, 1000, 1000, 2000, 500 * i, 0,
+            h.add_sample(MemorySample(step, phase, step + i / 10, 1000, 1000, 2000, 500 * i, 0,
                                      allocated=5000 + 500 * i, reserved=2**20))
     w = MainWindow(runs_dir=None)
     qtbot.addWidget(w)

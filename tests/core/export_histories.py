@@ -5,7 +5,13 @@ from __future__ import annotations
 import numpy as np
 
 from memlens.core.history import ALLOC_COLUMNS, SAMPLE_COLUMNS, STEP_COLUMNS, RunHistory
-from memlens.core.records import MEMORY_CATEGORIES, PHASE_CODE, MemorySample, RunEvent, StepRecord
+from memlens.core.records import (
+    MEMORY_CATEGORIES,
+    SAMPLE_PHASE_CODE,
+    MemorySample,
+    RunEvent,
+    StepRecord,
+)
 
 CAT = {c: i for i, c in enumerate(MEMORY_CATEGORIES)}
 META = {"config": {"preset": "mlp", "precise": True},
@@ -39,12 +45,12 @@ class Allocs:
         sid = self.next_id
         self.next_id += 1
         self._ids[name] = (sid, addr, nbytes, CAT[category])
-        self.rows.append((t_us, 0, sid, addr, nbytes, CAT[category], step, PHASE_CODE[phase],
+        self.rows.append((t_us, 0, sid, addr, nbytes, CAT[category], step, SAMPLE_PHASE_CODE[phase],
                           frames))
 
     def free(self, name: str, t_us: int, step: int = 0, phase: str = "forward") -> None:
         sid, addr, nbytes, cat = self._ids.pop(name)
-        self.rows.append((t_us, 1, sid, addr, nbytes, cat, step, PHASE_CODE[phase], ""))
+        self.rows.append((t_us, 1, sid, addr, nbytes, cat, step, SAMPLE_PHASE_CODE[phase], ""))
 
 
 def small_history() -> tuple[RunHistory, int]:
@@ -55,7 +61,7 @@ def small_history() -> tuple[RunHistory, int]:
     frames = "/home/u/train.py:12:forward|/home/u/train.py:40:main"
     a.alloc("w", 0, 0x1000, 4000, "params", phase="start")
     a.alloc("b", 0, 0x3000, 400, "params", phase="start")
-    h.on_sample(sample(0, "start", 0.001, params=4400))
+    h.add_sample(sample(0, "start", 0.001, params=4400))
     t = 10_000
     for step in range(2):
         base = t + step * 10_000
@@ -76,10 +82,10 @@ def small_history() -> tuple[RunHistory, int]:
         # phases of 1, 2, 3 and 1 ms back to back: samples at their ends
         for phase, end_ms in (("zero_grad", 1), ("forward", 3), ("backward", 6),
                               ("optimizer", 7)):
-            h.on_sample(sample(step, phase, base_s + end_ms / 1000, params=4400,
+            h.add_sample(sample(step, phase, base_s + end_ms / 1000, params=4400,
                                grads=4000 if phase != "forward" or step else 0,
                                activations=5000 if phase == "forward" else 0))
-        h.on_step(step_record(step, base_s + 0.0075, peak))
+        h.add_step(step_record(step, base_s + 0.0075, peak))
     h.on_event(RunEvent(1, (t + 10_000) / 1e6, "toggle", key="zero_grad", old="set_to_none",
                         new="off"))
     h.on_event(RunEvent(1, (t + 15_000) / 1e6, "error", key="NaN loss", phase="forward",

@@ -8,7 +8,7 @@ from memlens.core.config import RunConfig, ScheduledChange
 from memlens.core.controls import RunControls
 from memlens.core.history import RunHistory
 from memlens.core.loop import run_training
-from memlens.core.records import PHASE_CODE
+from memlens.core.records import SAMPLE_PHASE_CODE
 
 TINY = {
     "mlp": {"batch_size": 32, "width": 64},
@@ -39,7 +39,7 @@ def samples_at(history: RunHistory, phase: str, column: str) -> np.ndarray:
     """One column of the samples taken at the end of `phase`, in step order."""
     rows = history.samples.rows()
     idx = history.samples.index
-    return rows[rows[:, idx["phase"]] == PHASE_CODE[phase], idx[column]]
+    return rows[rows[:, idx["phase"]] == SAMPLE_PHASE_CODE[phase], idx[column]]
 
 
 def steps_col(history: RunHistory, column: str) -> np.ndarray:

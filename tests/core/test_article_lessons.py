@@ -244,8 +244,8 @@ class _StepCounter:
     def on_event(self, e) -> None:
         self.state["step"] = e.step
 
-    def on_step(self, r) -> None:
-        self.state["step"] = r.step + 1
+    def on_steps(self, rows) -> None:
+        self.state["step"] = rows[-1][0].step + 1
 
     def __getattr__(self, name):
         return lambda *a: None

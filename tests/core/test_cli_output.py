@@ -38,7 +38,7 @@ def test_a_log_gets_a_line_every_few_seconds_and_no_carriage_return():
     progress = Progress(100, stream=out, clock=clock, tty=False)
     for i in range(100):
         clock.t += 0.25  # 4 steps a second
-        progress.on_step(step(i))
+        progress.on_steps([(step(i), ())])
     progress.on_finish(None)
     text = out.getvalue()
     assert "\r" not in text
@@ -56,7 +56,7 @@ def test_a_terminal_gets_one_redrawn_line_cleared_at_the_end():
     progress = Progress(10, stream=out, clock=clock, tty=True)
     for i in range(10):
         clock.t += 1.0
-        progress.on_step(step(i))
+        progress.on_steps([(step(i), ())])
     progress.on_finish(None)
     text = out.getvalue()
     assert "\n" not in text and text.count("\r") == 10 + 2  # 10 redraws, one clear
@@ -66,7 +66,7 @@ def test_quiet_writes_nothing():
     out = io.StringIO()
     progress = Progress(3, quiet=True, stream=out, clock=FakeClock(0.0), tty=False)
     for i in range(3):
-        progress.on_step(step(i))
+        progress.on_steps([(step(i), ())])
     assert out.getvalue() == ""
 
 

@@ -11,6 +11,7 @@ from memlens.core.controls import RunControls
 from memlens.core.history import RunHistory
 from memlens.core.loop import run_training
 from memlens.core.options import ConfigError
+from memlens.core.sinks import Sink
 from tests.core.helpers import tiny_config
 
 
@@ -74,15 +75,11 @@ def test_live_change_applies_at_the_next_step_boundary_and_is_recorded_once():
     history = RunHistory()
     seen: dict[int, str] = {}
 
-    class FlipAtStep3:
+    class FlipAtStep3(Sink):
         """Changes zero_grad from 'the GUI' while step 3 is being recorded."""
 
-        def on_start(self, meta): pass
-        def on_sample(self, s): pass
-        def on_event(self, e): pass
-        def on_finish(self, s): pass
-
-        def on_step(self, r):
+        def on_steps(self, rows):
+            (r, _), = rows
             seen[r.step] = controls.toggles.zero_grad
             if r.step == 3:
                 # Set from another thread, twice with the same value: one change.
@@ -112,14 +109,9 @@ def test_stop_during_a_paused_run_ends_it():
     cfg = tiny_config("mlp", steps=1000)
     controls = RunControls(cfg.techniques)
 
-    class PauseThenStop:
-        def on_start(self, meta): pass
-        def on_sample(self, s): pass
-        def on_event(self, e): pass
-        def on_finish(self, s): pass
-
-        def on_step(self, r):
-            if r.step == 2:
+    class PauseThenStop(Sink):
+        def on_steps(self, rows):
+            if any(r.step == 2 for r, _ in rows):
                 controls.pause()
                 threading.Timer(0.05, controls.stop).start()
 

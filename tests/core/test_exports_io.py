@@ -156,7 +156,7 @@ def test_empty_and_failed_at_first_step_runs_still_give_valid_files(tmp_path):
     assert json.loads(written[1].read_text()) == [[], []]
     failed = RunHistory()
     failed.on_start(META)
-    failed.on_sample(sample(0, "start", 0.5, params=100))
+    failed.add_sample(sample(0, "start", 0.5, params=100))
     failed.on_allocations([(10, 0, 0, 0x1000, 64, 0, 0, 0, "")])
     failed.on_event(RunEvent(0, 0.7, "error", key="OOM", phase="forward", message="boom"))
     written = export_run(failed, tmp_path / "failed", "all")

@@ -227,7 +227,7 @@ def test_unusable_or_shared_addresses_get_their_own(tmp_path):
     a.alloc("s3", 50, 0x7000, 700, "activations")  # s2 still alive at 0x7000
     rows = [*a.rows, (60, 1, 999, 0x9000, 4000, 4, 0, 2, "")]  # freed, never allocated
     h.on_allocations(rows)
-    h.on_sample(sample(0, "start", 0.0))
+    h.add_sample(sample(0, "start", 0.0))
     snap = build_snapshot(h, device=CPU_ONLY)
     allocs = [e for e in entries(snap) if e["action"] == "alloc"]
     addrs = [e["addr"] for e in allocs]

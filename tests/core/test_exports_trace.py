@@ -152,8 +152,8 @@ def test_phases_without_samples_are_laid_back_to_back(tmp_path):
     """A loaded run whose memory.csv lost rows still gets phase spans, ending at the step."""
     h = RunHistory()
     h.on_start(META)
-    h.on_sample(sample(0, "start", 0.0))
-    h.on_step(step_record(0, 1.0, 100, eval_ms=4.0))
+    h.add_sample(sample(0, "start", 0.0))
+    h.add_step(step_record(0, 1.0, 100, eval_ms=4.0))
     doc, ordered = load(write_chrome_trace(h, tmp_path / "trace.json"))
     check_format(doc, ordered)
     phases = of(doc, cat="phase")

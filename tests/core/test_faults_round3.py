@@ -556,11 +556,12 @@ class Probe:
         self.history, self.points = history, []
     def __getattr__(self, name):
         return getattr(self.history, name)
-    def on_step(self, record):
-        self.history.on_step(record)
-        if (record.step + 1) % 25_000 == 0:
-            self.points.append([record.step + 1, rss(), len(self.history.samples),
-                                len(self.history.steps)])
+    def on_steps(self, rows):
+        self.history.on_steps(rows)
+        for record, _ in rows:
+            if (record.step + 1) % 25_000 == 0:
+                self.points.append([record.step + 1, rss(), len(self.history.samples),
+                                    len(self.history.steps)])
 
 with tempfile.TemporaryDirectory() as d:
     history = RunHistory(spill_dir=d)

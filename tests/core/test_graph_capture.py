@@ -28,13 +28,14 @@ from memlens.core.graph.snapshot import GraphSnapshot
 from memlens.core.loop import run_training
 from memlens.core.preset_factory import build_preset
 from memlens.core.runfolder.atomic import ExportError
+from memlens.core.sinks import Sink
 from tests.core.helpers import TINY, run, tiny_config
 
 ROOT = Path(__file__).resolve().parents[2]
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
 
-class Graphs:
+class Graphs(Sink):
     """A sink keeping every snapshot (and every step record)."""
 
     def __init__(self) -> None:
@@ -44,8 +45,9 @@ class Graphs:
     def on_graph(self, snapshot) -> None:
         self.snapshots.append(snapshot)
 
-    def on_step(self, record) -> None:
-        self.records[record.step] = record
+    def on_steps(self, rows) -> None:
+        for record, _ in rows:
+            self.records[record.step] = record
 
     def of(self, kind: str) -> list[GraphSnapshot]:
         return [s for s in self.snapshots if s.kind == kind]
@@ -233,7 +235,7 @@ def test_amp_adds_the_cast_nodes():
 def test_lstm_graph_grows_from_capture_to_capture_without_detach():
     cfg = tiny_config("lstm", steps=4, detach_state=False, retain_graph=True, capture_every=1)
     sink = Graphs()
-    sink.on_start = sink.on_sample = sink.on_event = sink.on_finish = lambda *a: None
+    sink.on_start = sink.on_samples = sink.on_event = sink.on_finish = lambda *a: None
     run_training(cfg, RunControls(cfg.techniques), sink, on_error="continue")
     counts = [s.node_count for s in sink.of("train")]
     saved = [s.saved_bytes for s in sink.of("train")]

@@ -102,7 +102,7 @@ def test_a_live_reader_leaves_a_fresh_queue_to_the_writer(monkeypatch):
 def test_the_end_of_a_run_stores_every_queued_row_for_the_last_live_pull(monkeypatch):
     monkeypatch.setattr("memlens.core.history.time.monotonic", lambda: 5.0)
     history = RunHistory()
-    history.on_sample(MemorySample(0, "start", 0.0, 1, 0, 0, 0, 0))
+    history.add_sample(MemorySample(0, "start", 0.0, 1, 0, 0, 0, 0))
     assert len(history.samples.rows(0, None, live=True)) == 0
     history.on_finish({})
     assert len(history.samples.rows(0, None, live=True)) == 1

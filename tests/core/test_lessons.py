@@ -95,7 +95,7 @@ def test_arms_take_turns_in_blocks_abba():
         sink.on_start({})
         for _ in range(steps):
             log.append(i)  # the "step" runs only while it is this arm's turn
-            sink.on_step(None)
+            sink.on_steps([(None, ())])
         sink.on_finish({})
 
     threads = [threading.Thread(target=arm, args=(i,)) for i in (0, 1)]
@@ -120,7 +120,7 @@ def test_an_arm_that_finishes_first_holds_its_thread_until_the_other_is_done():
         for _ in range(steps):
             if i == 1:
                 seen_while_other_ran.append(released.is_set())
-            sink.on_step(None)
+            sink.on_steps([(None, ())])
         sink.on_finish({})
         turns.wait_all_finished()
         if i == 0:

@@ -438,20 +438,22 @@ def test_stop_hooks_come_off_for_short_steps_and_answer_a_stop_inside_long_ones(
     SHORT_STEP_MS the phase edges answer soon enough and the hooks (which take the
     model off PyTorch's fast call path) come off; a long step puts them back."""
     from memlens.core.controls import RunControls, StopRequested
-    from memlens.core.training import LONG_STEP_MS, SHORT_STEP_MS, TrainingSession
+    from memlens.core.recorder.step import LONG_STEP_MS, SHORT_STEP_MS
+    from memlens.core.training import TrainingSession
 
     cfg = tiny_config("gan", steps=3)
     controls = RunControls(cfg.techniques)
     session = TrainingSession(cfg, controls, RunHistory())
     models = list(session.preset.models.values())
     assert all(m._forward_pre_hooks for m in models)  # on until steps show they are short
-    session.sample(0, "start")
-    # A fake phase clock (1 ms a phase) makes every step short, whatever the machine's load.
+    session.start_sample()
+    # A fake phase clock (1 ms a reading) makes every step short, whatever the machine's load.
     ticks = iter(range(10**6))
-    session.tick = lambda: next(ticks) * 1e-3
+    session.steps.clock = lambda: next(ticks) * 1e-3
     record = session.step(0, cfg.techniques, False)
     assert record.step_ms < SHORT_STEP_MS and not any(m._forward_pre_hooks for m in models)
-    session.tune_for_step_length(LONG_STEP_MS + 1)
+    session.steps.tune_for_step_length(LONG_STEP_MS + 1)
+    session.install_stop_hooks()
     controls.stop()
     with pytest.raises(StopRequested):  # at the model call, not at the next phase edge
         session.preset.forward_train(cfg.techniques)
@@ -460,19 +462,27 @@ def test_stop_hooks_come_off_for_short_steps_and_answer_a_stop_inside_long_ones(
 
 
 def test_long_steps_hand_each_sample_on_as_its_phase_ends_short_ones_at_the_step_end():
-    """A live view of a long step sees forward's rise before backward runs. A short light-mode
-    step (native helpers) hands its samples on together at its end, the same samples in the
-    same order; a long step after it goes back to handing each on at once."""
+    """A live view of a long step sees forward's rise before backward runs. A short step
+    hands its samples on together at its end (kept on the native edge where it is built), the
+    same samples in the same order; a long step after it goes back to handing each on at
+    once."""
     from memlens.core.controls import RunControls
-    from memlens.core.training import LONG_STEP_MS, SHORT_STEP_MS, TrainingSession
+    from memlens.core.recorder.step import LONG_STEP_MS, SHORT_STEP_MS
+    from memlens.core.records import samples_of
+    from memlens.core.training import TrainingSession
 
     cfg = tiny_config("mlp", steps=3)
     seen: list[tuple] = []
 
     class Sink(RunHistory):
-        def on_sample(self, s):
-            seen.append((s.step, s.phase))
-            super().on_sample(s)
+        def on_samples(self, items):
+            seen.extend((s.step, s.phase) for s in samples_of(items))
+            super().on_samples(items)
+
+        def on_steps(self, rows):
+            for _, items in rows:
+                seen.extend((s.step, s.phase) for s in samples_of(items))
+            super().on_steps(rows)
 
     sink = Sink()
     session = TrainingSession(cfg, RunControls(cfg.techniques), sink)
@@ -488,15 +498,12 @@ def test_long_steps_hand_each_sample_on_as_its_phase_ends_short_ones_at_the_step
     session.step(0, cfg.techniques, False)  # long, until a step shows otherwise
     assert seen == [(0, "zero_grad"), (0, "forward begins"), *[(0, p) for p in phases[1:]]]
 
-    session.tune_for_step_length(SHORT_STEP_MS - 1)
+    session.steps.tune_for_step_length(SHORT_STEP_MS - 1)
     seen.clear()
     session.step(1, cfg.techniques, False)
-    if memlens.core.native.load(build=False) is not None:
-        assert seen == [(1, "forward begins"), *[(1, p) for p in phases]]
-    else:  # the Python probe hands each sample on at once
-        assert seen == [(1, "zero_grad"), (1, "forward begins"), *[(1, p) for p in phases[1:]]]
+    assert seen == [(1, "forward begins"), *[(1, p) for p in phases]]
 
-    session.tune_for_step_length(LONG_STEP_MS + 1)
+    session.steps.tune_for_step_length(LONG_STEP_MS + 1)
     seen.clear()
     session.step(2, cfg.techniques, False)
     assert seen[:2] == [(2, "zero_grad"), (2, "forward begins")]
@@ -594,7 +601,8 @@ def test_a_leak_that_grows_once_per_eval_period_is_still_named():
     assert not [e for e in fixed.events() if e.kind == "leak" and e.key == "memory growth"]
     # training's own sum still keeps its nodes (no tensor bytes): named apart, in both
     for run_ in (leaky, fixed):
-        assert [e.key for e in run_.events() if e.kind == "leak"].count("graph kept") == 1
+        keys = [e.key for e in run_.events() if e.kind == "leak"]
+        assert keys.count("graph kept across steps") == 1
 
 
 def test_the_sum_of_squares_matches_torch_on_every_path():
@@ -636,7 +644,7 @@ def test_reported_grad_norm_is_the_norm_of_the_gradients_the_step_left(technique
     cfg = tiny_config("gan", steps=4, **techniques)
     history = RunHistory()
     session = TrainingSession(cfg, RunControls(cfg.techniques), history)
-    session.sample(0, "start")
+    session.start_sample()
     toggles = RunControls(cfg.techniques).begin_step(0)[0]
     for step in range(4):
         record = session.step(step, toggles, False)

@@ -17,7 +17,7 @@ from memlens.core.native.tracker import (
     make_precise_tracker,
     make_saved_tracker,
 )
-from memlens.core.records import PHASE_CODE
+from memlens.core.records import SAMPLE_PHASE_CODE
 from tests.core.helpers import run, tiny_config
 
 native = memlens.core.native.load()
@@ -94,7 +94,7 @@ def test_alloc_and_free_rows_carry_phase_category_and_the_allocating_line():
     free = [r for r in rows if r[1] == 1 and r[2] == alloc[0][2]]
     assert base >= 4000 and tracker.live_bytes == base - 4000
     assert alloc[0][5] == free[0][5] == 1 + 2  # "activations" (MEMORY_CATEGORIES order)
-    assert (alloc[0][6], alloc[0][7]) == (3, PHASE_CODE["forward"])
+    assert (alloc[0][6], alloc[0][7]) == (3, SAMPLE_PHASE_CODE["forward"])
     assert "test_native.py" in alloc[0][8] and "test_alloc_and_free" in alloc[0][8]
     assert free[0][0] >= alloc[0][0]
 
@@ -232,7 +232,7 @@ def test_light_probe_edges_keep_their_samples_until_taken_and_check_their_argume
     watch = native.GradWatch(list(lin.parameters()))
     light = native.LightProbe(watch, make_saved_tracker().native)
     zero_grad, forward, backward, optimizer = (
-        PHASE_CODE[p] for p in ("zero_grad", "forward", "backward", "optimizer"))
+        SAMPLE_PHASE_CODE[p] for p in ("zero_grad", "forward", "backward", "optimizer"))
     light.set_rules([zero_grad, backward], [optimizer], [forward], Preset(), light.clock())
     edge, take = light.fast_edges()
     lin(torch.randn(4, 16)).sum().backward()

@@ -13,6 +13,7 @@ from memlens.core.recorder.heap import process_rss_bytes
 from memlens.core.runfolder.follow import RunFollower
 from memlens.core.runfolder.reader import load_run
 from memlens.core.runfolder.writer import RunWriter
+from memlens.core.sinks import Sink
 from tests.core.helpers import run, samples_at
 
 BLOCK = 256 * 2**20  # bytes of the array a test allocates (and touches) between samples
@@ -38,15 +39,15 @@ def test_rss_is_statm_resident_pages_and_grows_by_a_touched_allocation():
     del block
 
 
-class AllocateAfterStep:
+class AllocateAfterStep(Sink):
     """A sink that allocates BLOCK bytes (and keeps them) when step `at` is recorded: the
     next step's forward sample must show the process that much bigger."""
 
     def __init__(self, at: int) -> None:
         self.at, self.block, self.rss_around = at, None, None
 
-    def on_step(self, record) -> None:
-        if record.step == self.at:
+    def on_steps(self, rows) -> None:
+        if any(record.step == self.at for record, _ in rows):
             before = statm_rss()
             self.block = np.ones(BLOCK // 8)
             self.rss_around = (before, statm_rss())

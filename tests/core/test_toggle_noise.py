@@ -22,7 +22,7 @@ def _history(ms: np.ndarray) -> RunHistory:
         if i == TOGGLE:  # a toggle that changes no work
             h.on_event(RunEvent(step=i, time_s=0.0, kind="toggle", key="eval_mode",
                                 old=False, new=True))
-        h.on_step(StepRecord(i, 0.0, 1.0, 1.0, float(t), 0.0, 0.0, 0.0, 0.0, 0.0,
+        h.add_step(StepRecord(i, 0.0, 1.0, 1.0, float(t), 0.0, 0.0, 0.0, 0.0, 0.0,
                              0, 0, None, 0, 0, 0))
     h.on_finish({})
     return h

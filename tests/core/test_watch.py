@@ -76,26 +76,27 @@ def test_watch_writes_a_run_folder_with_steps_phases_and_categories(tmp_path, ca
     history = load_run(folder)
     assert len(history.steps) == 4
     phases = [r[1] for r in history.samples.rows()]
-    from memlens.core.records import PHASE_CODE
+    from memlens.core.records import SAMPLE_PHASE_CODE
 
     step1 = [p for r, p in zip(history.samples.rows(), phases, strict=True) if r[0] == 1]
-    assert step1 == [PHASE_CODE[p] for p in ("zero_grad", "forward", "backward", "optimizer")]
+    assert step1 == [SAMPLE_PHASE_CODE[p]
+                     for p in ("zero_grad", "forward", "backward", "optimizer")]
     # independent counts on the model the script made: parameters, and Adam's two moments
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(), torch.nn.Linear(16, 1))
     param_bytes = sum(p.nbytes for p in model.parameters())
     rows = {(int(r[0]), int(r[1])): r for r in history.samples.rows()}
     cols = history.samples.columns
-    opt_row = rows[(2, PHASE_CODE["optimizer"])]
+    opt_row = rows[(2, SAMPLE_PHASE_CODE["optimizer"])]
     assert opt_row[cols.index("params")] == param_bytes
     assert opt_row[cols.index("grads")] == param_bytes  # every parameter has a gradient
     # Adam: exp_avg and exp_avg_sq per parameter, plus a 4-byte step counter each
     assert opt_row[cols.index("optimizer")] == 2 * param_bytes + 4 * len(list(model.parameters()))
     # the first step too, where the optimizer is found only at its step
-    assert rows[(0, PHASE_CODE["optimizer"])][cols.index("grads")] == param_bytes
-    zero_row = rows[(2, PHASE_CODE["zero_grad"])]
+    assert rows[(0, SAMPLE_PHASE_CODE["optimizer"])][cols.index("grads")] == param_bytes
+    zero_row = rows[(2, SAMPLE_PHASE_CODE["zero_grad"])]
     assert zero_row[cols.index("grads")] == 0  # set_to_none
-    fwd = rows[(2, PHASE_CODE["forward"])]
+    fwd = rows[(2, SAMPLE_PHASE_CODE["forward"])]
     assert fwd[cols.index("activations")] > 0
     losses = [float(x) for x in capsys.readouterr().out.split()]
     # the file keeps 6 significant digits
@@ -119,11 +120,11 @@ def test_activations_match_saved_tensor_hooks_on_plain_torch(tmp_path):
 
     with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
         model(x)
-    from memlens.core.records import PHASE_CODE
+    from memlens.core.records import SAMPLE_PHASE_CODE
 
     history = load_run(folder)
     cols = history.samples.columns
-    fwd = [r for r in history.samples.rows() if r[1] == PHASE_CODE["forward"]]
+    fwd = [r for r in history.samples.rows() if r[1] == SAMPLE_PHASE_CODE["forward"]]
     assert fwd[0][cols.index("activations")] == sum(saved.values())
 
 
@@ -322,10 +323,10 @@ for step in range(3):
     assert code == 0 and capsys.readouterr().out == expected
     history = load_run(folder)
     assert len(history.steps) == 3
-    from memlens.core.records import PHASE_CODE
+    from memlens.core.records import SAMPLE_PHASE_CODE
 
     cols = history.samples.columns
-    fwd = [r for r in history.samples.rows() if r[1] == PHASE_CODE["forward"]]
+    fwd = [r for r in history.samples.rows() if r[1] == SAMPLE_PHASE_CODE["forward"]]
     assert all(r[cols.index("activations")] > 0 for r in fwd)
 
 
@@ -393,14 +394,14 @@ def test_precise_mode_tracks_every_storage_with_the_same_losses(tmp_path, capsys
 
 
 def test_an_error_of_memlens_own_stops_recording_not_the_script(tmp_path, capsys, monkeypatch):
-    from memlens.core.watch.session import Watch
+    from memlens.core.watch.session import WatchSession
 
     def broken(self, closing=False):
         raise ZeroDivisionError("a bug in memlens")
 
     plain(tmp_path, ADAM_LOOP, ["3"])
     expected = capsys.readouterr().out
-    monkeypatch.setattr(Watch, "_end_step", broken)
+    monkeypatch.setattr(WatchSession, "_end_step", broken)
     code, doc, _ = watch_script(tmp_path, ADAM_LOOP, ["3"])
     assert code == 0 and capsys.readouterr().out == expected
     assert [e["key"] for e in doc["events"]] == ["memlens stopped recording"]
@@ -449,7 +450,7 @@ for step in range(3):
 def test_other_holds_the_batches_the_model_was_called_with_and_buffers_apart(tmp_path):
     """On CPU `other` is the tensors the models were called with, as a preset's carried
     tensors are, each storage once and not when saved for backward; buffers their own."""
-    from memlens.core.records import PHASE_CODE
+    from memlens.core.records import SAMPLE_PHASE_CODE
 
     _, _, folder = watch_script(tmp_path, INPUTS_LOOP)
     history = load_run(folder)
@@ -457,10 +458,10 @@ def test_other_holds_the_batches_the_model_was_called_with_and_buffers_apart(tmp
     rows = {(int(r[0]), int(r[1])): r for r in history.samples.rows()}
     batch = torch.randn(32, 8).untyped_storage().nbytes()  # x and context alike
     # after the forward, linear saved x for backward: only context is `other`
-    assert rows[1, PHASE_CODE["forward"]][cols.index("other")] == batch
+    assert rows[1, SAMPLE_PHASE_CODE["forward"]][cols.index("other")] == batch
     # after backward the graph is gone: x and context both
-    assert rows[1, PHASE_CODE["backward"]][cols.index("other")] == 2 * batch
-    assert rows[1, PHASE_CODE["backward"]][cols.index("buffers")] == torch.empty(64).nbytes
+    assert rows[1, SAMPLE_PHASE_CODE["backward"]][cols.index("other")] == 2 * batch
+    assert rows[1, SAMPLE_PHASE_CODE["backward"]][cols.index("buffers")] == torch.empty(64).nbytes
 
 
 AMP_LOOP = HEAD + """
@@ -478,12 +479,12 @@ for step in range(3):
 
 def test_amp_weight_copies_are_amp_casts_not_activations(tmp_path):
     """bf16 autocast on CPU: the weight copies the forward saved, counted apart."""
-    from memlens.core.records import PHASE_CODE
+    from memlens.core.records import SAMPLE_PHASE_CODE
 
     _, _, folder = watch_script(tmp_path, AMP_LOOP)
     history = load_run(folder)
     cols = history.samples.columns
-    fwd = [r for r in history.samples.rows() if r[1] == PHASE_CODE["forward"]]
+    fwd = [r for r in history.samples.rows() if r[1] == SAMPLE_PHASE_CODE["forward"]]
     # counted independently: the bf16 tensors autograd saves that are a weight's copy (the
     # first layer's is not saved: its input needs no gradient, so neither does its weight)
     torch.manual_seed(0)
@@ -502,7 +503,7 @@ def test_amp_weight_copies_are_amp_casts_not_activations(tmp_path):
         model(torch.randn(32, 8))
     assert sum(copies.values()) == 16 * 4 * 2
     assert all(r[cols.index("amp_casts")] == sum(copies.values()) for r in fwd)
-    back = [r for r in history.samples.rows() if r[1] == PHASE_CODE["backward"]]
+    back = [r for r in history.samples.rows() if r[1] == SAMPLE_PHASE_CODE["backward"]]
     assert all(r[cols.index("amp_casts")] == 0 for r in back)  # freed with the graph
 
 
@@ -525,12 +526,12 @@ def test_amp_casts_are_weight_copies_by_identity_not_by_size(tmp_path):
     """A batch as wide as a layer: its bf16 activations have a weight's element count, and
     are activations all the same. Counted independently: the saved bf16 tensors equal to a
     bf16 cast of a weight, each storage once."""
-    from memlens.core.records import PHASE_CODE
+    from memlens.core.records import SAMPLE_PHASE_CODE
 
     _, _, folder = watch_script(tmp_path, SQUARE_AMP_LOOP)
     history = load_run(folder)
     cols = history.samples.columns
-    fwd = [r for r in history.samples.rows() if r[1] == PHASE_CODE["forward"]]
+    fwd = [r for r in history.samples.rows() if r[1] == SAMPLE_PHASE_CODE["forward"]]
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(16, 16), torch.nn.ReLU(),
                                 torch.nn.Linear(16, 16), torch.nn.ReLU(),
@@ -579,7 +580,7 @@ def test_module_call_is_torch_own_again_after_close_and_models_pickle_while_watc
 
     from torch import nn
 
-    from memlens.core.watch.session import Watch
+    from memlens.core.watch.api import Watch
 
     original = nn.Module.__dict__["__call__"]
     model = nn.Sequential(nn.Linear(4, 4), nn.ReLU(), nn.Linear(4, 1))
@@ -661,7 +662,7 @@ def test_a_forked_child_records_nothing_into_the_parents_run(tmp_path):
 
     from torch import nn
 
-    from memlens.core.watch.session import Watch
+    from memlens.core.watch.api import Watch
 
     model = nn.Linear(4, 1)
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
@@ -770,7 +771,7 @@ def test_another_threads_module_calls_are_not_this_loops_phases(tmp_path):
     through, and the training loop's steps and models are as without it."""
     import threading
 
-    from memlens.core.watch.session import Watch
+    from memlens.core.watch.api import Watch
 
     torch.manual_seed(0)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))

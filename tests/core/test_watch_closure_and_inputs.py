@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from memlens.core.records import PHASE_CODE
+from memlens.core.records import SAMPLE_PHASE_CODE
 from memlens.core.runfolder.reader import load_run
 from tests.core.test_watch import HEAD, plain, watch_script
 
@@ -166,7 +166,7 @@ def test_keyword_inputs_count_in_other_as_positional_ones_do(tmp_path, capsys, c
     cols = samples.columns
     # after backward (a forward's row holds them as activations: embedding and cross_entropy
     # save them): the batch the model was called with, by keyword as positionally
-    after = [r for r in samples.rows() if r[1] != PHASE_CODE["forward"]]
+    after = [r for r in samples.rows() if r[1] != SAMPLE_PHASE_CODE["forward"]]
     assert len(after) == 4 * 3 - 1  # backward, optimizer; zero_grad from step 1 on
     assert {r[cols.index("other")] for r in after} == {input_bytes}
     assert not math.isnan(load_run(folder).steps.column("loss")[0])
@@ -215,7 +215,7 @@ def test_checkpoint_recompute_is_a_phase_and_its_saving_shows(tmp_path, capsys):
         assert code == 0
         run = load_run(folder)
         cols = run.samples.columns
-        forward = [r for r in run.samples.rows() if r[1] == PHASE_CODE["forward"]]
+        forward = [r for r in run.samples.rows() if r[1] == SAMPLE_PHASE_CODE["forward"]]
         assert len(forward) == 3  # one a step: the recompute in backward is no forward
         assert {r[cols.index("activations")] for r in forward} == truth
         forward_bytes[ckpt] = truth.pop()

@@ -47,7 +47,7 @@ def test_dcgan_two_models_two_optimizers_one_step_each_iteration(tmp_path):
 def test_dcgan_samples_of_one_step_each_have_their_own_x(tmp_path):
     """D runs three times and zero_grad twice a step: each sample a place of its own on the
     memory plot, in the order taken, as loaded and as followed."""
-    from memlens.core.records import PHASE_CODE
+    from memlens.core.records import SAMPLE_PHASE_CODE
     from memlens.core.runfolder.follow import RunFollower
     from memlens.core.watch.session import HEAP_EVERY_S
 
@@ -61,25 +61,25 @@ def test_dcgan_samples_of_one_step_each_have_their_own_x(tmp_path):
         assert ((x >= step) & (x < step + 1)).all()
         phases = list(table.column("phase")[step == 1])
         # G once, D three times, and the sample from fixed noise after step 0's update
-        assert phases.count(PHASE_CODE["forward"]) == 5
-        assert phases.count(PHASE_CODE["zero_grad"]) == 2
+        assert phases.count(SAMPLE_PHASE_CODE["forward"]) == 5
+        assert phases.count(SAMPLE_PHASE_CODE["zero_grad"]) == 2
         # the process heap: after a step's first forward, at most every HEAP_EVERY_S
         read = ~np.isnan(table.column("heap"))
-        assert read.any() and (table.column("phase")[read] == PHASE_CODE["forward"]).all()
+        assert read.any() and (table.column("phase")[read] == SAMPLE_PHASE_CODE["forward"]).all()
         assert all((read & (step == s)).sum() <= 1 for s in np.unique(step))
         assert (np.diff(table.column("time_s")[read]) >= HEAP_EVERY_S).all()
 
 
 def test_preset_like_steps_keep_their_phase_positions():
     from memlens.core.history import PHASES_PER_STEP, spread_x
-    from memlens.core.records import PHASE_CODE
+    from memlens.core.records import SAMPLE_PHASE_CODE
 
     phases = ["start", "zero_grad", "forward", "backward", "optimizer",
               "zero_grad", "forward", "backward", "optimizer", "eval"]
     steps = np.array([0, 0, 0, 0, 0, 1, 1, 1, 1, 1])
-    codes = np.array([PHASE_CODE[p] for p in phases])
+    codes = np.array([SAMPLE_PHASE_CODE[p] for p in phases])
     assert np.array_equal(spread_x(steps, codes), steps + codes / PHASES_PER_STEP)
-    folded = spread_x(np.array([2, 2, 2, 2]), np.array([PHASE_CODE[p] for p in
+    folded = spread_x(np.array([2, 2, 2, 2]), np.array([SAMPLE_PHASE_CODE[p] for p in
                                                         ["forward", "forward", "backward",
                                                          "zero_grad"]]))
     assert list(folded) == [2 + k / PHASES_PER_STEP for k in range(4)]

@@ -28,7 +28,7 @@ import numpy as np
 
 from memlens.core.exports import _text
 from memlens.core.history import RunHistory
-from memlens.core.records import MEMORY_CATEGORIES, PHASE_CODE, PHASES
+from memlens.core.records import MEMORY_CATEGORIES, PHASES, SAMPLE_PHASE_CODE
 from memlens.core.runfolder.atomic import atomic_open
 
 PID, TID = 1, 1
@@ -93,7 +93,7 @@ class _Spans:
             order = np.argsort(key, kind="stable")
             key, when = key[order], when[order]
         for j, phase in enumerate(PHASES):
-            want = step * 8 + PHASE_CODE[phase]
+            want = step * 8 + SAMPLE_PHASE_CODE[phase]
             pos = np.searchsorted(key, want, side="right") - 1  # the last such sample
             found = (pos >= 0) & (key[np.maximum(pos, 0)] == want)
             out[:, j] = np.where(found, when[np.maximum(pos, 0)], -1)

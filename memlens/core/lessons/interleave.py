@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import threading
 
+from memlens.core.sinks import Sink
+
 
 class Turns:
     """Whose block it is. Any thread may call stop(); waiting arms then run to their stop."""
@@ -65,7 +67,7 @@ class Turns:
         self._cond.notify_all()
 
 
-class TurnSink:
+class TurnSink(Sink):
     """A run sink that makes its arm wait for its turn: before the first step, and after
     every `block` steps until the run's last. `on_block(arm, steps_done)` is called as each
     block ends, before the turn passes (the other arms wait meanwhile)."""
@@ -80,7 +82,11 @@ class TurnSink:
     def on_start(self, meta: dict) -> None:
         self.turns.wait_turn(self.arm)
 
-    def on_step(self, record) -> None:
+    def on_steps(self, rows) -> None:
+        for _ in rows:
+            self._step_done()
+
+    def _step_done(self) -> None:
         self.done += 1
         if self._on_step is not None:
             self._on_step()
@@ -90,9 +96,6 @@ class TurnSink:
             self.turns.block_done(self.arm)
             self.turns.wait_turn(self.arm)
 
-    def on_sample(self, sample) -> None: pass
-    def on_event(self, event) -> None: pass
-    def on_graph(self, snapshot) -> None: pass
 
     def on_finish(self, summary: dict) -> None:
         self.turns.finish(self.arm)

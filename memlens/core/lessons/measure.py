@@ -8,7 +8,7 @@ import numpy as np
 
 from memlens.core.history import RunHistory
 from memlens.core.lessons.catalog import Metric
-from memlens.core.records import PHASE_CODE
+from memlens.core.records import SAMPLE_PHASE_CODE
 
 # Steps at the start of each arm left out of time figures: the first steps allocate
 # optimizer state and warm caches, a cost a long training run pays once.
@@ -47,7 +47,7 @@ def read_metric(history: RunHistory, metric: Metric, block: int = 1) -> Reading:
         return Reading(value, bound=bound)
     rows = history.samples.rows()
     idx = history.samples.index
-    at = rows[:, idx["phase"]] == PHASE_CODE[metric.phase]
+    at = rows[:, idx["phase"]] == SAMPLE_PHASE_CODE[metric.phase]
     # Completed steps only: a step that failed stops before some of its samples.
     done = np.isin(rows[:, idx["step"]], steps)
     # "a+b": the sum of two categories (what autograd saved: activations and AMP's copies)

@@ -180,7 +180,7 @@ class GradWatch {
     return total;
   }
 
-  // scan_grads for Python: (bytes, [(device, base pointer)]), as core.memory's storage_key
+  // scan_grads for Python: (bytes, [(device, base pointer)]), as core.recorder.keys.storage_key
   // gives them.
   py::tuple grad_storages() const {
     std::unordered_set<Key, KeyHash> seen;
@@ -224,7 +224,7 @@ class GradWatch {
   std::unordered_set<Key, KeyHash> param_keys_;
 };
 
-// --- a light-mode sample: core.memory.MemoryProbe.sample's CPU figures in one call ----------
+// --- a light-mode sample: core.recorder.probe.MemoryProbe.sample's CPU figures in one call ----------
 //
 // Between two phases, a light-mode CPU sample adds up the gradients' storages (after
 // zero_grad and backward), the optimizer state's (after the optimizer) and the carried
@@ -234,7 +234,7 @@ class GradWatch {
 // cost 5 times its warm time, 0.3 ms a step on gan. The same rules, the same figures
 // (tests/core/test_native.py holds the two to it).
 
-// Bytes in use by malloc (glibc's mallinfo2, as core.memory.process_heap_bytes reads it), or
+// Bytes in use by malloc (glibc's mallinfo2, as core.recorder.heap.process_heap_bytes reads it), or
 // -1 where there is none.
 int64_t heap_bytes() {
 #if defined(__GLIBC__) && (__GLIBC__ > 2 || (__GLIBC__ == 2 && __GLIBC_MINOR__ >= 33))
@@ -422,7 +422,7 @@ class LightProbe {
   std::vector<EdgeRow> rows_;
 
   // Optimizers update their state in place: the same tensor objects, so the last scan stands
-  // while the state holds the same ones (the rule core.memory's probe keeps by id()) and none
+  // while the state holds the same ones (the rule core.recorder.probe keeps by id()) and none
   // of it is a gradient's storage now.
   void scan_optimizer(const py::list& states) {
     // The check reads only the state dicts and the Python tensor objects (the TensorImpl

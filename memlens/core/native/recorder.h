@@ -41,7 +41,7 @@ struct KeyHash {
   }
 };
 
-// A tensor's storage as core.memory.storage_key gives it: (device index, -1 for CPU; base
+// A tensor's storage as core.recorder.keys.storage_key gives it: (device index, -1 for CPU; base
 // pointer), and its bytes in `nbytes`.
 Key storage_key_of(const at::Tensor& t, int64_t* nbytes) {
   const auto& st = t.storage();

@@ -28,7 +28,7 @@ from torch import Tensor
 
 from memlens.core.recorder.keys import CATEGORY_CODE
 from memlens.core.recorder.precise import RECORDER_DIR
-from memlens.core.records import PHASE_CODE, AllocBlock
+from memlens.core.records import SAMPLE_PHASE_CODE, AllocBlock
 
 
 class _StartFree(weakref.ref):
@@ -88,7 +88,7 @@ class NativeStorageTracker:
         self._rec.freed(ref.device, ref.ptr, ref.rid)
 
     def begin_phase(self, step: int, phase: str, category: str) -> None:
-        self._rec.begin_phase(step, PHASE_CODE[phase], CATEGORY_CODE[category])
+        self._rec.begin_phase(step, SAMPLE_PHASE_CODE[phase], CATEGORY_CODE[category])
 
     def reset_peak(self) -> None:
         self._rec.reset_peak()

@@ -13,7 +13,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from memlens.core.recorder.keys import CATEGORY_CODE
-from memlens.core.records import ALLOC_FRAME_COLUMN, PHASE_CODE, AllocBlock
+from memlens.core.records import ALLOC_FRAME_COLUMN, SAMPLE_PHASE_CODE, AllocBlock
 
 
 class _StorageRecord(weakref.ref):
@@ -58,7 +58,7 @@ class StorageTracker(TorchDispatchMode):
         self.live_bytes = 0
         self.peak_bytes = 0
         self.next_id = 0
-        self.phase_code = PHASE_CODE["start"]
+        self.phase_code = SAMPLE_PHASE_CODE["start"]
         self.step = 0
         self.category_guess = "other"
         self._events: list[tuple] = []  # pending rows for sinks (ALLOC_COLUMNS + frames)
@@ -135,7 +135,7 @@ class StorageTracker(TorchDispatchMode):
         """Nothing to let go of: the mode is entered per step."""
 
     def begin_phase(self, step: int, phase: str, category: str) -> None:
-        self.step, self.phase_code, self.category_guess = step, PHASE_CODE[phase], category
+        self.step, self.phase_code, self.category_guess = step, SAMPLE_PHASE_CODE[phase], category
 
     def reset_peak(self) -> None:
         self.peak_bytes = self.live_bytes

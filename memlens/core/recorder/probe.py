@@ -16,11 +16,11 @@ from memlens.core.recorder.heap import process_heap_bytes, process_rss_bytes
 from memlens.core.recorder.keys import StorageBytes, storage_key
 from memlens.core.recorder.precise import StorageTracker
 from memlens.core.recorder.saved import SavedTensorTracker
-from memlens.core.records import PHASE_CODE, MemorySample, edge_samples
+from memlens.core.records import SAMPLE_PHASE_CODE, MemorySample
 
 
 def _codes(phases) -> list[int]:
-    return sorted(PHASE_CODE[p] for p in phases)
+    return sorted(SAMPLE_PHASE_CODE[p] for p in phases)
 
 
 class MemoryProbe:
@@ -105,7 +105,7 @@ class MemoryProbe:
         """Take a CPU light-mode sample's gradient, optimizer and carried-tensor figures
         from the native helpers' LightProbe: the same rules as below in one call (a plain C
         function: see bind_fast in core/native/fast_calls.h). The loop's phase edges then call
-        `edge(code, carried)`, which keeps the figures until take_samples(). `t0`: the run's
+        `edge(code, carried[, heap])`, which keeps the figures until take_rows(). `t0`: the run's
         start on time.perf_counter (a sample's time_s counts from it)."""
         self.light = light.fast_sample()
         # t0 on the native clock: the same instant, whatever origin either clock has.
@@ -119,11 +119,6 @@ class MemoryProbe:
         them (code, time_s, grads, optimizer, activations, other, heap, rss): for a caller that
         makes them samples later (edge_samples)."""
         return self._take_rows()
-
-    def take_samples(self, step: int) -> list[MemorySample]:
-        """The samples edge() recorded since the last take, in order (all of them `step`'s:
-        the loop takes them at every step's end)."""
-        return edge_samples(step, self.params.total, self.buffers.total, self._take_rows())
 
     def _amp_bytes(self, live) -> int:
         """Bytes of the AMP weight copies still saved for backward."""

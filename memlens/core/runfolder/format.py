@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from memlens.core.history import SAMPLE_COLUMNS, STEP_COLUMNS, spread_x
-from memlens.core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES, RunEvent
+from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASE_CODE, SAMPLE_PHASES, RunEvent
 
 # --- file names -------------------------------------------------------------------------------
 STEPS_CSV = "steps.csv"
@@ -146,7 +146,7 @@ def memory_table(rows: list[list[str]], path: Path, first_line: int = 2,
             continue
         step, phase, time_s, *rest = r[:width]
         try:
-            out[kept] = (int(step), PHASE_CODE[phase], 0.0, float(time_s),
+            out[kept] = (int(step), SAMPLE_PHASE_CODE[phase], 0.0, float(time_s),
                          *(number(v) for v in rest), *absent)
         except (ValueError, KeyError, OverflowError):
             raise RunFolderError(f"{path}: line {first_line + i} is not valid (a value is not "
@@ -174,7 +174,7 @@ def parse_numbers(data: bytes, header: tuple[str, ...], phase_column: int | None
     if b'"' in body:
         return None
     if phase_column is not None:  # "12,forward,..." -> "12,2,...": the phase is column 1
-        for name, code in PHASE_CODE.items():
+        for name, code in SAMPLE_PHASE_CODE.items():
             body = body.replace(f",{name},".encode(), f",{code},".encode())
     body = body.replace(b"\r\n", b"\n").replace(b"\n", b",\n")
     for _ in range(2):  # empty cells (no value: NaN), also two in a row

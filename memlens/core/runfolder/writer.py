@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 from memlens.core.history import RunHistory, sample_values, step_values
-from memlens.core.records import MemorySample, RunEvent, edge_samples
+from memlens.core.records import RunEvent, samples_of
 from memlens.core.runfolder.allocations import AllocationsStream
 from memlens.core.runfolder.allocations import describe as describe_allocations
 from memlens.core.runfolder.atomic import ExportError, atomic_write_text
@@ -50,19 +50,6 @@ from memlens.core.runfolder.format import (
 )
 
 JSON_EVERY_S = 2.0  # run.json rewritten at most this often for steps alone (events: at once)
-
-
-def samples_of(items: list) -> list[MemorySample]:
-    """Samples as a producer hands them over: MemorySamples, or native edge-row blocks
-    (step, params, buffers, rows) still to be made MemorySamples (records.edge_samples): a
-    watch leaves that to this thread."""
-    samples: list[MemorySample] = []
-    for item in items:
-        if isinstance(item, MemorySample):
-            samples.append(item)
-        else:
-            samples += edge_samples(*item)
-    return samples
 
 
 class FolderFiles:
@@ -141,6 +128,7 @@ class FolderFiles:
 
     def on_finish(self, summary: dict) -> None:
         self._doc["summary"] = summary
+        self._doc["finished"] = True  # runfolder.header: the writer ended its run
         self.flush()
         self._write_json()
 
@@ -205,18 +193,12 @@ class RunWriter:
     def on_start(self, meta: dict) -> None:
         self._post(self._files.on_start, dict(meta))
 
-    def on_sample(self, sample: MemorySample) -> None:
-        self._post(self._files.on_samples, [sample])
-
     def on_samples(self, items: list) -> None:
-        """Samples with no step row after them (a run's last ones), as samples_of takes."""
+        """Samples with no step row after them yet (records.samples_of takes them)."""
         self._post(self._files.on_samples, list(items))
 
-    def on_step(self, record) -> None:
-        self._post(self._files.on_steps, [(record, ())])
-
     def on_steps(self, rows: list[tuple[Any, list]]) -> None:
-        """Several steps, each (record, its samples as samples_of takes them)."""
+        """Ended steps, each (record, its samples as records.samples_of takes them)."""
         self._post(self._files.on_steps, rows)
 
     def on_allocations(self, rows) -> None:

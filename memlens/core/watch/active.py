@@ -8,12 +8,12 @@ import os
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from memlens.core.watch.session import Watch
+    from memlens.core.watch.session import WatchSession
 
-ACTIVE: list[Watch] = []  # Watch.__init__ appends itself, close() removes it
+ACTIVE: list[WatchSession] = []  # a session appends itself; its close() removes it
 
 
-def active_watch() -> Watch | None:
+def active_watch() -> WatchSession | None:
     """The watch recording in this process, if one is."""
     return ACTIVE[-1] if ACTIVE else None
 

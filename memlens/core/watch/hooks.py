@@ -49,9 +49,9 @@ class TorchHooks:
         ]
         self._patch(torch.nn.Module, "__call__",
                     self._wrap_module_call(torch.nn.Module.__dict__["__call__"]))
-        self._patch(torch.Tensor, "backward", self._wrap_backward(torch.Tensor.backward, True))
+        self._patch(torch.Tensor, "backward", self._wrap_backward(torch.Tensor.backward))
         self._patch(torch.autograd, "backward",
-                    self._wrap_backward(torch.autograd.backward, False))
+                    self._wrap_backward(torch.autograd.backward))
         self._patch(torch.autograd, "grad", self._wrap_grad(torch.autograd.grad))
         self._patch(torch.optim.Optimizer, "zero_grad",
                     self._wrap_zero_grad(torch.optim.Optimizer.zero_grad))
@@ -79,7 +79,7 @@ class TorchHooks:
 
         return __call__
 
-    def _wrap_backward(self, original, is_method: bool):
+    def _wrap_backward(self, original):
         lst = self.listener
 
         @functools.wraps(original)

@@ -7,10 +7,10 @@ import sys
 from typing import TYPE_CHECKING, TextIO
 
 if TYPE_CHECKING:
-    from memlens.core.watch.session import Watch
+    from memlens.core.watch.session import WatchSession
 
 
-def print_summary(w: Watch, file: TextIO | None = None) -> None:
+def print_summary(w: WatchSession, file: TextIO | None = None) -> None:
     out = file or sys.stderr
     steps = "1 step" if w.step_index == 1 else f"{w.step_index} steps"
     print(f"memlens watch: {steps} recorded in {w.folder}", file=out)

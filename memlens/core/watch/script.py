@@ -36,12 +36,12 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
                capture_every: int = 0, quiet: bool = False, force: bool = False,
                model_found=None) -> int:
     """Run `script` under a watch; returns the exit code `python script ARGS` would have.
-    `model_found`: called with each model at its first call (Watch.model_found)."""
+    `model_found`: called with each model at its first call (WatchSession.model_found)."""
     from memlens.core.runfolder.atomic import ExportError
     from memlens.core.runfolder.claim import discard_run
     from memlens.core.watch.meta import NOTHING_FOUND_HELP
     from memlens.core.watch.report import print_summary
-    from memlens.core.watch.session import Watch
+    from memlens.core.watch.session import WatchSession
 
     path = str(Path(script))
     argv = [path, *script_args]
@@ -49,9 +49,8 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     sys.argv = argv
     sys.path.insert(0, str(Path(path).resolve().parent))
     try:
-        w = Watch(out=out, precise=precise, capture_every=capture_every, script=path,
-                  argv=argv, force=force)
-        w.model_found = model_found
+        w = WatchSession(out=out, precise=precise, capture_every=capture_every, script=path,
+                         argv=argv, force=force, model_found=model_found)
     except (ExportError, OSError, ValueError) as exc:  # ConfigError: a folder holding a run
         sys.argv, sys.path[:] = old_argv, old_path
         print(f"memlens watch: {exc}", file=sys.stderr)

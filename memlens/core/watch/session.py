@@ -1,4 +1,7 @@
-"""`Watch`: the one recorder driven by a user's own training loop, live, from its calls.
+"""A watch's session: the one recorder (core.recorder.StepRecorder) driven by a user's own
+training loop, live, from its calls. `memlens.Watch` (core.watch.api) is its public face;
+this engine's methods are what torch's hooks (core.watch.hooks), the framework callbacks
+(memlens.integrations) and `main.py watch` call.
 
 Phases come from the program: `zero_grad` (Optimizer/Module.zero_grad), `forward` (a root
 module's call), `backward` (from the call of Tensor.backward / torch.autograd.backward),
@@ -29,9 +32,10 @@ from torch import Tensor, nn
 from memlens.core.recorder.amp_casts import amp_cast_storages_of_nodes
 from memlens.core.recorder.output import choose_folder
 from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, Recorder
+from memlens.core.recorder.step import StepRecorder
 from memlens.core.records import RunEvent, RunSummary
-from memlens.core.runfolder.format import graph_summary
 from memlens.core.runfolder.writer import RunWriter
+from memlens.core.sinks import GuardedSink
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.active import ACTIVE
 from memlens.core.watch.calls import Call, CallBook, output_nodes
@@ -49,29 +53,28 @@ from memlens.core.watch.meta import (
     summary,
 )
 from memlens.core.watch.norms import GradNorms
-from memlens.core.watch.phases import HEAP_EVERY_S, Phases  # noqa: F401 - HEAP_EVERY_S: tests
 from memlens.core.watch.report import print_summary
 from memlens.core.watch.roots import root_loss, step_loss
 
 # A step's rows are handed to the writer at most this long after the step ends, a batch at
 # a time (a follower draws at 30 Hz anyway).
 FLUSH_S = 0.1
+# The process heap (mallinfo2, memory.csv's heap_bytes) after a step's first forward, at
+# most this often: mallinfo2 walks malloc's free lists, tens of microseconds in a training
+# process.
+HEAP_EVERY_S = 0.2
 RECOMPUTE = "recompute"  # a checkpointed block run again during backward
 _compiling = torch.compiler.is_compiling  # a constant True while torch.compile traces
 
 
-class Watch(FrameworkCalls):
-    """A recording of the program's training into a run folder (see the module doc).
-
-    Use as a context manager or call `close()`; `phase(name)` labels code, `step()` marks
-    step boundaries by hand. `step_index` counts the steps so far, `events` holds what was
-    reported (diagnoses among them), `folder` is where it writes.
-    """
+class WatchSession(FrameworkCalls):
+    """A recording of the program's training into a run folder (see the module doc)."""
 
     def __init__(self, models=None, optimizers=None, *, out: str | Path | None = None,
                  precise: bool = False, capture_every: int = 0, script: str | None = None,
                  argv: list[str] | None = None, force: bool = False,
-                 announce: bool = False, rank: tuple[int, int] | None = None) -> None:
+                 announce: bool = False, rank: tuple[int, int] | None = None,
+                 model_found: Callable[[nn.Module], None] | None = None) -> None:
         if ACTIVE:
             raise RuntimeError("memlens.watch: a watch is already recording in this process; "
                                "close it first (one watch at a time)")
@@ -83,6 +86,9 @@ class Watch(FrameworkCalls):
         self.folder = choose_folder(out, f"watch-{stem}", force=force,
                                     rank=self.rank if self.world_size > 1 else None)
         self.writer = RunWriter(self.folder, precise=precise)  # writes on its own thread
+        # A write that failed there stops the recording, never the script.
+        self.sink = GuardedSink(self.writer, lambda _sink, exc: self._fail(exc),
+                                catch=(Exception,))
         self.precise_requested, self.capture_every = precise, capture_every
         self.script, self.argv = script, list(argv if argv is not None else sys.argv)
         self.announce = announce  # say at close what was recorded (memlens.watch in code)
@@ -94,8 +100,10 @@ class Watch(FrameworkCalls):
         self.rec = Recorder(torch.device("cpu"), self._t0, precise=precise,
                             dispatch_precise=True, synchronize=False)
         self.saved, self.precise = self.rec.saved, self.rec.precise
-        self.log = Events(lambda: self.step_index, lambda: self._clock() - self._t0,
-                          lambda e: self._post("on_event", e))
+        self.steps = StepRecorder(self.rec, self.sink, lambda: self.found.carried_refs,
+                                  other_is_step=True, heap_every_s=HEAP_EVERY_S,
+                                  flush_s=FLUSH_S, idle=True)
+        self.log = Events(lambda: self.steps.step, self.steps.now, self.sink.on_event)
         self.events: list[RunEvent] = self.log.items
         self.book = CallBook(self.rec.native, self.log.report)
         self.norms = GradNorms(self.rec.native, self.log.report)
@@ -106,15 +114,12 @@ class Watch(FrameworkCalls):
         # The training thread (the one that starts the watch): other threads' module calls
         # pass through (a background evaluation is not this loop's phases).
         self._thread = threading.get_ident()
-        self.step_index, self.closed, self.broken = 0, False, False
+        self.closed, self.broken = False, False
         self.exit_code: int | None = None
         self._joined = 0  # memlens.watch() calls inside a script this watch records
         self._manual_steps = False
         self._capture = None  # a GraphCapture between a step's first forward and backward
         self._captured: set[int] = set()
-        self._clock = time.perf_counter
-        self.phases = Phases(self._t0, lambda: self.found.carried_refs,
-                             self.rec.begin_phase if self.precise is not None else None)
         self.in_forward = False  # a root module call is running (TorchHooks reads it)
         self._root: tuple | None = None
         self._backward_depth = 0
@@ -122,11 +127,6 @@ class Watch(FrameworkCalls):
         self._after_backward = False
         self._roots: list[tuple] = []  # this step's backwards' losses (roots.root_loss)
         self._graph_nodes = 0
-        self._summary_peak = 0
-        self._losses: list[float] = []
-        self._step_ms: list[float] = []
-        self._rows: list[tuple] = []  # ended steps not handed to the writer yet
-        self._flushed_at = time.perf_counter()
         self._amp_seen = False
         self._closure = False  # the optimizer step under way was given a closure
         self._norm_taken: set[int] = set()  # optimizers whose norm grads_final took this step
@@ -134,9 +134,10 @@ class Watch(FrameworkCalls):
         self._step_loss = step_loss  # a step's loss from its backwards' roots
         # Called with each model found, at its first call (main.py watch: a framework's
         # callback joins the recording, memlens.integrations.attach); a fault costs a note.
-        self.model_found: Callable[[nn.Module], None] | None = None
+        self.model_found = model_found
         self._saved_ctx = self.saved.hooks()
-        self._post("on_start", header(self))
+        self.steps.begin_step(0)
+        self.sink.on_start(header(self))
         self._saved_ctx.__enter__()
         if self.precise is not None:
             self.precise.__enter__()
@@ -149,30 +150,28 @@ class Watch(FrameworkCalls):
         self._joined = 0
         self.close()
 
-    # --- the public interface ------------------------------------------------------------------
-    def __enter__(self) -> Watch:
-        return self
-
-    def __exit__(self, exc_type, exc, tb) -> None:
-        self.close(error=exc)
+    # --- what the user's Watch asks ------------------------------------------------------------
+    @property
+    def step_index(self) -> int:
+        return self.steps.step
 
     @contextlib.contextmanager
     def phase(self, name: str):
         """Label the code inside as phase `name` (a hand-written update: "optimizer")."""
-        self.phases.enter(name, self.step_index)
+        self.steps.enter(name)
         try:
             yield
         finally:
-            self.phases.leave(self.step_index)
+            self.steps.leave()
 
     def step(self) -> None:
         """Mark a step boundary here; from now on only these calls end steps. (A step with
         nothing in it is not one: the first call right after an automatic step end, say.)"""
         self._manual_steps = True
-        if self.phases.activity:
+        if self.steps.activity:
             self._end_step()
 
-    def join(self) -> Watch:
+    def join(self) -> WatchSession:
         """This watch, for a `memlens.watch()` call inside the script it records: that
         call's close() leaves the recording to its owner."""
         self._joined += 1
@@ -210,15 +209,10 @@ class Watch(FrameworkCalls):
             print_summary(self)
 
     def _finish_files(self, summary: RunSummary) -> None:
-        if self.precise is not None and self.precise.pending:
-            self._post("on_allocations", self.precise.drain())
-        self.phases.flush_edges(self.step_index)
-        self._write_rows(self._clock())
-        last = self.phases.take_samples()
-        if last:  # those after the last step's end (a final sample)
-            self._post("on_samples", last)
-        self._post("on_start", {"finished": True})  # meta: a follower sees the end
-        self._post("on_finish", summary.to_dict())
+        if self.writer.failed is not None and not self.broken:
+            self._fail(self.writer.failed)
+        self.steps.finish()  # the rows, and samples after the last step's end
+        self.sink.on_finish(summary.to_dict())  # run.json's `finished` too
         try:
             self.writer.close()
         except Exception as exc:  # a write that failed at the end: said, never raised
@@ -261,37 +255,18 @@ class Watch(FrameworkCalls):
         # On CPU without precise mode a phase edge's sample is LightProbe.edge, kept in C
         # until the step's end: Python's made a MemorySample and rescanned every gradient.
         self.probe = self.rec.make_probe(self.found, light=not self._amp_seen)
-        self.phases.use_probe(self.probe, self.step_index)  # the old probe's figures first
+        self.steps.use_probe(self.probe)  # the old probe's figures first
         # A new probe knows no gradients or optimizer state yet: "start" scans them all.
         self.probe.sample(self.step_index, "start", 0.0, [])
-        self._post("on_start", header(self))
+        self.sink.on_start(header(self))
 
     def _note_amp_casts(self, nodes: list) -> None:
         """Autocast's weight copies this forward saved: amp_casts, not activations (as for
         the lab: recorder.amp_casts); the probe counts those still saved at each sample."""
-        if self.phases.native_edges:  # they do not take AMP copies apart: Python's samples
+        if not self._amp_seen:  # the native edges do not take AMP copies apart
             self._amp_seen = True
-            self.phases.python_samples(self.step_index)
+            self.steps.use_python_samples(True)
         self.rec.note_amp_casts(amp_cast_storages_of_nodes(nodes, self.probe.param_list))
-
-    # --- the run folder --------------------------------------------------------------------------
-    def _write_rows(self, now: float) -> None:
-        """The steps ended since the last write, each with its samples, in one batch."""
-        self._flushed_at = now
-        if self.writer.failed is not None and not self.broken:
-            self._fail(self.writer.failed)
-        if self._rows:
-            rows, self._rows = self._rows, []
-            self._post("on_steps", rows)
-
-    def _post(self, method: str, *args) -> None:
-        """A record for the run folder's writer (its own thread); a write that failed there
-        stops the recording, never the script."""
-        try:
-            getattr(self.writer, method)(*args)
-        except Exception as exc:
-            if not self.broken:
-                self._fail(exc)
 
     # --- listener callbacks (TorchHooks) --------------------------------------------------------
     def root_call(self, original, module: nn.Module, args: tuple, kwargs: dict) -> Any:
@@ -330,12 +305,12 @@ class Watch(FrameworkCalls):
 
     def _recompute(self, original, module, args, kwargs) -> Any:
         self.in_forward = True
-        self.phases.enter(RECOMPUTE, self.step_index)
+        self.steps.enter(RECOMPUTE)
         try:
             return original(module, *args, **kwargs)
         finally:
             self.in_forward = False
-            self._guard(self.phases.leave, self.step_index)
+            self._guard(self.steps.leave)
 
     def _forward_pre(self, module: nn.Module, args: tuple, kwargs: dict) -> bool:
         """A root call begins: True where it is a model's forward, recorded."""
@@ -363,8 +338,8 @@ class Watch(FrameworkCalls):
         self.found.note_inputs(self.step_index, args, kwargs)
         if grad and self.growth.looking:
             self.growth.note_inputs(args, kwargs, info.name, call.site)
-        self.phases.enter("forward" if grad else "eval", self.step_index)
-        self._root = (module, call, self.saved.step_saved_bytes, self.phases.since)
+        self.steps.enter("forward" if grad else "eval")
+        self._root = (module, call, self.saved.step_saved_bytes, self.steps.since)
         return True
 
     def _model_found(self, module: nn.Module) -> None:
@@ -380,13 +355,13 @@ class Watch(FrameworkCalls):
         if root is None or root[0] is not module:
             return
         _, call, saved_before, t_start = root
-        call.ms = (self._clock() - t_start) * 1e3
+        call.ms = (self.steps.clock() - t_start) * 1e3
         if call.grad:
             nodes = self.book.follow(call, output, self.step_index)
             if call.grad and torch.is_autocast_enabled(self.device.type):
                 self._note_amp_casts(nodes or output_nodes(output))
         self.book.calls.append(call)
-        self.phases.leave(self.step_index)
+        self.steps.leave()
         if call.grad:  # after the forward's sample: the Python tracker counts at a measure
             call.bytes = max(0, self.saved.step_saved_bytes - saved_before)
         if not call.grad and call.train_layers and not statistics_pass(module):
@@ -400,7 +375,7 @@ class Watch(FrameworkCalls):
             return call()
         finally:
             if started:
-                self._guard(self.phases.leave, self.step_index)
+                self._guard(self.steps.leave)
 
     def _before_zero_grad(self, owner) -> None:
         if (self._after_backward and not self.seen.required_optimizers()
@@ -409,7 +384,7 @@ class Watch(FrameworkCalls):
         if isinstance(owner, torch.optim.Optimizer):
             self.seen.add_optimizer(owner, active=False)
         self.norms.cleared = True
-        self.phases.enter("zero_grad", self.step_index)
+        self.steps.enter("zero_grad")
 
     def backward(self, call, tensors) -> Any:
         if self.broken:
@@ -447,10 +422,10 @@ class Watch(FrameworkCalls):
         self._note_roots(roots)
         if not self.norms.cleared:  # cleared without zero_grad (p.grad = None)?
             self.norms.check_none(self.found.optimizers)
-        self.phases.enter("backward", self.step_index)
+        self.steps.enter("backward")
 
     def _after_backward_call(self) -> None:
-        self.phases.leave(self.step_index)
+        self.steps.leave()
         self._after_backward = True
 
     def _note_roots(self, roots: list[Tensor]) -> None:
@@ -493,9 +468,7 @@ class Watch(FrameworkCalls):
         except Exception as exc:  # a capture that fails costs the picture, never the run
             self.log.note("info", "graph capture", f"graph capture failed: {exc}", once=True)
             return
-        # The summary, not the snapshot: a queued snapshot's graph would stay alive until
-        # written, and look like a graph kept across steps.
-        self._post("on_graph_summary", graph_summary(snapshot))
+        self.sink.on_graph(snapshot)  # the writer keeps its summary only, taken now
 
     # --- optimizers ------------------------------------------------------------------------------
     def optimizer_created(self, opt) -> None:
@@ -518,10 +491,10 @@ class Watch(FrameworkCalls):
         if not self._closure and id(opt) not in self._norm_taken:
             # else after the step: the closure's backward comes inside it
             self.norms.measure(opt, optimizer_site)
-        self.phases.enter("optimizer", self.step_index)
+        self.steps.enter("optimizer")
 
     def _optimizer_post(self, opt) -> None:
-        self.phases.leave(self.step_index)
+        self.steps.leave()
         if self._closure and id(opt) not in self._norm_taken:
             self.norms.measure(opt, optimizer_site)
         self._stepped.add(id(opt))
@@ -533,32 +506,20 @@ class Watch(FrameworkCalls):
     # --- steps -----------------------------------------------------------------------------------
     def _end_step(self, closing: bool = False, partial: bool = False) -> None:
         step = self.step_index
-        ms, step_ms = self.phases.end_step(step)
-        now = self._clock()
         if partial:
-            self._cut_short(step, now)
+            self.steps.abandon_step()
+            self.log.note("info", "step cut short",
+                          f"step {step} was cut short by the error before its optimizer step: "
+                          "its samples are in memory.csv; it is not counted as a step")
             return
         book = self.book
-        moved = sum(c.ms for c in book.calls if c.grad and not c.reached())
         # a forward never backwarded was an eval
-        ms["forward"], ms["eval"] = max(0.0, ms["forward"] - moved), ms["eval"] + moved
-        if self.precise is not None and self.precise.pending:
-            self._post("on_allocations", self.precise.drain())
-        loss = self._step_loss(self._roots)
-        record = self.rec.step_record(
-            step=step, loss=loss, grad_norm=self.norms.norm, phase_ms=ms,
-            eval_loss=self._eval_loss,
-            nodes=self._graph_nodes, peak_seen=self.phases.step_peak,
-            end_total=self.phases.last_total,
-            stepped=bool(self._stepped), step_ms=step_ms)
+        self.steps.move_time("forward", "eval",
+                             sum(c.ms for c in book.calls if c.grad and not c.reached()))
+        record = self.steps.end_step(
+            loss=self._step_loss(self._roots), grad_norm=self.norms.norm,
+            eval_loss=self._eval_loss, nodes=self._graph_nodes, stepped=bool(self._stepped))
         self.rec.prune_amp_casts()
-        self._rows.append((record, self.phases.take_samples()))
-        if now - self._flushed_at >= FLUSH_S:
-            self._write_rows(now)
-        self._summary_peak = max(self._summary_peak, record.peak_bytes)
-        if loss == loss:
-            self._losses.append(loss)
-        self._step_ms.append(step_ms)
         book.end_step()
         if self._capture is not None:  # no backward came: nothing to capture this step
             self._capture.abort()
@@ -567,24 +528,11 @@ class Watch(FrameworkCalls):
         if not closing:  # at the program's end its last loss may well be alive: no step ends
             retained = self.saved.retained_bytes
             book.check_graph_kept(step, retained)
-            self.growth.end_step(step, self._graph_nodes, retained, ms["backward"])
+            self.growth.end_step(step, self._graph_nodes, retained, record.backward_ms)
         self._next_step()
 
-    def _cut_short(self, step: int, now: float) -> None:
-        if self.precise is not None and self.precise.pending:
-            self._post("on_allocations", self.precise.drain())
-        self._write_rows(now)
-        samples = self.phases.take_samples()
-        if samples:
-            self._post("on_samples", samples)
-        self.log.note("info", "step cut short",
-                      f"step {step} was cut short by the error before its optimizer step: "
-                      "its samples are in memory.csv; it is not counted as a step")
-
     def _next_step(self) -> None:
-        self.step_index += 1
-        self.rec.begin_step()
-        self.phases.next_step()
+        self.steps.begin_step(self.step_index + 1)
         self._stepped = set()
         self.seen.new_step()
         self.norms.new_step()

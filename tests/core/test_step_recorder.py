@@ -1,0 +1,168 @@
+"""The StepRecorder's rules, the same for the lab's loop and a watch: a fake clock and a
+fake probe stand in for the machine, so each rule is checked exactly."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from memlens.core.recorder.recorder import Recorder
+from memlens.core.recorder.step import LONG_STEP_MS, SHORT_STEP_MS, StepRecorder
+from memlens.core.records import MemorySample
+from memlens.core.sinks import Sink
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.t = 100.0
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Probe:
+    """Samples whose totals the test sets; counts heap reads."""
+
+    edge = None
+
+    def __init__(self) -> None:
+        self.total = 1000
+        self.heap_reads = 0
+
+    def sample(self, step, phase, time_s, carried=None, heap=None):
+        if heap:
+            self.heap_reads += 1
+        return MemorySample(step, phase, time_s, self.total, 0, 0, 0, 0,
+                            heap=1 if heap else None)
+
+
+class Collect(Sink):
+    def __init__(self) -> None:
+        self.calls: list[tuple] = []
+
+    def on_samples(self, items):
+        self.calls.append(("samples", [s.phase for s in items]))
+
+    def on_steps(self, rows):
+        self.calls.append(("steps", [(r.step, [s.phase for s in items]) for r, items in rows]))
+
+
+def recorder(other_is_step=True, heap_every_s=0.0, flush_s=0.0, idle=False):
+    clock, sink, probe = Clock(), Collect(), Probe()
+    rec = Recorder(torch.device("cpu"), clock.t)
+    rec.tick = clock
+    sr = StepRecorder(rec, sink, list, other_is_step=other_is_step,
+                      heap_every_s=heap_every_s, flush_s=flush_s, idle=idle)
+    sr.use_probe(probe)
+    return sr, clock, sink, probe
+
+
+def end(sr):
+    return sr.end_step(loss=1.0, grad_norm=0.0, nodes=0)
+
+
+def test_time_is_charged_to_the_innermost_phase_and_samples_cost_nothing():
+    sr, clock, _, _ = recorder(other_is_step=True)
+    sr.begin_step(0)
+    clock.t += 0.001  # 1 ms of the script's own code
+    sr.enter("optimizer")
+    clock.t += 0.002
+    sr.enter("forward")  # a closure's forward inside the optimizer step
+    clock.t += 0.004
+    sr.leave()
+    clock.t += 0.003
+    sr.enter("my_phase")  # a phase of the user's own
+    clock.t += 0.005
+    sr.leave()
+    sr.leave()
+    record = end(sr)
+    assert record.forward_ms == pytest.approx(4.0) and record.optimizer_ms == pytest.approx(5.0)
+    assert sr.custom_ms == {"my_phase": pytest.approx(5.0)}
+    assert record.step_ms == pytest.approx(1 + 5 + 4 + 5)  # the script's code is the step's
+
+
+def test_the_labs_step_is_its_phases_only():
+    sr, clock, _, _ = recorder(other_is_step=False)
+    sr.begin_step(0)
+    clock.t += 0.010  # memlens's own bookkeeping between phases
+    sr.enter("backward")
+    clock.t += 0.002
+    sr.leave()
+    assert end(sr).step_ms == pytest.approx(2.0)
+
+
+def test_long_steps_hand_each_sample_on_short_ones_with_their_row():
+    sr, clock, sink, _ = recorder()
+    sr.begin_step(0)
+    for phase in ("zero_grad", "forward"):
+        sr.enter(phase)
+        clock.t += (LONG_STEP_MS + 1) / 2e3
+        sr.leave()
+    end(sr)  # a long step: each sample went on as its phase ended
+    assert sink.calls == [("samples", ["zero_grad"]), ("samples", ["forward"]),
+                          ("steps", [(0, [])])]
+    sink.calls.clear()
+    sr.tune_for_step_length(SHORT_STEP_MS - 1)
+    sr.begin_step(1)
+    sr.enter("forward")
+    sr.leave()
+    sr.enter("my_phase")  # not one of PHASES: no sample
+    sr.leave()
+    end(sr)
+    assert sink.calls == [("steps", [(1, ["forward"])])]
+
+
+def test_rows_go_on_at_most_flush_s_apart_and_all_at_flush():
+    sr, clock, sink, _ = recorder(flush_s=0.125)
+    for step in range(4):  # steps of 1/32 s: the 4th ends 0.125 s after the last hand-off
+        assert [c for c in sink.calls if c[0] == "steps"] == []
+        sr.begin_step(step)
+        sr.enter("backward")
+        clock.t += 1 / 32
+        sr.leave()
+        end(sr)
+    assert [c for c in sink.calls if c[0] == "steps"] == [
+        ("steps", [(0, []), (1, []), (2, []), (3, [])])]
+    sr.begin_step(4)
+    end(sr)  # held: the last hand-off is new
+    sr.flush()
+    assert [r[0] for c in sink.calls if c[0] == "steps" for r in c[1]] == [0, 1, 2, 3, 4]
+
+
+def test_the_heap_is_read_after_a_steps_first_forward_at_most_every_heap_every_s():
+    sr, clock, _, probe = recorder(heap_every_s=0.25)
+    for step in range(5):
+        sr.begin_step(step)
+        for _ in range(2):  # two forwards a step (a GAN): the first may read the heap
+            sr.enter("forward")
+            clock.t += 1 / 16
+            sr.leave()
+        end(sr)
+    # first forwards end at 1/16, 3/16, 5/16, 7/16, 9/16 s: read at 1/16, 5/16 and 9/16
+    assert probe.heap_reads == 3
+
+
+def test_a_steps_peak_is_at_least_where_the_last_step_ended():
+    sr, clock, _, probe = recorder()
+    sr.begin_step(0)
+    probe.total = 5000
+    sr.enter("optimizer")
+    sr.leave()
+    assert end(sr).peak_bytes == 5000
+    sr.begin_step(1)
+    probe.total = 2000  # zero_grad freed the gradients: lower than the last step's end
+    sr.enter("zero_grad")
+    sr.leave()
+    assert end(sr).peak_bytes == 5000
+
+
+def test_a_step_cut_short_hands_its_samples_on_without_a_row():
+    sr, clock, sink, _ = recorder()
+    sr.tune_for_step_length(SHORT_STEP_MS - 1)
+    sr.begin_step(0)
+    sr.enter("forward")
+    sr.leave()
+    assert sink.calls == []
+    sr.abandon_step()
+    assert sink.calls == [("samples", ["forward"])]
+    assert sr.tally.done == 0

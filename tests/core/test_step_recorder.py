@@ -166,3 +166,22 @@ def test_a_step_cut_short_hands_its_samples_on_without_a_row():
     sr.abandon_step()
     assert sink.calls == [("samples", ["forward"])]
     assert sr.tally.done == 0
+
+
+def test_samples_reach_the_sink_in_step_order_when_a_long_step_follows_short_ones():
+    # Short steps keep their samples with their row until the hand-off (flush_s); once a
+    # step is long each sample goes on at once: the short steps' rows (and their samples)
+    # go first, or a reader (the effects' search by step) finds step 3 before step 1.
+    sr, clock, sink, _ = recorder(flush_s=10.0)
+    steps: list[int] = []
+    sink.on_samples = lambda items: steps.extend(s.step for s in items)
+    sink.on_steps = lambda rows: steps.extend(s.step for _, items in rows for s in items)
+    for step, seconds in enumerate((0.001, 0.001, 1.0, 0.001)):
+        sr.begin_step(step)
+        sr.enter("forward")
+        clock.t += seconds
+        sr.leave()
+        if step < 3:
+            end(sr)
+    sr.flush()
+    assert steps == [0, 1, 2, 3]

@@ -204,6 +204,8 @@ class StepRecorder:
         if self.short_steps:
             self._samples.append(s)
         else:
+            if any(items for _, items in self._rows):  # short steps' samples before it
+                self.flush()
             self.sink.on_samples([s])
 
     def first_sample(self) -> MemorySample | None:

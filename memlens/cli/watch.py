@@ -22,6 +22,16 @@ def add_parser(subparsers) -> None:
     p.add_argument("--capture-every", type=int, default=0, metavar="N",
                    help="capture the autograd graph from the loss passed to backward every N "
                    "steps (run.json `graphs`: nodes, bytes saved for backward)")
+    p.add_argument("--at", dest="ats", action="append", default=[], metavar="STEP:KEY=VALUE",
+                   help="change a technique at the first step boundary at or after STEP "
+                   "(repeat --at for more): zero_grad=set_to_none|zeros|off, "
+                   "detach_state=true|false, no_grad_eval=true|false, eval_mode=true|false, "
+                   "amp=off|bf16|fp16, or KEY=script (as the script wrote it); "
+                   "docs/watch.md#toggling-techniques")
+    p.add_argument("--control", metavar="FILE",
+                   help="a file of JSON-lines commands read at each step boundary (technique "
+                   "changes, pause, resume, stop): how the app's File > Watch a script "
+                   "drives the run")
 
 
 def main(args) -> int:
@@ -36,8 +46,15 @@ def main(args) -> int:
     if args.out is not None and not args.out.strip():
         return refuse("watch", "--out '': give a folder name, or leave --out out for a new "
                       "folder in runs/")
+    from memlens.core.options import ConfigError
+    from memlens.core.watch.toggles import parse_changes
+
+    try:
+        at = parse_changes(args.ats)
+    except ConfigError as exc:
+        return refuse("watch", exc)
     from memlens.integrations.attach import attach_framework_callback
 
     return run_script(args.script, getattr(args, "passthrough", []), out=args.out,
                       precise=args.precise, capture_every=args.capture_every, force=args.force,
-                      model_found=attach_framework_callback)
+                      model_found=attach_framework_callback, at=at, control=args.control)

@@ -62,6 +62,12 @@ class ToggleEffect:
         return phase, delta[phase]
 
     def text(self) -> str:
+        """The effect in a line; a watch's toggle adds what it does to the results (its
+        message), the lab's have none."""
+        text = self._text()
+        return f"{text}; {self.event.message}" if self.event.message else text
+
+    def _text(self) -> str:
         head = self.event.label()
         if self.before_steps == 0:
             return f"{head}: no steps before it to compare with"

@@ -173,6 +173,8 @@ class RunEvent:
         if self.kind == "toggle":
             from memlens.core.options import format_value
 
+            if self.old == self.new:  # a watch's toggle to what the script already does
+                return f"{self.key}={format_value(self.new)}: no-op"
             return f"{self.key}: {format_value(self.old)} -> {format_value(self.new)}"
         if self.kind == "error":
             return f"error in {self.phase or 'step'}: {self.key or _heading(self.message, 60)}"

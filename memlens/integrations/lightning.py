@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from memlens.core.watch.toggles import parse_changes
 from memlens.integrations.recording import Recording, fresh_folder, import_framework
 
 _pl = import_framework("lightning.pytorch", "pytorch_lightning", install="lightning")
@@ -23,7 +24,8 @@ class MemlensCallback(_pl.Callback):
     out: the run folder (default: `memlens` under `trainer.log_dir`, `memlens-2`... where
         one already holds a run; per rank `rank<N>` inside it under DDP).
     eval_key: the `callback_metrics` key of the validation loss (default: EVAL_KEYS).
-    precise, capture_every: as for `memlens.watch`.
+    precise, capture_every, at: as for `memlens.watch` (`at`: technique changes,
+        "STEP:KEY=VALUE", at Lightning's global steps).
 
     A step is one of `trainer.global_step` (accumulated micro-batches are one step), the
     sanity check and each validation run are phases of their own, steps.csv's eval_loss is
@@ -33,10 +35,11 @@ class MemlensCallback(_pl.Callback):
     """
 
     def __init__(self, out: str | Path | None = None, *, eval_key: str | None = None,
-                 precise: bool = False, capture_every: int = 0) -> None:
+                 precise: bool = False, capture_every: int = 0, at=()) -> None:
         super().__init__()
         self.out, self.eval_key = out, eval_key
         self.precise, self.capture_every = precise, capture_every
+        self.at = parse_changes(at)  # technique changes: a bad one raises here
         self.recording = Recording()
 
     @property
@@ -51,7 +54,7 @@ class MemlensCallback(_pl.Callback):
         watch = self.recording.begin(
             out=out, script=sys.argv[0] if sys.argv else None,
             rank=(trainer.global_rank, trainer.world_size), precise=self.precise,
-            capture_every=self.capture_every)
+            capture_every=self.capture_every, at=self.at)
         watch.track(pl_module, type(pl_module).__name__,
                     [getattr(o, "optimizer", o) for o in trainer.optimizers])
 

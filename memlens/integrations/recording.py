@@ -48,13 +48,14 @@ class Recording:
         self._phases: list[contextlib.ExitStack] = []
 
     def begin(self, *, out, script: str | None, rank: tuple[int, int], precise: bool,
-              capture_every: int) -> WatchSession:
+              capture_every: int, at=()) -> WatchSession:
         current = active_watch()
         if current is not None:
             self.watch, self._owner = current.join(), False
+            current.add_changes(at)
         else:
             self.watch = WatchSession(out=out, precise=precise, capture_every=capture_every,
-                                      script=script, rank=rank, announce=True)
+                                      script=script, rank=rank, announce=True, at=at)
             self._owner = True
         self.watch.steps_by_hand()  # the framework's counter ends steps, nothing else
         self._counted = 0

@@ -8,6 +8,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+from memlens.core.watch.toggles import parse_changes
 from memlens.integrations.recording import Recording, fresh_folder, import_framework
 
 _tf = import_framework("transformers", install="transformers")
@@ -18,7 +19,8 @@ class MemlensCallback(_tf.TrainerCallback):
 
     out: the run folder (default: `memlens` under `args.output_dir`, `memlens-2`... where
         one already holds a run; per process `rank<N>` inside it when distributed).
-    precise, capture_every: as for `memlens.watch`.
+    precise, capture_every, at: as for `memlens.watch` (`at`: technique changes,
+        "STEP:KEY=VALUE", at the Trainer's global steps).
 
     A step is one of `state.global_step` (accumulated micro-batches are one step; an
     evaluation after it is in its row, with its `eval_loss`); the model and the optimizer
@@ -27,8 +29,9 @@ class MemlensCallback(_tf.TrainerCallback):
     """
 
     def __init__(self, out: str | Path | None = None, *, precise: bool = False,
-                 capture_every: int = 0) -> None:
+                 capture_every: int = 0, at=()) -> None:
         self.out, self.precise, self.capture_every = out, precise, capture_every
+        self.at = parse_changes(at)  # technique changes: a bad one raises here
         self.recording = Recording()
 
     @property
@@ -43,7 +46,7 @@ class MemlensCallback(_tf.TrainerCallback):
         watch = self.recording.begin(
             out=out, script=sys.argv[0] if sys.argv else None,
             rank=(args.process_index, args.world_size), precise=self.precise,
-            capture_every=self.capture_every)
+            capture_every=self.capture_every, at=self.at)
         watch.losses_add_up()  # the loss HF logs: the sum of the micro-batches' shares
         # accelerate's AcceleratedOptimizer steps the torch optimizer it wraps
         inner = getattr(optimizer, "optimizer", optimizer)

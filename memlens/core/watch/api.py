@@ -33,14 +33,14 @@ class Watch:
                  optimizers: Optimizer | Iterable[Optimizer] | None = None, *,
                  out: str | Path | None = None, precise: bool = False,
                  capture_every: int = 0, force: bool = False, script: str | None = None,
-                 announce: bool = False) -> None:
+                 announce: bool = False, at: Iterable[str] | str = ()) -> None:
         """See `memlens.watch`; `script` names the run folder (default: this program's);
         `announce`: say at close what was recorded."""
         self._session = WatchSession(
             as_list(models) or None, as_list(optimizers) or None, out=out, precise=precise,
             capture_every=capture_every, force=force,
             script=script if script is not None else (sys.argv[0] if sys.argv else None),
-            announce=announce)
+            announce=announce, at=at)
 
     @classmethod
     def _joining(cls, session: WatchSession) -> Watch:
@@ -92,7 +92,7 @@ class Watch:
 def watch(models: nn.Module | Iterable[nn.Module] | None = None,
           optimizers: Optimizer | Iterable[Optimizer] | None = None, *,
           out: str | Path | None = None, precise: bool = False, capture_every: int = 0,
-          force: bool = False, quiet: bool = False) -> Watch:
+          force: bool = False, quiet: bool = False, at: Iterable[str] | str = ()) -> Watch:
     """Record this process's training into a run folder, live.
 
     models, optimizers: what to record (default: every root module called, every
@@ -103,6 +103,10 @@ def watch(models: nn.Module | Iterable[nn.Module] | None = None,
     capture_every: capture the autograd graph every N steps (run.json `graphs`); 0 = never.
     quiet: say nothing at close (by default the folder and the diagnoses go to stderr, as
         `main.py watch` says them).
+    at: technique changes, "STEP:KEY=VALUE" each ("5:amp=bf16", "3:zero_grad=set_to_none";
+        keys zero_grad, detach_state, no_grad_eval, eval_mode, amp), each applied at the
+        first step boundary at or after STEP (docs/watch.md); a bad one raises ConfigError
+        (a ValueError). Inside a script run by `main.py watch`, give them to its --at.
 
     Use as `with memlens.watch(): train()`, or keep the Watch and call `.close()` at the
     end. Inside a script run by `main.py watch`, it returns that recording (the same type):
@@ -111,6 +115,7 @@ def watch(models: nn.Module | Iterable[nn.Module] | None = None,
     """
     current = active_watch()
     if current is not None:
+        current.add_changes(at)
         return Watch._joining(current)
     return Watch(models, optimizers, out=out, precise=precise, capture_every=capture_every,
-                 force=force, announce=not quiet)
+                 force=force, announce=not quiet, at=at)

@@ -21,7 +21,7 @@ class Events:
         if once and (key, where) in self._reported:
             return
         self._reported.add((key, where))
-        self._add(dx.diagnosis(self._step(), self._now(), key, message, explanation,
+        self.add(dx.diagnosis(self._step(), self._now(), key, message, explanation,
                                nbytes=nbytes, where=where, fix=fix, phase=phase))
 
     def note(self, kind: str, key: str, message: str, explanation: str = "",
@@ -30,9 +30,10 @@ class Events:
             if (kind, key) in self._reported:
                 return
             self._reported.add((kind, key))
-        self._add(RunEvent(step=self._step(), time_s=self._now(), kind=kind, key=key,
+        self.add(RunEvent(step=self._step(), time_s=self._now(), kind=kind, key=key,
                            message=message, explanation=explanation))
 
-    def _add(self, e: RunEvent) -> None:
+    def add(self, e: RunEvent) -> None:
+        """An event made elsewhere (a toggle), kept and written."""
         self.items.append(e)
         self._post(e)

@@ -15,6 +15,7 @@ from torch import nn
 
 from memlens.core.watch.meta import optimizer_site
 from memlens.core.watch.roots import summed_loss
+from memlens.core.watch.toggles import parse_changes
 
 
 class FrameworkCalls:
@@ -32,6 +33,8 @@ class FrameworkCalls:
             self._guard(self._grads_final, optimizer)
 
     def _grads_final(self, optimizer) -> None:
+        if self.interventions is not None:  # amp's scaler: unscaled before a clip
+            self.interventions.before_step(optimizer)
         self.seen.add_optimizer(optimizer, active=True)
         if self.seen.probe_stale:
             self._ensure_probe()
@@ -70,3 +73,18 @@ class FrameworkCalls:
         for opt in optimizers:
             if isinstance(opt, torch.optim.Optimizer):
                 self._guard(self.seen.add_optimizer, opt, False)
+
+    def add_changes(self, at) -> None:
+        """Technique changes ("5:amp=bf16") from a script or callback that joins this watch
+        (memlens.watch(at=...) under main.py watch): added to its own where it has
+        toggles, else said to be ignored (its history for their effects is not kept)."""
+        changes = parse_changes(at)  # ConfigError for a bad one, as when not joining
+        if not changes:
+            return
+        if self.interventions is None:
+            self.log.note("info", "toggles ignored",
+                          f"at={[c.text() for c in changes]} ignored: this run is recorded "
+                          "by main.py watch without toggles; give them to its --at",
+                          once=True)
+            return
+        self.interventions.add(changes)

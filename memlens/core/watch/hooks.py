@@ -31,8 +31,10 @@ class TorchHooks:
     any other's forward; it must call `original(module, *args, **kwargs)` and return what it
     returns), the flags `in_forward` (a root call is running: nested calls go straight
     through) and `broken`, optimizer_pre(opt, args, kwargs), optimizer_post(opt),
-    optimizer_created(opt), backward(call, tensors), zero_grad(call, owner) where `call`
-    runs the original, and before_clip(params) (clip_grad_norm_ is about to clip them).
+    optimizer_created(opt), backward(call, tensors, returns_grads=False) where `call()` runs
+    the original (`call(t)` with `t` for its first tensor, a loss scaled by AMP's scaler),
+    zero_grad(original, owner, args, kwargs), and before_clip(params) (clip_grad_norm_ is
+    about to clip them).
     """
 
     def __init__(self, listener: Any) -> None:
@@ -85,7 +87,13 @@ class TorchHooks:
         @functools.wraps(original)
         def backward(*args, **kwargs):
             tensors = args[0] if args else kwargs.get("tensors", kwargs.get("self"))
-            return lst.backward(lambda: original(*args, **kwargs), tensors)
+
+            def call(*first):
+                if first and args:  # the loss given in its place (GradScaler's scale)
+                    return original(*first, *args[1:], **kwargs)
+                return original(*args, **kwargs)
+
+            return lst.backward(call, tensors)
 
         return backward
 
@@ -99,7 +107,7 @@ class TorchHooks:
             if lst.in_forward or lst.broken:
                 return original(*args, **kwargs)
             outputs = args[0] if args else kwargs.get("outputs")
-            return lst.backward(lambda: original(*args, **kwargs), outputs)
+            return lst.backward(lambda: original(*args, **kwargs), outputs, returns_grads=True)
 
         return grad
 
@@ -108,7 +116,7 @@ class TorchHooks:
 
         @functools.wraps(original)
         def zero_grad(self_, *args, **kwargs):
-            return lst.zero_grad(lambda: original(self_, *args, **kwargs), self_)
+            return lst.zero_grad(original, self_, args, kwargs)
 
         return zero_grad
 

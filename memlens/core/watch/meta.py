@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 from memlens.core.records import RunSummary
 from memlens.core.runfolder.header import run_header
 from memlens.core.watch import diagnoses as dx
+from memlens.core.watch.control_channel import WatchStopped
 
 if TYPE_CHECKING:
     from memlens.core.watch.session import WatchSession
@@ -38,7 +39,9 @@ def summary(w: WatchSession, error: BaseException | None) -> RunSummary:
     failed = error is not None or (w.exit_code or 0) != 0
     tally = w.steps.tally
     return RunSummary(
-        steps_done=w.step_index, stopped_by="error" if failed else "completed",
+        steps_done=w.step_index,
+        stopped_by="stopped" if isinstance(error, WatchStopped) else "error" if failed
+        else "completed",
         wall_s=w.steps.now(), final_loss=tally.final_loss, peak_bytes=tally.peak,
         mean_step_ms=tally.mean_step_ms,
         extra={"exit_code": w.exit_code,

@@ -34,11 +34,15 @@ def check_script(path: str) -> str | None:
 
 def run_script(script: str, script_args: list[str], *, out=None, precise: bool = False,
                capture_every: int = 0, quiet: bool = False, force: bool = False,
-               model_found=None) -> int:
-    """Run `script` under a watch; returns the exit code `python script ARGS` would have.
-    `model_found`: called with each model at its first call (WatchSession.model_found)."""
+               model_found=None, at=(), control: str | None = None) -> int:
+    """Run `script` under a watch; returns the exit code `python script ARGS` would have
+    (2 where a toggle of `at` never applied: past the run's last step, or a script that
+    made no step). `model_found`: called with each model at its first call
+    (WatchSession.model_found); `at`, `control`: technique changes and the control channel
+    (core.watch.interventions)."""
     from memlens.core.runfolder.atomic import ExportError
     from memlens.core.runfolder.claim import discard_run
+    from memlens.core.watch.control_channel import WatchStopped
     from memlens.core.watch.meta import NOTHING_FOUND_HELP
     from memlens.core.watch.report import print_summary
     from memlens.core.watch.session import WatchSession
@@ -50,7 +54,8 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     sys.path.insert(0, str(Path(path).resolve().parent))
     try:
         w = WatchSession(out=out, precise=precise, capture_every=capture_every, script=path,
-                         argv=argv, force=force, model_found=model_found)
+                         argv=argv, force=force, model_found=model_found, at=at,
+                         control=control)
     except (ExportError, OSError, ValueError) as exc:  # ConfigError: a folder holding a run
         sys.argv, sys.path[:] = old_argv, old_path
         print(f"memlens watch: {exc}", file=sys.stderr)
@@ -61,6 +66,9 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
         _run_as_main(path)
     except SystemExit as exc:
         code = _exit_code(exc.code)
+    except WatchStopped as exc:  # the app's Stop: between steps, the files complete
+        error = exc
+        print(f"memlens watch: {exc}; the run folder is complete up to it", file=sys.stderr)
     except Terminated as exc:  # SIGTERM: no traceback, as Python prints none for it
         error, code = exc, EXIT_SIGNAL_BASE + signal.SIGTERM
         print(f"memlens watch: {exc} at step {w.step_index}; the run folder is complete up "
@@ -84,13 +92,34 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
                   "model call, no optimizer, no step, so nothing was recorded and no run "
                   "folder is kept. Its own output is above; to pass it arguments, put them "
                   "after the script's name.", file=sys.stderr)
-        return code
+        return _toggles_said(w, code, quiet)
     if not quiet:
         print_summary(w)
         if w.nothing_found:
             print(f"memlens watch: found no model and no optimizer. {NOTHING_FOUND_HELP}",
                   file=sys.stderr)
-    return code
+    return _toggles_said(w, code, quiet)
+
+
+def _toggles_said(w, code: int, quiet: bool) -> int:
+    """What the toggles made the script do, said; exit 2 (bad input) for `--at` changes
+    that never applied, where the script itself ended well."""
+    iv = w.interventions
+    if iv is None:
+        return code
+    for line in [] if quiet else iv.failures:
+        print(f"memlens watch: {line}", file=sys.stderr)
+    asked = [c.text() for c in (*iv.applied, *iv.unapplied)]
+    if w.step_index == 0 and asked:
+        why = (f"--at {', '.join(asked)}: the script made no training step (no optimizer "
+               "step, no backward), so there was nothing to toggle")
+    elif iv.unapplied:
+        why = (f"--at {', '.join(c.text() for c in iv.unapplied)} never applied: the run's "
+               f"last step was {w.step_index - 1}")
+    else:
+        return code
+    print(f"memlens watch: {why}", file=sys.stderr)
+    return EXIT_BAD_INPUT if code == 0 else code
 
 
 class Terminated(BaseException):

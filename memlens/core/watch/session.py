@@ -29,13 +29,14 @@ from typing import Any
 import torch
 from torch import Tensor, nn
 
+from memlens.core.history import RunHistory
 from memlens.core.recorder.amp_casts import amp_cast_storages_of_nodes
 from memlens.core.recorder.output import choose_folder
 from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, Recorder
 from memlens.core.recorder.step import StepRecorder
 from memlens.core.records import RunEvent, RunSummary
 from memlens.core.runfolder.writer import RunWriter
-from memlens.core.sinks import GuardedSink
+from memlens.core.sinks import FanOut, GuardedSink
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.active import ACTIVE
 from memlens.core.watch.calls import Call, CallBook, output_nodes
@@ -44,6 +45,7 @@ from memlens.core.watch.found import Discovery, statistics_pass
 from memlens.core.watch.framework import FrameworkCalls
 from memlens.core.watch.growth import GraphGrowth
 from memlens.core.watch.hooks import TorchHooks
+from memlens.core.watch.interventions import Interventions
 from memlens.core.watch.meta import (
     NOTHING_FOUND_HELP,
     error_text,
@@ -55,6 +57,7 @@ from memlens.core.watch.meta import (
 from memlens.core.watch.norms import GradNorms
 from memlens.core.watch.report import print_summary
 from memlens.core.watch.roots import root_loss, step_loss
+from memlens.core.watch.toggles import parse_changes
 
 # A step's rows are handed to the writer at most this long after the step ends, a batch at
 # a time (a follower draws at 30 Hz anyway).
@@ -67,6 +70,17 @@ RECOMPUTE = "recompute"  # a checkpointed block run again during backward
 _compiling = torch.compiler.is_compiling  # a constant True while torch.compile traces
 
 
+def _run_sink(folder: Path, precise: bool, history: RunHistory | None, fail):
+    """The run writer (on its own thread) and the sink the watch writes to. A write that
+    fails there stops the recording (`fail`), never the script. Where toggles may come
+    (core.watch.interventions), their effects are measured from the run's `history`, as the
+    lab's are; a watch without them keeps none."""
+    writer = RunWriter(folder, precise=precise, history=history)
+    sink = GuardedSink(FanOut(history, writer) if history is not None else writer,
+                       lambda _sink, exc: fail(exc), catch=(Exception,))
+    return writer, sink
+
+
 class WatchSession(FrameworkCalls):
     """A recording of the program's training into a run folder (see the module doc)."""
 
@@ -74,21 +88,22 @@ class WatchSession(FrameworkCalls):
                  precise: bool = False, capture_every: int = 0, script: str | None = None,
                  argv: list[str] | None = None, force: bool = False,
                  announce: bool = False, rank: tuple[int, int] | None = None,
-                 model_found: Callable[[nn.Module], None] | None = None) -> None:
+                 model_found: Callable[[nn.Module], None] | None = None,
+                 at=(), control: str | None = None) -> None:
+        """`at`, `control`: technique changes, the control channel (interventions)."""
         if ACTIVE:
             raise RuntimeError("memlens.watch: a watch is already recording in this process; "
                                "close it first (one watch at a time)")
         if capture_every < 0:
             raise ValueError(f"capture_every must be >= 0, got {capture_every}")
+        schedule = parse_changes(at)  # ConfigError (a ValueError) for a bad one
         # (rank, world size): a framework's own (Lightning's global_rank), else torchrun's
         self.rank, self.world_size = rank if rank is not None else launcher_rank()
         stem = Path(script).stem if script else "watch"
         self.folder = choose_folder(out, f"watch-{stem}", force=force,
                                     rank=self.rank if self.world_size > 1 else None)
-        self.writer = RunWriter(self.folder, precise=precise)  # writes on its own thread
-        # A write that failed there stops the recording, never the script.
-        self.sink = GuardedSink(self.writer, lambda _sink, exc: self._fail(exc),
-                                catch=(Exception,))
+        history = RunHistory() if schedule or control else None
+        self.writer, self.sink = _run_sink(self.folder, precise, history, self._fail)
         self.precise_requested, self.capture_every = precise, capture_every
         self.script, self.argv = script, list(argv if argv is not None else sys.argv)
         self.announce = announce  # say at close what was recorded (memlens.watch in code)
@@ -105,6 +120,9 @@ class WatchSession(FrameworkCalls):
                                   flush_s=FLUSH_S, idle=True)
         self.log = Events(lambda: self.steps.step, self.steps.now, self.sink.on_event)
         self.events: list[RunEvent] = self.log.items
+        self.interventions = None if history is None else Interventions(
+            schedule, control, post=self.log.add, now=self.steps.now, publish=self.sink.on_start,
+            flush=self.steps.flush, models=self.found.model_list)
         self.book = CallBook(self.rec.native, self.log.report)
         self.norms = GradNorms(self.rec.native, self.log.report)
         self.growth = GraphGrowth(self.log.report)
@@ -114,10 +132,9 @@ class WatchSession(FrameworkCalls):
         # The training thread (the one that starts the watch): other threads' module calls
         # pass through (a background evaluation is not this loop's phases).
         self._thread = threading.get_ident()
-        self.closed, self.broken = False, False
+        self.closed, self.broken, self._manual_steps = False, False, False
         self.exit_code: int | None = None
         self._joined = 0  # memlens.watch() calls inside a script this watch records
-        self._manual_steps = False
         self._capture = None  # a GraphCapture between a step's first forward and backward
         self._captured: set[int] = set()
         self.in_forward = False  # a root module call is running (TorchHooks reads it)
@@ -138,6 +155,8 @@ class WatchSession(FrameworkCalls):
         self._saved_ctx = self.saved.hooks()
         self.steps.begin_step(0)
         self.sink.on_start(header(self))
+        if self.interventions is not None:
+            self.interventions.boundary(0)
         self._saved_ctx.__enter__()
         if self.precise is not None:
             self.precise.__enter__()
@@ -187,6 +206,8 @@ class WatchSession(FrameworkCalls):
             return
         self.closed = True
         self.hooks.remove()
+        if self.interventions is not None:
+            self._guard(self.interventions.close, error)
         self.norms.close()
         with contextlib.suppress(Exception):
             self._saved_ctx.__exit__(None, None, None)
@@ -281,6 +302,9 @@ class WatchSession(FrameworkCalls):
         if self._backward_depth:  # inside backward: activation checkpointing recomputes
             return self._recompute(original, module, args, kwargs)
         info = self.seen.modules.get(id(module))  # (written out: every root call)
+        if self.interventions is not None:  # toggles act around the call (interventions)
+            original, args, kwargs = self.interventions.before_call(
+                original, module, args, kwargs, info)
         self.in_forward = True
         try:
             started = False
@@ -367,7 +391,12 @@ class WatchSession(FrameworkCalls):
         if not call.grad and call.train_layers and not statistics_pass(module):
             self.book.eval_in_train(call)
 
-    def zero_grad(self, call, owner) -> Any:
+    def zero_grad(self, original, owner, args: tuple, kwargs: dict) -> Any:
+        if self.interventions is not None:  # zero_grad=...: forced or skipped
+            call = self.interventions.zero_grad(original, owner, args, kwargs)
+        else:
+            def call():
+                return original(owner, *args, **kwargs)
         if self.broken:
             return call()
         started = self._guard(self._before_zero_grad, owner)
@@ -386,7 +415,9 @@ class WatchSession(FrameworkCalls):
         self.norms.cleared = True
         self.steps.enter("zero_grad")
 
-    def backward(self, call, tensors) -> Any:
+    def backward(self, call, tensors, returns_grads: bool = False) -> Any:
+        if self.interventions is not None:  # amp: the span closed, the loss scaled
+            call = self.interventions.before_backward(call, tensors, returns_grads)
         if self.broken:
             return call()
         self._backward_depth += 1
@@ -401,6 +432,8 @@ class WatchSession(FrameworkCalls):
         except RuntimeError as exc:
             self._guard(self.book.explain_backward_error, exc, dx.call_site(4),
                         self.growth.carried)
+            if self.interventions is not None:  # no graph where memlens ran no_grad?
+                self.interventions.backward_failed(exc)
             raise
         except BaseException:
             self._guard(self.book.backward_failed)
@@ -481,6 +514,8 @@ class WatchSession(FrameworkCalls):
         self._guard(self._optimizer_post, opt)
 
     def _optimizer_pre(self, opt, args, kwargs) -> None:
+        if self.interventions is not None:  # amp: the span closed, the gradients unscaled
+            self.interventions.before_step(opt)
         self.seen.add_optimizer(opt, active=True)
         if self.seen.probe_stale:
             self._ensure_probe()
@@ -513,6 +548,8 @@ class WatchSession(FrameworkCalls):
                           "its samples are in memory.csv; it is not counted as a step")
             return
         book = self.book
+        if self.interventions is not None:  # what the script did this step
+            self.interventions.end_step(book, bool(self._stepped))
         # a forward never backwarded was an eval
         self.steps.move_time("forward", "eval",
                              sum(c.ms for c in book.calls if c.grad and not c.reached()))
@@ -532,6 +569,8 @@ class WatchSession(FrameworkCalls):
         self._next_step()
 
     def _next_step(self) -> None:
+        if self.interventions is not None:  # changes, the channel, a pause: between steps
+            self.interventions.boundary(self.step_index + 1)
         self.steps.begin_step(self.step_index + 1)
         self._stepped = set()
         self.seen.new_step()

@@ -7,8 +7,11 @@ next one's for reasons of its own (its heap's page-fault regime, the core it lan
     python -m benchmarks._watch_probe SCRIPT BLOCKS STEPS_PER_BLOCK [-- SCRIPT_ARGS...]
 
 Prints one JSON object: {"plain": [[wall ms, ...] per block], "watched": [...],
-"plain_cpu": ..., "watched_cpu": ...}, the first steps of each block left out (a watch
-finds the models and makes its probe on its first steps).
+"toggles": [...], and each with "_cpu"}, the first steps of each block left out (a watch
+finds the models and makes its probe on its first steps). "toggles" is a watch given a
+technique change that never comes due (`at=[IDLE_AT]`): its interventions are made and
+consulted at every hook, and nothing is overridden, the cost of toggles being possible;
+"watched" has none (the attribute the hooks check is None).
 """
 
 from __future__ import annotations
@@ -22,6 +25,8 @@ from pathlib import Path
 
 SKIP = 2  # steps dropped at the start of each block
 WARM_UP = 5
+IDLE_AT = "1000000000:zero_grad=script"
+SIDES = ("plain", "watched", "toggles")
 
 
 def main(argv: list[str]) -> None:
@@ -38,13 +43,14 @@ def main(argv: list[str]) -> None:
     for _ in range(WARM_UP):
         train_step(step)
         step += 1
-    out: dict[str, list[list[float]]] = {k: [] for k in
-                                         ("plain", "watched", "plain_cpu", "watched_cpu")}
+    out: dict[str, list[list[float]]] = {k: [] for side in SIDES
+                                         for k in (side, f"{side}_cpu")}
     with tempfile.TemporaryDirectory(prefix="memlens-watch-probe-") as tmp:
         for b in range(blocks):
-            for side in (("plain", "watched") if b % 2 == 0 else ("watched", "plain")):
-                w = (memlens.watch(out=Path(tmp) / f"block{b}", quiet=True)
-                     if side == "watched" else None)
+            for side in SIDES[b % 3:] + SIDES[:b % 3]:  # each side first in turn
+                w = (None if side == "plain" else
+                     memlens.watch(out=Path(tmp) / f"{side}{b}", quiet=True,
+                                   at=[IDLE_AT] if side == "toggles" else []))
                 wall, cpu = [], []
                 for _ in range(per_block):
                     t0, c0 = time.perf_counter(), time.thread_time()

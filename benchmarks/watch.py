@@ -86,7 +86,26 @@ def in_process(s: Settings) -> list[Figure]:
                 note=f"95% CI {ci.low:.3f}-{ci.high:.3f} over {blocks} pairs of blocks of "
                      f"{per_block - 2} steps; median plain {pa:.2f} ms, watched {pb:.2f} ms "
                      f"({(pb - pa) * 1e3:+.0f} us a step)"))
+            if not key:
+                out.append(_toggles_figure(times, label, name, size, blocks, per_block))
     return out
+
+
+def _toggles_figure(times: dict, label: str, name: str, size: str, blocks: int,
+                    per_block: int) -> Figure:
+    """A watch where toggles may come (its interventions made and consulted, nothing
+    overridden) over one without any: what being able to toggle costs a step."""
+    a = [_median(b) for b in times["watched"]]
+    b = [_median(b) for b in times["toggles"]]
+    ci = median_pair_ratio(a, b)
+    pa, pb = _median(a), _median(b)
+    return Figure(
+        f"watch_toggles_idle_{label}",
+        f"watch: {name} at {size}, step time, toggles possible / none (one process)",
+        ci.ratio, "x", None,
+        note=f"95% CI {ci.low:.3f}-{ci.high:.3f} over {blocks} pairs of blocks of "
+             f"{per_block - 2} steps; median {pa:.2f} ms without, {pb:.2f} ms with "
+             f"({(pb - pa) * 1e3:+.0f} us a step)")
 
 
 def end_to_end(s: Settings) -> list[Figure]:

@@ -39,6 +39,7 @@ from memlens.app.window.pins import PinBoard
 from memlens.app.window.rank_chooser import RankChooser
 from memlens.app.window.run_session import RunSession, TrainFn
 from memlens.app.window.runs_dock import RunsDock
+from memlens.app.window.watch_script import ScriptWatching
 from memlens.core.config import RunConfig
 from memlens.core.effects import toggle_effect
 from memlens.core.history import RunHistory
@@ -107,6 +108,7 @@ class MainWindow(QMainWindow):
         self.conventions = WindowConventions(self, self.app_settings)
         build_menus(self)
         self.runs_dock = RunsDock(self, self.view_menu)
+        self.script_watch = ScriptWatching(self)  # File > Watch a script…
         self.amp_support = AmpSupport(self.run_panel, self.techniques_panel, self)
         self._connect()
         self.set_state(WindowState.IDLE)
@@ -144,7 +146,8 @@ class MainWindow(QMainWindow):
         return self.session is not None and self.session.running
 
     def start_run(self) -> None:
-        if self.running:  # beside the buttons, wrapped: the status bar would cut it
+        # beside the buttons, wrapped: the status bar would cut it
+        if self.running or self.script_watch.alive:
             self.run_panel.say("A run is already going: Stop it (or Reset) before starting "
                                "another")
             return
@@ -177,6 +180,9 @@ class MainWindow(QMainWindow):
         return session
 
     def toggle_pause(self) -> None:
+        if self.script_watch.alive:  # a watched script pauses at its next step boundary
+            self.script_watch.toggle_pause()
+            return
         if not self.running:
             return
         controls = self.session.controls
@@ -190,7 +196,9 @@ class MainWindow(QMainWindow):
             self.set_state(WindowState.PAUSED)
 
     def stop_run(self) -> None:
-        if self.running:
+        if self.script_watch.alive:
+            self.script_watch.stop()
+        elif self.running:
             self.session.stop()
             self.set_state(WindowState.STOPPING)
 
@@ -208,6 +216,9 @@ class MainWindow(QMainWindow):
         self.set_state(WindowState.IDLE)
 
     def _on_technique_changed(self, key: str, value) -> None:
+        if self.script_watch.alive:  # to the watched script, at its next step boundary
+            self.script_watch.set_technique(key, value)
+            return
         if not self.running:
             return  # the panel's values are the next run's starting techniques
         try:
@@ -373,7 +384,7 @@ class MainWindow(QMainWindow):
             if (row, event) == self._toggle_rows[-1]:
                 self.effect_label.setText(f"What just happened: {text}")
                 self.effect_label.setToolTip(effect.details())
-            if not effect.complete and self.running:
+            if not effect.complete and (self.running or self.following):
                 still.append((row, event))
         self._measuring = still
 
@@ -503,6 +514,7 @@ class MainWindow(QMainWindow):
                             "ends; close again to quit now")
             return
         self.lessons_tab.shutdown(timeout_ms=3000)
+        self.script_watch.shutdown()  # a watched script stops, its files complete
         self.refresh_timer.stop()
         self.conventions.save()
         super().closeEvent(event)

@@ -37,6 +37,9 @@ from memlens.core.watch.control_channel import ControlFile, WatchStopped
 from memlens.core.watch.meta import error_text
 from memlens.core.watch.script_techniques import ScriptTechniques
 from memlens.core.watch.toggles import (
+    NEUTRAL as _NEUTRAL,
+)
+from memlens.core.watch.toggles import (
     SCRIPT,
     WATCH_KEYS,
     WATCH_NOTES,
@@ -149,12 +152,13 @@ class Interventions:
 
     # --- applying a change ----------------------------------------------------------------
     def effective(self, key: str) -> Any:
-        """The state in force: an override's value, else the script's own (or SCRIPT while
-        it is not known)."""
+        """The state in force: an override's value, else the script's own."""
         if key in self.forced:
             return self.forced[key]
         value = self.script.value(key)
-        return SCRIPT if value is None else value
+        if value is None:  # not seen yet: memlens does nothing (zero_grad: as written)
+            return _NEUTRAL.get(key, SCRIPT)
+        return value
 
     def _apply(self, key: str, value: Any) -> None:
         old = self.effective(key)
@@ -425,6 +429,10 @@ class Interventions:
         for c in self.unapplied:
             self._note("toggle never applied", f"--at {c.text()} never applied: the run "
                        f"ended at step {self.step}")
+        self._read_control()
+        for key, value in self._pending.items():  # the app's, after the last boundary
+            self._note("toggle never applied", f"{key}={format_value(value)} never applied: "
+                       f"the run ended before its next step boundary (step {self.step})")
         if error is not None and self.forced and not isinstance(error, WatchStopped):
             line = (f"the script raised {error_text(error)} while memlens's toggles "
                     f"{', '.join(f'{k}={format_value(v)}' for k, v in self.forced.items())} "

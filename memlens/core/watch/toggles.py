@@ -19,7 +19,7 @@ WATCH_KEYS: tuple[str, ...] = ("zero_grad", "detach_state", "no_grad_eval", "eva
 SCRIPT = "script"  # the value that means: as the script wrote it (no override)
 # The value of each key that overrides nothing (zero_grad's `off` skips the calls: an
 # override of its own).
-_NEUTRAL: dict[str, Any] = {"detach_state": False, "no_grad_eval": False, "eval_mode": False,
+NEUTRAL: dict[str, Any] = {"detach_state": False, "no_grad_eval": False, "eval_mode": False,
                             "amp": "off"}
 
 # What each override does to the script's results, in one line (the toggle event's message,
@@ -70,7 +70,7 @@ def results_text(key: str, value: Any) -> str:
 
 def is_override(key: str, value: Any) -> bool:
     """Whether `value` changes what the script does (else it is the script's own)."""
-    return value != SCRIPT and _NEUTRAL.get(key, SCRIPT) != value
+    return value != SCRIPT and NEUTRAL.get(key, SCRIPT) != value
 
 
 def parse_value(key: str, raw: Any) -> Any:

@@ -63,7 +63,8 @@ def test_dry_run_imports_collects_and_summarises_without_qt_or_plugins(bare_env,
     summary = json.loads((out / "gpu_check.json").read_text())
     checks = summary["checks"]
     assert summary["result"] == "passed" and summary["qt_modules_loaded"] == []
-    assert {n: c["status"] for n, c in checks.items() if n != "watch"} == dict.fromkeys(
+    assert {n: c["status"] for n, c in checks.items()
+            if n not in ("watch", "watch_amp")} == dict.fromkeys(
         ("pytest", "allocator", "snapshot", "amp"), "pass")
     # Every test of the two CUDA files is collected, counted here independently of pytest's
     # own output: test functions in the files, with test_cuda's 5-preset parametrisation.
@@ -73,6 +74,8 @@ def test_dry_run_imports_collects_and_summarises_without_qt_or_plugins(bare_env,
     assert checks["pytest"]["figures"]["collected"] == expected
     watch = any((ROOT / "memlens" / "core").glob("watch*"))
     assert checks["watch"]["status"] == ("pass" if watch else "skip")
+    toggles = (ROOT / "memlens" / "core" / "watch" / "amp_override.py").exists()
+    assert checks["watch_amp"]["status"] == ("pass" if toggles else "skip")
     assert (out / "gpu_check.txt").read_text().startswith("gpu_check dry run: passed")
 
 
@@ -88,7 +91,7 @@ def test_arguments(bare_env, tmp_path):
     listed = run_check(bare_env, "--list")
     assert listed.returncode == 0
     assert [ln.split()[0] for ln in listed.stdout.splitlines()] == [
-        "pytest", "allocator", "snapshot", "amp", "watch"]
+        "pytest", "allocator", "snapshot", "amp", "watch", "watch_amp"]
     bad = run_check(bare_env, "--only", "nope", "--out", str(tmp_path))
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
     assert not (tmp_path / "gpu_check.json").exists()

@@ -364,8 +364,48 @@ def check_watch(out: Path, dry_run: bool) -> dict | None:
     return figures
 
 
+def check_watch_amp(out: Path, dry_run: bool) -> dict | None:
+    """`main.py watch --at 3:amp=fp16` on the CUDA script: CUDA autocast fp16 with memlens's
+    GradScaler around backward and the optimizer step (core/watch/amp_override.py), which
+    no CPU run can reach: the toggle applies (no refusal), the script's losses stay finite,
+    AMP's weight copies appear from step 3. None (skipped) where watch has no toggles."""
+    if not (ROOT / "memlens" / "core" / "watch" / "amp_override.py").exists():
+        return None
+    work = out / "gpu_check_watch_amp"
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "train_cuda.py"
+    script.write_text(WATCH_SCRIPT.replace("    opt.step()\n",
+                                           "    opt.step()\n    print(step, loss.item())\n"))
+    if dry_run:
+        return {"script": str(script)}
+    done = _run([sys.executable, str(ROOT / "main.py"), "watch", "--at", "3:amp=fp16",
+                 str(script), "--out", str(work / "run")], 600, cwd=work)
+    figures = {"exit": done.returncode, "out": _tail(done.stdout, 3)}
+    if done.returncode != 0:
+        raise CheckFailed(f"exit {done.returncode}:\n{_tail(done.stderr)}", figures)
+    import csv
+
+    doc = json.loads(next((work / "run").rglob("run.json")).read_text())
+    kinds = [(e["kind"], e.get("key"), e.get("new")) for e in doc["events"]
+             if e["kind"] in ("toggle", "refused")]
+    with next((work / "run").rglob("memory.csv")).open(newline="") as f:
+        casts = {int(r["step"]): int(float(r["amp_casts_bytes"])) for r in csv.DictReader(f)
+                 if r["phase"] == "forward"}
+    losses = [float(ln.split()[1]) for ln in done.stdout.splitlines()
+              if ln[:1].isdigit()]
+    figures.update(events=kinds, amp_casts=casts, losses=losses)
+    if kinds != [("toggle", "amp", "fp16")]:
+        raise CheckFailed("amp=fp16 did not apply as one toggle", figures)
+    if len(losses) != 8 or not all(map(math.isfinite, losses)):
+        raise CheckFailed("the losses under fp16 with the scaler are not 8 finite ones", figures)
+    if any(casts.get(s, 0) for s in range(3)) or not all(casts.get(s, 0) > 0
+                                                         for s in range(3, 8)):
+        raise CheckFailed("AMP's weight copies not where fp16 ran (from step 3 only)", figures)
+    return figures
+
+
 CHECKS = {"pytest": check_pytest, "allocator": check_allocator, "snapshot": check_snapshot,
-          "amp": check_amp, "watch": check_watch}
+          "amp": check_amp, "watch": check_watch, "watch_amp": check_watch_amp}
 
 
 # --- running them ------------------------------------------------------------------------------

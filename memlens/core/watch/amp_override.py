@@ -41,7 +41,6 @@ class AmpOverride:
     def __init__(self, dtype: str) -> None:
         self.dtype = dtype
         self._span: Any = None  # the torch.autocast entered by a forward, until closed
-        self._device = "cpu"
         self.scaler: Any = None  # CUDA fp16: a GradScaler, made at the first CUDA forward
         self._unscaled: set[int] = set()  # optimizers unscaled this step
 
@@ -57,7 +56,7 @@ class AmpOverride:
             self.scaler = torch.amp.GradScaler("cuda")
         span = torch.autocast(device_type, dtype=DTYPES[self.dtype])
         span.__enter__()
-        self._span, self._device = span, device_type
+        self._span = span
 
     def close_span(self) -> None:
         span, self._span = self._span, None

@@ -25,7 +25,6 @@ SEEN_STEPS = 2  # steps watched before "no carried state" or "never cleared" is 
 class ScriptTechniques:
     def __init__(self) -> None:
         self.set_to_none: bool | None = None  # the last zero_grad call's
-        self.zero_grad_calls = 0
         self._calls_this_step = 0
         self.uncleared_steps = 0  # steps that stepped an optimizer with no zero_grad call
         self.steps = 0  # steps ended
@@ -42,7 +41,6 @@ class ScriptTechniques:
     # --- what the hooks see -----------------------------------------------------------------
     def note_zero_grad(self, set_to_none: bool) -> None:
         self.set_to_none = set_to_none
-        self.zero_grad_calls += 1
         self._calls_this_step += 1
 
     def note_amp(self, dtype: str) -> None:

@@ -362,7 +362,9 @@ class WatchSession(FrameworkCalls):
         self.found.note_inputs(self.step_index, args, kwargs)
         if grad and self.growth.looking:
             self.growth.note_inputs(args, kwargs, info.name, call.site)
-        self.steps.enter("forward" if grad else "eval")
+        evaluation = not grad or (self.interventions is not None  # a known evaluation site:
+                                  and self.interventions.script.evaluates(call.site))
+        self.steps.enter("eval" if evaluation else "forward")  # eval before and after no_grad
         self._root = (module, call, self.saved.step_saved_bytes, self.steps.since)
         return True
 
@@ -379,7 +381,8 @@ class WatchSession(FrameworkCalls):
         if root is None or root[0] is not module:
             return
         _, call, saved_before, t_start = root
-        call.ms = (self.steps.clock() - t_start) * 1e3
+        # a forward's time, moved to eval at the step's end if it is never backwarded
+        call.ms = (self.steps.clock() - t_start) * 1e3 if self.steps.phase == "forward" else 0.0
         if call.grad:
             nodes = self.book.follow(call, output, self.step_index)
             if call.grad and torch.is_autocast_enabled(self.device.type):

@@ -395,13 +395,13 @@ class WatchSession(FrameworkCalls):
             self.book.eval_in_train(call)
 
     def zero_grad(self, original, owner, args: tuple, kwargs: dict) -> Any:
+        if self.broken:  # (a stopped recording's toggles stop with it)
+            return original(owner, *args, **kwargs)
         if self.interventions is not None:  # zero_grad=...: forced or skipped
             call = self.interventions.zero_grad(original, owner, args, kwargs)
         else:
             def call():
                 return original(owner, *args, **kwargs)
-        if self.broken:
-            return call()
         started = self._guard(self._before_zero_grad, owner)
         try:
             return call()

@@ -215,7 +215,8 @@ def header_problem(path: Path, got: tuple[str, ...], header: tuple[str, ...]) ->
 # --- run.json: the parts readers use -----------------------------------------------------------
 # The keys readers use, with the JSON type each must have when present.
 _DOC_TYPES: dict[str, tuple[type, ...]] = {
-    "config": (dict,), "environment": (dict,), "schedule": (list,), "events": (list,),
+    "config": (dict, type(None)), "environment": (dict,), "schedule": (list,),
+    "events": (list,),
     "graphs": (list,), "summary": (dict, type(None)), "allocations": (dict,),
     "cuda_snapshot": (dict,),
 }

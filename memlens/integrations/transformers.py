@@ -44,7 +44,6 @@ class MemlensCallback(_tf.TrainerCallback):
             out=out, script=sys.argv[0] if sys.argv else None,
             rank=(args.process_index, args.world_size), precise=self.precise,
             capture_every=self.capture_every)
-        watch.losses_add_up()  # the loss HF logs: the sum of the micro-batches' shares
         # accelerate's AcceleratedOptimizer steps the torch optimizer it wraps
         inner = getattr(optimizer, "optimizer", optimizer)
         watch.track(model, type(model).__name__ if model is not None else None,

@@ -31,8 +31,10 @@ class TorchHooks:
     any other's forward; it must call `original(module, *args, **kwargs)` and return what it
     returns), the flags `in_forward` (a root call is running: nested calls go straight
     through) and `broken`, optimizer_pre(opt, args, kwargs), optimizer_post(opt),
-    optimizer_created(opt), backward(call, tensors), zero_grad(call, owner) where `call`
-    runs the original, and before_clip(params) (clip_grad_norm_ is about to clip them).
+    optimizer_created(opt), backward(call, tensors, inputs=None) (`inputs`: what
+    torch.autograd.grad takes the gradients of, where given as a tensor or a sequence),
+    zero_grad(call, owner) where `call` runs the original, and before_clip(params)
+    (clip_grad_norm_ is about to clip them).
     """
 
     def __init__(self, listener: Any) -> None:
@@ -99,7 +101,10 @@ class TorchHooks:
             if lst.in_forward or lst.broken:
                 return original(*args, **kwargs)
             outputs = args[0] if args else kwargs.get("outputs")
-            return lst.backward(lambda: original(*args, **kwargs), outputs)
+            inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+            if not isinstance(inputs, (torch.Tensor, list, tuple)):
+                inputs = None  # a generator is the original's to read: taken as training
+            return lst.backward(lambda: original(*args, **kwargs), outputs, inputs)
 
         return grad
 

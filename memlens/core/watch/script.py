@@ -3,6 +3,7 @@ of `main.py watch`, memlens.cli.watch)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -34,9 +35,11 @@ def check_script(path: str) -> str | None:
 
 def run_script(script: str, script_args: list[str], *, out=None, precise: bool = False,
                capture_every: int = 0, quiet: bool = False, force: bool = False,
-               model_found=None) -> int:
+               model_found=None, around=None) -> int:
     """Run `script` under a watch; returns the exit code `python script ARGS` would have.
-    `model_found`: called with each model at its first call (WatchSession.model_found)."""
+    `model_found`: called with each model at its first call (WatchSession.model_found);
+    `around(watch)`: a context manager the script runs inside, left before the watch closes
+    (memlens.integrations.relaunch: the ranks a framework starts again)."""
     from memlens.core.runfolder.atomic import ExportError
     from memlens.core.runfolder.claim import discard_run
     from memlens.core.watch.meta import NOTHING_FOUND_HELP
@@ -57,8 +60,10 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
         return EXIT_BAD_INPUT
     code, error = 0, None
     old_term = _catch_sigterm()
+    outer = around(w) if around is not None else contextlib.nullcontext()
     try:
-        _run_as_main(path)
+        with outer:
+            _run_as_main(path)
     except SystemExit as exc:
         code = _exit_code(exc.code)
     except Terminated as exc:  # SIGTERM: no traceback, as Python prints none for it

@@ -30,7 +30,6 @@ import torch
 from torch import Tensor, nn
 
 from memlens.core.recorder.amp_casts import amp_cast_storages_of_nodes
-from memlens.core.recorder.output import choose_folder
 from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, Recorder
 from memlens.core.recorder.step import StepRecorder
 from memlens.core.records import RunEvent, RunSummary
@@ -50,11 +49,13 @@ from memlens.core.watch.meta import (
     header,
     launcher_rank,
     optimizer_site,
+    run_folder,
     summary,
 )
+from memlens.core.watch.module_cache import ModuleCaches
 from memlens.core.watch.norms import GradNorms
 from memlens.core.watch.report import print_summary
-from memlens.core.watch.roots import root_loss, step_loss
+from memlens.core.watch.roots import StepLosses, trains
 
 # A step's rows are handed to the writer at most this long after the step ends, a batch at
 # a time (a follower draws at 30 Hz anyway).
@@ -74,7 +75,8 @@ class WatchSession(FrameworkCalls):
                  precise: bool = False, capture_every: int = 0, script: str | None = None,
                  argv: list[str] | None = None, force: bool = False,
                  announce: bool = False, rank: tuple[int, int] | None = None,
-                 model_found: Callable[[nn.Module], None] | None = None) -> None:
+                 model_found: Callable[[nn.Module], None] | None = None,
+                 in_job: bool = False) -> None:
         if ACTIVE:
             raise RuntimeError("memlens.watch: a watch is already recording in this process; "
                                "close it first (one watch at a time)")
@@ -82,9 +84,8 @@ class WatchSession(FrameworkCalls):
             raise ValueError(f"capture_every must be >= 0, got {capture_every}")
         # (rank, world size): a framework's own (Lightning's global_rank), else torchrun's
         self.rank, self.world_size = rank if rank is not None else launcher_rank()
-        stem = Path(script).stem if script else "watch"
-        self.folder = choose_folder(out, f"watch-{stem}", force=force,
-                                    rank=self.rank if self.world_size > 1 else None)
+        self.folder = run_folder(out, script, force, self.rank if self.world_size > 1 else None,
+                                 in_job)
         self.writer = RunWriter(self.folder, precise=precise)  # writes on its own thread
         # A write that failed there stops the recording, never the script.
         self.sink = GuardedSink(self.writer, lambda _sink, exc: self._fail(exc),
@@ -105,9 +106,12 @@ class WatchSession(FrameworkCalls):
                                   flush_s=FLUSH_S, idle=True)
         self.log = Events(lambda: self.steps.step, self.steps.now, self.sink.on_event)
         self.events: list[RunEvent] = self.log.items
-        self.book = CallBook(self.rec.native, self.log.report)
+        # the activations at a step's end: what outputs kept past it hold (core.watch.kept)
+        self.book = CallBook(self.rec.native, self.log.report,
+                             lambda: self.steps.last_figures[1])
         self.norms = GradNorms(self.rec.native, self.log.report)
         self.growth = GraphGrowth(self.log.report)
+        self.caches = ModuleCaches(self.log.report)
         self.probe = None
         self._probe_key: tuple = ()
         self.device = torch.device("cpu")
@@ -125,13 +129,13 @@ class WatchSession(FrameworkCalls):
         self._backward_depth = 0
         self._stepped: set[int] = set()
         self._after_backward = False
-        self._roots: list[tuple] = []  # this step's backwards' losses (roots.root_loss)
+        self.losses = StepLosses()  # this step's backwards' losses
         self._graph_nodes = 0
         self._amp_seen = False
         self._closure = False  # the optimizer step under way was given a closure
         self._norm_taken: set[int] = set()  # optimizers whose norm grads_final took this step
         self._eval_loss = math.nan  # this step's, as a framework reported it (note_eval_loss)
-        self._step_loss = step_loss  # a step's loss from its backwards' roots
+        self.last_record = None  # the last step's StepRecord (a framework's logger reads it)
         # Called with each model found, at its first call (main.py watch: a framework's
         # callback joins the recording, memlens.integrations.attach); a fault costs a note.
         self.model_found = model_found
@@ -329,6 +333,8 @@ class WatchSession(FrameworkCalls):
             self._ensure_probe()
         if grad:
             self.seen.note_called(module, info)
+            if self.caches.pending:  # before this forward runs: what earlier steps cached
+                self.caches.scan(self.seen.models_by_name(), self.step_index)
         call = Call(self.book, self.step_index, info.name, dx.call_site(3), grad,
                     info.eval_layers and module.training)
         if grad and self.capture_every and self._capture is None and (
@@ -386,7 +392,7 @@ class WatchSession(FrameworkCalls):
         self.norms.cleared = True
         self.steps.enter("zero_grad")
 
-    def backward(self, call, tensors) -> Any:
+    def backward(self, call, tensors, inputs=None) -> Any:
         if self.broken:
             return call()
         self._backward_depth += 1
@@ -395,12 +401,14 @@ class WatchSession(FrameworkCalls):
                 return call()
             finally:
                 self._backward_depth -= 1
-        started = self._guard(self._before_backward, tensors)
+        # a gradient of tensors that are no parameters (a saliency map) trains nothing
+        training = inputs is None or trains(inputs, self.found.parameters)
+        started = self._guard(self._before_backward, tensors, training)
         try:
             return call()
         except RuntimeError as exc:
-            self._guard(self.book.explain_backward_error, exc, dx.call_site(4),
-                        self.growth.carried)
+            self._guard(self.book.explain_backward_error, exc, self.step_index,
+                        _tensors(tensors), self.growth.carried)
             raise
         except BaseException:
             self._guard(self.book.backward_failed)
@@ -408,15 +416,17 @@ class WatchSession(FrameworkCalls):
         finally:
             self._backward_depth -= 1
             if started:
-                self._guard(self._after_backward_call)
+                self._guard(self._after_backward_call, training)
 
-    def _before_backward(self, tensors) -> None:
+    def _before_backward(self, tensors, training: bool) -> None:
         ca = sys.modules.get("torch._dynamo.compiled_autograd")
         if ca is not None and getattr(ca, "compiled_autograd_enabled", False):
             # compiled autograd runs no C++ node hooks: which forwards it reached is unknown
             self.book.uncounted = True
-        roots = [t for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])
-                 if isinstance(t, Tensor)]
+        if not training:
+            self.steps.enter("backward")
+            return
+        roots = _tensors(tensors)
         if self._capture is not None and roots:  # before the loss is marked (see there)
             self._finish_capture(roots[0])
         self._note_roots(roots)
@@ -424,9 +434,9 @@ class WatchSession(FrameworkCalls):
             self.norms.check_none(self.found.optimizers)
         self.steps.enter("backward")
 
-    def _after_backward_call(self) -> None:
+    def _after_backward_call(self, training: bool) -> None:
         self.steps.leave()
-        self._after_backward = True
+        self._after_backward = self._after_backward or training
 
     def _note_roots(self, roots: list[Tensor]) -> None:
         where = None
@@ -434,8 +444,8 @@ class WatchSession(FrameworkCalls):
             if t.grad_fn is None:
                 continue
             if t.numel() == 1:  # the loss as the user's own loss.item() reads it
-                self._roots.append(root_loss(t))
-            where = where or dx.call_site(5)
+                self.losses.add(t)
+            where = where or dx.call_site(1)
             self.book.mark_loss(t, self.step_index, where)
         self._graph_nodes = self.rec.count_nodes(roots, GRAPH_NODE_LIMIT)
 
@@ -481,6 +491,8 @@ class WatchSession(FrameworkCalls):
         self._guard(self._optimizer_post, opt)
 
     def _optimizer_pre(self, opt, args, kwargs) -> None:
+        if self.seen.is_wrapper(opt):  # accelerate's: the optimizer it wraps steps, or not
+            return
         self.seen.add_optimizer(opt, active=True)
         if self.seen.probe_stale:
             self._ensure_probe()
@@ -488,13 +500,19 @@ class WatchSession(FrameworkCalls):
             self._end_step()  # it steps again: the step before ended without the others
         closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
         self._closure = closure is not None
+        if self._closure:
+            self.losses.closure_begins()
         if not self._closure and id(opt) not in self._norm_taken:
             # else after the step: the closure's backward comes inside it
             self.norms.measure(opt, optimizer_site)
         self.steps.enter("optimizer")
 
     def _optimizer_post(self, opt) -> None:
+        if self.seen.is_wrapper(opt):
+            return
         self.steps.leave()
+        if self._closure:
+            self.losses.closure_ends()
         if self._closure and id(opt) not in self._norm_taken:
             self.norms.measure(opt, optimizer_site)
         self._stepped.add(id(opt))
@@ -516,8 +534,8 @@ class WatchSession(FrameworkCalls):
         # a forward never backwarded was an eval
         self.steps.move_time("forward", "eval",
                              sum(c.ms for c in book.calls if c.grad and not c.reached()))
-        record = self.steps.end_step(
-            loss=self._step_loss(self._roots), grad_norm=self.norms.norm,
+        record = self.last_record = self.steps.end_step(
+            loss=self.losses.value(), grad_norm=self.norms.norm,
             eval_loss=self._eval_loss, nodes=self._graph_nodes, stepped=bool(self._stepped))
         self.rec.prune_amp_casts()
         book.end_step()
@@ -538,6 +556,13 @@ class WatchSession(FrameworkCalls):
         self.norms.new_step()
         self.growth.new_step()
         self._after_backward = False
-        self._roots = []
+        self.losses.reset()
+        self.caches.new_step(self.step_index)
         self._norm_taken = set()
         self._eval_loss = math.nan
+
+
+def _tensors(tensors) -> list[Tensor]:
+    """The tensors passed to a backward (one, or a sequence of them)."""
+    return [t for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])
+            if isinstance(t, Tensor)]

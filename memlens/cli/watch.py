@@ -37,7 +37,8 @@ def main(args) -> int:
         return refuse("watch", "--out '': give a folder name, or leave --out out for a new "
                       "folder in runs/")
     from memlens.integrations.attach import attach_framework_callback
+    from memlens.integrations.relaunch import relaunched_ranks
 
     return run_script(args.script, getattr(args, "passthrough", []), out=args.out,
                       precise=args.precise, capture_every=args.capture_every, force=args.force,
-                      model_found=attach_framework_callback)
+                      model_found=attach_framework_callback, around=relaunched_ranks)

@@ -56,6 +56,8 @@ class KeptOutputs:
                not_backwarded: Callable, eval_in_train: Callable) -> None:
         """At step `step`'s end: `alive` the unreached calls whose graph lives, `dead` those
         whose graph died unreached since the last step's end. Reports what is known."""
+        if not alive and not dead and not self._sites:
+            return  # (every step of a loop that keeps nothing)
         by_site: dict[str, list] = {}
         for c in alive:
             by_site.setdefault(c.site, []).append(c)

@@ -54,7 +54,9 @@ def main(args) -> int:
     except ConfigError as exc:
         return refuse("watch", exc)
     from memlens.integrations.attach import attach_framework_callback
+    from memlens.integrations.relaunch import relaunched_ranks
 
     return run_script(args.script, getattr(args, "passthrough", []), out=args.out,
                       precise=args.precise, capture_every=args.capture_every, force=args.force,
-                      model_found=attach_framework_callback, at=at, control=args.control)
+                      model_found=attach_framework_callback, at=at, control=args.control,
+                      around=relaunched_ranks)

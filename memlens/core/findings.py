@@ -18,6 +18,8 @@ GRADS_NOT_CLEARED = "gradients never cleared"
 STATE_NOT_DETACHED = "carried state without detach"
 EVAL_IN_TRAIN_MODE = "validation in train mode"
 GRAPH_GROWS = "graph grows step after step"
+MODULE_CACHE = "activations cached on a module"
+BACKWARD_TWICE = "graph backwarded twice"
 MEMORY_GROWTH = "memory growth"
 
 # What `main.py fix` does for a finding (core.fix), where it can change the source safely.
@@ -47,25 +49,34 @@ FINDINGS: tuple[Finding, ...] = (
         "that reach it, and a weak pointer says whether the node lives: "
         "`core/native/call_tracker.h`; a Python pre-hook and a metadata marker where the "
         "native helpers are not built). Not after a backward that raised (whether it would "
-        "have reached them is not known). When such graphs outlive their step (outputs kept "
-        "in a list: `all_preds.append(out)`, `samples.append(netG(noise))`, "
-        "`history.append(validate())`), once they span two steps: the holder, the bytes "
-        "they keep and their growth a step",
+        "have reached them is not known). When such graphs outlive their step's end (outputs "
+        "kept: `all_preds.append(out)`, `preds[k] = model(x)`, `history.append(validate())`, "
+        "a list emptied each epoch), once one outlives a second step's end or dies after "
+        "outliving one while its line kept two or more: the holder, the bytes kept (the "
+        "activations at the end of the step that kept the most, each storage once) and "
+        "their growth a step (core/watch/kept.py)",
         "the forward call (bytes: what its graph saved); for kept outputs the variable that "
-        "keeps them (found by walking from the script's variables, lists included, to the "
-        "calls' output nodes, in C++) and its `append` line",
+        "keeps them (found by walking from the script's variables, lists and dicts included, "
+        "to the calls' output nodes, in C++) and its `append` or `d[k] =` line",
         "wrap it in `torch.no_grad()` (and call model.eval() for validation)",
         FIX_NO_GRAD, ("watch",)),
     Finding(
         GRAPH_KEPT, 2,
-        "two or more losses of earlier steps are still alive at a later step's end, or one "
-        "whose graph still keeps saved bytes (a marker in the autograd node's metadata dies "
-        "with the node). One backwarded loss held across an epoch (`return loss` from "
-        "`train()`) keeps nothing: not reported. In the lab: the `total_loss += loss` leak's "
-        "sum keeps more autograd nodes at each of 8 steps",
-        "the variable that holds it (a local in which function, a global, `self.x`, or a "
-        "list), found by walking from the tensors in the script's frames to the old node, "
-        "and the line where it is accumulated (`+=`, `append`, `x = x + loss`)",
+        "the graphs of two or more earlier steps are still alive at a later step's end, or "
+        "one that still keeps saved bytes: a loss passed to backward (a marker in its "
+        "autograd node's metadata dies with the node), or the output of a backwarded model "
+        "call that something derived from it keeps (its node followed by weak pointer), so "
+        "a `loss` kept while `loss / n` is backwarded (Lightning, accelerate, Hugging Face "
+        "accumulation) or a model's outputs kept whole are found too. One backwarded loss "
+        "held across an epoch (`return loss` from `train()`) keeps nothing: not reported; "
+        "nor a graph later backwards run through again (carried state: diagnosis 6). In the "
+        "lab: the `total_loss += loss` leak's sum keeps more autograd nodes at each of 8 "
+        "steps",
+        "the variable that holds it (a local in which function, a global, `self.x`, a list "
+        "or a dict, or an attribute of a model or of an object of the script's own class: "
+        "`model.train_losses`, `trainer.kept`), found by walking from the tensors in the "
+        "script's frames to the old node, and the line where it is accumulated (`+=`, "
+        "`append`, `x = x + loss`)",
         "use `loss.item()` (or `.detach()`) for what you keep across steps",
         FIX_KEEP_VALUE, ("lab", "watch")),
     Finding(
@@ -109,6 +120,28 @@ FINDINGS: tuple[Finding, ...] = (
         "detach what you carry at the start of each step: `hidden = hidden.detach()` "
         "(then retain_graph=True is not needed)",
         FIX_DETACH_STATE, ("watch",)),
+    Finding(
+        MODULE_CACHE, 7,
+        "at the start of a step (steps 1-4, then every 8th and the one after), an attribute "
+        "of one of the models' modules holds tensors that carry a graph, which only an "
+        "earlier step can have made (`self.cache = h`, `self.cache.append(h)` in "
+        "`forward`); seen at two such starts. Not a loss (one value: diagnosis 2's), not "
+        "an attribute a forward pre-hook recomputes (`weight_norm`), not a `_private` one",
+        "the line in the module's class that stores it, the holder (`self.cache` of "
+        "`model.block`), the bytes held (each storage once) and their growth a step",
+        "store `h.detach()` (or a value) on the module, or clear the cache each step",
+        FIX_KEEP_VALUE, ("watch",)),
+    Finding(
+        BACKWARD_TWICE, 8,
+        "\"backward through the graph a second time\" where the failing backward's root is "
+        "a loss already backwarded, or the graph it reached again is this step's (two "
+        "losses of one forward, each backwarded on its own), and no tensor was carried "
+        "from an earlier step (that is diagnosis 4)",
+        "the `backward()` line that failed",
+        "backward each graph once: backward the sum of the losses that share it, or pass "
+        "retain_graph=True to every backward of it but the last (state carried between "
+        "micro-batches: detach it)",
+        None, ("watch",)),
     Finding(
         MEMORY_GROWTH, None,
         "the end-of-step total grows by 32 KiB or more at each of 8 steps (with an eval "

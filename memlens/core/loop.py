@@ -8,7 +8,6 @@ is lost. A step itself is core.training's (the lab's driver of the one recorder)
 
 from __future__ import annotations
 
-
 from memlens.core.config import RunConfig, TechniqueToggles
 from memlens.core.controls import RunControls, StopRequested
 from memlens.core.excerpt import safe_str

@@ -26,18 +26,23 @@ class MemlensCallback(_pl.Callback):
     eval_key: the `callback_metrics` key of the validation loss (default: EVAL_KEYS).
     precise, capture_every, at: as for `memlens.watch` (`at`: technique changes,
         "STEP:KEY=VALUE", at Lightning's global steps).
+    log: log memlens's figures of each step (`memlens/peak_bytes`, `memlens/step_ms`,
+        `memlens/saved_bytes`, `memlens/retained_bytes`) with `pl_module.log`, to the
+        Trainer's loggers.
 
-    A step is one of `trainer.global_step` (accumulated micro-batches are one step), the
-    sanity check and each validation run are phases of their own, steps.csv's eval_loss is
-    the validation loss Lightning computed, and the grad norm is taken at
+    A step is a training batch after which `trainer.global_step` has moved: accumulated
+    micro-batches are one step, and so is a manual-optimization batch that steps two
+    optimizers. The sanity check and each validation run are phases of their own, steps.csv's
+    eval_loss is the validation loss Lightning computed, and the grad norm is taken at
     `on_before_optimizer_step`, before gradient clipping. Under `main.py watch` it joins
     that recording.
     """
 
     def __init__(self, out: str | Path | None = None, *, eval_key: str | None = None,
-                 precise: bool = False, capture_every: int = 0, at=()) -> None:
+                 precise: bool = False, capture_every: int = 0, at=(),
+                 log: bool = True) -> None:
         super().__init__()
-        self.out, self.eval_key = out, eval_key
+        self.out, self.eval_key, self.log = out, eval_key, log
         self.precise, self.capture_every = precise, capture_every
         self.at = parse_changes(at)  # technique changes: a bad one raises here
         self.recording = Recording()
@@ -66,6 +71,12 @@ class MemlensCallback(_pl.Callback):
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self.recording.boundary(trainer.global_step)  # the step before has stepped
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        figures = self.recording.figures() if self.log else {}
+        if figures:  # the last step recorded (a step's row ends at the next batch's start)
+            pl_module.log_dict(figures, on_step=True, on_epoch=False, prog_bar=False,
+                               batch_size=1)
 
     def on_before_optimizer_step(self, trainer, pl_module, optimizer) -> None:
         watch = self.recording.watch

@@ -143,7 +143,7 @@ def test_the_heap_is_read_after_a_steps_first_forward_at_most_every_heap_every_s
 
 
 def test_a_steps_peak_is_at_least_where_the_last_step_ended():
-    sr, clock, _, probe = recorder()
+    sr, _, _, probe = recorder()
     sr.begin_step(0)
     probe.total = 5000
     sr.enter("optimizer")
@@ -157,7 +157,7 @@ def test_a_steps_peak_is_at_least_where_the_last_step_ended():
 
 
 def test_a_step_cut_short_hands_its_samples_on_without_a_row():
-    sr, clock, sink, _ = recorder()
+    sr, _, sink, _ = recorder()
     sr.tune_for_step_length(SHORT_STEP_MS - 1)
     sr.begin_step(0)
     sr.enter("forward")

@@ -17,8 +17,9 @@ from tests.core.test_watch import HEAD, plain, watch_script
 # SGD stepped with a closure that zeroes, runs forward and backward (the LBFGS idiom, and
 # Lightning's). With ACCUM > 1, the first ACCUM - 1 micro-batches run before the step and
 # the last inside its closure, as Lightning's accumulate_grad_batches does. The script
-# prints its own truth: each step's loss (undivided) and the norm of the gradients the
-# optimizer stepped, read by a plain torch post-hook (SGD leaves .grad as backward made it).
+# prints its own truth: each step's loss (what its backwards were given, added up: the mean
+# of the micro-batches' losses) and the norm of the gradients the optimizer stepped, read by
+# a plain torch post-hook (SGD leaves .grad as backward made it).
 CLOSURE_LOOP = HEAD + """
 import json
 from torch.optim.optimizer import register_optimizer_step_post_hook
@@ -45,8 +46,7 @@ for step in range(STEPS):
         loss = nn.functional.mse_loss(model(x), y) / ACCUM
         loss.backward()
         return loss
-    last = opt.step(closure).item() * ACCUM
-    losses.append(last)
+    losses.append(total / ACCUM + opt.step(closure).item())
 print(json.dumps({"norms": norms, "losses": losses,
                   "params": [p.detach().flatten().tolist() for p in model.parameters()]}))
 """
@@ -70,7 +70,7 @@ def test_forty_closure_steps_read_this_steps_norm_and_raise_no_false_alarm(
     assert len(steps) == 40
     # this step's norm, every micro-batch in it (not the step before's, not 3 of 4)
     assert steps.column("grad_norm").tolist() == pytest.approx(truth["norms"], rel=1e-5)
-    # the loss as the script reads it, before the division by ACCUM (the last micro-batch's)
+    # the step's loss: the mean of its micro-batches' losses (what its backwards were given)
     assert steps.column("loss").tolist() == pytest.approx(truth["losses"], rel=1e-5)
     assert [e for e in doc["events"] if e["kind"] == "diagnosis"] == []
 

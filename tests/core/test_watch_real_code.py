@@ -309,24 +309,28 @@ def test_1_kept_validation_outputs_name_their_holder_and_its_growth(tmp_path, ho
     d = found[0]
     assert f"`{holder}`" in d["message"] and "a step" in d["message"]
     assert d["where"].endswith(f"train.py:{line_of(source, '# KEEP')}")
-    # plain torch: what one validation forward saves (each storage once, weights out),
-    # times the calls alive when it is reported (two steps' at least)
+    # plain torch: what the kept forwards save, each storage once (the input they share
+    # once), weights out; the calls alive when it is reported, and one call's more a step
     model = torch.nn.Sequential(torch.nn.Linear(8, 64), torch.nn.ReLU(), torch.nn.Linear(64, 4))
-    seen: dict[int, int] = {}
     weights = {p.untyped_storage().data_ptr() for p in model.parameters()}
-
-    def pack(t):
-        if t.untyped_storage().data_ptr() not in weights:
-            seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
-        return t
-
     xv = torch.randn(128, 8)
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
-        kept = model(xv)
-    one = sum(seen.values())
-    del kept
-    calls = int(d["message"].split("holds the graphs of ")[1].split()[0])
-    assert calls >= 2 and d["bytes"] == calls * one
+
+    def saved_by(n: int) -> int:
+        seen: dict[int, int] = {}
+
+        def pack(t):
+            if t.untyped_storage().data_ptr() not in weights:
+                seen[t.untyped_storage().data_ptr()] = t.untyped_storage().nbytes()
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            kept = [model(xv) for _ in range(n)]
+        del kept
+        return sum(seen.values())
+
+    calls = int(d["message"].split("held the graphs of ")[1].split()[0])
+    assert calls >= 2 and d["bytes"] == saved_by(calls)
+    assert f"+{(saved_by(2) - saved_by(1)) / 1024:.1f} KiB a step" in d["message"]
 
 
 def test_1_clean_when_kept_outputs_are_made_under_no_grad(tmp_path):

@@ -89,9 +89,12 @@ def test_a_fit_recorded_by_the_callback_matches_lightnings_own_numbers(tmp_path,
     # before clipping, as Lightning hands them over; clipping did change some
     assert steps.column("grad_norm").tolist() == pytest.approx(truth.norms, rel=1e-5)
     assert max(truth.norms) > 0.5
-    # the step's loss as training_step returned it: its last micro-batch's, undivided
-    last = model.batch_losses[accumulate - 1::accumulate]
-    assert steps.column("loss").tolist() == pytest.approx(last, rel=1e-5)
+    # the step's loss: what its backwards were given (Lightning's `loss / accumulate`),
+    # added up: the mean of its micro-batches' losses as training_step returned them
+    losses = model.batch_losses
+    means = [sum(losses[i:i + accumulate]) / accumulate
+             for i in range(0, len(losses), accumulate)]
+    assert steps.column("loss").tolist() == pytest.approx(means, rel=1e-5)
     eval_loss = steps.column("eval_loss").tolist()
     assert {i for i, v in enumerate(eval_loss) if not math.isnan(v)} == set(truth.val)
     assert [eval_loss[i] for i in sorted(truth.val)] == pytest.approx(

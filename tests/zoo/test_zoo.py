@@ -53,6 +53,7 @@ D3 = "gradients never cleared"
 D4 = "carried state without detach"
 D5 = "validation in train mode"
 D6 = "graph grows step after step"
+D7 = "activations cached on a module"
 
 
 @dataclass(frozen=True)
@@ -67,6 +68,7 @@ class Case:
     needs: tuple[str, ...] = ()  # modules the script imports beyond torch
     slow: bool = False
     xfail: dict[str, str] = field(default_factory=dict)  # check -> the known defect
+    ranks: int = 1  # a DDP job's processes: the checks read rank 0's folder, `steps` all
 
 
 def case(id, script, args=(), **kw) -> Case:
@@ -102,6 +104,10 @@ CASES = [
     case("hf_trainer_accum4", "hf_trainer.py", ["--epochs", "2", "--accum", "4"], steps=8,
          needs=HF),
     case("hf_loop", "hf_loop.py", ["--epochs", "2"], steps=16, needs=HF),
+    case("accelerate_accumulate", "accelerate_accumulate.py", ["--epochs", "2"], steps=12,
+         needs=HF),  # the wrapped optimizer steps every 2nd micro-batch
+    case("lightning_ddp", "lightning_ddp.py", ["--epochs", "1"], steps=4, needs=LIGHTNING,
+         ranks=2),  # rank 1 started again by Lightning, without memlens
     # techniques
     case("compile_aot_eager", "compiled.py", ["--steps", "8", "--backend", "aot_eager"],
          steps=8),  # the loop feeds X[step]: a view of its data
@@ -114,6 +120,7 @@ CASES = [
     case("accumulate_by_hand", "accumulate_by_hand.py", ["--epochs", "2"], steps=8),
     case("dataloader_workers", "dataloader_workers.py", ["--epochs", "2"], steps=12),
     case("epoch_last_loss", "epoch_last_loss.py", ["--epochs", "3"], steps=12),
+    case("saliency", "saliency.py", ["--steps", "6"], steps=6),  # autograd.grad of an image
     # bugs
     case("bug_val_outputs_kept", "bug_val_outputs_kept.py", ["--steps", "8"], steps=8,
          diagnoses=frozenset({D1})),
@@ -127,6 +134,14 @@ CASES = [
          diagnoses=frozenset({D3})),
     case("bug_growing_graph", "bug_growing_graph.py", ["--steps", "10"], steps=10,
          diagnoses=frozenset({D6})),
+    case("bug_val_dict", "bug_val_dict.py", ["--steps", "6"], steps=6,
+         diagnoses=frozenset({D1})),
+    case("bug_module_cache", "bug_module_cache.py", ["--steps", "6"], steps=6,
+         diagnoses=frozenset({D7})),
+    case("bug_lightning_kept_losses", "bug_lightning_kept_losses.py", ["--epochs", "1"],
+         steps=6, needs=LIGHTNING, diagnoses=frozenset({D2})),
+    case("bug_hf_compute_loss_kept", "bug_hf_compute_loss_kept.py", ["--accum", "2"],
+         steps=6, needs=HF, diagnoses=frozenset({D2})),
 ]
 BY_ID = {c.id: c for c in CASES}
 
@@ -175,7 +190,7 @@ def run_case(c: Case, work: Path) -> Result:
     watched = _run([sys.executable, str(MAIN), "watch", script, "--out", str(folder), "--",
                     *c.args], work)
     truth = _run([sys.executable, script, *c.args], work, ZOO_ACT="1")
-    return Result(c, plain, watched, truth, folder)
+    return Result(c, plain, watched, truth, folder / "rank0" if c.ranks > 1 else folder)
 
 
 # --- what the scripts print ---------------------------------------------------------------
@@ -282,7 +297,14 @@ def _check_steps(r: Result):
         return False, f"the script counts {own} steps, the table says {c.steps} (zoo error)"
     if len(rows) != own:
         return False, f"steps.csv has {len(rows)} rows, the script made {own} optimizer steps"
-    return True, f"{own} steps"
+    for rank in range(1, c.ranks):  # every rank recorded, as many steps (DDP's lockstep)
+        other = r.folder.parent / f"rank{rank}"
+        doc = json.loads((other / "run.json").read_text()) if (other / "run.json").exists() \
+            else {}
+        if doc.get("world_size") != c.ranks or len(_csv(other / "steps.csv")) != own:
+            return False, (f"rank {rank}: {other} has {len(_csv(other / 'steps.csv'))} rows "
+                           f"and world_size {doc.get('world_size')}")
+    return True, f"{own} steps" + (f" on each of {c.ranks} ranks" if c.ranks > 1 else "")
 
 
 def _check_bytes(r: Result):

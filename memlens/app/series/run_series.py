@@ -199,6 +199,7 @@ class RunSeries:
         self._process_cols = [s_idx[c] for c in PROCESS_LINES]
         self._phase_cols = [t_idx[c] for c in PHASE_MS_COLUMNS]
         self._line_cols = [t_idx[c] for c in STEP_LINES[:3]]
+        self._x_col = t_idx["step"]
         n_cat, n_phase = len(MEMORY_CATEGORIES), len(PHASES)
         self._memo: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
         self.samples = PlottedTable(history.samples, "x", {
@@ -209,6 +210,9 @@ class RunSeries:
             "phases": (n_phase, False, self._phases),
             "lines": (len(STEP_LINES), True, self._step_lines),
         })
+        self._eval_col = t_idx["eval_loss"]
+        # The steps with an evaluation loss (a validation run's): (step, eval loss), few
+        self.evals = Growing(2, np.float64)
         self.has_reserved = False
         self.has_process = False  # some sample read the process's RSS or heap
         self.peak = 0.0  # highest per-step peak so far
@@ -258,6 +262,10 @@ class RunSeries:
             self.samples.add_group("process", (len(PROCESS_LINES), True, self._process))
 
     def _on_step_rows(self, rows: np.ndarray) -> None:
+        evals = rows[:, self._eval_col]
+        found = np.isfinite(evals)
+        if found.any():
+            self.evals.append(np.vstack((rows[found, self._x_col], evals[found])))
         peaks = rows[:, self._line_cols[2]]
         peaks = peaks[np.isfinite(peaks)]
         if len(peaks):
@@ -285,6 +293,12 @@ class RunSeries:
         if self.sample_count:
             ends.append(self.samples.last_x)
         return max(ends)
+
+    def eval_points(self, x0: float, x1: float) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, evaluation losses) of the steps between x0 and x1 that have one."""
+        steps, values = self.evals.view
+        i0, i1 = np.searchsorted(steps, x0, "left"), np.searchsorted(steps, x1, "right")
+        return steps[i0:i1], values[i0:i1]
 
     def step_row(self, step: int) -> int | None:
         """Index of `step` in the steps table, or None when that step has no record."""
@@ -379,4 +393,4 @@ class RunSeries:
 
     @property
     def nbytes(self) -> int:
-        return self.samples.nbytes + self.steps.nbytes
+        return self.samples.nbytes + self.steps.nbytes + self.evals.nbytes

@@ -66,6 +66,21 @@ class LiveCurve(pg.PlotCurveItem):
         super().setData(*args, **kargs)
 
 
+class LivePoints(pg.PlotDataItem):
+    """Points without a line (a validation loss now and then), mapped as the curves are."""
+
+    y_map = None  # LivePlot.set_log_y
+
+    def setData(self, *args, **kargs) -> None:
+        if len(args) == 2 and self.y_map is not None:
+            args = (args[0], self.y_map(np.asarray(args[1], dtype=np.float64)))
+        if len(args) == 2 and not kargs and self.xData is not None:
+            x, y = np.asarray(args[0]), np.asarray(args[1])
+            if _same(self.xData, x) and _same(self.yData, y):
+                return
+        super().setData(*args, **kargs)
+
+
 def _same(a: np.ndarray, b: np.ndarray) -> bool:
     return a.shape == b.shape and np.array_equal(a, b, equal_nan=a.dtype.kind == "f"
                                                  and b.dtype.kind == "f")
@@ -173,6 +188,19 @@ class LivePlot(pg.PlotWidget):
         self._bounded.append((curve, view))
         self.curves[key] = curve
         return curve
+
+    def add_points(self, key: str, color: str, z: float = 0) -> LivePoints:
+        """Points made once, drawn by setData (`curves[key]`), in the main view."""
+        shown = self.legend_color(color)
+        points = LivePoints(pen=None, symbol="o", symbolSize=7, symbolPen=pg.mkPen(shown),
+                            symbolBrush=pg.mkBrush(shown))
+        points.setZValue(z)
+        self._own_colors[key] = color
+        view = self.getPlotItem().vb
+        view.addItem(points)
+        self._bounded.append((points, view))
+        self.curves[key] = points
+        return points
 
     def add_area(self, keys: tuple[str, ...], colors: list[str], z: float = 0) -> StackedArea:
         """Stacked areas; `curves[key]` reads each layer back as a curve would."""
@@ -318,6 +346,11 @@ class LivePlot(pg.PlotWidget):
         self.grid.set_color(theme.grid)
         self.hover_line.setPen(pg.mkPen(theme.hover_line, width=1, style=Qt.DashLine))
         for key, curve in self.curves.items():
+            if isinstance(curve, LivePoints):  # the swatch's colour in this theme
+                shown = self.legend_color(self._own_colors[key])
+                curve.setSymbolPen(pg.mkPen(shown))
+                curve.setSymbolBrush(pg.mkBrush(shown))
+                continue
             if isinstance(curve, LiveLine):
                 pen = curve.pen
             elif isinstance(curve, pg.PlotCurveItem):

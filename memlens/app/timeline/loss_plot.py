@@ -1,4 +1,5 @@
-"""Loss (left axis) and global grad norm (right axis) against steps."""
+"""Loss (left axis), the validation loss (points, left axis) and global grad norm (right
+axis) against steps."""
 
 from __future__ import annotations
 
@@ -7,12 +8,19 @@ import pyqtgraph as pg
 
 from memlens.app.series.run_series import RunSeries
 from memlens.app.timeline.live_plot import LivePlot
-from memlens.app.timeline.plot_style import GRAD_NORM_COLOR, LOSS_COLOR, legend_row
+from memlens.app.timeline.plot_style import (
+    EVAL_LOSS_COLOR,
+    GRAD_NORM_COLOR,
+    LOSS_COLOR,
+    legend_row,
+)
 from memlens.core.units import format_number
 
 
 class LossPlot(LivePlot):
-    """`curves["loss"]` on the left axis; `curves["grad_norm"]` in `grad_view`, right axis."""
+    """`curves["loss"]` on the left axis with `curves["eval_loss"]` (a point at each step a
+    validation run followed: steps.csv's eval_loss); `curves["grad_norm"]` in `grad_view`,
+    right axis."""
 
     log_floor = 1e-4
 
@@ -34,6 +42,7 @@ class LossPlot(LivePlot):
         self.add_curve("loss", LOSS_COLOR, z=5, finite=False)
         self.add_curve("grad_norm", GRAD_NORM_COLOR, z=5, view=self.grad_view,
                        finite=False)
+        self.add_points("eval_loss", EVAL_LOSS_COLOR, z=6)
         item.getAxis("left").setTextPen(LOSS_COLOR)
 
     def _sync_views(self) -> None:
@@ -57,15 +66,21 @@ class LossPlot(LivePlot):
         xs = xs + self.ghost_x_shift
         self.curves["loss"].setData(xs, rows[0])
         self.curves["grad_norm"].setData(xs, rows[1])
+        steps, evals = run.eval_points(x0 - 0.5, x1 - 0.5)
+        self.curves["eval_loss"].setData(steps + self.ghost_x_shift, evals)
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
-        loss = grad = head = ""
+        loss = grad = head = evaluated = ""
         found = run.step_record_at(x) if run is not None else None
         if found is not None:
             step, values = found
             loss, grad = format_number(values["loss"]), format_number(values["grad_norm"])
+            evaluated = format_number(values["eval_loss"])
             head = f"<i>step {step}</i>"
+        has_evals = run is not None and run.evals.n > 0
         parts = [head, self.swatch(LOSS_COLOR, "loss", loss),
+                 self.swatch(EVAL_LOSS_COLOR, "validation loss", evaluated)
+                 if has_evals else "",
                  self.swatch(GRAD_NORM_COLOR, "grad norm", grad),
                  self.pin_legend(pins, None if x is None else lambda s: _ghost_loss(s, x))]
         return legend_row(parts)

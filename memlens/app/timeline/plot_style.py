@@ -29,6 +29,7 @@ RSS_COLOR = "#006D5B"  # the process's resident memory
 HEAP_COLOR = "#B8009F"  # malloc's in-use bytes (CPU)
 LOSS_COLOR = "#1F77B4"
 GRAD_NORM_COLOR = "#E07B00"
+EVAL_LOSS_COLOR = "#2CA02C"  # a validation run's loss, a point at the step it followed
 TOGGLE_COLOR = "#2F6FB0"
 ERROR_COLOR = "#D62728"
 INFO_COLOR = "#8C6D31"

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import csv
 import json
+import os
 import queue
 import threading
 import time
@@ -39,6 +40,7 @@ from memlens.core.runfolder.format import (
     CUDA_SNAPSHOT,
     MEMORY_CSV,
     MEMORY_HEADER,
+    RUN_FILE_NAMES,
     RUN_FORMAT,
     RUN_FORMAT_VERSION,
     RUN_JSON,
@@ -131,6 +133,18 @@ class FolderFiles:
         self._doc["finished"] = True  # runfolder.header: the writer ended its run
         self.flush()
         self._write_json()
+
+    def move_to(self, folder: Path) -> None:
+        """The run's files into `folder` (made if need be), each linked there exclusively
+        (never over a file there) and then unlinked here: the open files stay open."""
+        folder.mkdir(parents=True, exist_ok=True)
+        self.flush()
+        names = [n for n in RUN_FILE_NAMES if os.path.lexists(self.folder / n)]
+        for name in names:
+            os.link(self.folder / name, folder / name, follow_symlinks=False)
+        for name in names:
+            os.unlink(self.folder / name)
+        self.folder = folder
 
     # --- helpers ---------------------------------------------------------------------------
     def flush(self) -> None:
@@ -228,6 +242,15 @@ class RunWriter:
             self._files.on_finish(summary)
         finally:
             self.close()
+
+    def move_to(self, folder: str | Path) -> None:
+        """Move the run, as written so far, into `folder` (a new run folder: a rank's inside
+        the job's) and write on there; returns once moved. Raises what failed (FileExistsError
+        where `folder` holds one of its files already)."""
+        folder = Path(folder)
+        self._post(self._files.move_to, folder)
+        self.flush()
+        self.folder = folder
 
     # --- control ------------------------------------------------------------------------------
     def flush(self) -> None:

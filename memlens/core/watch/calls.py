@@ -1,7 +1,7 @@
 """A watch's root forward calls and backward roots, followed until their fate is known, and
-the diagnoses that come from them: 1 (a forward under grad never backwarded, and what keeps
-such graphs), 2 (a graph kept across steps), 4 (carried state without detach) and 5
-(validation in train mode).
+the diagnoses that come from them: 1 (a forward under grad never backwarded; what keeps
+such graphs: core.watch.kept), 2 (a graph kept across steps), 4 (carried state without
+detach), 5 (validation in train mode) and 8 (a graph backwarded twice).
 
 Nothing here holds a user's tensor or graph: forward calls are followed by the native
 CallTracker's weak node pointers where it is built (core/native/call_tracker.h), else by a
@@ -18,6 +18,7 @@ from typing import Any
 from torch import Tensor
 
 from memlens.core.findings import (
+    BACKWARD_TWICE,
     EVAL_IN_TRAIN_MODE,
     GRAD_NOT_BACKWARDED,
     GRAPH_KEPT,
@@ -26,6 +27,7 @@ from memlens.core.findings import (
 )
 from memlens.core.units import byte_figure
 from memlens.core.watch import diagnoses as dx
+from memlens.core.watch.kept import KeptOutputs
 
 OUTPUT_DEPTH, OUTPUT_ITEMS = 3, 16  # how deep, and how many items of each, outputs are read
 
@@ -33,17 +35,18 @@ OUTPUT_DEPTH, OUTPUT_ITEMS = 3, 16  # how deep, and how many items of each, outp
 class Mark:
     """Kept in an autograd node's metadata: alive exactly as long as the node is."""
 
-    __slots__ = ("__weakref__", "kind", "step", "where")
+    __slots__ = ("__weakref__", "backwards", "kind", "step", "where")
 
     def __init__(self, step: int, kind: str, where: str) -> None:
         self.step, self.kind, self.where = step, kind, where
+        self.backwards = 0  # backwards given this node as their root
 
 
 class Call:
     """One root forward call: who, where, how long, and whether backward reached it."""
 
-    __slots__ = ("book", "bytes", "fired", "grad", "handle", "mark", "model", "ms", "site",
-                 "step", "train_layers", "tried")
+    __slots__ = ("book", "bytes", "fired", "grad", "handle", "kept", "mark", "model", "ms",
+                 "site", "step", "train_layers", "tried")
 
     def __init__(self, book: CallBook, step: int, model: str, site: str, grad: bool,
                  train_layers: bool) -> None:
@@ -51,6 +54,7 @@ class Call:
         self.grad, self.train_layers = grad, train_layers
         self.fired = 0
         self.tried = False  # a backward of its step raised: its fate is not known
+        self.kept = False  # never backwarded and alive at a step's end (core.watch.kept)
         self.handle = -1
         self.ms = 0.0
         self.bytes = 0
@@ -109,12 +113,12 @@ Report = Callable[..., None]  # (key, where, message, explanation, fix, nbytes, 
 class CallBook:
     """The calls of the current step and those whose fate is still open."""
 
-    def __init__(self, native, report: Report) -> None:
+    def __init__(self, native, report: Report, held_bytes: Callable[[], int]) -> None:
+        """`held_bytes()`: the activations (bytes saved for backward) at this step's end."""
         tracker = self._tracker = native.CallTracker() if native is not None else None
         self.track, self.fired, self.alive, self.release = (
             tracker.fast_functions() if tracker is not None else (None, None, None, None))
-        self.held: list[Call] = []  # never backwarded, alive past their step: kept by the loop
-        self._held_sites: set[str] = set()  # forward sites whose kept graphs were reported
+        self.kept = KeptOutputs(report, held_bytes, self._reaches_held)
         self.report = report
         self.calls: list[Call] = []  # this step's
         self.pending: list[Call] = []  # ended steps' calls not settled yet
@@ -145,10 +149,15 @@ class CallBook:
 
     def mark_loss(self, root: Tensor, step: int, where: str) -> None:
         fn = root.grad_fn
-        if fn is not None and "memlens" not in fn.metadata:
+        if fn is None:
+            return
+        m = fn.metadata.get("memlens")
+        if m is None:
             m = Mark(step, "loss", where)
             fn.metadata["memlens"] = m
             self.backward_marks.append(weakref.ref(m))
+        if isinstance(m, Mark):
+            m.backwards += 1
 
     def end_step(self) -> None:
         self.pending += self.calls
@@ -157,15 +166,15 @@ class CallBook:
     # --- diagnoses ------------------------------------------------------------------------------
     def settle(self, step: int, final: bool) -> None:
         """Forward calls whose fate is known: backwarded, or not (diagnoses 1 and 5). One
-        never backwarded whose graph outlives its step is kept by the loop (a list of
-        validation outputs): those are reported together, with what holds them, once they
-        span two steps (or at the end)."""
-        keep, reached = [], []
+        never backwarded whose graph outlives its step's end is followed on: the loop may
+        keep it (core.watch.kept)."""
+        reached = []
         for c in self.reached:
             if c.alive():
                 reached.append(c)
             else:
                 c.release()
+        alive, dead = [], []
         for c in self.pending:
             if not c.grad:
                 continue
@@ -174,22 +183,18 @@ class CallBook:
                     reached.append(c)
                 else:
                     c.release()
-                continue
-            if c.tried or (self.uncounted and c.handle >= 0):  # no diagnosis 1 unknowing
+            elif (c.tried or (self.uncounted and c.handle >= 0)  # no diagnosis 1 unknowing
+                    or c.site in self.kept.reported):  # its site's kept graphs were reported
                 c.release()
-                continue
-            alive = c.alive()
-            if alive and not final and c.step == step:
-                keep.append(c)  # it may be backwarded by the next step still
-            elif alive:
-                self.held.append(c)
-            elif c.site in self._held_sites:  # its site's kept graphs were reported
-                c.release()
+            elif c.alive():
+                alive.append(c)  # it may be backwarded by a later step still
             else:
-                self._not_backwarded(c)
-        self.pending = keep
+                dead.append(c)
+        self.pending = alive
         self.reached = reached
-        self._settle_held(final)
+        self.kept.settle(step, alive, dead, final, self._not_backwarded, self.eval_in_train)
+        if final:
+            self.pending = []
 
     def _not_backwarded(self, c: Call) -> None:
         self.report(
@@ -205,46 +210,6 @@ class CallBook:
         if c.train_layers:
             self.eval_in_train(c)
         c.release()
-
-    def _settle_held(self, final: bool) -> None:
-        held: dict[str, list[Call]] = {}
-        for c in self.held:
-            if c.site in self._held_sites:  # its site's kept graphs were reported
-                c.release()
-            elif not c.alive():  # let go of before it was named: one call's graph, as such
-                self._not_backwarded(c)
-            else:
-                held.setdefault(c.site, []).append(c)
-        self.held = []
-        for site, calls in held.items():
-            if final or len({c.step for c in calls}) > 1:
-                self._held_sites.add(site)
-                self._report_held(calls)
-            else:
-                self.held += calls
-
-    def _report_held(self, held: list[Call]) -> None:
-        first, last = held[0], held[-1]
-        found = dx.find_holder(self._reaches_held(held))
-        holder, where = found if found else ("a reference memlens could not name", first.site)
-        total = sum(c.bytes for c in held)
-        steps = last.step - first.step + 1
-        self.report(
-            GRAD_NOT_BACKWARDED, where,
-            f"{first.model} forward under grad is never backwarded, and its outputs are kept: "
-            f"{holder} holds the graphs of {len(held)} calls (at {first.site}), "
-            f"{byte_figure(total)} saved for backward"
-            + (f", +{byte_figure(total / steps)} a step" if steps > 1 else ""),
-            "A forward with grad enabled keeps every tensor its backward would need for as "
-            "long as its output lives: kept in a list, each call's graph stays, and memory "
-            "grows with every call.",
-            "wrap the forward in `torch.no_grad()` (and call model.eval() for validation), "
-            "or keep `.detach()`ed outputs or `.item()` values",
-            total or None)
-        for c in held:
-            if c.train_layers:
-                self.eval_in_train(c)
-            c.release()
 
     def _reaches_held(self, held: list[Call]):
         """A predicate: a tensor's graph reaches an output node of one of `held`."""
@@ -278,19 +243,21 @@ class CallBook:
             fix_of(EVAL_IN_TRAIN_MODE), None)
 
     def check_graph_kept(self, step: int, retained_bytes: int) -> None:
-        """Diagnosis 2: a loss's graph from an earlier step still alive at this step's end."""
+        """Diagnosis 2: a loss's graph from an earlier step still alive at this step's end:
+        the loss passed to backward (marked in its node), or a backwarded forward's output
+        (its node followed by weak pointer) that something derived from it keeps: `loss`
+        kept while `loss / k` was backwarded, a model's outputs kept whole."""
         if self.graph_kept_reported:
             self.backward_marks = []
             return
-        old = self._old_marks(step)
-        if old:  # a graph in a reference cycle waits for the collector: not a holder
+        old, calls = self._old_marks(step), self._old_calls(step)
+        if old or calls:  # a graph in a reference cycle waits for the collector: not a holder
             import gc
 
             gc.collect()
-            old = self._old_marks(step)
-        if not old:
-            return
-        if len(old) < 2 and not retained_bytes:
+            old, calls = self._old_marks(step), self._old_calls(step)
+        steps = {m.step for m in old} | {c.step for c in calls}
+        if not steps or (len(steps) < 2 and not retained_bytes):
             # One backwarded loss held a while (`loss` returned from an epoch): nothing
             # saved, nothing growing. Kept graphs that grow keep more than one, or bytes.
             return
@@ -300,17 +267,23 @@ class CallBook:
             m = node.metadata.get("memlens")
             return m is not None and id(m) in marks
 
-        found = dx.find_holder(dx.reaches_node(is_old))
-        holder, where = found if found else ("a reference memlens could not name", old[0].where)
+        to_marks, to_calls = dx.reaches_node(is_old), self._reaches_held(calls)
+        found = dx.find_holder(lambda t: to_marks(t) or (bool(calls) and to_calls(t)))
+        first = min(steps)
+        origin = next((m.where for m in old if m.step == first), None) or next(
+            (c.site for c in calls if c.step == first), "")
+        holder, where = found if found else ("a reference memlens could not name", origin)
         self.graph_kept_reported = True
-        alive = sum(1 for r in self.backward_marks if (m := r()) is not None and m.step < step)
+        alive = {m.step for r in self.backward_marks if (m := r()) is not None and m.step < step}
+        alive |= {c.step for c in self.reached if c.step < step and c.alive()}
         self.report(
             GRAPH_KEPT, where,
-            f"the autograd graph of step {old[0].step}'s loss is still alive at step {step}'s "
-            f"end ({alive} losses of earlier steps alive), held by {holder}",
+            f"the autograd graph of step {first}'s loss is still alive at step {step}'s "
+            f"end (the graphs of {len(alive)} earlier steps alive), held by {holder}",
             "A tensor that requires grad keeps its whole graph (and, before backward, every "
-            "saved tensor): summing losses or keeping outputs in a list makes memory grow "
-            "each step.",
+            "saved tensor): summing losses or keeping them, or a model's outputs, in a list "
+            "makes memory grow each step. What is kept need not be what was backwarded: "
+            "keeping `loss` while backwarding `loss / n` keeps `loss`'s graph.",
             fix_of(GRAPH_KEPT),
             retained_bytes or None, once=False)
 
@@ -330,14 +303,24 @@ class CallBook:
         self.backward_marks = alive
         return old
 
-    def explain_backward_error(self, exc: RuntimeError, where_now: str,
+    def _old_calls(self, step: int) -> list[Call]:
+        """Backwarded forwards of two or more steps back whose outputs' graph is alive, and
+        which one backward reached: a graph later backwards run through again is carried
+        into them (an RNN's hidden state with retain_graph=True: diagnosis 6's)."""
+        return [c for c in self.reached if c.step < step - 1 and c.reached() == 1
+                and c.alive()]
+
+    def explain_backward_error(self, exc: RuntimeError, step: int, roots: list,
                                carried: tuple[str, str, str] | None = None) -> None:
-        """Diagnosis 4: "backward through the graph a second time" names the forward whose
-        output node the failing backward reached for the second time. With
-        retain_graph=True the same carried state fails otherwise: the earlier step's graph
-        saved weights that its optimizer step has changed in place since ("modified by an
-        inplace operation"); that is this bug where the backward reached an earlier step's
-        forward again, or the step's model was given a tensor carrying an earlier graph."""
+        """Diagnoses 4 and 8. "Backward through the graph a second time" where the failing
+        backward reached an earlier step's forward a second time, or a model was given a
+        tensor carrying an earlier graph, is carried state (4); where it is the same loss
+        backwarded again, or a graph of this step that an earlier backward of this step
+        freed, it is a graph backwarded twice (8). With retain_graph=True carried state
+        fails otherwise: the earlier step's graph saved weights that its optimizer step has
+        changed in place since ("modified by an inplace operation"); that is 4 where the
+        backward reached an earlier step's forward again, or the model was given a tensor
+        carrying an earlier graph."""
         self.backward_failed()
         text = str(exc)
         twice = "backward through the graph a second time" in text
@@ -347,6 +330,12 @@ class CallBook:
         origin = next((c for c in reversed(calls) if c.grad and c.reached() > 1), None)
         if not twice and origin is None and carried is None:
             return  # an in-place change of the user's own: autograd's message says it all
+        where_now = dx.call_site(1)
+        again = any(isinstance(m := getattr(r.grad_fn, "metadata", {}).get("memlens"), Mark)
+                    and m.backwards > 1 for r in roots if r.grad_fn is not None)
+        if twice and carried is None and (again or origin is None or origin.step >= step):
+            self._backwarded_twice(where_now, again, origin)
+            return
         where = origin.site if origin else carried[1] if carried else where_now
         self.report(
             STATE_NOT_DETACHED, where,
@@ -360,4 +349,17 @@ class CallBook:
             "at the previous batch's graph: the previous backward freed its saved tensors, "
             "or (with retain_graph=True) the optimizer has since changed the weights it saved.",
             fix_of(STATE_NOT_DETACHED),
+            None, phase="backward")
+
+    def _backwarded_twice(self, where: str, again: bool, origin: Call | None) -> None:
+        self.report(
+            BACKWARD_TWICE, where,
+            ("backward was called again on a loss it had already run through"
+             if again else "backward ran through a graph an earlier backward had freed")
+            + (f" (the graph of the {origin.model} forward at {origin.site})" if origin
+               else ""),
+            "Backward frees the tensors a graph saved as it runs through it: a second "
+            "backward through the same graph (the same loss again, or two losses of one "
+            "forward each backwarded on its own) finds them gone.",
+            fix_of(BACKWARD_TWICE),
             None, phase="backward")

@@ -17,6 +17,8 @@ from memlens.core.records import RunEvent
 
 _TORCH_DIR = str(Path(torch.__file__).parent)
 _CORE_DIR = str(Path(__file__).resolve().parents[2])  # memlens: all of its own code
+# A checkout's `main.py` (memlens's entry beside the package): memlens's, not the user's
+_ENTRY = str(Path(__file__).resolve().parents[3] / "main.py")
 GRAPH_WALK_LIMIT = 5000  # nodes looked at per candidate tensor when naming a holder
 
 
@@ -30,7 +32,7 @@ def is_user_file(filename: str) -> bool:
     """A frame of the user's program: not torch's, not memlens's, not Python's own, not an
     installed training framework's."""
     if filename.startswith((_TORCH_DIR, _CORE_DIR, "<frozen")) or filename.endswith(
-            ("runpy.py", "functools.py", "contextlib.py")):
+            ("runpy.py", "functools.py", "contextlib.py")) or filename == _ENTRY:
         return False
     return not ("-packages" in filename and any(f in filename for f in _FRAMEWORKS))
 
@@ -40,7 +42,7 @@ _USER_CODE: dict[Any, bool] = {}  # code object -> is_user_file(its file): asked
 
 def user_frames(depth: int = 1) -> Iterator[Any]:
     """The user's frames on the stack now, innermost first."""
-    f = sys._getframe(depth)
+    f = _frame(depth)
     while f is not None:
         if is_user_file(f.f_code.co_filename):
             yield f
@@ -52,7 +54,7 @@ def program_frames(depth: int = 1) -> Iterator[Any]:
     not theirs above them (memlens running the script, or the shell that called it): the
     program being watched, not what runs it."""
     started = False
-    f = sys._getframe(depth)
+    f = _frame(depth)
     while f is not None:
         if is_user_file(f.f_code.co_filename):
             started = True
@@ -62,9 +64,21 @@ def program_frames(depth: int = 1) -> Iterator[Any]:
         f = f.f_back
 
 
+def _frame(depth: int):
+    """The frame `depth` calls up, or the outermost one where the stack is not that deep (a
+    script's own module-level code, called straight from the interpreter)."""
+    while depth > 0:
+        try:
+            return sys._getframe(depth + 1)
+        except ValueError:
+            depth -= 1
+    return sys._getframe(1)
+
+
 def call_site(depth: int = 2) -> str:
-    """file:line of the innermost user frame (the line that called into torch)."""
-    f = sys._getframe(depth)
+    """file:line of the innermost user frame (the line that called into torch), looked for
+    from `depth` calls up (memlens's and torch's own frames are passed over anyway)."""
+    f = _frame(depth)
     known = _USER_CODE
     while f is not None:
         code = f.f_code
@@ -121,19 +135,37 @@ def _reaches(t: torch.Tensor, is_old) -> bool:
     return False
 
 
+_NESTED = 64  # of a list's newest items, those looked into when they hold tensors themselves
+_ITEM_TENSORS = 16  # tensors looked at in one such item (a ModelOutput, an (out, hidden))
+
+
 def _tensors_in(value: Any) -> Iterator[tuple[str, torch.Tensor]]:
     """(suffix, tensor) for a value: a tensor, or the tensors in a list, a tuple (the newest
-    first: what a loop appends to) or a dict."""
+    first: what a loop appends to) or a dict, and inside their items where those are dicts,
+    tuples or lists (a list of Hugging Face ModelOutputs, of `(log_prob, value)` pairs)."""
     if isinstance(value, torch.Tensor):
         yield "", value
     elif isinstance(value, (list, tuple)) and len(value) <= 100_000:
-        for v in reversed(value):
+        for i, v in enumerate(reversed(value)):
             if isinstance(v, torch.Tensor):
                 yield "", v
+            elif i < _NESTED:
+                for t in _item_tensors(v):
+                    yield "", t
     elif isinstance(value, dict) and len(value) <= 100_000:
-        for k, v in value.items():
-            if isinstance(v, torch.Tensor):
-                yield f"[{k!r}]", v
+        for v in list(value.values()):
+            for t in [v] if isinstance(v, torch.Tensor) else _item_tensors(v):
+                yield " (a dict)", t
+
+
+def _item_tensors(v: Any) -> list[torch.Tensor]:
+    if isinstance(v, dict):
+        items = list(v.values())[:_ITEM_TENSORS]
+    elif isinstance(v, (list, tuple)):
+        items = list(v[:_ITEM_TENSORS])
+    else:
+        return []
+    return [t for t in items if isinstance(t, torch.Tensor)]
 
 
 def reaches_node(is_old):
@@ -145,28 +177,67 @@ def find_holder(reaches) -> tuple[str, str] | None:
     """The user variable whose tensor's graph `reaches` (a predicate on a tensor) what is
     looked for: (description, file:line of its assignment, or the frame's line). Looks at
     the locals of the user's frames, their modules' globals, and the attributes of `self`
-    in those frames; in a list or a dict, at its tensors."""
+    in those frames; in a list or a dict, at its tensors. Then at the attributes of the
+    objects those variables hold: a model (a LightningModule's `self.train_losses`) or an
+    object of a class the user wrote (a Trainer subclass's `self.kept`)."""
+    frames = list(user_frames(2))
+    return _in_variables(frames, reaches) or _in_attributes(frames, reaches)
+
+
+def _scopes(frames: list) -> Iterator[tuple[Any, str, dict]]:
+    """(frame, pattern, names) of the user's frames: locals, globals (once), self's."""
     seen_globals: set[int] = set()
-    for f in user_frames(2):
+    for f in frames:
         func = f.f_code.co_name
-        scopes = [] if func == "<module>" else [(f"local `{{}}` in {func}()", f.f_locals)]
+        if func != "<module>":
+            yield f, f"local `{{}}` in {func}()", f.f_locals
         if id(f.f_globals) not in seen_globals:
             seen_globals.add(id(f.f_globals))
-            scopes.append(("global `{}`", f.f_globals))
+            yield f, "global `{}`", f.f_globals
         obj = f.f_locals.get("self")
         if obj is not None and hasattr(obj, "__dict__"):
-            scopes.append(("attribute `self.{}`", vars(obj)))
-        for pattern, names in scopes:
-            for name, value in list(names.items()):
-                if name.startswith("__"):
-                    continue
-                for suffix, t in _tensors_in(value):
-                    if t.requires_grad and reaches(t):
-                        where = (assignment_site(f, name)
-                                 or f"{f.f_code.co_filename}:{f.f_lineno}")
-                        what = pattern.format(name) + (f" ({suffix} of it)" if suffix else "")
-                        return what, where
+            yield f, "attribute `self.{}`", vars(obj)
+
+
+def _in_variables(frames: list, reaches) -> tuple[str, str] | None:
+    for f, pattern, names in _scopes(frames):
+        for name, value in list(names.items()):
+            if name.startswith("__"):
+                continue
+            for suffix, t in _tensors_in(value):
+                if t.requires_grad and reaches(t):
+                    where = assignment_site(f, name) or f"{f.f_code.co_filename}:{f.f_lineno}"
+                    return pattern.format(name) + suffix, where
     return None
+
+
+def _in_attributes(frames: list, reaches) -> tuple[str, str] | None:
+    looked: set[int] = set()
+    for f, _pattern, names in _scopes(frames):
+        for name, value in list(names.items()):
+            if name.startswith("__") or id(value) in looked or not _keeps_state(value):
+                continue
+            looked.add(id(value))
+            for attr, held in list(vars(value).items()):
+                if attr.startswith("__"):
+                    continue
+                for suffix, t in _tensors_in(held):
+                    if t.requires_grad and reaches(t):
+                        where = (attribute_site(type(value), attr)
+                                 or f"{f.f_code.co_filename}:{f.f_lineno}")
+                        return f"attribute `{name}.{attr}`{suffix}", where
+    return None
+
+
+def _keeps_state(value: Any) -> bool:
+    """A model, or an object of a class written in a user file."""
+    if isinstance(value, torch.nn.Module):
+        return True
+    if isinstance(value, type) or not hasattr(value, "__dict__"):
+        return False
+    module = sys.modules.get(type(value).__module__)
+    filename = getattr(module, "__file__", None)
+    return bool(filename) and is_user_file(filename)
 
 
 def assignment_site(frame, name: str) -> str:
@@ -179,11 +250,41 @@ def assignment_site(frame, name: str) -> str:
         else:
             lines, start = inspect.getsourcelines(frame.f_code)
             source = "".join(lines)
-        import textwrap
-
-        tree = ast.parse(textwrap.dedent(source))
-    except (OSError, TypeError, SyntaxError, UnicodeDecodeError):
+    except (OSError, TypeError, UnicodeDecodeError):
         return ""
+    line = _best_line(source, name)
+    if line is None:
+        return ""
+    return f"{filename}:{line + (start - 1 if frame.f_code.co_name != '<module>' else 0)}"
+
+
+def attribute_site(cls: type, attr: str) -> str:
+    """file:line where `self.<attr>` is appended to, accumulated or assigned in the methods
+    of `cls` or of the user's classes it derives from."""
+    for klass in cls.__mro__:
+        try:
+            filename = inspect.getsourcefile(klass) or ""
+            if not is_user_file(filename):
+                continue
+            lines, start = inspect.getsourcelines(klass)
+        except (OSError, TypeError):
+            continue
+        line = _best_line("".join(lines), attr)
+        if line is not None:
+            return f"{filename}:{line + start - 1}"
+    return ""
+
+
+def _best_line(source: str, name: str) -> int | None:
+    """The line (1-based in `source`) where `name` (a variable, or an attribute of that
+    name) grows: `+=`, `append`/`extend`/`insert`, `x = x + ...`, `d[k] = ...`; else where
+    it is plainly assigned."""
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except (SyntaxError, ValueError):
+        return None
     best: tuple[int, int] | None = None  # (rank, line)
     for node in ast.walk(tree):
         rank = None
@@ -192,16 +293,16 @@ def assignment_site(frame, name: str) -> str:
                  and _named(node.func.value, name))
         if grows or (isinstance(node, ast.AugAssign) and _named(node.target, name)):
             rank = 0
+        elif isinstance(node, ast.Assign) and any(
+                isinstance(t, ast.Subscript) and _named(t.value, name) for t in node.targets):
+            rank = 0  # `preds[k] = model(x)`
         elif isinstance(node, ast.Assign) and any(_named(t, name) for t in node.targets):
             # `x = x + loss`, `x = torch.cat([x, out])`: an accumulation too
             uses = any(_named(n, name) for n in ast.walk(node.value))
             rank = 0 if uses else 1
         if rank is not None and (best is None or (rank, node.lineno) < best):
             best = (rank, node.lineno)
-    if best is None:
-        return ""
-    line = best[1] + (start - 1 if frame.f_code.co_name != "<module>" else 0)
-    return f"{filename}:{line}"
+    return None if best is None else best[1]
 
 
 def _named(node: ast.AST, name: str) -> bool:

@@ -184,7 +184,11 @@ class Discovery:
     def add_optimizer(self, o: torch.optim.Optimizer, active: bool, held: bool = True) -> None:
         """A candidate may end steps (see required_optimizers); an active optimizer (passed
         in, or one that stepped) is also measured. `held`: the program made it or holds it
-        (else found among the process's objects at the start)."""
+        (else found among the process's objects at the start). A wrapper that steps
+        another (accelerate's AcceleratedOptimizer) is that optimizer."""
+        inner = o.__dict__.get("optimizer")
+        if isinstance(inner, torch.optim.Optimizer):
+            o = inner
         known = self._active_ids.get(id(o))
         if known is not None and known() is o:
             return  # the usual case, every step: measured already (so a candidate too)
@@ -240,8 +244,23 @@ class Discovery:
                 not self.explicit_models or id(module) in self.names)
             info = self.modules[id(module)] = ModelInfo(module, is_model)
             if is_model:
-                info.name = self.add_model(module)
+                info.name = self._part_of_model(module, info) or self.add_model(module)
         return info
+
+    def _part_of_model(self, module: nn.Module, info: ModelInfo) -> str | None:
+        """A module all of whose parameters are a known model's is that model, called in
+        part (a LightningModule's `self.net`, a GAN's `self.G`) or through a wrapper (DDP):
+        its calls are named `model.part` (or `model`), and no second model is listed."""
+        for m in self.found.model_list():
+            if m is module or id(m) not in self.names:
+                continue
+            if not info.param_ids <= frozenset(map(id, m.parameters())):
+                continue
+            name = self.names[id(m)]
+            self.models_seen[name].pop("called", None)
+            part = next((p for p, sub in m.named_modules() if sub is module), None)
+            return f"{name}.{part}" if part else name
+        return None
 
     def note_called(self, module: nn.Module, info: ModelInfo) -> None:
         """A model called under grad this step: its optimizers end the step."""
@@ -270,6 +289,12 @@ class Discovery:
                 or any(id(p) in called for g in o.param_groups for p in g["params"][:1])}
             self._required_key = key
         return self._required
+
+    @staticmethod
+    def is_wrapper(o) -> bool:
+        """An optimizer that steps another (accelerate's AcceleratedOptimizer, which steps
+        the one it wraps only at the end of an accumulation): its own step is no step."""
+        return isinstance(o.__dict__.get("optimizer"), torch.optim.Optimizer)
 
     def steppable_optimizers(self) -> list[torch.optim.Optimizer]:
         """The optimizers measured or held by the program, each once, less wrappers that

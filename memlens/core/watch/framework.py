@@ -1,6 +1,6 @@
 """What a framework's callback tells a watch (memlens.integrations: Lightning, Hugging Face)
-and the clip hook's call: where steps end, where the gradients are final, how a step's loss
-adds up, its evaluation loss, the model and optimizers it knows before the first step.
+and the clip hook's call: where steps end, where the gradients are final, its evaluation
+loss, the rank it runs as, the model and optimizers it knows before the first step.
 
 A part of `Watch` (its base class), kept apart because a plain script never calls it; it
 uses the session's state (`seen`, `norms`, `_guard`, the step's bookkeeping).
@@ -13,8 +13,8 @@ import contextlib
 import torch
 from torch import nn
 
-from memlens.core.watch.meta import optimizer_site
-from memlens.core.watch.roots import summed_loss
+from memlens.core.runfolder.claim import claim_out_folder
+from memlens.core.watch.meta import error_text, header, optimizer_site
 from memlens.core.watch.toggles import parse_changes
 
 
@@ -41,11 +41,6 @@ class FrameworkCalls:
         if id(optimizer) not in self._norm_taken:
             self._norm_taken.add(id(optimizer))
             self.norms.measure(optimizer, optimizer_site)
-
-    def losses_add_up(self) -> None:
-        """From now on a step's loss is the sum of its backwards' losses (Hugging Face's
-        Trainer: each micro-batch's is its share of the accumulated batch's)."""
-        self._step_loss = summed_loss
 
     def before_clip(self, params: list) -> None:
         """clip_grad_norm_ is about to clip `params` (TorchHooks): for each optimizer that
@@ -88,3 +83,19 @@ class FrameworkCalls:
                           once=True)
             return
         self.interventions.add(changes)
+
+    def take_rank(self, rank: int, world_size: int) -> None:
+        """This process is rank `rank` of `world_size`: the run, as written so far, moves
+        into `rank<N>` of its job's folder (the one it was given, where it was alone)."""
+        if (rank, world_size) == (self.rank, self.world_size) or world_size <= 1 or self.broken:
+            return
+        job = self.folder if self.world_size <= 1 else self.folder.parent
+        try:
+            folder = claim_out_folder(str(job / f"rank{rank}"))
+            self.writer.move_to(folder)
+        except Exception as exc:  # the run stays where it is
+            self.log.note("info", "rank folder", f"memlens could not move the run into "
+                          f"{job / f'rank{rank}'}: {error_text(exc)}; it stays in {self.folder}")
+            return
+        self.folder, self.rank, self.world_size = folder, rank, world_size
+        self.sink.on_start(header(self))

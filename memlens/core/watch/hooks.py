@@ -31,10 +31,11 @@ class TorchHooks:
     any other's forward; it must call `original(module, *args, **kwargs)` and return what it
     returns), the flags `in_forward` (a root call is running: nested calls go straight
     through) and `broken`, optimizer_pre(opt, args, kwargs), optimizer_post(opt),
-    optimizer_created(opt), backward(call, tensors, returns_grads=False) where `call()` runs
-    the original (`call(t)` with `t` for its first tensor, a loss scaled by AMP's scaler),
-    zero_grad(original, owner, args, kwargs), and before_clip(params) (clip_grad_norm_ is
-    about to clip them).
+    optimizer_created(opt), backward(call, tensors, inputs=None, returns_grads=False) where
+    `call()` runs the original (`call(t)` with `t` for its first tensor, a loss scaled by
+    AMP's scaler; `inputs`: what torch.autograd.grad takes the gradients of, where given as
+    a tensor or a sequence), zero_grad(original, owner, args, kwargs), and
+    before_clip(params) (clip_grad_norm_ is about to clip them).
     """
 
     def __init__(self, listener: Any) -> None:
@@ -107,7 +108,11 @@ class TorchHooks:
             if lst.in_forward or lst.broken:
                 return original(*args, **kwargs)
             outputs = args[0] if args else kwargs.get("outputs")
-            return lst.backward(lambda: original(*args, **kwargs), outputs, returns_grads=True)
+            inputs = args[1] if len(args) > 1 else kwargs.get("inputs")
+            if not isinstance(inputs, (torch.Tensor, list, tuple)):
+                inputs = None  # a generator is the original's to read: taken as training
+            return lst.backward(lambda: original(*args, **kwargs), outputs, inputs,
+                                returns_grads=True)
 
         return grad
 

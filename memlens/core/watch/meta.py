@@ -4,9 +4,12 @@ the session shares with them."""
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
+from memlens.core.recorder.output import choose_folder
 from memlens.core.records import RunSummary
+from memlens.core.runfolder.claim import claim_out_folder
 from memlens.core.runfolder.header import run_header
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.control_channel import WatchStopped
@@ -71,3 +74,12 @@ def launcher_rank() -> tuple[int, int]:
         return int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     except ValueError:
         return 0, 1
+
+
+def run_folder(out, script: str | None, force: bool, rank: int | None, in_job: bool) -> Path:
+    """The run's folder (recorder.output.choose_folder); `in_job`: `out` is a job's folder
+    another rank owns (a rank a framework started again): only `rank<N>` in it is claimed."""
+    if in_job:
+        return claim_out_folder(str(Path(out) / f"rank{rank or 0}"), force)
+    stem = Path(script).stem if script else "watch"
+    return choose_folder(out, f"watch-{stem}", force=force, rank=rank)

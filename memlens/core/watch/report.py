@@ -13,7 +13,12 @@ if TYPE_CHECKING:
 def print_summary(w: WatchSession, file: TextIO | None = None) -> None:
     out = file or sys.stderr
     steps = "1 step" if w.step_index == 1 else f"{w.step_index} steps"
-    print(f"memlens watch: {steps} recorded in {w.folder}", file=out)
+    rank = f" (rank {w.rank} of {w.world_size})" if w.world_size > 1 else ""
+    print(f"memlens watch: {steps} recorded in {w.folder}{rank}", file=out)
     for e in w.events:
         if e.kind == "diagnosis":
             print(f"  diagnosis: {e.message}\n    at {e.where}\n    fix: {e.fix}", file=out)
+        elif e.key == "ranks not recorded":
+            print(f"  {e.message}", file=out)
+    if w.world_size > 1 and w.rank == 0:
+        print(f"  every rank side by side: python main.py ranks {w.folder.parent}", file=out)

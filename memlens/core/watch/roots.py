@@ -1,68 +1,85 @@
-"""What a watch reads of the losses a script passes to backward."""
+"""What a watch reads of the losses a script passes to backward: a step's loss, and which
+backwards train at all.
+
+A step's loss (steps.csv `loss`, docs/watch.md) is the sum of the values its backwards were
+given, GradScaler's scale taken out. So one backward gives its loss; gradient accumulation's
+k backwards of `loss / k` add up to the mean of the micro-batches' losses (what Hugging
+Face's Trainer logs, and what Lightning and accelerate backward); two losses backwarded
+apart in one step (a GAN's D and G) add up. An optimizer that evaluates its closure several
+times in one step (LBFGS) counts the first evaluation once: the loss `step(closure)`
+returns. A gradient taken with respect to tensors that are no parameters (a saliency map,
+a gradient penalty's `autograd.grad(d_out, inputs)`) trains nothing: not a loss, and no
+step of its own.
+"""
 
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Iterable
 
-from torch import Tensor
+from torch import Tensor, nn
 
-# Nodes of `loss / k`, `loss * (1 / k)` and GradScaler's `loss * scale` at a backward's root
-_DIV, _MUL = "DivBackward0", "MulBackward0"
+_MUL = "MulBackward0"  # GradScaler's `loss * scale` at a backward's root
 _SCALER_MIN = 2.0**8  # GradScaler's scale: a power of two, 2**16 at first
 
 
-def root_loss(root: Tensor) -> tuple[float, float | None]:
-    """(the loss as the script's `loss.item()` reads it, k) for a backward's root.
-
-    GradScaler's `scaler.scale(loss)` multiplies by its scale, a tensor holding a power of
-    two: the loss is the one before it. k is the constant a root was divided by (`loss / k`,
-    or multiplied by 1 / k): gradient accumulation's, when a step makes k such backwards
-    (step_loss decides); None for any other root."""
+def root_loss(root: Tensor) -> float:
+    """The value a backward was given, as the script's `loss.item()` reads it, less
+    GradScaler's scale: `scaler.scale(loss)` multiplies by a tensor holding a power of two,
+    and the loss is the one before it."""
     value = _item(root)
     fn = root.grad_fn
-    name = type(fn).__name__ if fn is not None else ""
-    if name not in (_DIV, _MUL):
-        return value, None
+    if fn is None or type(fn).__name__ != _MUL:
+        return value
     other = getattr(fn, "_saved_other", None)
-    factor = _constant(other)
-    if factor is None or factor == 0:
-        return value, None
-    if name == _MUL and isinstance(other, Tensor) and factor >= _SCALER_MIN \
-            and math.log2(factor).is_integer():
-        return value / factor, None  # GradScaler's
-    k = factor if name == _DIV else 1.0 / factor
-    return value, k
-
-
-def step_loss(roots: list[tuple[float, float | None]]) -> float:
-    """A step's loss from its backwards' root_loss: the last one's, undivided where the step
-    made k backwards each divided by k (gradient accumulation, as Lightning and Hugging Face
-    do it: they log the loss before the division)."""
-    if not roots:
-        return math.nan
-    value = roots[-1][0]
-    n = len(roots)
-    if n > 1 and all(k is not None and abs(k - n) < 1e-6 for _, k in roots):
-        return value * n
+    if isinstance(other, Tensor) and other.numel() == 1 and not other.requires_grad:
+        factor = float(other.item())
+        if factor >= _SCALER_MIN and math.log2(factor).is_integer():
+            return value / factor
     return value
 
 
-def summed_loss(roots: list[tuple[float, float | None]]) -> float:
-    """A step's loss as the sum of its backwards' roots: Hugging Face's Trainer, whose
-    micro-batch losses are each their share of the accumulated batch's (divided by k, or
-    normalized by the batch's token count), and which logs their sum."""
-    return sum(v for v, _ in roots) if roots else math.nan
+class StepLosses:
+    """The losses of the step under way (see the module doc)."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        self._closure_at: int | None = None  # len(values) where a closure's step began
+
+    def add(self, root: Tensor) -> None:
+        self.values.append(root_loss(root))
+
+    def closure_begins(self) -> None:
+        """An optimizer step given a closure begins: its evaluations count once."""
+        self._closure_at = len(self.values)
+
+    def closure_ends(self) -> None:
+        at, self._closure_at = self._closure_at, None
+        if at is not None:
+            del self.values[at + 1:]
+
+    def value(self) -> float:
+        """The step's loss: the sum of its backwards' values (NaN where none ran)."""
+        return math.fsum(self.values) if self.values else math.nan
+
+    def reset(self) -> None:
+        self.values = []
+        self._closure_at = None
+
+
+def trains(inputs, parameters: Callable[[], Iterable[Tensor]]) -> bool:
+    """Whether `torch.autograd.grad(..., inputs)` takes gradients of parameters (a hand-written
+    update), not only of other tensors (a saliency map's image, a gradient penalty's
+    interpolates). `parameters()`: those of the models and optimizers found, asked for only
+    where no input is an nn.Parameter."""
+    items = [inputs] if isinstance(inputs, Tensor) else list(inputs or ())
+    tensors = [t for t in items if isinstance(t, Tensor)]
+    if not tensors or any(isinstance(t, nn.Parameter) for t in tensors):
+        return True
+    known = {id(p) for p in parameters()}
+    return any(id(t) in known for t in tensors)
 
 
 def _item(t: Tensor) -> float:
     v = t.item()
     return float(v.real if isinstance(v, complex) else v)
-
-
-def _constant(other) -> float | None:
-    """A divisor or factor that is a number, or a tensor of one value outside the graph."""
-    if isinstance(other, (int, float)) and not isinstance(other, bool):
-        return float(other)
-    if isinstance(other, Tensor) and other.numel() == 1 and not other.requires_grad:
-        return float(other.item())
-    return None

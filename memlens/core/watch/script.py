@@ -3,6 +3,7 @@ of `main.py watch`, memlens.cli.watch)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sys
@@ -34,12 +35,14 @@ def check_script(path: str) -> str | None:
 
 def run_script(script: str, script_args: list[str], *, out=None, precise: bool = False,
                capture_every: int = 0, quiet: bool = False, force: bool = False,
-               model_found=None, at=(), control: str | None = None) -> int:
+               model_found=None, at=(), control: str | None = None, around=None) -> int:
     """Run `script` under a watch; returns the exit code `python script ARGS` would have
     (2 where a toggle of `at` never applied: past the run's last step, or a script that
     made no step). `model_found`: called with each model at its first call
     (WatchSession.model_found); `at`, `control`: technique changes and the control channel
-    (core.watch.interventions)."""
+    (core.watch.interventions); `around(watch)`: a context manager the script runs inside,
+    left before the watch closes (memlens.integrations.relaunch: the ranks a framework
+    starts again)."""
     from memlens.core.runfolder.atomic import ExportError
     from memlens.core.runfolder.claim import discard_run
     from memlens.core.watch.control_channel import WatchStopped
@@ -62,8 +65,10 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
         return EXIT_BAD_INPUT
     code, error = 0, None
     old_term = _catch_sigterm()
+    outer = around(w) if around is not None else contextlib.nullcontext()
     try:
-        _run_as_main(path)
+        with outer:
+            _run_as_main(path)
     except SystemExit as exc:
         code = _exit_code(exc.code)
     except WatchStopped as exc:  # the app's Stop: between steps, the files complete

@@ -31,7 +31,6 @@ from torch import Tensor, nn
 
 from memlens.core.history import RunHistory
 from memlens.core.recorder.amp_casts import amp_cast_storages_of_nodes
-from memlens.core.recorder.output import choose_folder
 from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, Recorder
 from memlens.core.recorder.step import StepRecorder
 from memlens.core.records import RunEvent, RunSummary
@@ -40,6 +39,7 @@ from memlens.core.sinks import FanOut, GuardedSink
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.active import ACTIVE
 from memlens.core.watch.calls import Call, CallBook, output_nodes
+from memlens.core.watch.captures import EveryNCaptures
 from memlens.core.watch.events import Events
 from memlens.core.watch.found import Discovery, statistics_pass
 from memlens.core.watch.framework import FrameworkCalls
@@ -52,11 +52,13 @@ from memlens.core.watch.meta import (
     header,
     launcher_rank,
     optimizer_site,
+    run_folder,
     summary,
 )
+from memlens.core.watch.module_cache import ModuleCaches
 from memlens.core.watch.norms import GradNorms
 from memlens.core.watch.report import print_summary
-from memlens.core.watch.roots import root_loss, step_loss
+from memlens.core.watch.roots import StepLosses, trains
 from memlens.core.watch.toggles import parse_changes
 
 # A step's rows are handed to the writer at most this long after the step ends, a batch at
@@ -89,19 +91,19 @@ class WatchSession(FrameworkCalls):
                  argv: list[str] | None = None, force: bool = False,
                  announce: bool = False, rank: tuple[int, int] | None = None,
                  model_found: Callable[[nn.Module], None] | None = None,
-                 at=(), control: str | None = None) -> None:
-        """`at`, `control`: technique changes, the control channel (interventions)."""
+                 at=(), control: str | None = None, in_job: bool = False) -> None:
+        """`at`, `control`: technique changes, the control channel (interventions);
+        `in_job`: a rank a framework started again claims only its rank's folder."""
         if ACTIVE:
             raise RuntimeError("memlens.watch: a watch is already recording in this process; "
                                "close it first (one watch at a time)")
-        if capture_every < 0:
+        if capture_every < 0:  # before the folder is claimed
             raise ValueError(f"capture_every must be >= 0, got {capture_every}")
         schedule = parse_changes(at)  # ConfigError (a ValueError) for a bad one
         # (rank, world size): a framework's own (Lightning's global_rank), else torchrun's
         self.rank, self.world_size = rank if rank is not None else launcher_rank()
-        stem = Path(script).stem if script else "watch"
-        self.folder = choose_folder(out, f"watch-{stem}", force=force,
-                                    rank=self.rank if self.world_size > 1 else None)
+        self.folder = run_folder(out, script, force, self.rank if self.world_size > 1 else None,
+                                 in_job)
         history = RunHistory() if schedule or control else None
         self.writer, self.sink = _run_sink(self.folder, precise, history, self._fail)
         self.precise_requested, self.capture_every = precise, capture_every
@@ -123,9 +125,12 @@ class WatchSession(FrameworkCalls):
         self.interventions = None if history is None else Interventions(
             schedule, control, post=self.log.add, now=self.steps.now, publish=self.sink.on_start,
             flush=self.steps.flush, models=self.found.model_list)
-        self.book = CallBook(self.rec.native, self.log.report)
+        # the activations at a step's end: what outputs kept past it hold (core.watch.kept)
+        self.book = CallBook(self.rec.native, self.log.report,
+                             lambda: self.steps.last_figures[1])
         self.norms = GradNorms(self.rec.native, self.log.report)
         self.growth = GraphGrowth(self.log.report)
+        self.caches = ModuleCaches(self.log.report)
         self.probe = None
         self._probe_key: tuple = ()
         self.device = torch.device("cpu")
@@ -135,20 +140,22 @@ class WatchSession(FrameworkCalls):
         self.closed, self.broken, self._manual_steps = False, False, False
         self.exit_code: int | None = None
         self._joined = 0  # memlens.watch() calls inside a script this watch records
-        self._capture = None  # a GraphCapture between a step's first forward and backward
-        self._captured: set[int] = set()
+        self.captures = EveryNCaptures(
+            capture_every, lambda: self.rec.begin_capture(self.seen.models_by_name()),
+            self.sink.on_graph, lambda text: self.log.note("info", "graph capture", text,
+                                                           once=True))
         self.in_forward = False  # a root module call is running (TorchHooks reads it)
         self._root: tuple | None = None
         self._backward_depth = 0
         self._stepped: set[int] = set()
         self._after_backward = False
-        self._roots: list[tuple] = []  # this step's backwards' losses (roots.root_loss)
+        self.losses = StepLosses()  # this step's backwards' losses
         self._graph_nodes = 0
         self._amp_seen = False
         self._closure = False  # the optimizer step under way was given a closure
         self._norm_taken: set[int] = set()  # optimizers whose norm grads_final took this step
         self._eval_loss = math.nan  # this step's, as a framework reported it (note_eval_loss)
-        self._step_loss = step_loss  # a step's loss from its backwards' roots
+        self.last_record = None  # the last step's StepRecord (a framework's logger reads it)
         # Called with each model found, at its first call (main.py watch: a framework's
         # callback joins the recording, memlens.integrations.attach); a fault costs a note.
         self.model_found = model_found
@@ -353,12 +360,12 @@ class WatchSession(FrameworkCalls):
             self._ensure_probe()
         if grad:
             self.seen.note_called(module, info)
+            if self.caches.pending:  # before this forward runs: what earlier steps cached
+                self.caches.scan(self.seen.models_by_name(), self.step_index)
         call = Call(self.book, self.step_index, info.name, dx.call_site(3), grad,
                     info.eval_layers and module.training)
-        if grad and self.capture_every and self._capture is None and (
-                self.step_index % self.capture_every == 0
-                and self.step_index not in self._captured):
-            self._capture = self.rec.begin_capture(self.seen.models_by_name())
+        if grad:
+            self.captures.at_forward(self.step_index)
         self.found.note_inputs(self.step_index, args, kwargs)
         if grad and self.growth.looking:
             self.growth.note_inputs(args, kwargs, info.name, call.site)
@@ -418,7 +425,7 @@ class WatchSession(FrameworkCalls):
         self.norms.cleared = True
         self.steps.enter("zero_grad")
 
-    def backward(self, call, tensors, returns_grads: bool = False) -> Any:
+    def backward(self, call, tensors, inputs=None, returns_grads: bool = False) -> Any:
         if self.interventions is not None:  # amp: the span closed, the loss scaled
             call = self.interventions.before_backward(call, tensors, returns_grads)
         if self.broken:
@@ -429,12 +436,14 @@ class WatchSession(FrameworkCalls):
                 return call()
             finally:
                 self._backward_depth -= 1
-        started = self._guard(self._before_backward, tensors)
+        # a gradient of tensors that are no parameters (a saliency map) trains nothing
+        training = inputs is None or trains(inputs, self.found.parameters)
+        started = self._guard(self._before_backward, tensors, training)
         try:
             return call()
         except RuntimeError as exc:
-            self._guard(self.book.explain_backward_error, exc, dx.call_site(4),
-                        self.growth.carried)
+            self._guard(self.book.explain_backward_error, exc, self.step_index,
+                        _tensors(tensors), self.growth.carried)
             if self.interventions is not None:  # no graph where memlens ran no_grad?
                 self.interventions.backward_failed(exc)
             raise
@@ -444,25 +453,27 @@ class WatchSession(FrameworkCalls):
         finally:
             self._backward_depth -= 1
             if started:
-                self._guard(self._after_backward_call)
+                self._guard(self._after_backward_call, training)
 
-    def _before_backward(self, tensors) -> None:
+    def _before_backward(self, tensors, training: bool) -> None:
         ca = sys.modules.get("torch._dynamo.compiled_autograd")
         if ca is not None and getattr(ca, "compiled_autograd_enabled", False):
             # compiled autograd runs no C++ node hooks: which forwards it reached is unknown
             self.book.uncounted = True
-        roots = [t for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])
-                 if isinstance(t, Tensor)]
-        if self._capture is not None and roots:  # before the loss is marked (see there)
-            self._finish_capture(roots[0])
+        if not training:
+            self.steps.enter("backward")
+            return
+        roots = _tensors(tensors)
+        if self.captures.open and roots:  # before the loss is marked (see there)
+            self.captures.at_backward(roots[0], self.step_index)
         self._note_roots(roots)
         if not self.norms.cleared:  # cleared without zero_grad (p.grad = None)?
             self.norms.check_none(self.found.optimizers)
         self.steps.enter("backward")
 
-    def _after_backward_call(self) -> None:
+    def _after_backward_call(self, training: bool) -> None:
         self.steps.leave()
-        self._after_backward = True
+        self._after_backward = self._after_backward or training
 
     def _note_roots(self, roots: list[Tensor]) -> None:
         where = None
@@ -470,8 +481,8 @@ class WatchSession(FrameworkCalls):
             if t.grad_fn is None:
                 continue
             if t.numel() == 1:  # the loss as the user's own loss.item() reads it
-                self._roots.append(root_loss(t))
-            where = where or dx.call_site(5)
+                self.losses.add(t)
+            where = where or dx.call_site(1)
             self.book.mark_loss(t, self.step_index, where)
         self._graph_nodes = self.rec.count_nodes(roots, GRAPH_NODE_LIMIT)
 
@@ -493,19 +504,6 @@ class WatchSession(FrameworkCalls):
                         f"memlens stopped recording after an error of its own: "
                         f"{error_text(exc)}. The script runs on unchanged.")
 
-    # --- graph capture every N steps (core.graph), from the loss passed to backward ----------
-    def _finish_capture(self, loss: Tensor) -> None:
-        capture, self._capture = self._capture, None
-        self._captured.add(self.step_index)
-        try:
-            # No DOT: run.json keeps a capture's nodes and bytes only, and torchviz's walk
-            # left the captured step's loss alive (a "graph kept" alarm on correct code).
-            snapshot = capture.finish(loss, self.step_index, dot=False)
-        except Exception as exc:  # a capture that fails costs the picture, never the run
-            self.log.note("info", "graph capture", f"graph capture failed: {exc}", once=True)
-            return
-        self.sink.on_graph(snapshot)  # the writer keeps its summary only, taken now
-
     # --- optimizers ------------------------------------------------------------------------------
     def optimizer_created(self, opt) -> None:
         self._guard(self.seen.add_optimizer, opt, False)
@@ -517,6 +515,8 @@ class WatchSession(FrameworkCalls):
         self._guard(self._optimizer_post, opt)
 
     def _optimizer_pre(self, opt, args, kwargs) -> None:
+        if self.seen.is_wrapper(opt):  # accelerate's: the optimizer it wraps steps, or not
+            return
         if self.interventions is not None:  # amp: the span closed, the gradients unscaled
             self.interventions.before_step(opt)
         self.seen.add_optimizer(opt, active=True)
@@ -526,13 +526,19 @@ class WatchSession(FrameworkCalls):
             self._end_step()  # it steps again: the step before ended without the others
         closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
         self._closure = closure is not None
+        if self._closure:
+            self.losses.closure_begins()
         if not self._closure and id(opt) not in self._norm_taken:
             # else after the step: the closure's backward comes inside it
             self.norms.measure(opt, optimizer_site)
         self.steps.enter("optimizer")
 
     def _optimizer_post(self, opt) -> None:
+        if self.seen.is_wrapper(opt):
+            return
         self.steps.leave()
+        if self._closure:
+            self.losses.closure_ends()
         if self._closure and id(opt) not in self._norm_taken:
             self.norms.measure(opt, optimizer_site)
         self._stepped.add(id(opt))
@@ -556,14 +562,12 @@ class WatchSession(FrameworkCalls):
         # a forward never backwarded was an eval
         self.steps.move_time("forward", "eval",
                              sum(c.ms for c in book.calls if c.grad and not c.reached()))
-        record = self.steps.end_step(
-            loss=self._step_loss(self._roots), grad_norm=self.norms.norm,
+        record = self.last_record = self.steps.end_step(
+            loss=self.losses.value(), grad_norm=self.norms.norm,
             eval_loss=self._eval_loss, nodes=self._graph_nodes, stepped=bool(self._stepped))
         self.rec.prune_amp_casts()
         book.end_step()
-        if self._capture is not None:  # no backward came: nothing to capture this step
-            self._capture.abort()
-            self._capture = None
+        self.captures.at_step_end()
         book.settle(step, final=False)
         if not closing:  # at the program's end its last loss may well be alive: no step ends
             retained = self.saved.retained_bytes
@@ -580,6 +584,13 @@ class WatchSession(FrameworkCalls):
         self.norms.new_step()
         self.growth.new_step()
         self._after_backward = False
-        self._roots = []
+        self.losses.reset()
+        self.caches.new_step(self.step_index)
         self._norm_taken = set()
         self._eval_loss = math.nan
+
+
+def _tensors(tensors) -> list[Tensor]:
+    """The tensors passed to a backward (one, or a sequence of them)."""
+    return [t for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])
+            if isinstance(t, Tensor)]

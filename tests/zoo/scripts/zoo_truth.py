@@ -16,6 +16,11 @@ Bytes count storages, each once (a view shares its base's), as untyped_storage()
 grads and optimizer state leave out a parameter's storage; optimizer state is every tensor
 in Optimizer.state, also inside lists (LBFGS keeps its history in lists).
 
+An optimizer that wraps another (accelerate's AcceleratedOptimizer) is not counted: its
+step() runs at every micro-batch and steps the one it wraps only at an accumulation's end,
+which is counted. Under DDP only rank 0 prints (LOCAL_RANK): the others' lines would mix
+with its own.
+
 With ZOO_ACT=1 (a plain run only: a second saved_tensors_hooks would hide memlens's) it
 also counts what autograd saves for backward, through torch's own saved_tensors_hooks, and
 prints, at the end of each root module call (a module with parameters called while no other
@@ -32,6 +37,7 @@ module call runs, seen through torch's global module hooks):
 
 from __future__ import annotations
 
+import builtins
 import hashlib
 import os
 import weakref
@@ -39,6 +45,12 @@ import weakref
 import torch
 
 _state = {"opt_steps": 0, "marked": 0}
+_QUIET = os.environ.get("LOCAL_RANK", "0") != "0"  # another rank than 0 of a DDP job
+
+
+def print(*args, **kwargs) -> None:  # every line of this module: rank 0's only
+    if not _QUIET:
+        builtins.print(*args, **kwargs)
 _optimizers: list[weakref.ref] = []
 _models: list[weakref.ref] = []
 
@@ -119,6 +131,8 @@ def _sum_sq(params) -> float:
 
 
 def _post_step(opt, args, kwargs) -> None:
+    if isinstance(opt.__dict__.get("optimizer"), torch.optim.Optimizer):
+        return  # accelerate's wrapper: the optimizer it wraps steps (or not)
     _seen_optimizer(opt)
     _state["opt_steps"] += 1
     # The gradients it stepped: read after the step, as a closure (LBFGS, Lightning) makes

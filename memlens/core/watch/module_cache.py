@@ -1,0 +1,119 @@
+"""Diagnosis 7: activations cached on a module with their graph (`self.cache = h`,
+`self.cache.append(h)` inside `forward`).
+
+Such a tensor keeps its autograd graph, and a list of them grows each step; no forward call
+or loss of the loop holds it, so the other diagnoses do not see it. At the start of a step
+(its first forward under grad, before that forward runs) whatever a module's attributes hold
+with a graph was made by an earlier step: that is what is looked for, in every module of
+the models found. Looked at on a schedule (SCAN_FIRST steps, then two steps in every
+SCAN_EVERY): a scan walks every module's attributes, which a step need not pay for.
+
+Left out on purpose: a single value (a loss kept on a LightningModule is diagnosis 2's), a
+`_private` attribute (a library's own state: torchmetrics' `_forward_cache`), and an
+attribute a forward pre-hook recomputes at each call (`weight_norm`'s `weight`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from torch import Tensor, nn
+
+from memlens.core.findings import MODULE_CACHE, fix_of
+from memlens.core.units import byte_figure
+from memlens.core.watch import diagnoses as dx
+
+SCAN_FIRST = 4  # steps 1..SCAN_FIRST are looked at
+SCAN_EVERY = 8  # then the steps k * SCAN_EVERY and the one after
+ITEMS = 4096  # of a cached list or dict's items looked at
+
+
+def _cached(value) -> list[Tensor]:
+    """The tensors with a graph in an attribute's value: a tensor, or those in a list, a
+    tuple or a dict (and in tuples or dicts inside them), one value each left out."""
+    if isinstance(value, Tensor):
+        items = [value]
+    elif isinstance(value, (list, tuple)):
+        items = list(value[-ITEMS:])
+    elif isinstance(value, dict):
+        items = list(value.values())[:ITEMS]
+    else:
+        return []
+    out = []
+    for v in items:
+        for t in (v,) if isinstance(v, Tensor) else (
+                v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple))
+                else ()):
+            if isinstance(t, Tensor) and t.grad_fn is not None and t.numel() > 1:
+                out.append(t)
+    return out
+
+
+def _recomputed(module: nn.Module) -> set[str]:
+    """Attributes a forward pre-hook sets at each call (WeightNorm, SpectralNorm: `.name`)."""
+    return {name for h in module._forward_pre_hooks.values()
+            if isinstance(name := getattr(h, "name", None), str)}
+
+
+class ModuleCaches:
+    def __init__(self, report: Callable[..., None]) -> None:
+        self._report = report
+        self.pending = False  # this step's first forward under grad looks
+        # (module id, attribute) -> (step, bytes, tensors) when first seen
+        self._first: dict[tuple[int, str], tuple[int, int, int]] = {}
+        self._reported: set[tuple[int, str]] = set()
+
+    def new_step(self, step: int) -> None:
+        self.pending = 0 < step <= SCAN_FIRST or (step > 0 and step % SCAN_EVERY in (0, 1))
+
+    def scan(self, models: dict[str, nn.Module], step: int) -> None:
+        """Look at the models' modules before this step's first forward runs."""
+        self.pending = False
+        looked: set[int] = set()
+        for model_name, model in models.items():
+            for path, module in model.named_modules():
+                if id(module) in looked:
+                    continue
+                looked.add(id(module))
+                self._look(module, f"{model_name}.{path}" if path else model_name, step)
+
+    def _look(self, module: nn.Module, name: str, step: int) -> None:
+        skip: set[str] | None = None
+        for attr, value in list(vars(module).items()):
+            if attr[0] == "_" or not isinstance(value, (Tensor, list, tuple, dict)):
+                continue
+            tensors = _cached(value)
+            if not tensors:
+                continue
+            if skip is None:
+                skip = _recomputed(module)
+            key = (id(module), attr)
+            if attr in skip or key in self._reported:
+                continue
+            storages = {t.untyped_storage().data_ptr(): t.untyped_storage().nbytes()
+                        for t in tensors}
+            nbytes = sum(storages.values())
+            first = self._first.get(key)
+            if first is None:
+                self._first[key] = (step, nbytes, len(tensors))
+            else:
+                self._reported.add(key)
+                self._report_cache(module, name, attr, first, (step, nbytes, len(tensors)))
+
+    def _report_cache(self, module: nn.Module, name: str, attr: str,
+                      first: tuple[int, int, int], now: tuple[int, int, int]) -> None:
+        step, nbytes, n = now
+        if nbytes > first[1] and step > first[0]:
+            growth = f", +{byte_figure((nbytes - first[1]) / (step - first[0]))} a step"
+        else:
+            growth = ", not growing (replaced each step)"
+        holder = f"`self.{attr}` of `{name}` ({type(module).__name__})"
+        self._report(
+            MODULE_CACHE, dx.attribute_site(type(module), attr) or name,
+            f"{holder} keeps {n} tensor{'s' if n > 1 else ''} with the autograd graph of an "
+            f"earlier step: {byte_figure(nbytes)} at step {step}'s start{growth}",
+            "A tensor a forward stores on its module keeps the graph that made it (every "
+            "node, and what a graph never backwarded saved) until it is replaced; appended "
+            "to a list, each step's stays, and memory grows with every step.",
+            fix_of(MODULE_CACHE),
+            nbytes or None)

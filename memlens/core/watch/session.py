@@ -159,6 +159,10 @@ class WatchSession(FrameworkCalls):
         # Called with each model found, at its first call (main.py watch: a framework's
         # callback joins the recording, memlens.integrations.attach); a fault costs a note.
         self.model_found = model_found
+        self._listen()
+
+    def _listen(self) -> None:
+        """The run's header written, step 0 begun, torch's hooks on: recording starts."""
         self._saved_ctx = self.saved.hooks()
         self.steps.begin_step(0)
         self.sink.on_start(header(self))

@@ -79,13 +79,13 @@ def count(text: str) -> int:
 
 def parse_sets(sets: list[str]) -> dict[str, str]:
     """--set KEY=VALUE texts as a dict (checked by the option table when applied)."""
-    from memlens.core.options import ConfigError
+    from memlens.core.options import ConfigError, shown
 
     values = {}
     for text in sets:
         key, sep, raw = text.partition("=")
         if not sep:
-            raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. batch_size=32")
+            raise ConfigError(f"--set {shown(text)}: expected KEY=VALUE, e.g. batch_size=32")
         values[key.strip()] = raw
     return values
 

@@ -15,15 +15,13 @@ from memlens.core.exits import EXIT_BAD_INPUT, EXIT_SIGNAL_BASE
 
 def check_script(path: str) -> str | None:
     """Why this is not a script we can run, or None."""
+    from memlens.core.safe_read import MAX_SOURCE, FileReadError, read_bytes
+
     p = Path(path)
-    if not p.exists():
-        return f"{path}: no such file. Give the path of your training script (a .py file)."
-    if not p.is_file():
-        return f"{path}: not a file. Give the path of your training script (a .py file)."
     try:
-        source = p.read_bytes()
-    except OSError as exc:
-        return f"{path}: cannot be read ({exc.strerror or exc})."
+        source = read_bytes(p, MAX_SOURCE, "a Python script")
+    except FileReadError as exc:
+        return f"{exc}. Give the path of your training script (a .py file)."
     try:
         compile(source, str(p), "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
@@ -136,9 +134,11 @@ def _run_as_main(path: str) -> None:
     import importlib.machinery
     import types
 
+    from memlens.core.safe_read import MAX_SOURCE, read_bytes
+
     fname = os.path.abspath(path)
-    with open(fname, "rb") as fh:
-        code = compile(fh.read(), fname, "exec", dont_inherit=True)
+    code = compile(read_bytes(fname, MAX_SOURCE, "a Python script"), fname, "exec",
+                   dont_inherit=True)
     main = types.ModuleType("__main__")
     main.__file__ = fname
     main.__cached__ = None

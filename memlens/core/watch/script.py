@@ -56,6 +56,7 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
         return EXIT_BAD_INPUT
     code, error = 0, None
     old_term = _catch_sigterm()
+    parent = os.getpid()
     try:
         _run_as_main(path)
     except SystemExit as exc:
@@ -71,7 +72,12 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     finally:
         _restore_sigterm(old_term)
         sys.argv, sys.path[:] = old_argv, old_path
-        w.close(error=error, exit_code=code)
+        if os.getpid() == parent:
+            w.close(error=error, exit_code=code)
+    if os.getpid() != parent:
+        # A child the script forked ended its script (sys.exit, or its end): the recording
+        # and its folder are the parent's, so the child leaves them be and says nothing.
+        return code
     if w.write_error is not None:
         print(f"memlens watch: writing {w.folder} failed ({w.write_error}); it holds what "
               "was written before. The script ran unchanged.", file=sys.stderr)
@@ -111,6 +117,17 @@ def _catch_sigterm():
     if signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
         return None
     return signal.signal(signal.SIGTERM, _on_sigterm)
+
+
+def _default_sigterm_in_child() -> None:
+    """A child the script forks dies on SIGTERM as it would unwatched: the handler above
+    raises in a recording the child does not have."""
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_default_sigterm_in_child)
 
 
 def _restore_sigterm(old) -> None:

@@ -23,9 +23,17 @@ def command_parser(subparsers, name: str, description: str, **kwargs) -> argpars
                                  **kwargs)
 
 
+def say(command: str, message: object, file=None) -> None:
+    """One line naming the command (stderr unless `file`), printable whatever the message
+    quotes of a file or a path (core.excerpt.printable)."""
+    from memlens.core.excerpt import printable
+
+    print(printable(f"memlens {command}: {message}"), file=file or sys.stderr)
+
+
 def refuse(command: str, message: object) -> int:
     """Bad input: one line on stderr naming the command, and exit status 2."""
-    print(f"memlens {command}: {message}", file=sys.stderr)
+    say(command, message)
     return EXIT_BAD_INPUT
 
 

@@ -153,21 +153,36 @@ def clean_text(text: str) -> str:
     return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
 
 
-def parse_json(text: str | bytes) -> Any:
+# A surrogate can only come from an escape ("\ud800"): where the text holds none, the walk
+# that cleans every string is skipped.
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+
+
+def parse_json(text: str | bytes, max_text: int | None = None) -> Any:
     """json.loads with every whole number at most MAX_INT_DIGITS digits (a longer one is
-    damage, and Python refuses past 4,300 digits with its own error) and every string and
-    key free of lone surrogates. ValueError (json.JSONDecodeError among them) says what is
-    wrong; RecursionError for nesting past Python's limit."""
+    damage, and Python refuses past 4,300 digits with its own error), every string and key
+    free of lone surrogates, and each cut to `max_text` characters (marked "…") where that
+    is given. ValueError (json.JSONDecodeError among them) says what is wrong;
+    RecursionError for nesting past Python's limit."""
+    if isinstance(text, bytes):
+        text = text.decode("utf-8-sig")
     doc = json.loads(text, parse_int=_bounded_int)
-    return clean_strings(doc)
+    surrogates = _SURROGATE_ESCAPE.search(text) is not None
+    if surrogates or max_text is not None:
+        doc = clean_strings(doc, max_text, surrogates)
+    return doc
 
 
-def clean_strings(doc: Any, limit: int | None = None) -> Any:
-    """`doc` (parsed JSON) with clean_text applied to every string and key, and each cut to
-    `limit` characters (marked "…") where a limit is given. Walked without recursion."""
+def clean_strings(doc: Any, limit: int | None = None, surrogates: bool = True) -> Any:
+    """`doc` (parsed JSON) with clean_text applied to every string and key (where
+    `surrogates`), and each cut to `limit` characters, marked "…" (where a limit is given).
+    Walked without recursion."""
+    cap = limit if limit is not None else -1
+
     def fix(s: str) -> str:
-        s = clean_text(s)
-        return s if limit is None or len(s) <= limit else s[:limit] + "…"
+        if surrogates and not s.isascii():
+            s = clean_text(s)
+        return s if cap < 0 or len(s) <= cap else s[:cap] + "…"
 
     if isinstance(doc, str):
         return fix(doc)
@@ -175,26 +190,27 @@ def clean_strings(doc: Any, limit: int | None = None) -> Any:
     while stack:
         node = stack.pop()
         if isinstance(node, dict):
-            for k in [k for k in node if fix(k) != k]:
+            odd = [k for k in node if (surrogates and not k.isascii()) or len(k) > cap >= 0]
+            for k in odd:
                 node[fix(k)] = node.pop(k)
             items = list(node.items())
         else:
             items = list(enumerate(node))
         for k, v in items:
             if isinstance(v, str):
-                fixed = fix(v)
-                if fixed is not v:
-                    node[k] = fixed
+                if (surrogates and not v.isascii()) or len(v) > cap >= 0:
+                    node[k] = fix(v)
             elif isinstance(v, dict | list):
                 stack.append(v)
     return doc
 
 
-def read_json(path: str | Path, limit: int, what: str) -> Any:
-    """A JSON file through read_bytes and parse_json; FileReadError says what is wrong."""
+def read_json(path: str | Path, limit: int, what: str, max_text: int | None = None) -> Any:
+    """A JSON file through read_bytes and parse_json (strings cut to `max_text`);
+    FileReadError says what is wrong."""
     data = read_bytes(path, limit, what)
     try:
-        return parse_json(data.decode("utf-8-sig"))
+        return parse_json(data, max_text)
     except UnicodeDecodeError as exc:
         raise FileReadError(f"{path}: not UTF-8 text (byte {exc.start:,}); the file is "
                             "damaged") from None

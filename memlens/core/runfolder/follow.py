@@ -117,7 +117,7 @@ class RunFollower:
             raise fmt.RunFolderError(f"{path}: {what_is(path)}, not a regular file; the "
                                      "folder is not a run's")
         try:
-            doc = read_json(path, MAX_RUN_JSON, "a run.json")
+            doc = read_json(path, MAX_RUN_JSON, "a run.json", max_text=fmt.MAX_JSON_TEXT)
         except FileReadError as exc:
             if not os.path.lexists(path):
                 return  # replaced between the two looks: the next poll reads the new one
@@ -126,7 +126,7 @@ class RunFollower:
             raise fmt.RunFolderError(str(exc)) from None
         if not fmt.is_run_doc(doc):
             raise fmt.RunFolderError(f"{path}: not a memlens run.json (no format tag)")
-        events = fmt.check_run_doc(fmt.cap_strings(doc), path)  # as load_run's
+        events = fmt.check_run_doc(doc, path)  # as load_run's
         self._json_stamp = stamp
         self.meta_reads += 1
         h = self.history

@@ -15,7 +15,6 @@ import numpy as np
 
 from memlens.core.history import SAMPLE_COLUMNS, STEP_COLUMNS, spread_x
 from memlens.core.records import MEMORY_CATEGORIES, PHASE_CODE, SAMPLE_PHASES, RunEvent
-from memlens.core.safe_read import clean_strings
 
 # --- file names -------------------------------------------------------------------------------
 STEPS_CSV = "steps.csv"
@@ -228,13 +227,7 @@ _NOT_META = ("events", "summary", "graphs")
 
 
 MAX_JSON_TEXT = 4096  # characters kept of one string in run.json; the rest is cut on load
-
-
-def cap_strings(doc: dict, limit: int = MAX_JSON_TEXT) -> dict:
-    """`doc` with every string (value or key) longer than `limit` cut to it, marked "…",
-    and lone surrogates replaced (safe_read.clean_strings): a run writes short texts, and a
-    damaged file's 50 MB string must not reach a label or a layout."""
-    return clean_strings(doc, limit)
+# (safe_read.parse_json: a damaged file's 50 MB string must not reach a label or a layout)
 
 
 def is_run_doc(doc: Any) -> bool:

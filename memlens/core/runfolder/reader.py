@@ -20,6 +20,7 @@ from memlens.core.runfolder.allocations import AllocationsFileError, load_alloca
 from memlens.core.runfolder.format import (
     ALLOCATIONS_NPY,
     INT_STEP_COLUMNS,
+    MAX_JSON_TEXT,
     MEMORY_CSV,
     MEMORY_HEADER,
     OLD_MEMORY_HEADER,
@@ -27,7 +28,6 @@ from memlens.core.runfolder.format import (
     STEPS_CSV,
     STEPS_HEADER,
     RunFolderError,
-    cap_strings,
     check_run_doc,
     header_problem,
     is_run_doc,
@@ -109,12 +109,12 @@ def read_run_json(path: Path) -> dict:
     """run.json as a dict of our format, or RunFolderError saying why not (its size checked
     before it is read, its numbers and texts bounded as it is parsed)."""
     try:
-        doc = read_json(path, MAX_RUN_JSON, "a run.json")
+        doc = read_json(path, MAX_RUN_JSON, "a run.json", max_text=MAX_JSON_TEXT)
     except FileReadError as exc:
         raise RunFolderError(str(exc)) from None
     if not is_run_doc(doc):
         raise RunFolderError(f"{path}: not a memlens run.json (no format tag)")
-    return cap_strings(doc)
+    return doc
 
 
 def rank_folders(folder: str | Path) -> list[Path]:

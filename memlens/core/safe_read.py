@@ -117,13 +117,28 @@ def read_bytes(path: str | Path, limit: int, what: str) -> bytes:
     that grows while it is read is cut at `limit`, never read past it."""
     with open_checked(path, limit, what) as fh:
         try:
-            data = fh.read(limit + 1)
+            data = _read_all(fh, limit)
         except OSError as exc:
             raise FileReadError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if len(data) > limit:
         raise FileReadError(f"{path}: grew past the {format_bytes(limit)} memlens reads of "
                             f"{what} while it was read")
     return data
+
+
+def _read_all(fh: IO[bytes], limit: int) -> bytes:
+    """What the file holds, at most `limit` + 1 bytes: read at its size (a read of `limit`
+    bytes would ask for a buffer that large first), then on in steps where it grew."""
+    size = os.fstat(fh.fileno()).st_size
+    chunks = [fh.read(min(size, limit) + 1)]
+    total = len(chunks[0])
+    while size < total <= limit:  # it grew while it was read
+        more = fh.read(min(1 << 20, limit + 1 - total))
+        if not more:
+            break
+        chunks.append(more)
+        total += len(more)
+    return b"".join(chunks)
 
 
 def read_text(path: str | Path, limit: int, what: str, encoding: str = "utf-8") -> str:

@@ -55,7 +55,7 @@ def test_files_that_are_not_snapshots_say_why(tmp_path, payload):
 
 
 def test_a_missing_file_says_it_does_not_exist(tmp_path):
-    with pytest.raises(SnapshotFileError, match="nope.pickle: does not exist"):
+    with pytest.raises(SnapshotFileError, match=r"nope\.pickle: does not exist"):
         read_snapshot(tmp_path / "nope.pickle")
 
 

@@ -330,13 +330,13 @@ class LessonsTab(QWidget):
         from memlens.core.lessons.report import write_report
         from memlens.core.lessons.report_folder import REPORT
         from memlens.core.options import ConfigError
+        from memlens.core.recorder.output import choose_folder
         from memlens.core.runfolder.atomic import ExportError
-        from memlens.core.runfolder.claim import claim_folder
 
         if self.report is None:
             return []
         try:  # the one claim policy: a folder holding a report or a run is refused
-            claim_folder(str(folder), REPORT, force=None, flag="Export to")
+            choose_folder(folder, "lessons", force=None, flag="Export to", layout=REPORT)
             written = write_report(self.report, folder, png=svg_to_png)
         except ConfigError as exc:
             self.status.setText(f"{exc}")

@@ -12,14 +12,15 @@ from memlens.core.runfolder.claim import RUN, Layout, claim_folder, job_folder_n
 RUNS_DIR = Path("runs")  # relative to the working folder, as a script's own outputs are
 
 
-def choose_folder(out: str | Path | None, label: str, *, force: bool = False,
+def choose_folder(out: str | Path | None, label: str, *, force: bool | None = False,
                   runs_dir: str | Path = RUNS_DIR, rank: int | None = None,
                   flag: str = "--out", layout: Layout = RUN,
                   said: Callable[[str], None] | None = None) -> Path:
     """The folder a new run (or what `layout` describes) writes: `out` when given (refused
-    when it holds one, unless `force` and memlens wrote all of it: runfolder.claim), else a
-    new `runs_dir/<time>-<label>` (a torchrun job's ranks: one folder of the job's,
-    `rank<N>` in it). Nothing is written yet: the producer's creates claim it."""
+    when it holds one, unless `force` and memlens wrote all of it: runfolder.claim; `force`
+    None: no --force to offer, as in the app's dialogs), else a new
+    `runs_dir/<time>-<label>` (a torchrun job's ranks: one folder of the job's, `rank<N>`
+    in it). Nothing is written yet: the producer's creates claim it."""
     job = None
     if out is not None:
         folder = claim_folder(str(out), layout, force=force, flag=flag, said=said)

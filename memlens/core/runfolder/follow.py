@@ -47,8 +47,8 @@ class _Tail:
             return [], self.line
         try:
             with open_checked(self.path, MAX_CSV, f"a {self.path.name}") as fh:
-                fh.seek(self.offset)
-                data = fh.read(MAX_CSV - self.offset)
+                fh.seek(self.offset)  # what was appended since: at most what it holds now
+                data = fh.read(max(os.fstat(fh.fileno()).st_size - self.offset, 0))
         except FileReadError as exc:
             raise fmt.RunFolderError(str(exc)) from None
         except OSError as exc:

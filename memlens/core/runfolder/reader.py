@@ -125,7 +125,9 @@ def rank_folders(folder: str | Path) -> list[Path]:
         return []
     try:
         found = [(int(p.name[4:]), p) for p in folder.iterdir()
-                 if is_rank_name(p.name) and p.is_dir() and os.path.lexists(p / RUN_JSON)]
+                 if is_rank_name(p.name) and p.is_dir()
+                 # one that cannot be read is listed: its reading says so, by name
+                 and (os.path.lexists(p / RUN_JSON) or not os.access(p, os.R_OK | os.X_OK))]
     except OSError:
         return []
     return [p for _rank, p in sorted(found)]

@@ -117,6 +117,7 @@ class RunsPanel(QWidget):
                 item.setData(0, FOLDER_ROLE, str(run.folder))
                 item.setToolTip(0, str(run.folder))
                 if run.problem:  # listed, never ticked: nothing in it can be drawn
+                    item.setFlags(item.flags() & ~Qt.ItemIsUserCheckable)
                     item.setToolTip(1, run.problem)
                     item.setForeground(1, Qt.red)
                     self.tree.addTopLevelItem(item)

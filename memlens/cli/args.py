@@ -64,10 +64,13 @@ def add_out(p: argparse.ArgumentParser, what: str = "run folder", *,
             force: bool = True) -> None:
     """--out DIR (a folder that holds a run is refused) and --force."""
     p.add_argument("--out", metavar="DIR", help=f"{what} (default: a new folder in runs/); "
-                   "refused if it holds another run")
+                   "refused if it holds another run or report")
     if force:
         p.add_argument("--force", action="store_true",
-                       help="with --out: delete the run files already in that folder first")
+                       help="with --out: first delete the files memlens wrote there, as the "
+                       "earlier run's run.json or report's lessons.json lists them (never a "
+                       "file they do not account for: such a folder is refused); says what "
+                       "it deleted")
 
 
 def add_quiet(p: argparse.ArgumentParser) -> None:

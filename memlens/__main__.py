@@ -5,12 +5,26 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
+import threading
+from collections import Counter
 
 from memlens.cli import COMMANDS
+from memlens.core.exits import EXIT_INTERRUPTED
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run the command; a Ctrl-C that reaches here (before a command's own handling is in
+    place, as while torch loads) ends it with one line and exit 130, never a traceback."""
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:
+        sys.stderr.write("\nmemlens: stopped by Ctrl-C (SIGINT)\n")
+        return EXIT_INTERRUPTED
+
+
+def _main(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     # Everything after "--" belongs to the program a command runs (`watch SCRIPT -- ARGS`).
     passthrough: list[str] = []
@@ -42,7 +56,32 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"arguments after -- are for `watch` only: {' '.join(passthrough)}")
     if module is None:  # no command: the app, as `app` with no arguments
         from memlens.cli import app as module
-    return module.main(args)
+    before = set(threading.enumerate())
+    code = module.main(args)
+    if args.command != "watch":  # a watched script's threads are its own, as unwatched
+        _end_if_threads_left(args.command or "app", code, before)
+    return code
+
+
+def _end_if_threads_left(command: str, code: int, before: set[threading.Thread]) -> None:
+    """A command's work is done, but threads started meanwhile (a model file's poller, a
+    logger) would keep Python from exiting, forever for a thread that loops: name them and
+    end the process with the command's exit code. Thread pools' workers are left out: they
+    end at exit by themselves."""
+    left = [t for t in threading.enumerate()
+            if t not in before and t.is_alive() and not t.daemon
+            and not getattr(getattr(t, "_target", None), "__module__", "").startswith(
+                "concurrent.futures")]
+    if not left:
+        return
+    counts = Counter(t.name for t in left)
+    names = ", ".join(n if k == 1 else f"{n} ({k} threads)" for n, k in counts.most_common(5))
+    print(f"memlens {command}: done (exit code {code}), but threads started by the model "
+          f"file or its libraries still run ({names}): ending the process, as they would "
+          "keep it from exiting", file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
 
 
 if __name__ == "__main__":

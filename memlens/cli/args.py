@@ -23,9 +23,17 @@ def command_parser(subparsers, name: str, description: str, **kwargs) -> argpars
                                  **kwargs)
 
 
+def say(command: str, message: object, file=None) -> None:
+    """One line naming the command (stderr unless `file`), printable whatever the message
+    quotes of a file or a path (core.excerpt.printable)."""
+    from memlens.core.excerpt import printable
+
+    print(printable(f"memlens {command}: {message}"), file=file or sys.stderr)
+
+
 def refuse(command: str, message: object) -> int:
     """Bad input: one line on stderr naming the command, and exit status 2."""
-    print(f"memlens {command}: {message}", file=sys.stderr)
+    say(command, message)
     return EXIT_BAD_INPUT
 
 
@@ -56,10 +64,13 @@ def add_out(p: argparse.ArgumentParser, what: str = "run folder", *,
             force: bool = True) -> None:
     """--out DIR (a folder that holds a run is refused) and --force."""
     p.add_argument("--out", metavar="DIR", help=f"{what} (default: a new folder in runs/); "
-                   "refused if it holds another run")
+                   "refused if it holds another run or report")
     if force:
         p.add_argument("--force", action="store_true",
-                       help="with --out: delete the run files already in that folder first")
+                       help="with --out: first delete the files memlens wrote there, as the "
+                       "earlier run's run.json or report's lessons.json lists them (never a "
+                       "file they do not account for: such a folder is refused); says what "
+                       "it deleted")
 
 
 def add_quiet(p: argparse.ArgumentParser) -> None:
@@ -79,13 +90,13 @@ def count(text: str) -> int:
 
 def parse_sets(sets: list[str]) -> dict[str, str]:
     """--set KEY=VALUE texts as a dict (checked by the option table when applied)."""
-    from memlens.core.options import ConfigError
+    from memlens.core.options import ConfigError, shown
 
     values = {}
     for text in sets:
         key, sep, raw = text.partition("=")
         if not sep:
-            raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. batch_size=32")
+            raise ConfigError(f"--set {shown(text)}: expected KEY=VALUE, e.g. batch_size=32")
         values[key.strip()] = raw
     return values
 

@@ -6,7 +6,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from memlens.cli.args import EXIT_BAD_INPUT, EXIT_OK, command_parser, count
+from memlens.cli.args import EXIT_OK, command_parser, count, refuse
 
 
 def _formats(text: str) -> list[str]:
@@ -48,6 +48,7 @@ def add_parser(subparsers) -> None:
 
 
 def main(args) -> int:
+    from memlens.core.excerpt import printable
     from memlens.core.exports import export_run
     from memlens.core.runfolder.atomic import ExportError
     from memlens.core.runfolder.format import RunFolderError
@@ -56,18 +57,16 @@ def main(args) -> int:
     try:
         history = load_run(args.run_dir)
     except RunFolderError as exc:
-        print(f"memlens export: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return refuse("export", exc)
     out = Path(args.out) if args.out else Path(args.run_dir)
     notes: list[str] = []
     try:
         written = export_run(history, out, args.formats, max_entries=args.max_entries,
                              max_rows=args.max_rows, notes=notes)
     except ExportError as exc:
-        print(f"memlens export: {exc}", file=sys.stderr)
-        return EXIT_BAD_INPUT
+        return refuse("export", exc)
     for path in written:
-        print(f"wrote {path}")
+        print(printable(f"wrote {path}"))
     for note in notes:
         print(f"note: {note}", file=sys.stderr)
     return EXIT_OK

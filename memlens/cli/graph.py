@@ -11,6 +11,7 @@ from memlens.cli.args import (
     add_config_arguments,
     build_config,
     command_parser,
+    refuse,
 )
 from memlens.core.sinks import Sink
 
@@ -80,6 +81,7 @@ def main(args) -> int:
 
 
 def _main(args) -> int:
+    from memlens.core.excerpt import excerpt
     from memlens.core.options import ConfigError
     from memlens.core.runfolder.atomic import ExportError
 
@@ -106,13 +108,18 @@ def _main(args) -> int:
     except ConfigError as exc:  # e.g. device=cuda without a GPU
         print(f"memlens graph: {exc}", file=sys.stderr)
         return EXIT_BAD_INPUT
+    snap = sink.snapshot
+    if snap is None and sink.errors:  # the model raised before that step: bad input
+        e = sink.errors[0]
+        return refuse("graph", f"step {args.step} was not captured: the model raised at step "
+                      f"{e.step} ({e.phase}): {excerpt(e.message.splitlines()[0])}; fix the "
+                      "model (or its model file) and run again")
     for e in sink.errors:
         print(f"  [error at step {e.step}, {e.phase}] {e.message.splitlines()[0][:160]}",
               file=sys.stderr)
-    snap = sink.snapshot
     if snap is None:
         print(f"memlens graph: step {args.step} was not captured (the run did not reach its "
-              "forward pass; see the errors above)", file=sys.stderr)
+              "forward pass)", file=sys.stderr)
         return EXIT_NOT_CAPTURED
     try:
         result = export_graph(snap, Path(args.out), fmt)

@@ -7,11 +7,8 @@ only when a PNG is written): no display is needed.
 
 from __future__ import annotations
 
-import os
-import shutil
 import sys
 import time
-from pathlib import Path
 
 from memlens.cli.args import (
     EXIT_INTERRUPTED,
@@ -23,8 +20,6 @@ from memlens.cli.args import (
     parse_sets,
     refuse,
 )
-
-REPORT_FILES = ("lessons.json", "lessons.md")
 
 
 def add_parser(subparsers) -> None:
@@ -56,43 +51,6 @@ def add_parser(subparsers) -> None:
     add_sets(p, "settings for every run, e.g. --set device=cpu batch_size=64 threads=1")
     add_out(p, "report folder")
     add_quiet(p)
-
-
-def claim_report_folder(out: str | None, force: bool) -> Path:
-    """The report's folder: a new one in runs/, or --out when it holds no report (with
-    --force, that report's files and its arms' run files are deleted first). Checked
-    before anything is measured."""
-    from memlens.core.options import ConfigError
-    from memlens.core.runfolder.claim import claim_out_folder, new_run_folder
-
-    if out is None:
-        return new_run_folder(Path("runs"), "lessons")
-    folder = Path(out).expanduser()
-    if not out.strip():
-        raise ConfigError("--out '': give a folder name, or leave --out out for a new folder "
-                          "in runs/")
-    if os.path.lexists(folder) and not folder.is_dir():
-        raise ConfigError(f"--out {out!r} is a file, not a folder; choose a folder")
-    held = [n for n in (*REPORT_FILES, "charts", "runs") if os.path.lexists(folder / n)]
-    if held and not force:
-        raise ConfigError(f"--out {out!r} already holds a lessons report ({', '.join(held)}); "
-                          "choose another folder, or pass --force to delete that report first")
-    for name in held:
-        path = folder / name
-        if name == "runs" and path.is_dir() and not path.is_symlink():
-            for arm in path.iterdir():
-                if arm.is_dir() and not arm.is_symlink():
-                    claim_out_folder(str(arm), force=True)
-        elif name == "charts" and path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        elif not path.is_dir() or path.is_symlink():
-            path.unlink()
-    try:  # made now: a folder that cannot be is refused before anything is measured
-        (folder / "runs").mkdir(parents=True, exist_ok=True)
-    except OSError as exc:
-        raise ConfigError(f"--out {out!r}: cannot make the report folder there "
-                          f"({exc.strerror or exc}); choose a folder you can write to") from None
-    return folder
 
 
 def _settings(args) -> dict:
@@ -144,6 +102,7 @@ def png_renderer(notes: list[str]):
 
 def main(args) -> int:
     from memlens.core.lessons.report import write_report
+    from memlens.core.lessons.report_folder import claim_report_folder
     from memlens.core.lessons.runner import LessonRunner
     from memlens.core.options import ConfigError
     from memlens.core.run_guard import SignalStop
@@ -158,7 +117,7 @@ def main(args) -> int:
         if not plan:
             raise ConfigError("no lesson applies to that preset and lesson choice")
         runner.check_fits()
-        out = runner.out = claim_report_folder(args.out, args.force)
+        out = runner.out = claim_report_folder(args.out, args.force, said=_said)
     except (ConfigError, OSError) as exc:
         return refuse("lessons", exc)
     print(f"memlens lessons: {len(plan)} lessons, {runner.steps} steps an arm -> {out}",
@@ -184,6 +143,10 @@ def main(args) -> int:
               file=sys.stderr)
         return signals.exit_code or EXIT_INTERRUPTED
     return EXIT_OK
+
+
+def _said(text: str) -> None:
+    print(f"memlens lessons: {text}", file=sys.stderr)
 
 
 def _progress(quiet: bool, stream=None):

@@ -18,6 +18,7 @@ def add_parser(subparsers) -> None:
 
 
 def main(args) -> int:
+    from memlens.core.excerpt import printable
     from memlens.core.runfolder.format import RunFolderError
     from memlens.core.runfolder.ranks import imbalance_text, read_job, table_header, table_rows
 
@@ -25,11 +26,13 @@ def main(args) -> int:
         job = read_job(args.job_dir)
     except RunFolderError as exc:
         return refuse("ranks", exc)
-    header, rows = table_header(job), table_rows(job)
+    # host and folder names come from the ranks' files: shown, never acted on by a terminal
+    header = table_header(job)
+    rows = [[printable(cell) for cell in row] for row in table_rows(job)]
     widths = [max(len(c), *(len(r[i]) for r in rows)) for i, c in enumerate(header)]
     left = {0, 1, len(header) - 1}  # rank, host and note read left to right; figures align right
     for line in (header, *rows):
         print("  ".join(c.ljust(w) if i in left else c.rjust(w)
                         for i, (c, w) in enumerate(zip(line, widths, strict=True))).rstrip())
-    print(imbalance_text(job))
+    print(printable(imbalance_text(job)))
     return EXIT_OK

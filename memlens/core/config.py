@@ -7,6 +7,7 @@ from dataclasses import asdict, dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any
 
+from memlens.core.excerpt import excerpt
 from memlens.core.options import (
     OPTIONS,
     RUN_OPTIONS,
@@ -15,7 +16,9 @@ from memlens.core.options import (
     ConfigError,
     is_model_file,
     option,
+    shown,
 )
+from memlens.core.safe_read import MAX_SETTINGS, FileReadError, read_text
 
 
 def _default(key: str) -> Any:
@@ -60,18 +63,20 @@ class ScheduledChange:
     def parse(cls, text: str) -> ScheduledChange:
         head, sep, assignment = text.partition(":")
         if not sep or "=" not in assignment:
-            raise ConfigError(f"--at {text!r}: expected STEP:KEY=VALUE, e.g. 50:zero_grad=off")
+            raise ConfigError(f"--at {shown(text)}: expected STEP:KEY=VALUE, e.g. "
+                              "50:zero_grad=off")
         try:
             step = int(head)
         except ValueError:
-            raise ConfigError(f"--at {text!r}: {head!r} is not a step number") from None
+            raise ConfigError(f"--at {shown(text)}: {shown(head)} is not a step "
+                              "number") from None
         if step < 0:
-            raise ConfigError(f"--at {text!r}: the step must be >= 0")
+            raise ConfigError(f"--at {shown(text)}: the step must be >= 0")
         key, _, raw = assignment.partition("=")
         key = key.strip()
         if key not in TECHNIQUE_KEYS:
             raise ConfigError(
-                f"--at {text!r}: {key!r} cannot change during a run; "
+                f"--at {shown(text)}: {shown(key)} cannot change during a run; "
                 f"live techniques: {', '.join(TECHNIQUE_KEYS)}"
             )
         return cls(step, key, option(key).parse(raw))
@@ -117,7 +122,7 @@ class RunConfig:
         for text in assignments:
             key, sep, raw = text.partition("=")
             if not sep:
-                raise ConfigError(f"--set {text!r}: expected KEY=VALUE, e.g. batch_size=32")
+                raise ConfigError(f"--set {shown(text)}: expected KEY=VALUE, e.g. batch_size=32")
             values[key.strip()] = raw
         return self.with_values(values)
 
@@ -129,13 +134,12 @@ class RunConfig:
     def from_toml(cls, path: str | Path, base: RunConfig | None = None) -> RunConfig:
         path = Path(path)
         try:
-            data = tomllib.loads(path.read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            raise ConfigError(f"config file {str(path)!r} does not exist") from None
-        except (OSError, UnicodeDecodeError) as exc:
-            raise ConfigError(f"config file {str(path)!r} cannot be read: {exc}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise ConfigError(f"config file {str(path)!r} is not valid TOML: {exc}") from None
+            data = tomllib.loads(read_text(path, MAX_SETTINGS, "a settings file"))
+        except FileReadError as exc:
+            raise ConfigError(f"config file {exc}") from None
+        except ValueError as exc:  # TOMLDecodeError, or a whole number past 4,300 digits
+            raise ConfigError(f"config file {str(path)!r} is not valid TOML: "
+                              f"{excerpt(exc)}") from None
         except RecursionError:
             raise ConfigError(f"config file {str(path)!r}: nested too deeply to be a settings "
                               "file") from None
@@ -148,7 +152,7 @@ class RunConfig:
                 for tkey, tval in value.items():
                     if tkey not in TECHNIQUE_KEYS:
                         raise ConfigError(
-                            f"{path}: techniques.{tkey} is unknown; "
+                            f"{path}: techniques.{excerpt(tkey)} is unknown; "
                             f"techniques: {', '.join(TECHNIQUE_KEYS)}"
                         )
                     flat[tkey] = tval

@@ -12,6 +12,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import inspect
+import os
 import runpy
 import sys
 import threading
@@ -23,6 +24,7 @@ from typing import Any
 
 from memlens.core.excerpt import error_message, excerpt
 from memlens.core.options import OPTIONS, PRESETS, RUN_OPTIONS, ConfigError, is_model_file
+from memlens.core.safe_read import MAX_SOURCE, FileReadError, read_text, what_is
 
 CONTRACT = ("a model file defines build_model() -> torch.nn.Module and "
             "make_batch(step, split) -> (inputs, targets); optionally loss_fn(output, targets), "
@@ -50,11 +52,12 @@ def resolve_preset(preset: str, base_dir: str | Path | None = None) -> str:
         why = excerpt(exc).rstrip(".")
         raise ModelFileError(f"model file {excerpt(preset)}: {why}; give the path of a .py "
                              "file") from None
-    if not path.exists():
+    if not os.path.lexists(path):
         raise ModelFileError(f"model file {str(path)!r} does not exist; give the path of a .py "
                              f"file, or one of the built-in presets: {', '.join(PRESETS)}")
-    if not path.is_file():
-        raise ModelFileError(f"model file {str(path)!r} is a folder, not a .py file")
+    what = what_is(path)
+    if what:  # a folder, a FIFO, a device: named as what it is
+        raise ModelFileError(f"model file {str(path)!r} {what}, not a .py file")
     if path.suffix != ".py":
         raise ModelFileError(f"model file {str(path)!r} is not a Python file (.py); {CONTRACT}")
     return str(path)
@@ -73,11 +76,9 @@ _SOURCE_LOCK = threading.RLock()
 
 def _read_source(path: Path) -> str:
     try:
-        return path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise ModelFileError(f"model file {str(path)!r} does not exist") from None
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ModelFileError(f"model file {str(path)!r} cannot be read: {exc}") from None
+        return read_text(path, MAX_SOURCE, "a model file")
+    except FileReadError as exc:
+        raise ModelFileError(f"model file {exc}") from None
 
 
 def _syntax_error(path: Path, exc: SyntaxError) -> ModelFileError:

@@ -5,9 +5,17 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from memlens.core.excerpt import excerpt
+
 
 class ConfigError(ValueError):
     """A bad setting: the message names the key, the bad value and what would be valid."""
+
+
+def shown(value: Any) -> str:
+    """A value as a message quotes it: its repr, cut to a short excerpt (a settings file's
+    50 MB value is never echoed whole)."""
+    return excerpt(repr(value) if isinstance(value, str) else value)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,7 +57,7 @@ class Option:
 
     def parse(self, value: Any) -> Any:
         """Turn a TOML value or a command-line string into a checked value of this option."""
-        bad = ConfigError(f"{self.key}: {value!r} is not valid; use {self.valid_text()}")
+        bad = ConfigError(f"{self.key}: {shown(value)} is not valid; use {self.valid_text()}")
         if self.kind is bool:
             if isinstance(value, bool):
                 out = value
@@ -104,7 +112,7 @@ class PresetOption(Option):
         try:
             return super().parse(value)
         except ConfigError:
-            raise ConfigError(f"{self.key}: {value!r} is not valid; use {self.valid_text()}"
+            raise ConfigError(f"{self.key}: {shown(value)} is not valid; use {self.valid_text()}"
                               ) from None
 
 
@@ -198,7 +206,7 @@ def option(key: str) -> Option:
         return OPTIONS[key]
     except KeyError:
         raise ConfigError(
-            f"unknown setting {key!r}; valid settings: {', '.join(OPTIONS)}"
+            f"unknown setting {shown(key)}; valid settings: {', '.join(OPTIONS)}"
         ) from None
 
 

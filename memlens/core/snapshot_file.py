@@ -12,14 +12,15 @@ import io
 import pickle
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import numpy as np
 
 from memlens.core.excerpt import excerpt as _excerpt
 from memlens.core.runfolder.format import SNAPSHOT_PICKLE
+from memlens.core.safe_read import MAX_SNAPSHOT, FileReadError, open_checked
 from memlens.core.snapshot_alive import ALLOC, BLOCK, FREE, AllocationSpans, pair_allocations
 
-MAX_SNAPSHOT_BYTES = 4 << 30  # a larger file is surely not a snapshot; refuse, do not load
 TOP_ALLOCATIONS = 20
 BEFORE_WINDOW = "(allocated before the recorded window)"
 
@@ -43,10 +44,11 @@ class _PlainUnpickler(pickle.Unpickler):
                                 "a snapshot does not, so it was refused unread")
 
 
-def load_plain_pickle(data: bytes) -> object:
-    """Unpickle bytes that may hold only plain containers and scalars."""
+def load_plain_pickle(data: bytes | IO[bytes]) -> object:
+    """Unpickle bytes (or a binary file, read as it goes) that may hold only plain
+    containers and scalars."""
     try:
-        return _PlainUnpickler(io.BytesIO(data)).load()
+        return _PlainUnpickler(io.BytesIO(data) if isinstance(data, bytes) else data).load()
     except SnapshotFileError:
         raise
     except (Exception, RecursionError) as exc:  # no global runs: whatever broke is damage
@@ -127,17 +129,15 @@ class SnapshotTimeline:
 
 
 def read_snapshot(path: str | Path) -> SnapshotTimeline:
-    """Read and check a snapshot file; raises SnapshotFileError with the reason."""
+    """Read and check a snapshot file; raises SnapshotFileError with the reason. The file
+    must be a regular one of at most MAX_SNAPSHOT bytes, checked before it is read, and
+    is unpickled as it is read (its bytes are never held whole)."""
     path = Path(path)
     try:
-        size = path.stat().st_size
-        if size > MAX_SNAPSHOT_BYTES:
-            raise SnapshotFileError(f"{path}: {size} bytes is too large for a snapshot")
-        data = path.read_bytes()
-    except OSError as exc:
-        raise SnapshotFileError(f"{path}: cannot be read ({exc.strerror or exc})") from None
-    try:
-        doc = load_plain_pickle(data)
+        with open_checked(path, MAX_SNAPSHOT, "a snapshot") as fh:
+            doc = load_plain_pickle(fh)
+    except FileReadError as exc:
+        raise SnapshotFileError(str(exc)) from None
     except SnapshotFileError as exc:
         raise SnapshotFileError(f"{path}: {exc}") from None
     try:
@@ -301,6 +301,7 @@ def timeline_of(doc: object, path: Path = Path(SNAPSHOT_PICKLE)) -> SnapshotTime
         raise SnapshotFileError(f"the trace holds {len(raw):,} events; memlens reads up to "
                                 f"{MAX_EVENTS:,}. Record a shorter window "
                                 "(_record_memory_history(max_entries=...))")
+    _check_distinct(raw)
     trace = [e for e in raw if isinstance(e, dict)]
     segments = [s for s in _list(doc.get("segments"), "segments") if isinstance(s, dict)
                 and s.get("device", device) == device]
@@ -359,6 +360,21 @@ def timeline_of(doc: object, path: Path = Path(SNAPSHOT_PICKLE)) -> SnapshotTime
     at_peak = timeline.alive_at(peak_index)
     timeline.top, timeline.live_at_peak = at_peak.largest, at_peak.count
     return timeline
+
+
+def _check_distinct(events: list) -> None:
+    """A recorded trace has an object of its own for each event. One repeated (a pickle's
+    memo lets a small file list one event millions of times) is refused before any work
+    is done per event: that work, not the file's size, is what such a file would cost."""
+    if len(events) < 2:
+        return
+    ids = np.fromiter(map(id, events), dtype=np.int64, count=len(events))
+    distinct = len(np.unique(ids))
+    if distinct < len(events):
+        raise SnapshotFileError(
+            f"its trace lists {len(events):,} events but only {distinct:,} distinct ones: "
+            "the others repeat an entry (a pickle's shared references), which no recording "
+            "writes; refused before reading its events")
 
 
 def _end_state(segments: list[dict]) -> tuple[int, int, list[tuple[int, dict, dict]]]:

@@ -107,17 +107,16 @@ def test_a_run_that_cannot_be_read_is_unticked_with_a_message(qtbot, window, tmp
     damaged.setCheckState(0, Qt.Checked)
     assert damaged.checkState(0) == Qt.Unchecked and window.pins == []
     assert "steps.csv" in window.statusBar().currentMessage()
-    # a file the user may not read: the reader's own OSError, said as a RunFolderError
-    from pathlib import Path
-
-    read_text = Path.read_text
+    # a file the user may not read: the reader's own OSError (its open, in the one
+    # size-checked reader), said as a RunFolderError
+    real_open = os.open
 
     def refused(path, *args, **kwargs):
-        if path == parent / "good" / "run.json":
+        if str(path) == str(parent / "good" / "run.json"):
             raise PermissionError(13, "Permission denied", str(path))
-        return read_text(path, *args, **kwargs)
+        return real_open(path, *args, **kwargs)
 
-    monkeypatch.setattr(Path, "read_text", refused)
+    monkeypatch.setattr(os, "open", refused)
     good = tree.topLevelItem(names.index("good"))
     good.setCheckState(0, Qt.Checked)
     assert good.checkState(0) == Qt.Unchecked and window.pins == []
@@ -149,3 +148,28 @@ def test_runs_dock_marks_a_run_whose_writer_was_killed_as_ended(qtbot, tmp_path)
     steps = {r[0]: r[2] for r in rows(panel.tree)}
     assert steps == {"a-done": "2", "b-killed": "1 (ended)"}
     w.close()
+
+
+def test_a_damaged_run_is_listed_as_damaged_and_the_window_goes_on(qtbot, window, tmp_path):
+    """A run.json with a 5,000-digit number (Python's own limit is 4,300 digits) or a lone
+    surrogate in its host: the list is read, the damaged run shown with its reason, never
+    ticked; the other runs are listed as usual."""
+    parent = tmp_path / "runs"
+    for name in ("a-good", "b-huge-number", "c-surrogate"):
+        cli_run(parent / name, "mlp", 2)
+    path = parent / "b-huge-number" / "run.json"
+    path.write_text(path.read_text().replace('"format"', '"pid": ' + "9" * 5000 + ', "format"', 1))
+    path = parent / "c-surrogate" / "run.json"
+    path.write_text(path.read_text().replace('"format"', '"host": "\\ud800", "format"', 1))
+    window.runs_dock.action.trigger()
+    window.conventions.runs_folder.set_folder(parent)
+    tree = window.findChild(QTreeWidget, "runs_tree")
+    listed = rows(tree)
+    assert [r[:3] for r in listed] == [["a-good", "mlp", "2"], ["b-huge-number", "damaged", ""],
+                                        ["c-surrogate", "mlp", "2"]]
+    damaged = tree.topLevelItem(1)
+    assert "5,000 digits" in damaged.toolTip(1)
+    assert not damaged.flags() & Qt.ItemIsUserCheckable
+    good = tree.topLevelItem(2)
+    good.setCheckState(0, Qt.Checked)
+    qtbot.waitUntil(lambda: len(window.pins) == 1, timeout=5000)

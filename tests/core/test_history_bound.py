@@ -3,13 +3,17 @@ spill file and read back exactly, so memory stays bounded however long the run."
 
 from __future__ import annotations
 
+import json
 import os
+import subprocess
+import sys
 import tracemalloc
 
 import numpy as np
 
 from memlens.core.history import RunHistory, SpillFile
 from memlens.core.runfolder.history_files import write_history
+from tests.core.cli_child import ROOT
 from tests.core.helpers import run
 
 BLOCK = 8192
@@ -93,3 +97,53 @@ def test_spill_file_reads_what_was_written():
     assert (a, b) == (0, 10)
     assert spill.read(8, 6) == b"xxyzyz"
     spill.close()
+
+
+RSS_IN_CHILD = """
+import json, sys, tempfile
+from memlens.core.config import RunConfig
+from memlens.core.history import RunHistory
+from memlens.core.synthetic import synthetic_training
+
+def rss():
+    with open("/proc/self/statm") as f:
+        import os
+        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+
+class Probe:
+    def __init__(self, history):
+        self.history, self.points = history, []
+    def __getattr__(self, name):
+        return getattr(self.history, name)
+    def on_steps(self, rows):
+        self.history.on_steps(rows)
+        for record, _ in rows:
+            if (record.step + 1) % 25_000 == 0:
+                self.points.append([record.step + 1, rss(), len(self.history.samples),
+                                    len(self.history.steps)])
+
+with tempfile.TemporaryDirectory() as d:
+    history = RunHistory(spill_dir=d)
+    probe = Probe(history)
+    synthetic_training(RunConfig(steps=int(sys.argv[1])), sink=probe)
+    print(json.dumps({"points": probe.points, "spilled": history.samples.spilled_rows,
+                      "widths": [len(history.samples.columns), len(history.steps.columns)]}))
+"""
+
+
+def test_resident_memory_stays_flat_past_the_spill_point_over_200k_steps():
+    """A light run of 200,000 synthetic steps: resident memory from step 50,000 (past the
+    32,768-row spill point of both tables) to the end grows by far less than the rows added
+    would take in memory. Figure in docs/benchmarks.md."""
+    proc = subprocess.run([sys.executable, "-c", RSS_IN_CHILD, "200000"], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600,
+                          env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    got = json.loads(proc.stdout)
+    points = {p[0]: p for p in got["points"]}
+    start, end = points[50_000], points[200_000]
+    assert start[3] > 32_768 and start[2] > 32_768
+    sample_width, step_width = got["widths"]
+    added = ((end[2] - start[2]) * sample_width + (end[3] - start[3]) * step_width) * 8
+    assert got["spilled"] > 0
+    assert end[1] - start[1] < added / 10, (end[1] - start[1], added)

@@ -54,8 +54,8 @@ def test_files_that_are_not_snapshots_say_why(tmp_path, payload):
     assert str(path) in str(err.value)
 
 
-def test_a_missing_file_says_it_cannot_be_read(tmp_path):
-    with pytest.raises(SnapshotFileError, match="cannot be read"):
+def test_a_missing_file_says_it_does_not_exist(tmp_path):
+    with pytest.raises(SnapshotFileError, match=r"nope\.pickle: does not exist"):
         read_snapshot(tmp_path / "nope.pickle")
 
 

@@ -235,7 +235,7 @@ def test_missing_and_non_python_scripts_exit_2(tmp_path, capsys):
     from memlens.__main__ import main
 
     assert main(["watch", str(tmp_path / "nope.py")]) == 2
-    assert "no such file" in capsys.readouterr().err
+    assert "nope.py: does not exist" in capsys.readouterr().err
     (tmp_path / "data.py").write_bytes(b"\x89PNG\r\n\x1a\n\x00\x00binary")
     assert main(["watch", str(tmp_path / "data.py")]) == 2
     assert "not a Python script" in capsys.readouterr().err

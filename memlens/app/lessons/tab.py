@@ -7,7 +7,6 @@ two runs behind it, so the timeline shows them overlaid. Export writes the repor
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 from PySide6.QtCore import QByteArray, QRectF, QSignalBlocker, QSize, Qt, QTimer, Signal
@@ -160,12 +159,15 @@ class LessonsTab(QWidget):
         choice = self.preset_box.currentData()
         presets = list(PRESETS) if choice == ALL else [choice]
         out = None
-        if self.runs_dir is not None:
-            out = Path(self.runs_dir) / f"{time.strftime('%Y%m%d-%H%M%S')}-lessons"
-            n = 2
-            while out.exists():
-                out = out.with_name(f"{out.name.split('-lessons')[0]}-lessons-{n}")
-                n += 1
+        if self.runs_dir is not None:  # a new folder, made and claimed as every run's is
+            from memlens.core.recorder.output import choose_folder
+
+            try:
+                out = choose_folder(None, "lessons", runs_dir=self.runs_dir)
+            except OSError as exc:
+                self.status.setText(f"Cannot make a folder in {self.runs_dir}: "
+                                    f"{exc.strerror or exc}")
+                return
         self.session = LessonsSession(presets, steps=self.steps,
                                       quick=self.quick_box.isChecked(), out=out,
                                       settings=self.settings, parent=self)
@@ -326,16 +328,19 @@ class LessonsTab(QWidget):
         over a report already there."""
         from memlens.app.lessons.svg_png import svg_to_png
         from memlens.core.lessons.report import write_report
+        from memlens.core.lessons.report_folder import REPORT
+        from memlens.core.options import ConfigError
+        from memlens.core.recorder.output import choose_folder
         from memlens.core.runfolder.atomic import ExportError
 
         if self.report is None:
             return []
-        if (Path(folder) / "lessons.json").exists():
-            self.status.setText(f"{folder} already holds a report: choose another folder "
-                                "(nothing was overwritten)")
-            return []
-        try:
+        try:  # the one claim policy: a folder holding a report or a run is refused
+            choose_folder(folder, "lessons", force=None, flag="Export to", layout=REPORT)
             written = write_report(self.report, folder, png=svg_to_png)
+        except ConfigError as exc:
+            self.status.setText(f"{exc}")
+            return []
         except ExportError as exc:
             self.status.setText(str(exc))
             return []

@@ -74,22 +74,32 @@ class EventsPanel(QWidget):
         self.detail.setText(PLACEHOLDER)
 
     def add_event(self, event: RunEvent) -> QListWidgetItem:
-        self.events.append(event)
-        color = event_color(event.kind)
-        icon = self._icons.get(color) or self._icons.setdefault(color, _dot(color))
-        item = QListWidgetItem(icon, f"step {event.step}   {event.label()}")
-        item.setData(STEP_ROLE, event.step)
-        item.setToolTip(self._detail_text(event))
-        if event.kind == "error":
-            item.setForeground(QColor(color))
-        self.list.addItem(item)
-        if event.kind == "error":
-            self.list.setCurrentItem(item)  # an error explains itself without a click
-        else:
+        return self.add_events([event])[0]
+
+    def add_events(self, events: list[RunEvent]) -> list[QListWidgetItem]:
+        """Rows for `events`, the list laid out and scrolled once after the last (a run
+        folder opened with thousands of events is not laid out thousands of times)."""
+        items = []
+        error = None
+        for event in events:
+            self.events.append(event)
+            color = event_color(event.kind)
+            icon = self._icons.get(color) or self._icons.setdefault(color, _dot(color))
+            item = QListWidgetItem(icon, f"step {event.step}   {event.label()}")
+            item.setData(STEP_ROLE, event.step)
+            item.setToolTip(self._detail_text(event))
+            if event.kind == "error":
+                item.setForeground(QColor(color))
+                error = item
+            self.list.addItem(item)
+            items.append(item)
+        if error is not None:
+            self.list.setCurrentItem(error)  # an error explains itself without a click
+        elif items:
             self.list.scrollToBottom()
             if self.list.currentRow() < 0:  # nothing chosen: the pane shows the newest
-                self.detail.setText(item.toolTip())
-        return item
+                self.detail.setText(items[-1].toolTip())
+        return items
 
     def rerender(self) -> None:
         """Write the rows whose texts hold byte figures again, in the current bytes display

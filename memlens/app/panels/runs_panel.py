@@ -37,7 +37,9 @@ RESCAN_DELAY_MS = 200
 
 
 def row_texts(run: RunListing) -> list[str]:
-    """A run's cells, in COLUMNS order."""
+    """A run's cells, in COLUMNS order (a damaged run: "damaged", its reason the tooltip)."""
+    if run.problem:
+        return [run.name, run.what, "", "", ""]
     peak = format_bytes(run.peak_bytes) if run.peak_bytes is not None else ""
     date = time.strftime(DATE_FORMAT, time.localtime(run.written))
     steps = str(run.steps) + {FINISHED: "", GONE: " (ended)"}.get(run.state, " (live)")
@@ -117,9 +119,15 @@ class RunsPanel(QWidget):
             for run in runs:
                 item = QTreeWidgetItem(row_texts(run))
                 item.setData(0, FOLDER_ROLE, str(run.folder))
+                item.setToolTip(0, str(run.folder))
+                if run.problem:  # listed, never ticked: nothing in it can be drawn
+                    item.setFlags(item.flags() & ~Qt.ItemIsUserCheckable)
+                    item.setToolTip(1, run.problem)
+                    item.setForeground(1, Qt.red)
+                    self.tree.addTopLevelItem(item)
+                    continue
                 item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
                 item.setCheckState(0, Qt.Checked if run.folder in ticked else Qt.Unchecked)
-                item.setToolTip(0, str(run.folder))
                 item.setToolTip(len(COLUMNS) - 1, time.strftime("%Y-%m-%d %H:%M:%S",
                                                                 time.localtime(run.written)))
                 self.tree.addTopLevelItem(item)

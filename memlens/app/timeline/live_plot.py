@@ -27,6 +27,7 @@ from memlens.app.timeline.marker_labels import (
     label_anchor,
     label_rows,
     row_position,
+    rows_that_fit,
 )
 from memlens.app.timeline.plot_style import (
     HOVER_COLOR,
@@ -47,6 +48,12 @@ LEGEND_HEIGHT = 36  # the title row's least height: two lines of legend
 # fit_y keeps a y range while the data fills at least this share of it (auto-range's own
 # padding leaves about 0.9 at the usual plot heights).
 KEEP_Y = 0.85
+
+
+# Markers drawn on one plot: more would be no clearer a picture, and each costs its items (their
+# making slows as a scene fills) and a place among the labels. Later events stay in the events
+# list and the history.
+MAX_MARKERS = 200
 
 
 class LiveCurve(pg.PlotCurveItem):
@@ -212,7 +219,13 @@ class LivePlot(pg.PlotWidget):
             self.curves[key] = AreaLayer(area, i)
         return area
 
-    def add_marker(self, step: float, label: str, kind: str) -> pg.InfiniteLine:
+    def add_marker(self, step: float, label: str, kind: str,
+                   arrange: bool = True) -> pg.InfiniteLine | None:
+        """A marker line at `step` with its label; None past MAX_MARKERS (the events list
+        still has every event). `arrange`: place the labels now (False: the caller adding
+        many at once arranges them once, after the last)."""
+        if len(self.markers) >= MAX_MARKERS:
+            return None
         color = event_color(kind)
         row = MARKER_LABEL_ROWS[len(self.markers) % len(MARKER_LABEL_ROWS)]
         line = pg.InfiniteLine(
@@ -227,7 +240,8 @@ class LivePlot(pg.PlotWidget):
         self._theme_marker(line)
         self.getPlotItem().addItem(line, ignoreBounds=True)
         self.markers.append(line)
-        self.arrange_marker_labels()
+        if arrange:
+            self.arrange_marker_labels()
         return line
 
     def _theme_marker(self, line: pg.InfiniteLine) -> None:
@@ -271,7 +285,8 @@ class LivePlot(pg.PlotWidget):
                 line.label.updatePosition()
             left = x - anchor * rect.width()
             spans.append((left, left + rect.width()))
-        for line, row in zip(shown, label_rows(spans), strict=True):
+        rows = label_rows(spans, max_rows=rows_that_fit(tallest, height))
+        for line, row in zip(shown, rows, strict=True):
             position = row_position(row, tallest, height)
             if position is None:
                 if line.label.isVisible():

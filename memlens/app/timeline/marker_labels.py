@@ -22,21 +22,28 @@ def label_anchor(x: float, width: float, view_width: float) -> float:
     return x / width  # here x < width: the left edge at the view's
 
 
-def label_rows(spans: list[tuple[float, float]], gap: float = LABEL_GAP_PX) -> list[int]:
+def label_rows(spans: list[tuple[float, float]], gap: float = LABEL_GAP_PX,
+               max_rows: int | None = None) -> list[int]:
     """For labels spanning [left, right] pixels, the row of each (0 = top): the first row
-    where it overlaps no label placed before it, placing them from left to right."""
-    rows: list[list[tuple[float, float]]] = []
+    where it overlaps no label placed before it, placing them from left to right; -1 for
+    one that would need a row past `max_rows` (it is not shown). Placed left to right, a
+    label fits a row when it starts past that row's rightmost end: each label looks at each
+    row once, never at every label before it."""
+    ends: list[float] = []  # each row's rightmost right edge so far
     out = [0] * len(spans)
     for i in sorted(range(len(spans)), key=lambda k: spans[k][0]):
         left, right = spans[i]
-        for r, placed in enumerate(rows):
-            if all(right + gap <= a or left >= b + gap for a, b in placed):
-                placed.append((left, right))
+        for r, end in enumerate(ends):
+            if left >= end + gap:
+                ends[r] = right
                 out[i] = r
                 break
         else:
-            rows.append([(left, right)])
-            out[i] = len(rows) - 1
+            if max_rows is not None and len(ends) >= max_rows:
+                out[i] = -1
+                continue
+            ends.append(right)
+            out[i] = len(ends) - 1
     return out
 
 
@@ -45,6 +52,11 @@ def row_position(row: int, label_height: float, view_height: float) -> float | N
     label inside the view; None when the row does not fit (the label is hidden: the events
     list and the hover read-out still name the event)."""
     centre = TOP_MARGIN_PX + row * (label_height + 1.0) + label_height / 2
-    if centre + label_height / 2 > view_height:
+    if row < 0 or centre + label_height / 2 > view_height:
         return None
     return 1.0 - centre / view_height
+
+
+def rows_that_fit(label_height: float, view_height: float) -> int:
+    """How many rows of labels row_position places inside the view."""
+    return max(0, int((view_height - TOP_MARGIN_PX + 1.0) // (label_height + 1.0)))

@@ -20,7 +20,7 @@ from PySide6.QtWidgets import (
 
 from memlens.app.series.run_series import RunSeries
 from memlens.app.series.wall_clock import WallClock
-from memlens.app.timeline.live_plot import LivePlot
+from memlens.app.timeline.live_plot import MAX_MARKERS, LivePlot
 from memlens.app.timeline.loss_plot import LossPlot
 from memlens.app.timeline.memory_plot import MemoryPlot
 from memlens.app.timeline.time_plot import TimePlot
@@ -171,9 +171,17 @@ class PlotStack(QWidget):
         self.mark_dirty()
 
     def add_event(self, event: RunEvent) -> None:
-        label = f"{event.step}: {event.label()}" if event.kind == "error" else event.label()
+        self.add_events([event])
+
+    def add_events(self, events: list[RunEvent]) -> None:
+        """Markers for `events`, their labels arranged once after the last (a run folder
+        opened with thousands of events is not arranged thousands of times)."""
         for plot in self.plots:
-            plot.add_marker(event.step, label, event.kind)
+            for event in events[: max(MAX_MARKERS - len(plot.markers), 0)]:
+                label = (f"{event.step}: {event.label()}" if event.kind == "error"
+                         else event.label())
+                plot.add_marker(event.step, label, event.kind, arrange=False)
+            plot.arrange_marker_labels()
 
     def mark_dirty(self) -> None:
         self._dirty = True

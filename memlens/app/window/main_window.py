@@ -302,11 +302,10 @@ class MainWindow(QMainWindow):
         if not events:
             return
         self._events_seen += len(events)
-        for event in events:
-            if event.on_timeline:
-                self.plots.add_event(event)
-            item_row = self.events_panel.list.count()
-            self.events_panel.add_event(event)
+        self.plots.add_events([e for e in events if e.on_timeline])
+        first_row = self.events_panel.list.count()
+        self.events_panel.add_events(events)
+        for item_row, event in enumerate(events, first_row):
             if event.kind == "toggle":
                 self.techniques_panel.set_value(event.key, event.new)
                 self.techniques_panel.show_note("")

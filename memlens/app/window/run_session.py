@@ -21,8 +21,8 @@ from memlens.core.controls import RunControls
 from memlens.core.history import RunHistory
 from memlens.core.model_file import preset_label
 from memlens.core.options import ConfigError
+from memlens.core.recorder.output import choose_folder
 from memlens.core.records import RunEvent
-from memlens.core.runfolder.claim import new_run_folder
 from memlens.core.runfolder.header import run_header
 from memlens.core.runfolder.writer import RunWriter
 from memlens.core.sinks import FanOut, GuardedSink
@@ -111,7 +111,7 @@ class RunSession(QObject):
         writer, problem, folder = None, None, None
         if runs_dir is not None:
             try:
-                folder = new_run_folder(Path(runs_dir), preset_label(config.preset))
+                folder = choose_folder(None, preset_label(config.preset), runs_dir=runs_dir)
             except OSError as exc:  # the runs folder cannot be made
                 problem = str(exc)
         # A long run's older rows go to a hidden file on the run's own disk (memlens.core.history).

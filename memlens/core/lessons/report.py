@@ -9,13 +9,18 @@ from itertools import groupby
 from pathlib import Path
 
 from memlens.core.lessons.chart import chart_svg, format_value
+from memlens.core.lessons.report_folder import (
+    CHARTS,
+    LESSONS_JSON,
+    LESSONS_MD,
+    REPORT_FORMAT,
+    written_run_folders,
+)
 from memlens.core.lessons.verdict import MIN_TIME_BLOCKS
 from memlens.core.model_file import preset_label
 from memlens.core.runfolder.atomic import atomic_write_text
 
-REPORT_FORMAT = "memlens-lessons"
 REPORT_VERSION = 1
-CHARTS = "charts"
 
 
 def report_dict(report) -> dict:
@@ -57,26 +62,26 @@ def chart_name(lesson: str, preset: str) -> str:
 def write_report(report, out: str | Path,
                  png: Callable[[str, Path], None] | None = None) -> list[Path]:
     """Write the report into `out`; `png(svg_text, path)` renders each chart as PNG too.
-    Returns the files written."""
+    lessons.json lists every file written and the arms' run folders in `out` (the report's
+    own record: what --force may delete, report_folder). Returns the files written."""
     out = Path(out)
-    written = []
-    path = out / "lessons.json"
-    atomic_write_text(path, json.dumps(report_dict(report), indent=1))
-    written.append(path)
-    charts = {}
+    charts = {key: Path(CHARTS) / chart_name(*key) for key, _rows in groups(report.rows)}
+    suffixes = (".svg", ".png") if png is not None else (".svg",)
+    files = [Path(LESSONS_JSON), *(c.with_suffix(x) for c in charts.values() for x in suffixes),
+             Path(LESSONS_MD)]
+    doc = report_dict(report)
+    doc["files"] = [f.as_posix() for f in files]
+    doc["run_folders"] = written_run_folders(
+        [folder for r in report.rows for folder in r.runs.values() if folder], out)
+    atomic_write_text(out / LESSONS_JSON, json.dumps(doc, indent=1))
     for (lesson, preset), rows in groups(report.rows):
         svg = chart_svg(rows)
-        base = out / CHARTS / chart_name(lesson, preset)
+        base = out / charts[(lesson, preset)]
         atomic_write_text(base.with_suffix(".svg"), svg)
-        written.append(base.with_suffix(".svg"))
         if png is not None:
             png(svg, base.with_suffix(".png"))
-            written.append(base.with_suffix(".png"))
-        charts[(lesson, preset)] = base.relative_to(out)
-    path = out / "lessons.md"
-    atomic_write_text(path, markdown(report, charts, png is not None))
-    written.append(path)
-    return written
+    atomic_write_text(out / LESSONS_MD, markdown(report, charts, png is not None))
+    return [out / f for f in files]
 
 
 def environment_line(env: dict) -> str:

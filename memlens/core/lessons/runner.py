@@ -292,8 +292,7 @@ class LessonRunner:
 
         configs = self._configs(lesson, preset)
         label = preset_label(preset)
-        arms = [_Arm(name, cfg, RunHistory(),
-                     self.out / "runs" / f"{label}-{lesson.name}-{name}" if self.out else None)
+        arms = [_Arm(name, cfg, RunHistory(), self._arm_folder(label, lesson, name))
                 for name, cfg in configs.items()]
         total = sum(a.config.steps for a in arms)
         adaptive = self._adaptive(lesson)
@@ -350,6 +349,16 @@ class LessonRunner:
                 if isinstance(arm.error, ConfigError):
                     raise arm.error
         return arms
+
+    def _arm_folder(self, label: str, lesson: Lesson, arm: str) -> Path | None:
+        """The arm's run folder in the report's, claimed as every run's is (choose_folder:
+        one holding a run is refused); None for a report kept in memory."""
+        from memlens.core.lessons.report_folder import RUNS, arm_folder_name
+        from memlens.core.recorder.output import choose_folder
+
+        if self.out is None:
+            return None
+        return choose_folder(self.out / RUNS / arm_folder_name(label, lesson.name, arm), label)
 
     def _round_judge(self, lesson: Lesson, arms: list[_Arm], controls: list[RunControls],
                      turns: Turns) -> Callable[[int, int], None]:

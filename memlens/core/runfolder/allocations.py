@@ -21,6 +21,7 @@ from typing import IO
 
 import numpy as np
 
+from memlens.core.excerpt import excerpt
 from memlens.core.history import (
     ALLOC_COLUMNS,
     ColumnTable,
@@ -31,6 +32,14 @@ from memlens.core.history import (
 from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASES, AllocBlock
 from memlens.core.runfolder.atomic import atomic_open
 from memlens.core.runfolder.format import ACTIONS, ALLOCATIONS_NPY, FRAMES_JSONL
+from memlens.core.safe_read import (
+    MAX_ALLOCATIONS_NPY,
+    MAX_FRAMES_JSONL,
+    FileReadError,
+    open_checked,
+    parse_json_line,
+    read_text,
+)
 
 # Each field on its natural alignment and 48 bytes a row, so numpy reads a column at memory
 # speed (a packed 43-byte row took twice as long to convert). The file's dtype lists the
@@ -159,17 +168,18 @@ def header_rows(head: bytes) -> int | None:
 
 def read_frames(path: Path) -> list[str]:
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise AllocationsFileError(f"{path}: cannot be read ({exc})") from None
+        text = read_text(path, MAX_FRAMES_JSONL, f"an {FRAMES_JSONL}")
+    except FileReadError as exc:
+        raise AllocationsFileError(str(exc)) from None
     lines = text.split("\n")
     lines.pop()  # after the last newline: "" in a whole file, a torn line after a crash
     frames = []
     for i, line in enumerate(lines):
         try:
-            frames.append(json.loads(line))
-        except (json.JSONDecodeError, RecursionError):
-            raise AllocationsFileError(f"{path}: line {i + 1} is not a JSON string") from None
+            frames.append(parse_json_line(line))
+        except ValueError as exc:  # json's error, or a number or nesting past the limits
+            raise AllocationsFileError(f"{path}: line {i + 1} is not a JSON string "
+                                       f"({excerpt(exc, 120)})") from None
     if not all(isinstance(f, str) for f in frames):
         raise AllocationsFileError(f"{path}: every line must be a JSON string")
     return frames
@@ -177,17 +187,21 @@ def read_frames(path: Path) -> list[str]:
 
 def read_allocations(folder: Path) -> tuple[np.ndarray, list[str]]:
     """allocations.npy's records and the frames they index; AllocationsFileError with the
-    reason for a file that is cut short, of another layout, or holds impossible codes."""
+    reason for a file that is not a regular file, is cut short, of another layout, or holds
+    impossible codes."""
     path = folder / ALLOCATIONS_NPY
-    frames = read_frames(folder / FRAMES_JSONL) if (folder / FRAMES_JSONL).is_file() else []
+    frames = read_frames(folder / FRAMES_JSONL) if os.path.lexists(folder / FRAMES_JSONL) \
+        else []
     try:
-        with open(path, "rb") as fh:
+        with open_checked(path, MAX_ALLOCATIONS_NPY, f"an {ALLOCATIONS_NPY}") as fh:
             version = np.lib.format.read_magic(fh)
             read_header = (np.lib.format.read_array_header_1_0 if version == (1, 0)
                            else np.lib.format.read_array_header_2_0)
             shape, fortran, dtype = read_header(fh)
             offset = fh.tell()
             size = os.fstat(fh.fileno()).st_size
+    except FileReadError as exc:
+        raise AllocationsFileError(str(exc)) from None
     except OSError as exc:
         raise AllocationsFileError(f"{path}: cannot be read ({exc})") from None
     except Exception:  # ValueError, SyntaxError, tokenize.TokenError...: numpy's parse

@@ -70,3 +70,26 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 def atomic_write_bytes(path: str | Path, data: bytes) -> None:
     with atomic_open(path, "wb") as fh:
         fh.write(data)
+
+
+def rewrite_in_place(path: str | Path, data: bytes) -> bool:
+    """Overwrite an existing file with `data` where it fits in the space the file already
+    holds on disk (its size, or its allocated blocks): the last resort on a full disk,
+    where a temporary beside it cannot be written. Not atomic; False where it would not fit
+    (nothing written then). Links are not followed."""
+    try:
+        fd = os.open(path, os.O_WRONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    try:
+        st = os.fstat(fd)
+        if len(data) > max(st.st_size, st.st_blocks * 512):
+            return False
+        os.pwrite(fd, data, 0)
+        os.ftruncate(fd, len(data))
+        os.fsync(fd)
+        return True
+    except OSError:
+        return False
+    finally:
+        os.close(fd)

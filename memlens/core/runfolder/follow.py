@@ -9,13 +9,22 @@ summary) or gone (its pid no longer runs on this host and it never finished: run
 from __future__ import annotations
 
 import csv
-import json
+import os
+import stat
 from collections.abc import Callable
 from pathlib import Path
 
 from memlens.core.history import RunHistory
 from memlens.core.runfolder import format as fmt
 from memlens.core.runfolder.header import FINISHED, GONE, LIVE, writer_state
+from memlens.core.safe_read import (
+    MAX_CSV,
+    MAX_RUN_JSON,
+    FileReadError,
+    open_checked,
+    read_json,
+    what_is,
+)
 
 __all__ = ["FINISHED", "GONE", "LIVE", "WAITING", "RunFollower"]
 WAITING = "waiting"
@@ -36,12 +45,14 @@ class _Tail:
 
     def new_rows(self) -> tuple[list[list[str]], int]:
         """The rows appended since the last call, and the file's line number of the first."""
-        try:
-            with open(self.path, "rb") as fh:
-                fh.seek(self.offset)
-                data = fh.read()
-        except FileNotFoundError:
+        if not os.path.lexists(self.path):
             return [], self.line
+        try:
+            with open_checked(self.path, MAX_CSV, f"a {self.path.name}") as fh:
+                fh.seek(self.offset)  # what was appended since: at most what it holds now
+                data = fh.read(max(os.fstat(fh.fileno()).st_size - self.offset, 0))
+        except FileReadError as exc:
+            raise fmt.RunFolderError(str(exc)) from None
         except OSError as exc:
             raise fmt.RunFolderError(
                 f"{self.path}: cannot be read ({exc.strerror or exc})") from None
@@ -104,13 +115,20 @@ class RunFollower:
         stamp = (st.st_mtime_ns, st.st_size, st.st_ino)
         if stamp == self._json_stamp:
             return
+        if not stat.S_ISREG(st.st_mode):  # never a FIFO's open, a device's endless read
+            raise fmt.RunFolderError(f"{path}: {what_is(path)}, not a regular file; the "
+                                     "folder is not a run's")
         try:
-            doc = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError):
-            return  # written atomically, so a bad read is a passing moment: next poll
+            doc = read_json(path, MAX_RUN_JSON, "a run.json", max_text=fmt.MAX_JSON_TEXT)
+        except FileReadError as exc:
+            if not os.path.lexists(path):
+                return  # replaced between the two looks: the next poll reads the new one
+            # A writer replaces run.json whole (an atomic rename), so what does not parse is
+            # damage, not a file caught half-written.
+            raise fmt.RunFolderError(str(exc)) from None
         if not fmt.is_run_doc(doc):
             raise fmt.RunFolderError(f"{path}: not a memlens run.json (no format tag)")
-        events = fmt.check_run_doc(fmt.cap_strings(doc), path)  # as load_run's
+        events = fmt.check_run_doc(doc, path)  # as load_run's
         self._json_stamp = stamp
         self.meta_reads += 1
         h = self.history

@@ -228,32 +228,7 @@ _NOT_META = ("events", "summary", "graphs")
 
 
 MAX_JSON_TEXT = 4096  # characters kept of one string in run.json; the rest is cut on load
-
-
-def cap_strings(doc: dict, limit: int = MAX_JSON_TEXT) -> dict:
-    """`doc` with every string (value or key) longer than `limit` cut to it, marked "…":
-    a run writes short texts, and a damaged file's 50 MB string must not reach a label
-    or a layout. Walked without recursion (json.loads has bounded the depth)."""
-    def cut(text: str) -> str:
-        return text if len(text) <= limit else text[:limit] + "…"
-
-    stack: list[dict | list] = [doc]
-    while stack:
-        node = stack.pop()
-        if isinstance(node, dict):
-            long_keys = [k for k in node if len(k) > limit]
-            for k in long_keys:
-                node[cut(k)] = node.pop(k)
-            items = node.items()
-        else:
-            items = enumerate(node)
-        for k, v in list(items):
-            if isinstance(v, str):
-                if len(v) > limit:
-                    node[k] = cut(v)
-            elif isinstance(v, dict | list):
-                stack.append(v)
-    return doc
+# (safe_read.parse_json: a damaged file's 50 MB string must not reach a label or a layout)
 
 
 def is_run_doc(doc: Any) -> bool:

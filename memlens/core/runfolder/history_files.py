@@ -27,6 +27,16 @@ from memlens.core.runfolder.atomic import (
     atomic_write_bytes,
     atomic_write_text,
 )
+from memlens.core.safe_read import (
+    MAX_ALLOCATIONS_NPY,
+    MAX_CSV,
+    MAX_FRAMES_JSONL,
+    MAX_RUN_JSON,
+    MAX_SNAPSHOT,
+    open_checked,
+    parse_json,
+    read_bytes,
+)
 
 
 def write_history(history: RunHistory, folder: str | Path) -> list[Path]:
@@ -121,7 +131,7 @@ def export_run_files(history: RunHistory, folder: str | Path, source: str | Path
 
 def _csv_copier(name: str, header: tuple[str, ...], table_of, row_of):
     def copy(src: Path, folder: Path, history: RunHistory, same: bool) -> list[Path]:
-        data = (src / name).read_bytes()
+        data = read_bytes(src / name, MAX_CSV, f"a {name}")
         table = table_of(history)
         n = len(table)
         text = io.StringIO(newline="")
@@ -144,7 +154,7 @@ def _csv_copier(name: str, header: tuple[str, ...], table_of, row_of):
 
 
 def _copy_allocations(src: Path, folder: Path, history: RunHistory, same: bool) -> list[Path]:
-    frames_bytes = (src / fmt.FRAMES_JSONL).read_bytes()
+    frames_bytes = read_bytes(src / fmt.FRAMES_JSONL, MAX_FRAMES_JSONL, "a frames file")
     if read_frames(src / fmt.FRAMES_JSONL) != history.frames:
         raise _Mismatch(fmt.FRAMES_JSONL)
     n = len(history.allocs)
@@ -156,7 +166,8 @@ def _copy_allocations(src: Path, folder: Path, history: RunHistory, same: bool) 
                 or os.pread(fd, len(last), size - len(last)) != last):
             raise _Mismatch(fmt.ALLOCATIONS_NPY)
 
-    with open(src / fmt.ALLOCATIONS_NPY, "rb") as inp:
+    with open_checked(src / fmt.ALLOCATIONS_NPY, MAX_ALLOCATIONS_NPY,
+                      "an allocations.npy") as inp:
         if same:
             check(inp.fileno())
         else:
@@ -174,8 +185,8 @@ def _copy_allocations(src: Path, folder: Path, history: RunHistory, same: bool) 
 
 
 def _copy_run_json(src: Path, folder: Path, history: RunHistory, same: bool) -> list[Path]:
-    data = (src / fmt.RUN_JSON).read_bytes()
-    doc = json.loads(data)
+    data = read_bytes(src / fmt.RUN_JSON, MAX_RUN_JSON, "a run.json")
+    doc = parse_json(data)
     summary = json.loads(json.dumps(history.summary, default=str))
     if (not isinstance(doc, dict) or doc.get("summary") is None or doc["summary"] != summary
             or len(doc.get("events") or ()) != history.event_count
@@ -185,7 +196,8 @@ def _copy_run_json(src: Path, folder: Path, history: RunHistory, same: bool) -> 
     cuda = Path(str((doc.get("cuda_snapshot") or {}).get("file") or "")).name  # in the folder
     if cuda and (src / cuda).is_file():
         if not same:
-            atomic_write_bytes(folder / cuda, (src / cuda).read_bytes())
+            atomic_write_bytes(folder / cuda, read_bytes(src / cuda, MAX_SNAPSHOT,
+                                                         "a snapshot"))
         out.append(folder / cuda)
     if not same:
         atomic_write_bytes(folder / fmt.RUN_JSON, data)

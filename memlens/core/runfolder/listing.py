@@ -4,6 +4,7 @@ peak and when. Read through the format's one reader; nothing in a folder is ever
 from __future__ import annotations
 
 import math
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -14,6 +15,8 @@ from memlens.core.model_file import preset_label
 from memlens.core.runfolder.format import RUN_JSON, RunFolderError
 from memlens.core.runfolder.header import FINISHED, writer_state
 from memlens.core.runfolder.reader import read_header_and_steps
+
+DAMAGED = "damaged"  # a RunListing's state where run.json is there but not a readable run
 
 _PEAK = STEP_COLUMNS.index("peak_bytes")
 
@@ -29,11 +32,21 @@ class RunListing:
     peak_bytes: int | None  # run.json's summary peak, else the highest step peak; None: none
     written: float  # run.json's last change, seconds since the epoch
     state: str  # runfolder.header's: live, finished, or writer gone (killed before its end)
+    problem: str = ""  # a damaged run: what is wrong (the reader's one line); "" for a run
 
     @property
     def finished(self) -> bool:
         """Whether the run's writer ended it (run.json has its summary)."""
         return self.state == FINISHED
+
+
+def damaged_run(folder: Path, problem: str) -> RunListing:
+    """The listing of a folder whose run.json is there but cannot be read as a run."""
+    try:
+        written = os.lstat(folder / RUN_JSON).st_mtime
+    except OSError:
+        written = 0.0
+    return RunListing(folder, folder.name, "damaged", 0, None, written, DAMAGED, problem)
 
 
 def list_run(folder: str | Path) -> RunListing:
@@ -59,8 +72,9 @@ def list_run(folder: str | Path) -> RunListing:
 
 
 def list_runs(parent: str | Path) -> tuple[list[RunListing], list[Path]]:
-    """The runs in `parent`'s folders, by folder name, and the folders that hold no
-    readable run (yet: a run's folder is made before its files), by folder name."""
+    """The runs in `parent`'s folders, by folder name (a damaged one, whose run.json is
+    there but cannot be read, listed with its `problem`), and the folders that hold no run
+    yet (a run's folder is made before its files), by folder name."""
     parent = Path(parent)
     try:
         folders = sorted(p for p in parent.iterdir() if p.is_dir())
@@ -70,6 +84,9 @@ def list_runs(parent: str | Path) -> tuple[list[RunListing], list[Path]]:
     for folder in folders:
         try:
             runs.append(list_run(folder))
-        except RunFolderError:
-            others.append(folder)
+        except RunFolderError as exc:
+            if os.path.lexists(folder / RUN_JSON):
+                runs.append(damaged_run(folder, str(exc)))
+            else:
+                others.append(folder)
     return runs, others

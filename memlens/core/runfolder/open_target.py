@@ -7,6 +7,7 @@ from pathlib import Path
 
 from memlens.core.runfolder.format import RUN_JSON, RunFolderError
 from memlens.core.runfolder.reader import load_run, rank_folders
+from memlens.core.safe_read import what_is
 from memlens.core.snapshot_file import SnapshotFileError, read_snapshot
 
 SNAPSHOT_SUFFIXES = (".pickle", ".pkl")
@@ -29,7 +30,8 @@ def resolve(path: str | Path) -> tuple[str, Path]:
             return "run", path.parent
         raise OpenError(f"{str(path)!r} is neither a run folder nor a snapshot (.pickle); "
                         "open a run folder, a file in one, or a snapshot.pickle")
-    raise OpenError(f"{str(path)!r} does not exist")
+    # a FIFO, a device, a link to one, a broken link: said as what it is
+    raise OpenError(f"{str(path)!r} {what_is(path)}; open a run folder or a snapshot.pickle")
 
 
 def check_openable(path: str | Path) -> tuple[str, Path]:

@@ -7,8 +7,9 @@ The one reader of the format (runfolder.format's codecs): `load_run` here, the f
 from __future__ import annotations
 
 import csv
-import json
+import io
 import math
+import os
 from pathlib import Path
 
 import numpy as np
@@ -19,6 +20,7 @@ from memlens.core.runfolder.allocations import AllocationsFileError, load_alloca
 from memlens.core.runfolder.format import (
     ALLOCATIONS_NPY,
     INT_STEP_COLUMNS,
+    MAX_JSON_TEXT,
     MEMORY_CSV,
     MEMORY_HEADER,
     OLD_MEMORY_HEADER,
@@ -26,7 +28,6 @@ from memlens.core.runfolder.format import (
     STEPS_CSV,
     STEPS_HEADER,
     RunFolderError,
-    cap_strings,
     check_run_doc,
     header_problem,
     is_run_doc,
@@ -37,6 +38,14 @@ from memlens.core.runfolder.format import (
     parse_numbers,
     steps_table,
 )
+from memlens.core.safe_read import (
+    MAX_CSV,
+    MAX_RUN_JSON,
+    FileReadError,
+    read_bytes,
+    read_json,
+    what_is,
+)
 
 
 def load_run(folder: str | Path) -> RunHistory:
@@ -46,10 +55,8 @@ def load_run(folder: str | Path) -> RunHistory:
     dropped, and allocations.npy gives the rows its header counts. A folder that is not a
     run, or a damaged file, raises RunFolderError with the reason.
     """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise RunFolderError(f"{str(folder)!r} is not a folder; choose a run folder")
-    missing = [n for n in (STEPS_CSV, MEMORY_CSV, RUN_JSON) if not (folder / n).is_file()]
+    folder = _run_folder(folder)
+    missing = [n for n in (STEPS_CSV, MEMORY_CSV, RUN_JSON) if not os.path.lexists(folder / n)]
     if missing:
         raise RunFolderError(
             f"{str(folder)!r} is not a memlens run folder: {', '.join(missing)} missing. "
@@ -64,7 +71,7 @@ def load_run(folder: str | Path) -> RunHistory:
         history.on_event(e)
     history.steps.extend(_read_steps(folder / STEPS_CSV))
     history.samples.extend(_read_memory(folder / MEMORY_CSV))
-    if (folder / ALLOCATIONS_NPY).is_file():
+    if os.path.lexists(folder / ALLOCATIONS_NPY):  # what is there is read, or named
         try:
             load_allocations(folder, history)
         except AllocationsFileError as exc:
@@ -75,42 +82,62 @@ def load_run(folder: str | Path) -> RunHistory:
 def read_header_and_steps(folder: str | Path) -> tuple[dict, np.ndarray]:
     """run.json and steps.csv's STEP_COLUMNS table alone, checked as load_run checks them
     (memory.csv is left unread: what a list of runs shows); RunFolderError says why not."""
-    folder = Path(folder)
+    folder = _run_folder(folder)
     for name in (RUN_JSON, STEPS_CSV):
-        if not (folder / name).is_file():
+        if not os.path.lexists(folder / name):
             raise RunFolderError(f"{str(folder)!r} is not a memlens run folder: {name} missing")
     doc = read_run_json(folder / RUN_JSON)
     check_run_doc(doc, folder / RUN_JSON)
     return doc, _read_steps(folder / STEPS_CSV)
 
 
+def _run_folder(folder: str | Path) -> Path:
+    """`folder` when it is a folder memlens may list; RunFolderError saying what it is
+    otherwise (a file, a FIFO, missing, or a folder it may not read)."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        what = what_is(folder) or "is a regular file"
+        raise RunFolderError(f"{str(folder)!r} is not a folder: it {what}; choose a run "
+                             "folder")
+    if not os.access(folder, os.R_OK | os.X_OK):
+        raise RunFolderError(f"{str(folder)!r}: permission denied (the folder cannot be "
+                             "read); choose a run folder you may read")
+    return folder
+
+
 def read_run_json(path: Path) -> dict:
-    """run.json as a dict of our format, or RunFolderError saying why not."""
+    """run.json as a dict of our format, or RunFolderError saying why not (its size checked
+    before it is read, its numbers and texts bounded as it is parsed)."""
     try:
-        doc = json.loads(path.read_text(encoding="utf-8-sig"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise RunFolderError(f"{path}: not readable JSON ({exc})") from None
-    except RecursionError:
-        raise RunFolderError(f"{path}: nested too deeply to be a run.json; "
-                             "the file is damaged") from None
+        doc = read_json(path, MAX_RUN_JSON, "a run.json", max_text=MAX_JSON_TEXT)
+    except FileReadError as exc:
+        raise RunFolderError(str(exc)) from None
     if not is_run_doc(doc):
         raise RunFolderError(f"{path}: not a memlens run.json (no format tag)")
-    return cap_strings(doc)
+    return doc
 
 
 def rank_folders(folder: str | Path) -> list[Path]:
     """The per-rank run folders (rank0, rank1, ...) of a distributed watch's parent folder,
     in rank order; [] for a folder that is a run itself or holds no rank folders."""
     folder = Path(folder)
-    if (folder / RUN_JSON).exists():
+    if os.path.lexists(folder / RUN_JSON):
         return []
     try:
         found = [(int(p.name[4:]), p) for p in folder.iterdir()
-                 if p.name.startswith("rank") and p.name[4:].isdigit() and p.is_dir()
-                 and (p / RUN_JSON).exists()]
+                 if is_rank_name(p.name) and p.is_dir()
+                 # one that cannot be read is listed: its reading says so, by name
+                 and (os.path.lexists(p / RUN_JSON) or not os.access(p, os.R_OK | os.X_OK))]
     except OSError:
         return []
     return [p for _rank, p in sorted(found)]
+
+
+def is_rank_name(name: str) -> bool:
+    """rank<N> with N a rank number: ASCII digits, below 10**9 (a longer N is no job's)."""
+    digits = name[4:]
+    return (name.startswith("rank") and digits.isascii() and digits.isdigit()
+            and len(digits) <= 9)
 
 
 def _read_csv(path: Path, header: tuple[str, ...]) -> list[list[str]]:
@@ -122,14 +149,14 @@ def _csv_rows(path: Path, header: tuple[str, ...], told: tuple[str, ...]
     """The file's header, which starts with `header`, and its complete rows; a bad header
     is a RunFolderError that names the columns `told`."""
     try:
-        with open(path, newline="", encoding="utf-8-sig") as fh:  # -sig: a BOM is dropped
-            rows = list(csv.reader(fh))
+        text = read_bytes(path, MAX_CSV, f"a {path.name}").decode("utf-8-sig")  # BOM dropped
+        rows = list(csv.reader(io.StringIO(text, newline="")))
+    except FileReadError as exc:
+        raise RunFolderError(str(exc)) from None
     except UnicodeDecodeError:
         raise RunFolderError(f"{path}: not UTF-8 text; the file is damaged") from None
     except csv.Error:
         raise RunFolderError(f"{path}: not CSV text; the file is damaged") from None
-    except OSError as exc:
-        raise RunFolderError(f"{path}: cannot be read ({exc.strerror or exc})") from None
     if not rows:
         raise RunFolderError(f"{path}: empty file, no header")
     got = tuple(rows[0])
@@ -144,9 +171,9 @@ def _csv_rows(path: Path, header: tuple[str, ...], told: tuple[str, ...]
 
 def _fast(path: Path, header: tuple[str, ...], phase_column: int | None = None):
     try:
-        data = path.read_bytes()
-    except OSError:
-        return None  # the row-by-row reader names the problem
+        data = read_bytes(path, MAX_CSV, f"a {path.name}")
+    except FileReadError as exc:
+        raise RunFolderError(str(exc)) from None
     return parse_numbers(data, header, phase_column)
 
 

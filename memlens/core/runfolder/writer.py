@@ -27,6 +27,7 @@ import os
 import queue
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +35,7 @@ from memlens.core.history import RunHistory, sample_values, step_values
 from memlens.core.records import RunEvent, samples_of
 from memlens.core.runfolder.allocations import AllocationsStream
 from memlens.core.runfolder.allocations import describe as describe_allocations
-from memlens.core.runfolder.atomic import ExportError, atomic_write_text
+from memlens.core.runfolder.atomic import ExportError, atomic_write_text, rewrite_in_place
 from memlens.core.runfolder.claim import create_new, create_new_text
 from memlens.core.runfolder.format import (
     CUDA_SNAPSHOT,
@@ -129,10 +130,24 @@ class FolderFiles:
             self._doc["cuda_snapshot"] = {"error": str(exc)}
 
     def on_finish(self, summary: dict) -> None:
+        """run.json with the summary, also on a full disk: where no new file can be written
+        it is rewritten in place, compact (no indent), in the space it already holds."""
         self._doc["summary"] = summary
         self._doc["finished"] = True  # runfolder.header: the writer ended its run
-        self.flush()
-        self._write_json()
+        try:
+            self.flush()
+        except OSError as exc:  # rows that did not fit: the summary still goes in
+            failed: OSError | None = exc
+        else:
+            failed = None
+        try:
+            self._write_json()
+        except OSError:
+            compact = json.dumps(self._doc, separators=(",", ":"), default=str).encode()
+            if not rewrite_in_place(self.folder / RUN_JSON, compact):
+                raise
+        if failed is not None:
+            raise failed
 
     def move_to(self, folder: Path) -> None:
         """The run's files into `folder` (made if need be), each linked there exclusively
@@ -199,6 +214,11 @@ class RunWriter:
         self.failed: BaseException | None = None
         self._raised = False
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        # Held while a batch is written: a fork waits for it (_fork_guard), so a child never
+        # starts with a file's buffer half written or its lock held by a thread it lacks.
+        self._writing = threading.Lock()
+        self._forked = False  # this object is a forked child's copy: it writes nothing
+        _LIVE.add(self)
         self._thread = threading.Thread(target=self._run, name="memlens-run-writer",
                                         daemon=True)
         self._thread.start()
@@ -230,6 +250,8 @@ class RunWriter:
 
     def on_cuda_snapshot(self, recorder) -> None:
         """On the caller's thread, after what came before: torch's snapshot is taken here."""
+        if self._forked:
+            return
         self.flush()
         self._files.on_cuda_snapshot(recorder)
 
@@ -237,6 +259,8 @@ class RunWriter:
         """Everything queued written, then the summary, on the caller's thread: also after a
         failed write (run.json is one small atomic write, and space freed since may let it
         through). Then closed."""
+        if self._forked:
+            return
         self._stop_thread()
         try:
             self._files.on_finish(summary)
@@ -255,7 +279,7 @@ class RunWriter:
     # --- control ------------------------------------------------------------------------------
     def flush(self) -> None:
         """Wait until every record posted so far is in the files (or the writes failed)."""
-        if not self._thread.is_alive():
+        if self._forked or not self._thread.is_alive():
             return
         done = threading.Event()
         self._queue.put(done)
@@ -265,6 +289,8 @@ class RunWriter:
     def close(self) -> None:
         """Write what is queued, then end the thread and close the files. Raises a write
         failure not raised yet."""
+        if self._forked:
+            return
         self._stop_thread()
         self._files.close()
         self._raise_failure()
@@ -275,6 +301,8 @@ class RunWriter:
             self._thread.join()
 
     def _post(self, call, *args) -> None:
+        if self._forked:
+            return
         self._raise_failure()
         if self.failed is None:
             self._queue.put((call, args))
@@ -293,21 +321,28 @@ class RunWriter:
                     batch.append(self._queue.get_nowait())
                 except queue.Empty:
                     break
-            for item in batch:
-                if item is _STOP:
-                    self._flush_files()
+            with self._writing:
+                if not self._write_batch(batch):
                     return
-                if isinstance(item, threading.Event):
-                    self._flush_files()
-                    item.set()
-                    continue
-                if self.failed is None:
-                    call, args = item
-                    try:
-                        call(*args)
-                    except BaseException as exc:  # raised to the producer at its next call
-                        self.failed = exc
-            self._flush_files()
+
+    def _write_batch(self, batch: list) -> bool:
+        """Write a batch and flush; False at the end (_STOP)."""
+        for item in batch:
+            if item is _STOP:
+                self._flush_files()
+                return False
+            if isinstance(item, threading.Event):
+                self._flush_files()
+                item.set()
+                continue
+            if self.failed is None:
+                call, args = item
+                try:
+                    call(*args)
+                except BaseException as exc:  # raised to the producer at its next call
+                    self.failed = exc
+        self._flush_files()
+        return True
 
     def _flush_files(self) -> None:
         if self.failed is None:
@@ -315,3 +350,34 @@ class RunWriter:
                 self._files.flush()
             except OSError as exc:
                 self.failed = exc
+
+
+# --- fork: a child (a script's os.fork(), a DataLoader worker) never writes its parent's run --
+_LIVE: weakref.WeakSet[RunWriter] = weakref.WeakSet()
+_HELD: list[RunWriter] = []
+
+
+def _before_fork() -> None:
+    """Wait for each writer's batch in progress: the child's copies of the files are then
+    flushed and unlocked."""
+    _HELD[:] = list(_LIVE)
+    for w in _HELD:
+        w._writing.acquire()
+
+
+def _after_fork_in_parent() -> None:
+    for w in _HELD:
+        w._writing.release()
+    _HELD.clear()
+
+
+def _after_fork_in_child() -> None:
+    for w in _HELD:
+        w._forked = True  # the folder is the parent's: the child's copy writes nothing
+        w._writing.release()
+    _HELD.clear()
+
+
+if hasattr(os, "register_at_fork"):  # POSIX; where there is no fork there is no child
+    os.register_at_fork(before=_before_fork, after_in_parent=_after_fork_in_parent,
+                        after_in_child=_after_fork_in_child)

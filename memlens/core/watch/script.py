@@ -16,15 +16,13 @@ from memlens.core.exits import EXIT_BAD_INPUT, EXIT_SIGNAL_BASE
 
 def check_script(path: str) -> str | None:
     """Why this is not a script we can run, or None."""
+    from memlens.core.safe_read import MAX_SOURCE, FileReadError, read_bytes
+
     p = Path(path)
-    if not p.exists():
-        return f"{path}: no such file. Give the path of your training script (a .py file)."
-    if not p.is_file():
-        return f"{path}: not a file. Give the path of your training script (a .py file)."
     try:
-        source = p.read_bytes()
-    except OSError as exc:
-        return f"{path}: cannot be read ({exc.strerror or exc})."
+        source = read_bytes(p, MAX_SOURCE, "a Python script")
+    except FileReadError as exc:
+        return f"{exc}. Give the path of your training script (a .py file)."
     try:
         compile(source, str(p), "exec", dont_inherit=True)
     except (SyntaxError, ValueError) as exc:
@@ -66,6 +64,7 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     code, error = 0, None
     old_term = _catch_sigterm()
     outer = around(w) if around is not None else contextlib.nullcontext()
+    parent = os.getpid()
     try:
         with outer:
             _run_as_main(path)
@@ -85,7 +84,12 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     finally:
         _restore_sigterm(old_term)
         sys.argv, sys.path[:] = old_argv, old_path
-        w.close(error=error, exit_code=code)
+        if os.getpid() == parent:
+            w.close(error=error, exit_code=code)
+    if os.getpid() != parent:
+        # A child the script forked ended its script (sys.exit, or its end): the recording
+        # and its folder are the parent's, so the child leaves them be and says nothing.
+        return code
     if w.write_error is not None:
         print(f"memlens watch: writing {w.folder} failed ({w.write_error}); it holds what "
               "was written before. The script ran unchanged.", file=sys.stderr)
@@ -148,6 +152,17 @@ def _catch_sigterm():
     return signal.signal(signal.SIGTERM, _on_sigterm)
 
 
+def _default_sigterm_in_child() -> None:
+    """A child the script forks dies on SIGTERM as it would unwatched: the handler above
+    raises in a recording the child does not have."""
+    if signal.getsignal(signal.SIGTERM) is _on_sigterm:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_default_sigterm_in_child)
+
+
 def _restore_sigterm(old) -> None:
     if old is not None and signal.getsignal(signal.SIGTERM) is _on_sigterm:
         signal.signal(signal.SIGTERM, old)
@@ -169,9 +184,11 @@ def _run_as_main(path: str) -> None:
     import importlib.machinery
     import types
 
+    from memlens.core.safe_read import MAX_SOURCE, read_bytes
+
     fname = os.path.abspath(path)
-    with open(fname, "rb") as fh:
-        code = compile(fh.read(), fname, "exec", dont_inherit=True)
+    code = compile(read_bytes(fname, MAX_SOURCE, "a Python script"), fname, "exec",
+                   dont_inherit=True)
     main = types.ModuleType("__main__")
     main.__file__ = fname
     main.__cached__ = None

@@ -10,6 +10,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import re
 import shutil
 from pathlib import Path
 
@@ -197,7 +198,7 @@ def test_the_follower_refuses_a_5000_digit_number_in_one_line(tmp_path, good_run
 
 def test_a_lone_surrogate_reads_as_text_that_prints(tmp_path, good_run):
     folder = copy_run(good_run, tmp_path / "job" / "rank0")
-    edit_run_json(folder, lambda t: t.replace('"format"', '"host": "a\\ud800b", "format"', 1))
+    edit_run_json(folder, lambda t: re.sub(r'"host": "[^"]*"', '"host": "a\\\\ud800b"', t, count=1))
     history = load_run(folder)
     assert history.meta["host"] == "a\ufffdb"
     json.dumps(history.meta, ensure_ascii=False).encode("utf-8")  # every text encodes

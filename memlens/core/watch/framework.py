@@ -13,7 +13,7 @@ import contextlib
 import torch
 from torch import nn
 
-from memlens.core.runfolder.claim import claim_out_folder
+from memlens.core.recorder.output import choose_folder
 from memlens.core.watch.meta import error_text, header, optimizer_site
 from memlens.core.watch.toggles import parse_changes
 
@@ -91,7 +91,7 @@ class FrameworkCalls:
             return
         job = self.folder if self.world_size <= 1 else self.folder.parent
         try:
-            folder = claim_out_folder(str(job / f"rank{rank}"))
+            folder = choose_folder(job / f"rank{rank}", "watch")
             self.writer.move_to(folder)
         except Exception as exc:  # the run stays where it is
             self.log.note("info", "rank folder", f"memlens could not move the run into "

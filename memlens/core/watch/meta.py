@@ -9,7 +9,6 @@ from typing import TYPE_CHECKING
 
 from memlens.core.recorder.output import choose_folder
 from memlens.core.records import RunSummary
-from memlens.core.runfolder.claim import claim_out_folder
 from memlens.core.runfolder.header import run_header
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.control_channel import WatchStopped
@@ -80,6 +79,6 @@ def run_folder(out, script: str | None, force: bool, rank: int | None, in_job: b
     """The run's folder (recorder.output.choose_folder); `in_job`: `out` is a job's folder
     another rank owns (a rank a framework started again): only `rank<N>` in it is claimed."""
     if in_job:
-        return claim_out_folder(str(Path(out) / f"rank{rank or 0}"), force)
+        return choose_folder(Path(out) / f"rank{rank or 0}", "watch", force=force)
     stem = Path(script).stem if script else "watch"
     return choose_folder(out, f"watch-{stem}", force=force, rank=rank)

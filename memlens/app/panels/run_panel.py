@@ -7,6 +7,7 @@ from typing import Any
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
+    QComboBox,
     QFormLayout,
     QGridLayout,
     QGroupBox,
@@ -23,6 +24,9 @@ from memlens.core.model_file import ModelFileError, read_file_config
 from memlens.core.options import RUN_OPTIONS
 
 RESTART_HINT = "needs restart"
+RESTART_MARK = "\u21bb"  # ↻: the hint in a compact panel (its tooltip says it whole)
+RESTART_TIP = "Needs restart: this setting takes effect when you start the next run"
+COMPACT_COMBO_CHARS = 9  # a compact panel's combo boxes: this wide, the list opens wider
 NOTE_MS = 6000  # how long a note (RunPanel.say) replaces the state's text
 
 
@@ -51,7 +55,7 @@ class RunPanel(QGroupBox):
             field.value_changed.connect(self._on_field_value_changed)
             hint = QLabel(RESTART_HINT)
             hint.setProperty("role", "restart_hint")  # styled in resources/*.qss
-            hint.setToolTip("This setting takes effect when you start the next run")
+            hint.setToolTip(RESTART_TIP)
             # Its room is kept while hidden: the panel's width (and the dock's) counts it
             # from the start, so showing it never pushes the fields past the edge.
             policy = hint.sizePolicy()
@@ -90,6 +94,19 @@ class RunPanel(QGroupBox):
         if config is not None:
             self.set_config(config)
         self.set_state("idle")
+
+    def set_compact(self, on: bool) -> None:
+        """A narrow window's panel: each restart hint a mark, the combo boxes narrower."""
+        for hint in self.hints.values():
+            hint.setText(RESTART_MARK if on else RESTART_HINT)
+        for field in self.fields.values():
+            combo = field.widget
+            if isinstance(combo, QComboBox):
+                combo.setSizeAdjustPolicy(
+                    QComboBox.AdjustToMinimumContentsLengthWithIcon if on
+                    else QComboBox.AdjustToContentsOnFirstShow)
+                combo.setMinimumContentsLength(COMPACT_COMBO_CHARS if on else 0)
+        self.updateGeometry()
 
     def _make_field(self, opt) -> OptionField:
         if opt.key != "preset":

@@ -44,6 +44,10 @@ from memlens.app.timeline.step_axis import StepAxis
 MARKER_LABEL_ROWS = (0.92, 0.8, 0.68)
 AXIS_WIDTH = 62
 LEGEND_HEIGHT = 36  # the title row's least height: two lines of legend
+# Every plot keeps at least this many pixels of view under its legend, whatever the window's
+# size: three y ticks whose labels do not overlap.
+MIN_VIEW_PX = 72
+BOTTOM_AXIS_PX = 40  # the step axis under the lowest plot
 # fit_y keeps a y range while the data fills at least this share of it (auto-range's own
 # padding leaves about 0.9 at the usual plot heights).
 KEEP_Y = 0.85
@@ -295,6 +299,15 @@ class LivePlot(pg.PlotWidget):
             self._legend_row = need
             item.titleLabel.setMaximumHeight(need)
             item.layout.setRowFixedHeight(0, need)
+        self.keep_view_room()
+
+    def keep_view_room(self) -> None:
+        """The plot's least height: its legend, MIN_VIEW_PX of view and its step axis where
+        it shows one; the splitter and the window give the plots no less."""
+        axis = self.getPlotItem().getAxis("bottom")
+        least = self._legend_row + MIN_VIEW_PX + (BOTTOM_AXIS_PX if axis.isVisible() else 0)
+        if self.minimumHeight() != least:
+            self.setMinimumHeight(least)
 
     def _on_legend_resized(self) -> None:
         width = self.getPlotItem().titleLabel.size().width()

@@ -11,13 +11,13 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QGraphicsView,
     QHBoxLayout,
-    QLabel,
     QPushButton,
     QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
+from memlens.app.elided_label import ElidedLabel
 from memlens.app.series.run_series import RunSeries
 from memlens.app.series.wall_clock import WallClock
 from memlens.app.timeline.live_plot import LivePlot
@@ -70,6 +70,7 @@ class PlotStack(QWidget):
             plot.setXLink(self.memory_plot)
         for plot in self.plots[:-1]:
             plot.getPlotItem().hideAxis("bottom")  # one step axis, under the stack
+            plot.keep_view_room()
         self.run: RunSeries | None = None
         self.clock = WallClock()  # the shown run's, for View > X axis > Wall time
         self.wall_time = False
@@ -103,9 +104,11 @@ class PlotStack(QWidget):
             "Draw the process's resident memory (RSS) and, on CPU, malloc's heap on the "
             "memory plot: memory no tensor explains")
         self.process_box.toggled.connect(self._on_process_box_toggled)
-        hint = QLabel("Drag to pan, wheel to zoom the step axis; hover for values.")
+        # One line, cut where the room ends (the tooltip has it whole): a wrapped hint took
+        # seven lines of a narrow centre column from the plots.
+        hint = ElidedLabel("Drag to pan, wheel to zoom the step axis; hover for values.",
+                           min_chars=8)
         hint.setObjectName("plot_hint")
-        hint.setWordWrap(True)
         top = QHBoxLayout()
         top.setContentsMargins(4, 0, 4, 0)
         top.addWidget(hint, 1)
@@ -115,6 +118,7 @@ class PlotStack(QWidget):
         splitter = QSplitter()
         splitter.setObjectName("plots_splitter")  # its sizes are remembered by name
         splitter.setOrientation(pg.QtCore.Qt.Vertical)
+        splitter.setChildrenCollapsible(False)  # each plot keeps its readable height
         for plot in self.plots:
             splitter.addWidget(plot)
             vb = plot.getPlotItem().vb

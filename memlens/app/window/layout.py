@@ -8,10 +8,11 @@ from PySide6.QtWidgets import QDockWidget, QLabel, QScrollArea, QTabWidget, QVBo
 
 from memlens.app.graph.tab import GraphTab
 from memlens.app.lessons.tab import LessonsTab
+from memlens.app.panels.error_banner import ErrorBanner
 from memlens.app.panels.pin_compare import PinCompare
 from memlens.app.window.screen_fit import fit_first_size
-
-EFFECT_HINT = "Flip a technique while a run goes: what it did shows here."
+from memlens.app.window.side_room import RIGHT_WIDE, SideRoom
+from memlens.app.window.toggle_effects import EFFECT_HINT, ToggleEffects
 
 
 def build_layout(window) -> None:
@@ -29,15 +30,13 @@ def build_layout(window) -> None:
     scroll.setMinimumWidth(left.sizeHint().width() + 18)  # as needed, if ever narrower
     dock(window, "Run", scroll, Qt.LeftDockWidgetArea, "run_dock")
 
-    window.error_banner = QLabel("")
-    window.error_banner.setObjectName("error_banner")
-    window.error_banner.setWordWrap(True)
-    window.error_banner.hide()
+    window.error_banner = ErrorBanner()
     window.effect_label = QLabel(EFFECT_HINT)
     window.effect_label.setObjectName("effect_label")
     # A long effect (every phase, an interval) wraps instead of widening the window.
     window.effect_label.setWordWrap(True)
     window.effect_label.setTextInteractionFlags(Qt.TextSelectableByMouse)
+    window.effects = ToggleEffects(window.events_panel, window.effect_label)
     timeline = QWidget()
     tl = QVBoxLayout(timeline)
     tl.setContentsMargins(0, 0, 0, 0)
@@ -68,7 +67,8 @@ def build_layout(window) -> None:
     pins_dock = dock(window, "Pinned runs", pins_box, Qt.RightDockWidgetArea, "pins_dock")
     window.splitDockWidget(events_dock, pins_dock, Qt.Vertical)
     window.resizeDocks([events_dock, pins_dock], [1, 1], Qt.Vertical)
-    window.resizeDocks([events_dock], [300], Qt.Horizontal)
+    window.resizeDocks([events_dock], [RIGHT_WIDE], Qt.Horizontal)
+    window.side_room = SideRoom(window, scroll, window.run_panel, events_dock, pins_dock)
     fit_first_size(window)
 
 def dock(window, title: str, widget: QWidget, area, name: str) -> QDockWidget:

@@ -33,14 +33,13 @@ from memlens.app.window.amp_support import AmpSupport
 from memlens.app.window.conventions import WindowConventions, remembered_config
 from memlens.app.window.export_dialog import export_dialog
 from memlens.app.window.frame_pacer import FramePacer
-from memlens.app.window.layout import EFFECT_HINT, build_layout, build_menus
+from memlens.app.window.layout import build_layout, build_menus
 from memlens.app.window.opening import RunOpening
 from memlens.app.window.pins import PinBoard
 from memlens.app.window.rank_chooser import RankChooser
 from memlens.app.window.run_session import RunSession, TrainFn
 from memlens.app.window.runs_dock import RunsDock
 from memlens.core.config import RunConfig
-from memlens.core.effects import toggle_effect
 from memlens.core.history import RunHistory
 from memlens.core.model_file import preset_label
 from memlens.core.options import ConfigError, format_value, is_model_file
@@ -82,8 +81,6 @@ class MainWindow(QMainWindow):
         self.loaded_from: Path | None = None
         self._events_seen = 0
         self._graphs_seen = 0
-        self._toggle_rows: list[tuple[int, RunEvent]] = []  # (events list row, event)
-        self._measuring: list[tuple[int, RunEvent]] = []
         self._error_event: RunEvent | None = None
         self._reset_pending = False
         self._close_pending = False
@@ -218,6 +215,8 @@ class MainWindow(QMainWindow):
         self.techniques_panel.show_note(f"{key} -> {format_value(value)}: applies at the next step")
 
     def _on_session_finished(self, summary) -> None:
+        # The effects measured once more on the whole run, as its folder's writer did.
+        self.effects.measure_all_again()
         self._on_frame(force_text=True)  # the last rows, before the state says finished
         session = self.sender() if isinstance(self.sender(), RunSession) else self.session
         if session is not self.session:
@@ -299,8 +298,7 @@ class MainWindow(QMainWindow):
             if event.kind == "toggle":
                 self.techniques_panel.set_value(event.key, event.new)
                 self.techniques_panel.show_note("")
-                self._measuring.append((item_row, event))
-                self._toggle_rows.append((item_row, event))
+                self.effects.add(item_row, event)
             elif event.kind == "refused":  # the panel shows what the run kept, and why
                 self.techniques_panel.set_value(event.key, event.old)
                 self.techniques_panel.show_note(f"{event.message}. {event.explanation}")
@@ -329,7 +327,7 @@ class MainWindow(QMainWindow):
     def _refresh_text(self, spread: bool = False) -> None:
         # spread: the periodic refresh sets one legend now and the others on the next frames
         self.plots.refresh_legends(spread=spread)
-        self._update_effects()
+        self.effects.update(self.history, self.running)
         series = self.series
         if series is not None:
             total = series.last_total if series.sample_count else None
@@ -348,7 +346,7 @@ class MainWindow(QMainWindow):
         """Every text now (legends, status bar, the toggles' effects), e.g. after the bytes
         display changed."""
         self.events_panel.rerender()
-        self._measuring = list(self._toggle_rows)
+        self.effects.measure_all_again()
         self.plots.mark_dirty()
         self._refresh_text()
 
@@ -361,21 +359,6 @@ class MainWindow(QMainWindow):
         if not self.history.meta:
             return WindowState.STARTING
         return WindowState.RUNNING
-
-    def _update_effects(self) -> None:
-        if not self._measuring or self.history is None:
-            return
-        still = []
-        for row, event in self._measuring:
-            effect = toggle_effect(self.history, event)  # core's: the same text as run.json
-            text = effect.text()
-            self.events_panel.set_effect(row, text, effect.details())
-            if (row, event) == self._toggle_rows[-1]:
-                self.effect_label.setText(f"What just happened: {text}")
-                self.effect_label.setToolTip(effect.details())
-            if not effect.complete and self.running:
-                still.append((row, event))
-        self._measuring = still
 
     # --- state -------------------------------------------------------------------------------
     def set_state(self, state: WindowState, message: str = "") -> None:
@@ -404,20 +387,17 @@ class MainWindow(QMainWindow):
         self.series = RunSeries(history) if history is not None else None
         self._events_seen = 0
         self._graphs_seen = 0
-        self._toggle_rows.clear()
-        self._measuring.clear()
+        self.effects.clear()
         self._error_event = None
         self.error_banner.hide()
         self.events_panel.clear()
         self.status.clear_run()
         self.graph_tab.clear()  # a graph belongs to its run
-        self.effect_label.setText(EFFECT_HINT)
-        self.effect_label.setToolTip("")
         self.plots.set_run(self.series)
         if self.series is not None:
             self.series.pull()
             self._pull_events()
-            self._measuring = list(self._toggle_rows)
+            self.effects.measure_all_again()
             self.status.set_environment(history.meta.get("environment", {}))
         self.plots.refresh(True)
         self._refresh_text()

@@ -1,0 +1,87 @@
+"""The banner over the plots that says why a run paused or could not go on: its heading on
+one line, the explanation a click away, so it never takes the plots' room unasked."""
+
+from __future__ import annotations
+
+import re
+from html import unescape
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QToolButton, QVBoxLayout
+
+from memlens.app.elided_label import ElidedLabel
+
+# Opened, the explanation takes at most this share of the centre column's height (it
+# scrolls beyond): the memory plot keeps the rest.
+OPEN_SHARE = 0.3
+
+
+def plain(html: str) -> str:
+    """The banner's rich text as one line of plain text."""
+    return unescape(re.sub(r"<[^>]+>", " ", html.replace("<br>", " "))).split("  ")[0].strip()
+
+
+class ErrorBanner(QFrame):
+    """`setText(html)`: the first line (up to the first <br>) is the heading, shown on one
+    line; "Details" opens the whole text under it. Hidden until `show()`."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent)
+        self.setObjectName("error_banner")
+        self._html = ""
+        self.heading = ElidedLabel("", min_chars=20)
+        self.heading.setObjectName("error_heading")
+        self.heading.setTextFormat(Qt.PlainText)
+        self.toggle = QToolButton()
+        self.toggle.setObjectName("error_details_button")
+        self.toggle.setCheckable(True)
+        self.toggle.setText("Details")
+        self.toggle.setToolTip("Show or hide the whole explanation")
+        self.toggle.toggled.connect(self._on_toggle_toggled)
+        self.body = QLabel("")
+        self.body.setObjectName("error_body")
+        self.body.setWordWrap(True)
+        self.body.setTextInteractionFlags(Qt.TextSelectableByMouse)
+        self.scroll = QScrollArea()
+        self.scroll.setWidget(self.body)
+        self.scroll.setWidgetResizable(True)
+        self.scroll.setFrameShape(QFrame.NoFrame)
+        self.scroll.hide()
+        top = QHBoxLayout()
+        top.setContentsMargins(0, 0, 0, 0)
+        top.addWidget(self.heading, 1)
+        top.addWidget(self.toggle)
+        column = QVBoxLayout(self)
+        column.setContentsMargins(4, 2, 4, 2)
+        column.setSpacing(2)
+        column.addLayout(top)
+        column.addWidget(self.scroll)
+        self.hide()
+
+    def setText(self, html: str) -> None:
+        self._html = html
+        head, _, rest = html.partition("<br>")
+        self.heading.setText(plain(head))
+        self.heading.setToolTip(plain(html) if rest else "")
+        self.body.setText(rest)
+        self.toggle.setVisible(bool(rest))
+        self._fit()
+
+    def text(self) -> str:
+        return self._html
+
+    @property
+    def opened(self) -> bool:
+        return self.toggle.isChecked()
+
+    def _on_toggle_toggled(self, on: bool) -> None:
+        self.toggle.setText("Less" if on else "Details")
+        self._fit()
+
+    def _fit(self) -> None:
+        shown = self.opened and bool(self.body.text())
+        self.scroll.setVisible(shown)
+        if shown:
+            centre = self.parentWidget().height() if self.parentWidget() is not None else 600
+            need = self.body.heightForWidth(max(self.scroll.viewport().width(), 100)) + 4
+            self.scroll.setFixedHeight(max(min(need, int(OPEN_SHARE * centre)), 20))

@@ -32,7 +32,7 @@ def test_rows_table_keeps_selection_and_scroll_while_a_run_appends_rows(qtbot, w
     click(qtbot, button(window, "run_button"))
     wait_steps(qtbot, window, 60)
     action(window, "rows_action").trigger()
-    dialog = window.conventions.rows_dialog
+    dialog = window.view_actions.rows_dialog
     view = dialog.views["steps"]
     proxy = view.model()
     first = proxy.rowCount()

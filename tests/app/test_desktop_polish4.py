@@ -169,7 +169,7 @@ def test_runs_go_to_the_chosen_runs_folder_and_into_recent_runs(qtbot, window, t
     qtbot.waitUntil(lambda: window.state == "finished", timeout=120_000)
     folder = window.session.folder
     assert folder.parent == chosen.resolve() and (folder / "run.json").is_file()
-    recent = window.conventions.opener.recent_menu
+    recent = window.opener.recent_menu
     recent.aboutToShow.emit()
     listed = [a.data() for a in recent.actions() if a.data()]
     assert listed[0] == str(folder.resolve())

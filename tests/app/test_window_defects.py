@@ -32,7 +32,7 @@ def stop(qtbot, window) -> None:
 def test_a_new_run_and_reset_clear_the_previous_runs_graph(qtbot, window):
     window.tabs.setCurrentWidget(window.graph_tab)
     run_to_end(qtbot, window, steps=3, preset="cnn", capture_every=1)
-    panel = window.graph_panel
+    panel = window.graph_tab.panel
     qtbot.waitUntil(lambda: panel.snapshot is not None, timeout=60_000)
     assert panel.captures and panel.capture_list.count() > 0
     click(qtbot, button(window, "reset_button"))

@@ -86,7 +86,7 @@ def test_graph_tab_captures_the_next_step_on_request(qtbot, window):
     click(qtbot, button(window, "run_button"))
     wait_steps(qtbot, window, 2)
     window.tabs.setCurrentIndex(1)
-    panel = window.graph_panel
+    panel = window.graph_tab.panel
     assert panel is not None and window.graph_tab.currentWidget() is panel
     click(qtbot, panel.findChild(QPushButton, "capture_button"))
     qtbot.waitUntil(lambda: len(window.history.graphs) >= 1, timeout=60_000)

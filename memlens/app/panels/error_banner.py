@@ -42,11 +42,11 @@ class ErrorBanner(QFrame):
         self.body.setObjectName("error_body")
         self.body.setWordWrap(True)
         self.body.setTextInteractionFlags(Qt.TextSelectableByMouse)
-        self.scroll = QScrollArea()
-        self.scroll.setWidget(self.body)
-        self.scroll.setWidgetResizable(True)
-        self.scroll.setFrameShape(QFrame.NoFrame)
-        self.scroll.hide()
+        self.body_area = QScrollArea()
+        self.body_area.setWidget(self.body)
+        self.body_area.setWidgetResizable(True)
+        self.body_area.setFrameShape(QFrame.NoFrame)
+        self.body_area.hide()
         top = QHBoxLayout()
         top.setContentsMargins(0, 0, 0, 0)
         top.addWidget(self.heading, 1)
@@ -55,7 +55,7 @@ class ErrorBanner(QFrame):
         column.setContentsMargins(4, 2, 4, 2)
         column.setSpacing(2)
         column.addLayout(top)
-        column.addWidget(self.scroll)
+        column.addWidget(self.body_area)
         self.hide()
 
     def setText(self, html: str) -> None:
@@ -66,6 +66,15 @@ class ErrorBanner(QFrame):
         self.body.setText(rest)
         self.toggle.setVisible(bool(rest))
         self._fit()
+
+    def show_step_error(self, event) -> None:
+        """A training error that paused the run (a core.records.RunEvent): what failed,
+        why, and what to do."""
+        where = f" in {event.phase}" if event.phase else ""
+        self.setText(f"<b>Step {event.step} failed{where}:</b> {event.message}<br>"
+                     f"{event.explanation}<br><i>The run is paused. Change a technique on "
+                     "the left and press Resume, or press Reset.</i>")
+        self.show()
 
     def text(self) -> str:
         return self._html
@@ -80,8 +89,8 @@ class ErrorBanner(QFrame):
 
     def _fit(self) -> None:
         shown = self.opened and bool(self.body.text())
-        self.scroll.setVisible(shown)
+        self.body_area.setVisible(shown)
         if shown:
             centre = self.parentWidget().height() if self.parentWidget() is not None else 600
-            need = self.body.heightForWidth(max(self.scroll.viewport().width(), 100)) + 4
-            self.scroll.setFixedHeight(max(min(need, int(OPEN_SHARE * centre)), 20))
+            need = self.body.heightForWidth(max(self.body_area.viewport().width(), 100)) + 4
+            self.body_area.setFixedHeight(max(min(need, int(OPEN_SHARE * centre)), 20))

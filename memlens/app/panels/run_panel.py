@@ -16,6 +16,7 @@ from PySide6.QtWidgets import (
     QPushButton,
 )
 
+from memlens.app.elided_label import LinesLabel
 from memlens.app.panels.option_fields import OptionField
 from memlens.app.panels.preset_field import PresetField
 from memlens.app.panels.window_state import WindowState
@@ -31,6 +32,7 @@ NOTE_MS = 6000  # how long a note (RunPanel.say) replaces the state's text
 
 
 SETTINGS_TITLE = "Settings (apply at Start)"
+STATE_LINES = 2
 
 
 class RunPanel(QGroupBox):
@@ -83,9 +85,10 @@ class RunPanel(QGroupBox):
         buttons.addWidget(self.pause_button, 0, 1)
         buttons.addWidget(self.stop_button, 1, 0)
         buttons.addWidget(self.reset_button, 1, 1)
-        self.state_label = QLabel("Ready")
+        # Two lines, always: a state that wraps to a second line (a saved run's folder)
+        # moved the techniques panel under it by a line, under the user's pointer.
+        self.state_label = LinesLabel("Ready", lines=STATE_LINES)
         self.state_label.setObjectName("state_label")
-        self.state_label.setWordWrap(True)
         outer = QFormLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addRow(form)

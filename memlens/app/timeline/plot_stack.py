@@ -22,8 +22,10 @@ from memlens.app.series.run_series import RunSeries
 from memlens.app.series.wall_clock import WallClock
 from memlens.app.timeline.live_plot import LivePlot
 from memlens.app.timeline.loss_plot import LossPlot
+from memlens.app.timeline.marker_labels import marker_text
 from memlens.app.timeline.memory_plot import MemoryPlot
 from memlens.app.timeline.time_plot import TimePlot
+from memlens.core.options import format_value
 from memlens.core.records import RunEvent
 
 MIN_SPAN_STEPS = 10.0
@@ -175,7 +177,10 @@ class PlotStack(QWidget):
         self.mark_dirty()
 
     def add_event(self, event: RunEvent) -> None:
-        label = f"{event.step}: {event.label()}" if event.kind == "error" else event.label()
+        label = event.label()
+        if event.kind == "toggle":  # "zero_grad → off": the events list says it whole
+            label = f"{event.key} \u2192 {format_value(event.new)}"
+        label = marker_text(f"{event.step}: {label}" if event.kind == "error" else label)
         for plot in self.plots:
             plot.add_marker(event.step, label, event.kind)
 

@@ -12,7 +12,7 @@ from PySide6.QtCore import Qt
 from PySide6.QtWidgets import QLabel, QListWidget, QProgressBar, QPushButton, QTreeWidget
 
 from memlens.__main__ import main as memlens_main
-from memlens.app.panels.runs_panel import COLUMNS
+from memlens.app.panels.runs_panel import COLUMNS, NAME_MIN_CHARS
 from memlens.app.timeline.memory_plot import Y_UNIT
 from memlens.core.runfolder.reader import load_run
 from memlens.core.units import format_bytes
@@ -58,13 +58,18 @@ def test_runs_dock_lists_runs_pins_ticked_ones_and_sees_a_new_run(qtbot, window,
     window.resize(1280, 800)
     wait_frames(qtbot, window, 2)
     header = tree.header()
-    last = len(COLUMNS) - 1
+    shown = [c for c in range(len(COLUMNS)) if not tree.isColumnHidden(c)]
+    last = shown[-1]
     assert (header.sectionViewportPosition(last) + header.sectionSize(last)
             <= tree.viewport().width())
     assert tree.horizontalScrollBar().maximum() == 0
-    for c in range(1, len(COLUMNS)):  # each figure shown whole
+    for c in shown[1:]:  # each figure shown whole
         width = max(tree.fontMetrics().horizontalAdvance(r[c]) for r in rows(tree))
         assert header.sectionSize(c) >= width, COLUMNS[c]
+    # the name keeps its room: a narrow dock hides the date, then what, not the name
+    assert header.sectionSize(0) >= tree.fontMetrics().averageCharWidth() * NAME_MIN_CHARS
+    assert {COLUMNS[c] for c in range(len(COLUMNS)) if tree.isColumnHidden(c)} <= {
+        "date", "what"}
 
     for i in range(2):  # each read off the GUI thread, then pinned
         tree.topLevelItem(i).setCheckState(0, Qt.Checked)

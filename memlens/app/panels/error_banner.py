@@ -11,14 +11,15 @@ from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QToolBut
 
 from memlens.app.elided_label import ElidedLabel
 
-# Opened, the explanation takes at most this share of the centre column's height (it
-# scrolls beyond): the memory plot keeps the rest.
+# Opened, the explanation takes at most this share of the centre column's height, and never
+# more than the plots' least heights leave (it scrolls beyond): the window never grows.
 OPEN_SHARE = 0.3
+MIN_BODY_LINES = 2
 
 
 def plain(html: str) -> str:
     """The banner's rich text as one line of plain text."""
-    return unescape(re.sub(r"<[^>]+>", " ", html.replace("<br>", " "))).split("  ")[0].strip()
+    return " ".join(unescape(re.sub(r"<[^>]+>", " ", html)).split())
 
 
 class ErrorBanner(QFrame):
@@ -91,6 +92,22 @@ class ErrorBanner(QFrame):
         shown = self.opened and bool(self.body.text())
         self.body_area.setVisible(shown)
         if shown:
-            centre = self.parentWidget().height() if self.parentWidget() is not None else 600
             need = self.body.heightForWidth(max(self.body_area.viewport().width(), 100)) + 4
-            self.body_area.setFixedHeight(max(min(need, int(OPEN_SHARE * centre)), 20))
+            least = MIN_BODY_LINES * self.body.fontMetrics().lineSpacing() + 4
+            self.body_area.setFixedHeight(max(min(need, self._room()), least))
+
+    def _room(self) -> int:
+        """The body's most height: OPEN_SHARE of the column it sits in, less what the
+        column's other widgets need at least (the plots' readable heights)."""
+        column = self.parentWidget()
+        if column is None or column.layout() is None:
+            return 200
+        layout = column.layout()
+        others = 0
+        for i in range(layout.count()):
+            widget = layout.itemAt(i).widget()
+            if widget is not None and widget is not self and not widget.isHidden():
+                others += widget.minimumSizeHint().height() + layout.spacing()
+        # the heading row, the margins, and the column's own margins and spacing
+        head = self.heading.sizeHint().height() + 24
+        return max(0, min(int(OPEN_SHARE * column.height()), column.height() - others - head))

@@ -32,6 +32,12 @@ DATE_FORMAT = "%m-%d %H:%M"  # the year in the cell's tooltip
 FOLDER_ROLE = Qt.UserRole
 # A burst of file changes (a run writing its first files) is read once, this long after.
 RESCAN_DELAY_MS = 200
+# The name keeps this many characters at least: where the dock is narrower, the date and
+# then the "what" column give up their room (each row's tooltip has them).
+NAME_MIN_CHARS = 14
+YIELDING_COLUMNS = ("date", "what")
+CHECK_ROOM_PX = 28  # the check box beside the name
+
 # What File > Export writes beside a run's files and a run's own folder never holds: a
 # folder with one of them is an export (a copy of a run), not a run of its own.
 EXPORT_FILES = tuple(f"{plot}.{kind}" for plot in ("memory", "time", "loss")
@@ -137,10 +143,33 @@ class RunsPanel(QWidget):
                 item.setData(0, FOLDER_ROLE, str(run.folder))
                 item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
                 item.setCheckState(0, Qt.Checked if run.folder in ticked else Qt.Unchecked)
-                item.setToolTip(0, str(run.folder))
+                # the whole row where the dock hides some of it (fit_columns)
+                item.setToolTip(0, f"{run.folder}\n" + "  ".join(
+                    f"{c}: {t}" for c, t in zip(COLUMNS[1:], row_texts(run)[1:], strict=True)))
                 item.setToolTip(len(COLUMNS) - 1, time.strftime("%Y-%m-%d %H:%M:%S",
                                                                 time.localtime(run.written)))
                 self.tree.addTopLevelItem(item)
+        self.fit_columns()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """Every column on screen with the name readable: where the tree is too narrow,
+        the date and then the "what" column are hidden, not the name squeezed."""
+        tree, header = self.tree, self.tree.header()
+        name = tree.fontMetrics().averageCharWidth() * NAME_MIN_CHARS + CHECK_ROOM_PX
+        widths = {c: max(header.sectionSizeFromContents(i).width(), tree.sizeHintForColumn(i))
+                  for i, c in enumerate(COLUMNS) if i > 0}
+        room = tree.viewport().width()
+        hidden = set()
+        for column in YIELDING_COLUMNS:
+            if name + sum(w for c, w in widths.items() if c not in hidden) <= room:
+                break
+            hidden.add(column)
+        for i, column in enumerate(COLUMNS):
+            tree.setColumnHidden(i, column in hidden)
 
     def show_reading(self, names: list[str]) -> None:
         """Say which ticked runs are being read (none: the bar goes)."""

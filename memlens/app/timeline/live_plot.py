@@ -48,6 +48,7 @@ LEGEND_HEIGHT = 36  # the title row's least height: two lines of legend
 # size: three y ticks whose labels do not overlap.
 MIN_VIEW_PX = 72
 BOTTOM_AXIS_PX = 40  # the step axis under the lowest plot
+PLOT_MARGINS_PX = 6  # the plot item's own spacing around its view
 # fit_y keeps a y range while the data fills at least this share of it (auto-range's own
 # padding leaves about 0.9 at the usual plot heights).
 KEEP_Y = 0.85
@@ -308,7 +309,8 @@ class LivePlot(pg.PlotWidget):
         """The plot's least height: its legend, MIN_VIEW_PX of view and its step axis where
         it shows one; the splitter and the window give the plots no less."""
         axis = self.getPlotItem().getAxis("bottom")
-        least = self._legend_row + MIN_VIEW_PX + (BOTTOM_AXIS_PX if axis.isVisible() else 0)
+        least = (self._legend_row + MIN_VIEW_PX + PLOT_MARGINS_PX
+                 + (BOTTOM_AXIS_PX if axis.isVisible() else 0))
         if self.minimumHeight() != least:
             self.setMinimumHeight(least)
 
@@ -513,7 +515,8 @@ class LivePlot(pg.PlotWidget):
     def _set_y(view: pg.ViewBox, lo: float, hi: float) -> None:
         """lo..hi with auto-range's padding, and at least EDGE_PX either side."""
         span = hi - lo if hi > lo else max(abs(hi), 1.0)
-        share = max(view.suggestPadding(1), EDGE_PX / max(view.height(), 1.0))
+        # share of the span either side that leaves EDGE_PX between lo (hi) and the edge
+        share = max(view.suggestPadding(1), EDGE_PX / max(view.height() - 2 * EDGE_PX, 1.0))
         view.setYRange(lo - span * share, hi + span * share, padding=0)
 
     def apply_view_changes(self) -> None:

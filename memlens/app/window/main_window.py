@@ -103,6 +103,7 @@ class MainWindow(QMainWindow):
         self.series: RunSeries | None = None
         self.loaded_from: Path | None = None
         self.state = WindowState.IDLE
+        self._state_message = ""
         self._error_event: RunEvent | None = None
         self._reset_pending = False
         self._close_pending = False
@@ -224,7 +225,8 @@ class MainWindow(QMainWindow):
         self.pins_panel.visibility_changed.connect(self.board.set_visible)
         self.pins_panel.remove_clicked.connect(self.board.remove)
         self.pins_panel.remove_clicked.connect(self.runs_dock.on_pin_removed)
-        self.board.changed.connect(lambda: self.set_state(self.state))
+        # the pins changed: the title and pin controls again, the state's text as it was
+        self.board.changed.connect(lambda: self.set_state(self.state, self._state_message))
         self.board.can_pin_changed.connect(lambda can, _why: self.pin_action.setEnabled(can))
         self.runs_folder.folder_changed.connect(self._on_runs_folder_changed)
         self.graph_tab.capture_requested.connect(self.capture_next_step)
@@ -428,7 +430,7 @@ class MainWindow(QMainWindow):
     # --- state -------------------------------------------------------------------------------
     def set_state(self, state: WindowState, message: str = "") -> None:
         state = WindowState(state)
-        self.state = state
+        self.state, self._state_message = state, message
         if self.history is not None and self.history.meta:
             self.status.set_environment(self.history.meta.get("environment", {}))
         text = message or state.text

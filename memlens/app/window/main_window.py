@@ -547,6 +547,7 @@ class MainWindow(QMainWindow):
             return
         self.lessons_tab.shutdown(timeout_ms=3000)
         self.refresh_timer.stop()
+        self.theme_menu.stop_following()
         try:
             config = self.run_panel.config(self.techniques_panel.toggles())
         except ConfigError:

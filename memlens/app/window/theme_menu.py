@@ -30,6 +30,7 @@ class ThemeMenu(ChoiceMenu):
                          settings.theme(), self._remember_choice,
                          lambda choice: self.apply(chosen_theme(choice)))
         QApplication.styleHints().colorSchemeChanged.connect(self._on_color_scheme_changed)
+        self._following = True
         self.apply(chosen_theme(self.choice))
 
     def _remember_choice(self, choice: str) -> None:
@@ -49,3 +50,11 @@ class ThemeMenu(ChoiceMenu):
     def _on_color_scheme_changed(self, scheme) -> None:
         if self.follows_system:
             self.apply(theme_for(scheme))
+
+    def stop_following(self) -> None:
+        """The window closed: its menu (alive until Python lets it go) no longer decides the
+        app's theme when the system's scheme changes."""
+        if self._following:
+            self._following = False
+            QApplication.styleHints().colorSchemeChanged.disconnect(
+                self._on_color_scheme_changed)

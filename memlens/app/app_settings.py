@@ -135,6 +135,20 @@ class AppSettings:
             return None
         return data if isinstance(data, dict) else None
 
+    def saved_run_config(self):
+        """The run settings of the last session as a RunConfig, or None (nothing saved, or
+        no longer valid)."""
+        from memlens.core.config import RunConfig
+        from memlens.core.options import ConfigError
+
+        data = self.run_config()
+        if data is None:
+            return None
+        try:
+            return RunConfig.from_dict(data)
+        except (ConfigError, TypeError, ValueError, KeyError):
+            return None
+
     def set_run_config(self, data: dict) -> None:
         self.put(RUN_CONFIG, json.dumps(data, default=str))
 
@@ -145,6 +159,14 @@ class AppSettings:
         sizes = {s.objectName(): s.sizes() for s in window.findChildren(QSplitter)
                  if s.objectName()}
         self.put(SPLITTERS, json.dumps(sizes))
+
+    def save_session(self, window: QMainWindow, run_config: dict | None) -> None:
+        """What a closing window leaves for the next launch: its layout and, where its
+        fields held a valid one, its run settings."""
+        self.save_window(window)
+        if run_config is not None:
+            self.set_run_config(run_config)
+        self.sync()
 
     def restore_window(self, window: QMainWindow) -> bool:
         """Geometry, docks and splitters as last saved; False when nothing was saved."""

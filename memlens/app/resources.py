@@ -21,6 +21,11 @@ def resource_text(name: str) -> str:
     return node.read_text(encoding="utf-8")
 
 
+def resource_folder() -> str:
+    """The resources folder on disk (a wheel installs it as files)."""
+    return str(files("memlens.resources"))
+
+
 def resource_bytes(name: str) -> bytes:
     node = files("memlens.resources")
     for part in name.split("/"):

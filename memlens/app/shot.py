@@ -140,11 +140,11 @@ def shoot_opened(path: str, out: Path, size: tuple[int, int], tab: str, theme: s
 
     app = _application()
     window = _window(size, theme)
-    opened = window.conventions.opener.open_path(path)
+    opened = window.opener.open_path(path)
     if opened and kind == "run" and tab == "graph":
         window.tabs.setCurrentIndex(1)
     if opened and at_event is not None:
-        window.conventions.opener.snapshot_view.show_alive_at(at_event)
+        window.opener.snapshot_view.show_alive_at(at_event)
     _settle(OPENED_MS)
     QApplication.processEvents()
     _say_if_resized(window, size)
@@ -192,7 +192,7 @@ def _window(size: tuple[int, int], theme: str, **kwargs):
     from memlens.app.window.main_window import MainWindow
 
     window = MainWindow(runs_dir=None, **kwargs)
-    window.conventions.apply_theme(THEMES[theme])
+    window.theme_menu.apply(THEMES[theme])
     window.resize(*size)
     window.show()
     return window

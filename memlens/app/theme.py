@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import QDir, Qt
 from PySide6.QtGui import QColor, QPalette
 from PySide6.QtWidgets import QApplication
 
-from memlens.app.resources import app_icon, resource_text
+from memlens.app.resources import app_icon, resource_folder, resource_text
 from memlens.app.timeline.plot_style import (  # noqa: F401 - the themes' colour rules
     HOVER_COLOR,
     MIN_LINE_CONTRAST,
@@ -70,6 +70,8 @@ def _palette(theme: Theme) -> QPalette:
 def apply_theme(theme: Theme, plots=()) -> None:
     """The application's palette, stylesheet and icon, and each plot's colours."""
     _applied[:] = [theme]
+    # The stylesheets name their images as memlens:<file> (the resources folder).
+    QDir.setSearchPaths("memlens", [resource_folder()])
     app = QApplication.instance()
     app.setPalette(_palette(theme))
     app.setStyleSheet(resource_text(f"{theme.name}.qss"))

@@ -26,6 +26,10 @@ NOISE_REACH = 200
 NEGLIGIBLE_SHARE = 0.002
 NEGLIGIBLE_BYTES = 512
 _MEASURED_PHASES = SAMPLE_PHASES[1:]  # `start` is before any step
+# A step-time noise band wider than this (in percent either way) measures the machine, not
+# the change: the text says so instead of a band like "±3135%" (the figure stays in details).
+BUSY_NOISE_PCT = 100.0
+TOO_BUSY = "step time not measured: the machine was too busy to measure time"
 
 
 @dataclass(frozen=True)
@@ -82,7 +86,7 @@ class ToggleEffect:
             memory = "memory unchanged"
         else:
             memory = f"{format_bytes(main[1], signed=True)} at {main[0]}"
-        parts = [memory, self.time.describe("step time") if self.time else "step time n/a"]
+        parts = [memory, self.time_text()]
         if not self.complete:
             tail = f" (measuring: {self.after_steps} of {self.window} steps)"
         elif self.cut:
@@ -90,6 +94,15 @@ class ToggleEffect:
         else:
             tail = ""
         return f"{head}: {', '.join(parts)}{tail}"
+
+    def time_text(self) -> str:
+        """The step time's part of the text: its change, "within noise (±X%)", or, where
+        the noise band is wider than BUSY_NOISE_PCT, that the machine was too busy."""
+        if self.time is None:
+            return "step time n/a"
+        if not self.time.significant and self.time.half_width_pct > BUSY_NOISE_PCT:
+            return TOO_BUSY
+        return self.time.describe("step time")
 
     def details(self) -> str:
         """Every phase, for a tooltip."""

@@ -38,7 +38,7 @@ def test_following_a_folder_shows_rows_as_they_are_written(qtbot, window, tmp_pa
     assert window.history.samples.column("total")[-1] == sample(2, "optimizer").total
     w.on_finish({"steps_done": 3})
     qtbot.waitUntil(lambda: not window.following, timeout=5000)
-    assert window.followed.state == "finished"
+    assert window.opening.followed.state == "finished"
 
 
 def test_following_a_folder_that_is_not_a_run_says_why(qtbot, window, tmp_path, monkeypatch):

@@ -417,3 +417,29 @@ def test_hover_shows_op_shapes_and_bytes(qtbot, panel, mlp):
     assert op.op in text and format_bytes(op.saved_bytes) in text
     assert all("(" + ", ".join(map(str, t.shape)) + ")" in text for t in op.saved)
     QToolTip.hideText()
+
+
+def test_zoomed_out_to_fit_the_box_under_the_pointer_is_named(qtbot, panel, big):
+    """#49 item 7: at Fit a big graph's boxes carry no labels (unreadable there); hovering
+    one names it beside the pointer, and the read-out goes where labels show again."""
+    from PySide6.QtCore import QPointF
+    from PySide6.QtWidgets import QLabel
+
+    from memlens.app.graph.boxes import TEXT_MIN_SCALE
+
+    shown(qtbot, panel, big)
+    view = panel.graph_view
+    view.fit()
+    assert view.zoom < TEXT_MIN_SCALE and not panel.scene.labels_shown
+    readout = view.findChild(QLabel, "graph_hover_readout")
+    shown_rect = view.mapToScene(view.viewport().rect()).boundingRect()
+    box = next(b for b in panel.scene.boxes.values()
+               if shown_rect.contains(QPointF(b.x, b.y)) and b.view_node.kind == "op")
+    pos = view.mapFromScene(box.centre)
+    qtbot.mouseMove(view.viewport(), pos)
+    qtbot.waitUntil(readout.isVisible, timeout=5000)
+    assert readout.text().startswith(f"{box.view_node.title} (op)")
+    assert view.viewport().rect().contains(readout.geometry())  # whole, inside the view
+    view.zoom_to(1.0, box.centre)  # readable: the boxes are labelled, no read-out
+    qtbot.mouseMove(view.viewport(), view.mapFromScene(box.centre))
+    qtbot.waitUntil(lambda: not readout.isVisible(), timeout=5000)

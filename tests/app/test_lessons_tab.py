@@ -243,3 +243,23 @@ def test_a_lessons_chart_png_leaves_the_process_able_to_make_widgets(tmp_path):
     image = QImage(str(png))
     assert (image.width(), image.height()) == (40, 20)
     assert image.pixelColor(20, 10).name() == "#ff0000"
+
+
+def test_verdicts_say_more_or_less_than_claimed(qtbot, window):
+    """#49 item 7: "larger" read as "memory got larger"; it means the change measured is
+    larger than the claim's."""
+    from memlens.core.lessons.runner import LessonRow, LessonsReport
+
+    def row(metric: str, verdict: str) -> LessonRow:
+        return LessonRow("zero_grad", "set_to_none frees grads", "mlp", "cpu", metric,
+                         "memory", "zeros", "set_to_none", 100.0, 10.0, 0.1, None, None,
+                         True, True, "-50%", verdict, {}, {})
+
+    report = LessonsReport(["mlp"], 4, 2, True, rows=[row("grads at zero_grad", "larger"),
+                                                    row("peak", "smaller"),
+                                                    row("total", "confirmed")])
+    tab = window.lessons_tab
+    tab.show_report(report)
+    verdict = COLUMNS.index("verdict")
+    shown = [tab.table.item(tab.table_row(i), verdict).text() for i in range(3)]
+    assert shown == ["more than claimed", "less than claimed", "confirmed"]

@@ -80,7 +80,7 @@ def test_zero_grad_flip_marks_every_plot_and_applies_at_a_step_boundary(qtbot, w
     for name in PLOTS:
         markers = plot(window, name).markers
         assert [m.value() for m in markers] == [event.step]
-        assert "zero_grad: set_to_none -> zeros" in markers[0].label.toPlainText()
+        assert markers[0].label.toPlainText() == "zero_grad \u2192 zeros"  # the list: whole
     # At the zero_grad sample, set_to_none leaves no gradient bytes; zeros keeps them all.
     rows = window.history.samples.rows()
     s = window.history.samples.index
@@ -132,7 +132,7 @@ def test_pause_holds_the_loop_and_resume_goes_on(qtbot, window):
 def test_text_frames_set_the_state_only_when_it_changes(qtbot, window, monkeypatch):
     """The periodic text refresh (every TEXT_EVERY frames) re-laid out the run panel, title
     and pin controls with the same state each time; it now does so only on a change."""
-    from memlens.app.window.main_window import TEXT_EVERY
+    from memlens.app.window.frame_clock import TEXT_EVERY
 
     choose(window, steps=100_000)
     click(qtbot, button(window, "run_button"))

@@ -25,7 +25,7 @@ def test_a_run_with_a_thousand_events_lists_them_all_and_draws_a_bounded_few(win
     doc["events"] = [{"step": i % 3, "time_s": 0.1, "kind": "info", "key": "note",
                       "message": f"event {i}"} for i in range(EVENTS)]
     (folder / "run.json").write_text(json.dumps(doc))
-    assert window.conventions.opener.open_path(folder)
+    assert window.opener.open_path(folder)
     listed = window.findChild(QListWidget, "events_list")
     assert listed.count() == EVENTS
     assert listed.item(EVENTS - 1).text().endswith(f"event {EVENTS - 1}")

@@ -108,7 +108,7 @@ def test_open_a_snapshot_from_the_menu_shows_memory_and_the_peaks_allocations(qt
                                                                             precise):
     _folder, snapshot, summary = precise
     choose_in_open_dialog(qtbot, window, snapshot)
-    view = window.conventions.opener.snapshot_view
+    view = window.opener.snapshot_view
     assert view is not None and window.tabs.currentWidget() is view
     raw = pickle.loads(snapshot.read_bytes())
     trace = max(raw["device_traces"], key=len)
@@ -129,7 +129,7 @@ def test_a_malicious_snapshot_is_refused_unread_and_the_app_goes_on(qtbot, windo
     assert box is not None and box.isVisible()
     assert "nothing in it ran" in box.text() and "io.open" in box.text()
     assert not target.exists()
-    assert window.conventions.opener.snapshot_view is None  # nothing shown from it
+    assert window.opener.snapshot_view is None  # nothing shown from it
     box.close()
     assert window.isVisible() and window.state == "idle"
 
@@ -142,7 +142,7 @@ def test_recent_runs_reopen_and_a_vanished_one_is_taken_off(qtbot, window, preci
     choose_in_open_dialog(qtbot, window, folder / "run.json")  # a file in a run folder
     assert window.loaded_from == folder
     assert drop(window, snapshot)
-    recent = window.conventions.opener.recent_menu
+    recent = window.opener.recent_menu
     recent.aboutToShow.emit()
     entries = [a.data() for a in recent.actions() if a.objectName().startswith("recent_")
                and a.data()]
@@ -154,7 +154,7 @@ def test_recent_runs_reopen_and_a_vanished_one_is_taken_off(qtbot, window, preci
 
     gone = tmp_path / "gone-run"
     write_history(window.history, gone)
-    assert window.conventions.opener.open_path(gone)
+    assert window.opener.open_path(gone)
     for f in gone.iterdir():
         f.unlink()
     gone.rmdir()
@@ -162,7 +162,7 @@ def test_recent_runs_reopen_and_a_vanished_one_is_taken_off(qtbot, window, preci
     box = window.findChild(QMessageBox, "open_error")
     assert box is not None and "no longer exists" in box.text()
     box.close()
-    assert str(gone.resolve()) not in window.conventions.settings.recent()
+    assert str(gone.resolve()) not in window.app_settings.recent()
 
 
 def test_dropping_a_run_folder_opens_it_and_other_files_are_refused(qtbot, window, precise,
@@ -193,7 +193,7 @@ def test_settings_layout_and_last_folder_are_remembered(qtbot, tmp_path, setting
     qtbot.addWidget(first)
     first.show()
     qtbot.waitExposed(first)
-    assert first.conventions.opener.open_path(folder)  # sets the panel to that run's
+    assert first.opener.open_path(folder)  # sets the panel to that run's
     choose(first, "cnn", steps=77, batch_size=5)
     # The offscreen screen (800x800) is smaller than the window's minimum size, where
     # restoreGeometry clamps any size: maximized is what a test can see come back.
@@ -291,7 +291,7 @@ def test_opening_a_run_while_the_snapshot_tab_shows_shows_the_run(qtbot, window,
     folder, snapshot, summary = precise
     choose_in_open_dialog(qtbot, window, snapshot)
     tabs = window.tabs
-    assert tabs.currentWidget() is window.conventions.opener.snapshot_view
+    assert tabs.currentWidget() is window.opener.snapshot_view
     assert tabs.tabText(tabs.currentIndex()) == f"Snapshot: {snapshot.name}"
     qtbot.waitUntil(lambda: window.findChild(QFileDialog, "open_dialog") is None)  # closed
     choose_in_open_dialog(qtbot, window, folder / "run.json")

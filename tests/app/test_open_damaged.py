@@ -87,7 +87,7 @@ def test_export_that_fails_reading_the_run_is_a_message(window, good_run, tmp_pa
 
 
 def _refused(window, path) -> QMessageBox:
-    assert not window.conventions.opener.open_path(path)
+    assert not window.opener.open_path(path)
     assert QApplication.overrideCursor() is None
     box = window.findChild(QMessageBox, "open_error")
     assert box is not None and box.isVisible()
@@ -109,9 +109,9 @@ def test_a_snapshot_of_sixty_thousand_categories_opens(window, tmp_path):
              for i in range(60_000)]
     path = tmp_path / "snapshot.pickle"
     path.write_bytes(pickle.dumps({"device_traces": [trace], "segments": []}))
-    assert window.conventions.opener.open_path(path)
+    assert window.opener.open_path(path)
     assert QApplication.overrideCursor() is None
-    view = window.conventions.opener.snapshot_view
+    view = window.opener.snapshot_view
     assert len(view.timeline.categories) == MAX_CATEGORIES + 1
 
 
@@ -140,7 +140,7 @@ def test_a_fifty_megabyte_label_is_cut_before_it_is_shown(window, good_run, tmp_
     doc["events"].append({"step": 1, "time_s": 0.1, "kind": "error", "key": "k" * 50_000_000,
                           "message": "e" * 50_000_000})
     (folder / "run.json").write_text(json.dumps(doc))
-    assert window.conventions.opener.open_path(folder)
+    assert window.opener.open_path(folder)
     assert QApplication.overrideCursor() is None
     longest = max(len(label.text()) for label in window.findChildren(QLabel))
     assert longest <= 3 * MAX_JSON_TEXT  # a label may hold two cut values (key, message)

@@ -14,7 +14,7 @@ from PySide6.QtWidgets import QApplication
 
 from memlens.app.theme import DARK, LIGHT, MIN_LINE_CONTRAST, contrast
 from memlens.app.timeline.plot_style import CATEGORY_COLORS, PHASE_COLORS, lighten
-from memlens.app.window.main_window import TEXT_EVERY
+from memlens.app.window.frame_clock import TEXT_EVERY
 from memlens.core.config import RunConfig, ScheduledChange
 from tests.app.drive import wait_frames
 
@@ -142,7 +142,7 @@ def test_legends_fit_at_1280_with_distinct_visible_colours_in_both_themes(qtbot,
     window.resize(1280, 800)
     pinned_and_current(qtbot, window)
     for theme in (LIGHT, DARK):
-        window.conventions.apply_theme(theme)
+        window.theme_menu.apply(theme)
         for step in (None, 6):
             if step is None:
                 # the legends as the window's own text refresh rewrites them (a text frame,
@@ -175,7 +175,7 @@ def test_legends_fit_at_1280_with_distinct_visible_colours_in_both_themes(qtbot,
     for name in ("amp_casts", "activations", "peak", "total", "other"):
         assert name in memory, memory
     assert "eval" in [n.strip() for _c, n in _swatches(window.plots.time_plot)]
-    window.conventions.apply_theme(LIGHT)
+    window.theme_menu.apply(LIGHT)
 
 
 # --- 5. marker labels: inside the view, theme-coloured, see-through -----------------------------
@@ -230,9 +230,9 @@ def test_marker_labels_stay_inside_the_view_and_let_the_curves_show(qtbot, windo
                     assert contrast(seen, box) >= 1.5, (plot.objectName(), key)
 
     for theme in (LIGHT, DARK):
-        window.conventions.apply_theme(theme)
+        window.theme_menu.apply(theme)
         check(theme)
-    window.conventions.apply_theme(LIGHT)
+    window.theme_menu.apply(LIGHT)
     # Zoomed in so that the step-15 marker sits at the left edge, just out of view: its label
     # must not poke into the view (cut at its edge); the others stay inside.
     memory = window.plots.memory_plot

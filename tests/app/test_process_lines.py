@@ -92,7 +92,7 @@ def test_process_lines_take_colours_no_other_series_or_pin_has(qtbot, window):
     click(qtbot, window.findChild(QCheckBox, "process_memory_box"))
     memory = window.plots.memory_plot
     for theme in (LIGHT, DARK):
-        window.conventions.apply_theme(theme)
+        window.theme_menu.apply(theme)
         window.plots.set_hover(3.4)
         entries = _named_swatches(memory)
         process = {n: entries[n] for n in ("process RSS", "malloc heap (CPU)")}
@@ -112,4 +112,4 @@ def test_process_lines_take_colours_no_other_series_or_pin_has(qtbot, window):
                 distance = math.dist(_lab(colour), _lab(theirs.upper()))
                 assert distance >= MIN_COLOUR_DISTANCE, (theme.name, name, colour, other,
                                                           theirs, round(distance, 1))
-    window.conventions.apply_theme(LIGHT)
+    window.theme_menu.apply(LIGHT)

@@ -9,10 +9,10 @@ import time
 
 import numpy as np
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QListWidget, QPushButton, QTreeWidget
+from PySide6.QtWidgets import QLabel, QListWidget, QProgressBar, QPushButton, QTreeWidget
 
 from memlens.__main__ import main as memlens_main
-from memlens.app.panels.runs_panel import COLUMNS
+from memlens.app.panels.runs_panel import COLUMNS, NAME_MIN_CHARS
 from memlens.app.timeline.memory_plot import Y_UNIT
 from memlens.core.runfolder.reader import load_run
 from memlens.core.units import format_bytes
@@ -42,7 +42,7 @@ def test_runs_dock_lists_runs_pins_ticked_ones_and_sees_a_new_run(qtbot, window,
     action.trigger()
     qtbot.waitUntil(window.runs_dock.dock.isVisible, timeout=5000)
     # File > Runs folder…'s choice (its dialog's fileSelected) is the folder listed
-    window.conventions.runs_folder.set_folder(parent)
+    window.runs_folder.set_folder(parent)
     tree = window.findChild(QTreeWidget, "runs_tree")
 
     expected = []
@@ -58,17 +58,22 @@ def test_runs_dock_lists_runs_pins_ticked_ones_and_sees_a_new_run(qtbot, window,
     window.resize(1280, 800)
     wait_frames(qtbot, window, 2)
     header = tree.header()
-    last = len(COLUMNS) - 1
+    shown = [c for c in range(len(COLUMNS)) if not tree.isColumnHidden(c)]
+    last = shown[-1]
     assert (header.sectionViewportPosition(last) + header.sectionSize(last)
             <= tree.viewport().width())
     assert tree.horizontalScrollBar().maximum() == 0
-    for c in range(1, len(COLUMNS)):  # each figure shown whole
+    for c in shown[1:]:  # each figure shown whole
         width = max(tree.fontMetrics().horizontalAdvance(r[c]) for r in rows(tree))
         assert header.sectionSize(c) >= width, COLUMNS[c]
+    # the name keeps its room: a narrow dock hides the date, then what, not the name
+    assert header.sectionSize(0) >= tree.fontMetrics().averageCharWidth() * NAME_MIN_CHARS
+    assert {COLUMNS[c] for c in range(len(COLUMNS)) if tree.isColumnHidden(c)} <= {
+        "date", "what"}
 
-    for i in range(2):
+    for i in range(2):  # each read off the GUI thread, then pinned
         tree.topLevelItem(i).setCheckState(0, Qt.Checked)
-    assert len(window.pins) == 2
+        qtbot.waitUntil(lambda n=i + 1: len(window.pins) == n, timeout=10_000)
     assert [p.name for p in window.pins] == ["a-mlp", "b-cnn"]  # named by their folders
     wait_frames(qtbot, window, 2)
     for pin, name in zip(window.pins, ("a-mlp", "b-cnn"), strict=True):
@@ -83,6 +88,7 @@ def test_runs_dock_lists_runs_pins_ticked_ones_and_sees_a_new_run(qtbot, window,
     click(qtbot, window.findChild(QPushButton, "remove_pin_button"))  # removed there:
     assert window.pins == [] and tree.topLevelItem(1).checkState(0) == Qt.Unchecked  # unticked
     tree.topLevelItem(1).setCheckState(0, Qt.Checked)
+    qtbot.waitUntil(lambda: len(window.pins) == 1, timeout=10_000)
     assert [p.series.history.meta["config"]["preset"] for p in window.pins] == ["cnn"]
 
     cli_run(parent / "c-mlp", "mlp", 2)  # a run made while the app watches
@@ -98,14 +104,15 @@ def test_a_run_that_cannot_be_read_is_unticked_with_a_message(qtbot, window, tmp
     cli_run(parent / "good", "mlp", 2)
     cli_run(parent / "damaged", "mlp", 2)
     window.runs_dock.action.trigger()
-    window.conventions.runs_folder.set_folder(parent)
+    window.runs_folder.set_folder(parent)
     tree = window.findChild(QTreeWidget, "runs_tree")
     names = [r[0] for r in rows(tree)]
     # damaged after it was listed (a disk that failed, a copy cut short)
     (parent / "damaged" / "steps.csv").write_bytes(b"\xff\xfe\x00not text\n")
     damaged = tree.topLevelItem(names.index("damaged"))
     damaged.setCheckState(0, Qt.Checked)
-    assert damaged.checkState(0) == Qt.Unchecked and window.pins == []
+    qtbot.waitUntil(lambda: damaged.checkState(0) == Qt.Unchecked, timeout=10_000)
+    assert window.pins == []
     assert "steps.csv" in window.statusBar().currentMessage()
     # a file the user may not read: the reader's own OSError (its open, in the one
     # size-checked reader), said as a RunFolderError
@@ -119,7 +126,8 @@ def test_a_run_that_cannot_be_read_is_unticked_with_a_message(qtbot, window, tmp
     monkeypatch.setattr(os, "open", refused)
     good = tree.topLevelItem(names.index("good"))
     good.setCheckState(0, Qt.Checked)
-    assert good.checkState(0) == Qt.Unchecked and window.pins == []
+    qtbot.waitUntil(lambda: good.checkState(0) == Qt.Unchecked, timeout=10_000)
+    assert window.pins == []
     assert "Permission denied" in window.statusBar().currentMessage()
 
 
@@ -162,7 +170,7 @@ def test_a_damaged_run_is_listed_as_damaged_and_the_window_goes_on(qtbot, window
     path = parent / "c-surrogate" / "run.json"
     path.write_text(path.read_text().replace('"format"', '"host": "\\ud800", "format"', 1))
     window.runs_dock.action.trigger()
-    window.conventions.runs_folder.set_folder(parent)
+    window.runs_folder.set_folder(parent)
     tree = window.findChild(QTreeWidget, "runs_tree")
     listed = rows(tree)
     assert [r[:3] for r in listed] == [["a-good", "mlp", "2"], ["b-huge-number", "damaged", ""],
@@ -173,3 +181,67 @@ def test_a_damaged_run_is_listed_as_damaged_and_the_window_goes_on(qtbot, window
     good = tree.topLevelItem(2)
     good.setCheckState(0, Qt.Checked)
     qtbot.waitUntil(lambda: len(window.pins) == 1, timeout=5000)
+
+
+def test_ticking_a_run_reads_it_off_the_gui_thread_and_says_so(qtbot, window, tmp_path,
+                                                                monkeypatch):
+    """#49 item 3: a tick froze the window for seconds while the run was read; now the
+    window paints on while a ticked run is read, the box stays ticked and the panel says
+    which run it reads; an untick while it reads drops it."""
+    import threading
+
+    from memlens.core.runfolder import reader
+
+    parent = tmp_path / "runs"
+    cli_run(parent / "slow", "mlp", 3)
+    window.runs_dock.action.trigger()
+    window.runs_folder.set_folder(parent)
+    tree = window.findChild(QTreeWidget, "runs_tree")
+    item = tree.topLevelItem(0)
+    release, returned = threading.Event(), threading.Event()
+    real_load = reader.load_run
+
+    def slow_load(folder):  # a long run's read: it waits here until the test lets it go
+        try:
+            release.wait(10)
+            return real_load(folder)
+        finally:
+            returned.set()
+
+    monkeypatch.setattr(reader, "load_run", slow_load)
+    item.setCheckState(0, Qt.Checked)
+    wait_frames(qtbot, window, 3)  # the window paints while the read waits
+    assert not returned.is_set()
+    assert item.checkState(0) == Qt.Checked and window.pins == []
+    bar = window.findChild(QProgressBar, "runs_reading")
+    label = window.findChild(QLabel, "runs_reading_label")
+    assert bar.isVisible() and label.text() == "Reading slow…"
+    release.set()
+    qtbot.waitUntil(lambda: len(window.pins) == 1, timeout=10_000)
+    assert window.pins[0].name == "slow" and not bar.isVisible()
+    saved = load_run(parent / "slow")
+    np.testing.assert_array_equal(window.pins[0].series.history.steps.rows(),
+                                  saved.steps.rows())
+
+    # unticked while it is read: no pin comes of it
+    release.clear()
+    returned.clear()
+    item.setCheckState(0, Qt.Unchecked)
+    assert window.pins == []
+    item.setCheckState(0, Qt.Checked)
+    item.setCheckState(0, Qt.Unchecked)
+    with qtbot.waitSignal(window.runs_dock.read_done, timeout=10_000):
+        release.set()
+    assert window.pins == [] and not bar.isVisible()
+
+
+def test_an_export_beside_the_runs_is_not_listed_as_a_run(qtbot, window, tmp_path):
+    parent = tmp_path / "runs"
+    cli_run(parent / "a-mlp", "mlp", 3)
+    assert window.open_run(parent / "a-mlp")
+    window.export_to(parent / "a-mlp-export", {"run files", "png", "svg"})
+    assert (parent / "a-mlp-export" / "run.json").is_file()  # a copy of the run's files
+    window.runs_dock.action.trigger()
+    window.runs_folder.set_folder(parent)
+    tree = window.findChild(QTreeWidget, "runs_tree")
+    assert [r[0] for r in rows(tree)] == ["a-mlp"]

@@ -54,7 +54,7 @@ def _a_moment_that_is_not_the_peak(view, program, cut) -> int:
 def test_hover_says_the_bytes_and_a_click_lists_what_was_alive(qtbot, window, snapshot_file):
     path, program, cut = snapshot_file
     choose_in_open_dialog(qtbot, window, path)
-    view = window.conventions.opener.snapshot_view
+    view = window.opener.snapshot_view
     assert view is not None and window.tabs.currentWidget() is view
     vb = view.plot.getPlotItem().getViewBox()
     qtbot.waitUntil(lambda: vb.viewRange()[0][1] >= KEPT)  # drawn: the x axis spans the trace
@@ -118,7 +118,7 @@ def test_the_legend_sits_over_headroom_and_covers_no_curve(qtbot, window, snapsh
     path = snapshot_file[0]
     window.resize(1280, 800)
     choose_in_open_dialog(qtbot, window, path)
-    view = window.conventions.opener.snapshot_view
+    view = window.opener.snapshot_view
     vb = view.plot.getPlotItem().getViewBox()
     qtbot.waitUntil(lambda: vb.viewRange()[0][1] >= KEPT)
     wait_frames(qtbot, window, 2)
@@ -150,11 +150,11 @@ def test_a_precise_runs_allocations_open_in_the_snapshot_tab_at_any_moment(qtbot
     run(precise=False)
     show.trigger()
     assert "precise" in window.statusBar().currentMessage()
-    assert window.conventions.opener.snapshot_view is None  # no tab for nothing
+    assert window.opener.snapshot_view is None  # no tab for nothing
 
     run(precise=True)
     show.trigger()
-    view = window.conventions.opener.snapshot_view
+    view = window.opener.snapshot_view
     assert window.tabs.currentWidget() is view
     exported = read_snapshot(write_snapshot(window.history, tmp_path / "snapshot.pickle"))
     np.testing.assert_array_equal(view.timeline.allocated, exported.allocated)

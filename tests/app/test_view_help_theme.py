@@ -102,7 +102,7 @@ def test_rows_table_matches_the_csv_sorts_and_copies_exact_values(qtbot, window)
     header, rows = csv_rows(folder / "steps.csv")
     mem_header, mem_rows = csv_rows(folder / "memory.csv")
     action(window, "rows_action").trigger()
-    dialog = window.conventions.rows_dialog
+    dialog = window.view_actions.rows_dialog
     assert dialog.isVisible()
     steps_view = dialog.views["steps"]
     model = steps_view.model()
@@ -167,7 +167,7 @@ SHORTCUT_ACTIONS = ("start_action", "pause_action", "stop_action", "capture_acti
 
 def test_help_explains_every_technique_and_lists_the_shortcuts(qtbot, window):
     action(window, "help_techniques_action").trigger()
-    dialog = window.conventions.help_dialog
+    dialog = window.help_menu.help_dialog
     assert dialog.isVisible()
     text = dialog.findChild(QWidget, "help_techniques").toPlainText()
     for key, option in OPTIONS.items():

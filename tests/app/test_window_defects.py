@@ -32,7 +32,7 @@ def stop(qtbot, window) -> None:
 def test_a_new_run_and_reset_clear_the_previous_runs_graph(qtbot, window):
     window.tabs.setCurrentWidget(window.graph_tab)
     run_to_end(qtbot, window, steps=3, preset="cnn", capture_every=1)
-    panel = window.graph_panel
+    panel = window.graph_tab.panel
     qtbot.waitUntil(lambda: panel.snapshot is not None, timeout=60_000)
     assert panel.captures and panel.capture_list.count() > 0
     click(qtbot, button(window, "reset_button"))
@@ -244,6 +244,7 @@ def test_a_new_capture_opens_fitted_and_the_saved_list_wraps(qtbot, window):
 
 # --- 7: marker labels apart and inside the plot; the peak as a step line ----------------------
 def test_marker_labels_never_overlap_or_leave_the_plot(qtbot, window):
+    from memlens.app.timeline.marker_labels import MAX_ROWS
     from memlens.core.config import RunConfig, ScheduledChange
 
     cfg = RunConfig().with_values({"preset": "mlp", "steps": 30, "batch_size": 8, "width": 16})
@@ -257,7 +258,9 @@ def test_marker_labels_never_overlap_or_leave_the_plot(qtbot, window):
         assert len(plot.markers) == 5
         view = plot.getPlotItem().vb.sceneBoundingRect()
         labels = [m.label.sceneBoundingRect() for m in plot.markers if m.label.isVisible()]
-        assert len(labels) >= 3, plot.objectName()
+        # two rows at most over the curves (#49): the others are named in the events list
+        assert len(labels) >= 2, plot.objectName()
+        assert len({round(a.top()) for a in labels}) <= MAX_ROWS
         for i, a in enumerate(labels):
             assert a.top() >= view.top() - 0.5 and a.bottom() <= view.bottom() + 0.5
             for b in labels[i + 1:]:

@@ -86,7 +86,7 @@ def test_graph_tab_captures_the_next_step_on_request(qtbot, window):
     click(qtbot, button(window, "run_button"))
     wait_steps(qtbot, window, 2)
     window.tabs.setCurrentIndex(1)
-    panel = window.graph_panel
+    panel = window.graph_tab.panel
     assert panel is not None and window.graph_tab.currentWidget() is panel
     click(qtbot, panel.findChild(QPushButton, "capture_button"))
     qtbot.waitUntil(lambda: len(window.history.graphs) >= 1, timeout=60_000)
@@ -187,3 +187,25 @@ def test_cuda_runs_show_reserved_and_allocated_lines(qtbot):
     assert allocated[1] * 2**20 == 5500
     assert w.status.labels["memory_source"].text() == "CUDA allocator"
     assert "reserved" in memory.getPlotItem().titleLabel.text
+
+
+def test_an_events_right_click_menu_copies_its_text(qtbot, window):
+    """The events list's actions (EventsPanel.add_action): Copy its text, for now; the
+    menu a right click opens offers each action that applies to the event."""
+    from PySide6.QtWidgets import QApplication, QMenu
+
+    from memlens.core.records import RunEvent
+
+    panel = window.events_panel
+    panel.add_event(RunEvent(3, 0.1, "info", message="a note", explanation="why it matters"))
+    offered = panel.actions_for(0)
+    assert [a.objectName() for a in offered] == ["copy_event_action"]
+    rect = panel.list.visualItemRect(panel.list.item(0))
+    menu = panel._on_context_menu_requested(rect.center())
+    assert isinstance(menu, QMenu) and menu.isVisible()
+    copy = next(a for a in menu.actions() if a.objectName() == "copy_event_action")
+    copy.trigger()
+    assert QApplication.clipboard().text() == panel.list.item(0).toolTip()
+    assert "why it matters" in QApplication.clipboard().text()
+    menu.close()
+    assert panel.actions_for(5) == []  # no event there: no menu

@@ -28,7 +28,7 @@ ENGINES = {"auto": "auto", "Graphviz dot": "dot", "memlens layered": "layered"}
 BYTES_LEGEND = ("Bytes saved for backward count each storage once, at the first op that "
                 "saved it. “shares N”: this op saved only storages already counted at "
                 "another op. Parameters are never counted: they exist anyway.")
-MIN_WIDTH = 560  # below its controls' width the panel scrolls sideways
+MIN_WIDTH = 240  # below its controls' width the panel scrolls sideways (never the window)
 NO_CAPTURE = "No graph captured yet. Press “Capture next step” while a run is going."
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from PySide6.QtCore import QEvent, QPointF, Qt, Signal
 from PySide6.QtGui import QPainter, QWheelEvent
-from PySide6.QtWidgets import QGraphicsView, QToolTip
+from PySide6.QtWidgets import QGraphicsView, QLabel, QToolTip
 
 from memlens.app.graph.boxes import TEXT_MIN_SCALE, NodeBox, tooltip
 from memlens.app.graph.scene import GraphScene
@@ -33,6 +33,12 @@ class GraphView(QGraphicsView):
         # Fitted and not zoomed or panned since: a resize (the side panel widening for a
         # long name, the window) fits again, so a fitted graph stays whole.
         self.fitted = False
+        # Zoomed out below a readable size the boxes carry no labels: the box under the
+        # pointer is named here instead, beside it (its tooltip has the rest).
+        self.readout = QLabel(self.viewport())
+        self.readout.setObjectName("graph_hover_readout")
+        self.readout.setAttribute(Qt.WidgetAttribute.WA_TransparentForMouseEvents)
+        self.readout.hide()
 
     @property
     def zoom(self) -> float:
@@ -145,6 +151,23 @@ class GraphView(QGraphicsView):
         if isinstance(scene, GraphScene):
             box = None if pos is None else self.node_at(pos)
             scene.hover(None if box is None else box.view_node.id)
+            self._read_out(box, pos)
+
+    def _read_out(self, box: NodeBox | None, pos) -> None:
+        """Name the box under the pointer where labels are hidden."""
+        if box is None or self.zoom >= TEXT_MIN_SCALE:
+            self.readout.hide()
+            return
+        node = box.view_node
+        detail = f": {node.detail}" if node.detail else ""
+        self.readout.setText(f"{node.title} ({node.kind}){detail}")
+        self.readout.adjustSize()
+        room = self.viewport().rect()
+        x = min(pos.x() + 14, room.width() - self.readout.width() - 2)
+        y = min(pos.y() + 14, room.height() - self.readout.height() - 2)
+        self.readout.move(max(x, 2), max(y, 2))
+        self.readout.show()
+        self.readout.raise_()
 
     def node_at(self, pos) -> NodeBox | None:
         """The box under a viewport position, if any."""

@@ -36,6 +36,9 @@ from memlens.app.lessons.session import LessonsSession
 COLUMNS = ("metric", "off", "on", "change", "verdict", "claim")
 VERDICT_COLORS = {"confirmed": "#2a8a3e", "larger": "#2a8a3e", "smaller": "#8a6d00",
                   "contradicted": "#c0392b"}
+# The verdicts as the table says them: "larger" read as "memory got larger"; it means the
+# change measured is larger than the claim's.
+VERDICT_WORDS = {"larger": "more than claimed", "smaller": "less than claimed"}
 POLL_MS = 100
 ELIDED = {"metric": 150}  # columns cut with '…' at these widths (px)
 ALL = "all"  # the chooser's entry for every built-in preset
@@ -273,7 +276,7 @@ class LessonsTab(QWidget):
         change = change_text(r)
         cells = (r.metric, format_value(r.kind, r.off, growth),
                  format_value(r.kind, r.on, growth), change.split(" (")[0],
-                 r.verdict or "—", r.claim or "—")
+                 VERDICT_WORDS.get(r.verdict, r.verdict) or "—", r.claim or "—")
         tip = (f"{r.title}: {r.off_label} → {r.on_label}\n{r.metric}\nchange {change}"
                + (f"\nclaim: {r.claim}" if r.claim else "") + (f"\n{r.note}" if r.note else ""))
         for j, text in enumerate(cells):

@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from PySide6.QtCore import Qt, Signal
-from PySide6.QtGui import QColor, QIcon, QPainter, QPixmap
+from PySide6.QtGui import QAction, QColor, QIcon, QPainter, QPixmap
 from PySide6.QtWidgets import (
+    QApplication,
     QFrame,
     QLabel,
     QListWidget,
     QListWidgetItem,
+    QMenu,
     QScrollArea,
     QSizePolicy,
     QVBoxLayout,
@@ -67,6 +71,49 @@ class EventsPanel(QWidget):
         layout.addWidget(self.list, 3)
         layout.addWidget(self.detail_area, 2)
         self._icons: dict[str, QIcon] = {}
+        # What a right click on an event offers: (action, applies to this event?, slot).
+        self._actions: list[tuple[QAction, Callable[[RunEvent], bool],
+                                  Callable[[RunEvent], None]]] = []
+        self.list.setContextMenuPolicy(Qt.CustomContextMenu)
+        self.list.customContextMenuRequested.connect(self._on_context_menu_requested)
+        self.add_action("&Copy its text", "copy_event_action", lambda _event: True,
+                        lambda event: QApplication.clipboard().setText(self.text_of(event)))
+
+    def add_action(self, text: str, name: str, applies: Callable[[RunEvent], bool],
+                   slot: Callable[[RunEvent], None]) -> QAction:
+        """An entry of the events' right-click menu, offered for the events `applies`
+        accepts; `slot(event)` when chosen."""
+        action = QAction(text, self)
+        action.setObjectName(name)
+        self._actions.append((action, applies, slot))
+        return action
+
+    def actions_for(self, row: int) -> list[QAction]:
+        """The menu a right click on row `row` opens (its actions, in order)."""
+        if not 0 <= row < len(self.events):
+            return []
+        return [a for a, applies, _slot in self._actions if applies(self.events[row])]
+
+    def _on_context_menu_requested(self, pos) -> QMenu | None:
+        row = self.list.indexAt(pos).row()
+        offered = self.actions_for(row)
+        if not offered:
+            return None
+        menu = QMenu(self)
+        menu.setObjectName("events_menu")
+        menu.setAttribute(Qt.WA_DeleteOnClose)
+        event = self.events[row]
+        for action in offered:
+            slot = next(s for a, _applies, s in self._actions if a is action)
+            menu.addAction(action.text(), lambda s=slot: s(event)).setObjectName(
+                action.objectName())
+        menu.popup(self.list.viewport().mapToGlobal(pos))
+        return menu
+
+    def text_of(self, event: RunEvent) -> str:
+        """An event's whole text, as its row's tooltip holds it."""
+        item = self.list.item(self.events.index(event)) if event in self.events else None
+        return item.toolTip() if item is not None else self._detail_text(event)
 
     def clear(self) -> None:
         self.events.clear()

@@ -123,13 +123,14 @@ class RowsView(QTableView):
 
 
 class RowsDialog(QDialog):
-    """Non-modal: the run (and its timer) go on while the tables are open."""
+    """Non-modal: the run (and its timer) go on while the tables are open. `shown.history`:
+    the run whose rows it lists (None: none)."""
 
-    def __init__(self, window) -> None:
-        super().__init__(window)
+    def __init__(self, parent, shown) -> None:
+        super().__init__(parent)
         self.setObjectName("rows_dialog")
         self.setWindowTitle("memlens: the run's rows")
-        self.window_ = window
+        self._shown = shown
         self.tabs = QTabWidget()
         self.models: dict[str, RowsModel] = {}
         self.views: dict[str, QTableView] = {}
@@ -151,7 +152,7 @@ class RowsDialog(QDialog):
 
     def _add(self, key: str, title: str, header, rows_of, cells_of) -> None:
         def rows() -> np.ndarray:
-            history = self.window_.history
+            history = self._shown.history
             if history is None:
                 return np.empty((0, len(SAMPLE_COLUMNS)))
             return rows_of(history)

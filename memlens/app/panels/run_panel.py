@@ -7,6 +7,7 @@ from typing import Any
 
 from PySide6.QtCore import QTimer, Signal
 from PySide6.QtWidgets import (
+    QComboBox,
     QFormLayout,
     QGridLayout,
     QGroupBox,
@@ -15,6 +16,7 @@ from PySide6.QtWidgets import (
     QPushButton,
 )
 
+from memlens.app.elided_label import LinesLabel
 from memlens.app.panels.option_fields import OptionField
 from memlens.app.panels.preset_field import PresetField
 from memlens.app.panels.window_state import WindowState
@@ -23,10 +25,14 @@ from memlens.core.model_file import ModelFileError, read_file_config
 from memlens.core.options import RUN_OPTIONS
 
 RESTART_HINT = "needs restart"
+RESTART_MARK = "\u21bb"  # ↻: the hint in a compact panel (its tooltip says it whole)
+RESTART_TIP = "Needs restart: this setting takes effect when you start the next run"
+COMPACT_COMBO_CHARS = 9  # a compact panel's combo boxes: this wide, the list opens wider
 NOTE_MS = 6000  # how long a note (RunPanel.say) replaces the state's text
 
 
 SETTINGS_TITLE = "Settings (apply at Start)"
+STATE_LINES = 2
 
 
 class RunPanel(QGroupBox):
@@ -51,7 +57,7 @@ class RunPanel(QGroupBox):
             field.value_changed.connect(self._on_field_value_changed)
             hint = QLabel(RESTART_HINT)
             hint.setProperty("role", "restart_hint")  # styled in resources/*.qss
-            hint.setToolTip("This setting takes effect when you start the next run")
+            hint.setToolTip(RESTART_TIP)
             # Its room is kept while hidden: the panel's width (and the dock's) counts it
             # from the start, so showing it never pushes the fields past the edge.
             policy = hint.sizePolicy()
@@ -79,9 +85,10 @@ class RunPanel(QGroupBox):
         buttons.addWidget(self.pause_button, 0, 1)
         buttons.addWidget(self.stop_button, 1, 0)
         buttons.addWidget(self.reset_button, 1, 1)
-        self.state_label = QLabel("Ready")
+        # Two lines, always: a state that wraps to a second line (a saved run's folder)
+        # moved the techniques panel under it by a line, under the user's pointer.
+        self.state_label = LinesLabel("Ready", lines=STATE_LINES)
         self.state_label.setObjectName("state_label")
-        self.state_label.setWordWrap(True)
         outer = QFormLayout(self)
         outer.setContentsMargins(0, 0, 0, 0)
         outer.addRow(form)
@@ -90,6 +97,19 @@ class RunPanel(QGroupBox):
         if config is not None:
             self.set_config(config)
         self.set_state("idle")
+
+    def set_compact(self, on: bool) -> None:
+        """A narrow window's panel: each restart hint a mark, the combo boxes narrower."""
+        for hint in self.hints.values():
+            hint.setText(RESTART_MARK if on else RESTART_HINT)
+        for field in self.fields.values():
+            combo = field.widget
+            if isinstance(combo, QComboBox):
+                combo.setSizeAdjustPolicy(
+                    QComboBox.AdjustToMinimumContentsLengthWithIcon if on
+                    else QComboBox.AdjustToContentsOnFirstShow)
+                combo.setMinimumContentsLength(COMPACT_COMBO_CHARS if on else 0)
+        self.updateGeometry()
 
     def _make_field(self, opt) -> OptionField:
         if opt.key != "preset":

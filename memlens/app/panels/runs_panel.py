@@ -12,6 +12,7 @@ from PySide6.QtWidgets import (
     QHBoxLayout,
     QHeaderView,
     QLabel,
+    QProgressBar,
     QPushButton,
     QTreeWidget,
     QTreeWidgetItem,
@@ -34,6 +35,20 @@ DATE_FORMAT = "%m-%d %H:%M"  # the year in the cell's tooltip
 FOLDER_ROLE = Qt.UserRole
 # A burst of file changes (a run writing its first files) is read once, this long after.
 RESCAN_DELAY_MS = 200
+# The name keeps this many characters at least: where the dock is narrower, the date and
+# then the "what" column give up their room (each row's tooltip has them).
+NAME_MIN_CHARS = 14
+YIELDING_COLUMNS = ("date", "what")
+CHECK_ROOM_PX = 28  # the check box beside the name
+
+# What File > Export writes beside a run's files and a run's own folder never holds: a
+# folder with one of them is an export (a copy of a run), not a run of its own.
+EXPORT_FILES = tuple(f"{plot}.{kind}" for plot in ("memory", "time", "loss")
+                     for kind in ("png", "svg"))
+
+
+def is_export(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in EXPORT_FILES)
 
 
 def row_texts(run: RunListing) -> list[str]:
@@ -84,6 +99,18 @@ class RunsPanel(QWidget):
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addLayout(top)
         layout.addWidget(self.tree, 1)
+        # While ticked runs are read (off the GUI thread): which, and that it is going on.
+        self.reading_label = QLabel("")
+        self.reading_label.setObjectName("runs_reading_label")
+        self.reading_label.setWordWrap(True)
+        self.reading_bar = QProgressBar()
+        self.reading_bar.setObjectName("runs_reading")
+        self.reading_bar.setRange(0, 0)  # busy: a read does not know its share done
+        self.reading_bar.setMaximumHeight(8)
+        self.reading_bar.setTextVisible(False)
+        for widget in (self.reading_label, self.reading_bar):
+            widget.hide()
+            layout.addWidget(widget)
         # The folder, the run folders not readable yet (a run's folder comes before its
         # run.json) and those of runs not finished (run.json is replaced as they go): a
         # change in any of them reads the folder again.
@@ -106,6 +133,7 @@ class RunsPanel(QWidget):
         """Read the folder again: new runs are added (unticked), gone ones dropped, ticked
         ones stay ticked."""
         runs, unready = list_runs(self.folder) if self.folder is not None else ([], [])
+        runs = [r for r in runs if not is_export(r.folder)]
         live = [r.folder for r in runs if r.state == LIVE]
         if self.folder is None:
             self._watch([])
@@ -128,9 +156,39 @@ class RunsPanel(QWidget):
                     continue
                 item.setFlags(item.flags() | Qt.ItemIsUserCheckable)
                 item.setCheckState(0, Qt.Checked if run.folder in ticked else Qt.Unchecked)
+                # the whole row where the dock hides some of it (fit_columns)
+                item.setToolTip(0, f"{run.folder}\n" + "  ".join(
+                    f"{c}: {t}" for c, t in zip(COLUMNS[1:], row_texts(run)[1:], strict=True)))
                 item.setToolTip(len(COLUMNS) - 1, time.strftime("%Y-%m-%d %H:%M:%S",
                                                                 time.localtime(run.written)))
                 self.tree.addTopLevelItem(item)
+        self.fit_columns()
+
+    def resizeEvent(self, event) -> None:
+        super().resizeEvent(event)
+        self.fit_columns()
+
+    def fit_columns(self) -> None:
+        """Every column on screen with the name readable: where the tree is too narrow,
+        the date and then the "what" column are hidden, not the name squeezed."""
+        tree, header = self.tree, self.tree.header()
+        name = tree.fontMetrics().averageCharWidth() * NAME_MIN_CHARS + CHECK_ROOM_PX
+        widths = {c: max(header.sectionSizeFromContents(i).width(), tree.sizeHintForColumn(i))
+                  for i, c in enumerate(COLUMNS) if i > 0}
+        room = tree.viewport().width()
+        hidden = set()
+        for column in YIELDING_COLUMNS:
+            if name + sum(w for c, w in widths.items() if c not in hidden) <= room:
+                break
+            hidden.add(column)
+        for i, column in enumerate(COLUMNS):
+            tree.setColumnHidden(i, column in hidden)
+
+    def show_reading(self, names: list[str]) -> None:
+        """Say which ticked runs are being read (none: the bar goes)."""
+        self.reading_label.setText(f"Reading {', '.join(names)}…" if names else "")
+        self.reading_label.setVisible(bool(names))
+        self.reading_bar.setVisible(bool(names))
 
     def checked_states(self) -> dict[Path, bool]:
         out = {}

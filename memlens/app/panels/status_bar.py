@@ -6,10 +6,9 @@ from __future__ import annotations
 import time
 from collections import deque
 
-from PySide6.QtCore import QSize, Qt
-from PySide6.QtGui import QPainter
 from PySide6.QtWidgets import QLabel, QStatusBar
 
+from memlens.app.elided_label import ElidedLabel
 from memlens.core.units import format_bytes
 
 QWIDGETSIZE_MAX = (1 << 24) - 1  # Qt's largest widget size (C++'s QWIDGETSIZE_MAX)
@@ -18,6 +17,9 @@ MIN_RATE_SPAN_S = 0.5
 # Set several times a second while a run goes: their widths only grow (see _set_steady).
 STEADY_FIELDS = ("rate", "progress", "step", "total", "peak")
 MIN_RATE_STEPS = 3
+# A message (File > Export's "Wrote 14 files to …") takes the room of these fields, in this
+# order, until it shows whole; they come back when it goes.
+YIELD_TO_MESSAGES = ("memory_source", "rate", "progress", "device", "step", "total", "peak")
 
 
 class RunStatusBar(QStatusBar):
@@ -31,7 +33,7 @@ class RunStatusBar(QStatusBar):
         self.planned: int | None = None  # steps the run was started for
         self.labels: dict[str, QLabel] = {}
         for name in self.FIELDS:
-            label = _ElidedLabel("") if name == "memory_source" else QLabel("")
+            label = ElidedLabel("") if name == "memory_source" else QLabel("")
             label.setObjectName(f"status_{name}")
             label.setContentsMargins(6, 0, 6, 0)
             self.addPermanentWidget(label)
@@ -40,7 +42,28 @@ class RunStatusBar(QStatusBar):
         self.labels["peak"].setToolTip("Highest per-step peak so far (on CPU outside precise "
                                        "mode, the highest phase sample: a lower bound)")
         self._counts: deque[tuple[float, int]] = deque()
+        self._yielded: list[QLabel] = []  # fields hidden while a message shows
+        self.messageChanged.connect(self._on_message_changed)
         self.clear_run()
+
+    def _on_message_changed(self, text: str) -> None:
+        """A message shows whole: the fields give it their room while it is up."""
+        for label in self._yielded:
+            label.show()
+        self._yielded = []
+        if not text:
+            return
+        need = self.fontMetrics().horizontalAdvance(text) + 24
+        room = self.width() - sum(w.width() for w in self.findChildren(QLabel)
+                                  if w.isVisible() and w.objectName().startswith("status_"))
+        for name in YIELD_TO_MESSAGES:
+            if room >= need:
+                break
+            label = self.labels[name]
+            if label.isVisible():
+                room += label.width()
+                label.hide()
+                self._yielded.append(label)
 
     def clear_run(self) -> None:
         for name in STEADY_FIELDS:  # a new run's texts start from their own widths
@@ -124,25 +147,6 @@ def _set_steady(label: QLabel, text: str) -> None:
     need, held = label.sizeHint(), label.minimumSize()
     if held != label.maximumSize() or need.width() > held.width() or need.height() > held.height():
         label.setFixedSize(max(need.width(), held.width()), max(need.height(), held.height()))
-
-
-class _ElidedLabel(QLabel):
-    """A label that gives up width before the window does: its text is cut with "…" when
-    the status bar is narrow (the whole text stays in the tooltip), so a long memory label
-    never makes the window wider than the screen."""
-
-    MIN_CHARS = 12
-
-    def minimumSizeHint(self) -> QSize:
-        hint = super().minimumSizeHint()
-        return QSize(self.fontMetrics().averageCharWidth() * self.MIN_CHARS, hint.height())
-
-    def paintEvent(self, _event) -> None:
-        painter = QPainter(self)
-        rect = self.contentsRect()
-        text = self.fontMetrics().elidedText(self.text(), Qt.TextElideMode.ElideRight,
-                                             rect.width())
-        painter.drawText(rect, int(self.alignment()) | Qt.AlignmentFlag.AlignVCenter, text)
 
 
 def progress_text(done: int, planned: int | None, per_s: float | None, live: bool) -> str:

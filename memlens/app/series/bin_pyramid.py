@@ -44,12 +44,33 @@ class Growing:
         return self._data.nbytes
 
 
+def moment_of(block: np.ndarray, larger: bool) -> np.ndarray:
+    """The column of `block` (channels, ..., m) whose last channel is largest (or
+    smallest), along its last axis: one moment's values of every channel, never a mix of
+    moments (a stacked chart's layers must be one moment's, see run_series)."""
+    key = block[-1]
+    key = np.where(np.isnan(key), -np.inf if larger else np.inf, key)
+    idx = (np.argmax if larger else np.argmin)(key, axis=-1)[..., None]
+    idx = np.broadcast_to(idx[None], (block.shape[0], *idx.shape))
+    return np.take_along_axis(block, idx, axis=-1)[..., 0]
+
+
+def _moment_pairs(a: np.ndarray, larger: bool) -> np.ndarray:
+    left, right = a[:, 0::2], a[:, 1::2]
+    pick = right[-1] > left[-1] if larger else right[-1] < left[-1]
+    return np.where(pick[None, :], right, left)
+
+
 class BinPyramid:
     """Maxima (and minima when `with_min`) of `channels` rows of values, per bin, at bin
-    sizes BASE * 2**level. `append` takes new rows (shape (channels, m)) in order."""
+    sizes BASE * 2**level. `append` takes new rows (shape (channels, m)) in order. With
+    `moments`, a bin keeps instead the whole column of its highest and its lowest moment
+    (by the last channel): the stacked layers of one moment each."""
 
-    def __init__(self, channels: int, with_min: bool, dtype=np.float32) -> None:
-        self.channels, self.with_min, self.dtype = channels, with_min, dtype
+    def __init__(self, channels: int, with_min: bool, dtype=np.float32,
+                 moments: bool = False) -> None:
+        self.channels, self.dtype = channels, dtype
+        self.with_min, self.moments = with_min or moments, moments
         self.hi: list[Growing] = []
         self.lo: list[Growing] = []
         self._carry = np.empty((channels, 0), dtype=dtype)
@@ -65,6 +86,10 @@ class BinPyramid:
             return
         block = carry[:, : full * BASE].reshape(self.channels, full, BASE)
         self._level(0)
+        if self.moments:
+            self.hi[0].append(moment_of(block, larger=True))
+            self.lo[0].append(moment_of(block, larger=False))
+            return
         self.hi[0].append(np.fmax.reduce(block, axis=2))
         if self.with_min:
             self.lo[0].append(np.fmin.reduce(block, axis=2))
@@ -79,6 +104,10 @@ class BinPyramid:
             if below // 2 <= done:
                 continue
             start, stop = 2 * done, 2 * (below // 2)
+            if self.moments:
+                self.hi[lv].append(_moment_pairs(self.hi[lv - 1].view[:, start:stop], True))
+                self.lo[lv].append(_moment_pairs(self.lo[lv - 1].view[:, start:stop], False))
+                continue
             self.hi[lv].append(_pairs(np.fmax, self.hi[lv - 1].view[:, start:stop]))
             if self.with_min:
                 self.lo[lv].append(_pairs(np.fmin, self.lo[lv - 1].view[:, start:stop]))

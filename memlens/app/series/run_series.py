@@ -15,7 +15,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from memlens.app.series.bin_pyramid import BASE, BinPyramid, Growing, level_of
+from memlens.app.series.bin_pyramid import BASE, BinPyramid, Growing, level_of, moment_of
 from memlens.app.series.decimate import bin_size
 from memlens.core.history import PHASES_PER_STEP, ColumnTable, RunHistory
 from memlens.core.records import MEMORY_CATEGORIES, PHASES
@@ -28,22 +28,27 @@ PROCESS_LINES: tuple[str, ...] = ("rss", "heap")
 STEP_LINES: tuple[str, ...] = ("loss", "grad_norm", "peak_bytes", "whole_step")
 
 Channels = Callable[[np.ndarray], np.ndarray]  # history rows (m, columns) -> (channels, m)
+# How a group's bins are kept: each channel's maximum (areas whose bins need only their
+# top), minimum and maximum (lines), or the whole stack of the bin's highest and lowest
+# moment by the last channel (stacked layers: the layers of one moment each).
+MAX, MIN_MAX, MOMENTS = "max", "min_max", "moments"
 
 
 class PlottedTable:
     """One history table seen through groups of plot channels.
 
-    A group is (number of channels, lines?, function of rows): lines keep each bin's minimum
-    as well as its maximum; stacked areas only need the maximum (their layers are cumulative,
-    so per-bin maxima keep their order and every peak).
+    A group is (number of channels, how its bins are kept: MAX, MIN_MAX or MOMENTS,
+    function of rows). A stacked chart's per-bin maxima would stack the tops of different
+    moments (a transient category's peak on another category's), so its layers are kept
+    as MOMENTS.
     """
 
     def __init__(self, table: ColumnTable, x_column: str,
-                 groups: dict[str, tuple[int, bool, Channels]]) -> None:
+                 groups: dict[str, tuple[int, str, Channels]]) -> None:
         self.table = table
         self.x_column = x_column
         self._x = table.index[x_column]
-        self.groups: dict[str, tuple[int, bool, Channels]] = {}
+        self.groups: dict[str, tuple[int, str, Channels]] = {}
         self.pyramids: dict[str, BinPyramid] = {}
         self.starts = Growing(1, np.float64)  # x of the first row of every level-0 bin
         self.n = 0
@@ -51,11 +56,12 @@ class PlottedTable:
         for name, group in groups.items():
             self.add_group(name, group)
 
-    def add_group(self, name: str, group: tuple[int, bool, Channels]) -> None:
+    def add_group(self, name: str, group: tuple[int, str, Channels]) -> None:
         """Start keeping a group; rows already pulled are read back from the history."""
-        channels, lines, values = group
+        channels, kind, values = group
         self.groups[name] = group
-        pyramid = self.pyramids[name] = BinPyramid(channels, lines)
+        pyramid = self.pyramids[name] = BinPyramid(channels, kind == MIN_MAX,
+                                                   moments=kind == MOMENTS)
         for start in range(0, self.n, PULL_ROWS):
             pyramid.append(values(self.table.rows(start, min(start + PULL_ROWS, self.n))))
 
@@ -104,28 +110,30 @@ class PlottedTable:
     def decimate(self, group: str, sl: slice, max_points: int
                  ) -> tuple[np.ndarray, np.ndarray]:
         """Rows `sl` in at most `max_points // 2` bins: one point a bin (its maximum) for
-        areas, two for lines (minimum then maximum, pyqtgraph's "peak" mode). Short slices
-        come back whole."""
-        channels, lines, _values = self.groups[group]
+        MAX, two for MIN_MAX lines (minimum then maximum, pyqtgraph's "peak" mode), and
+        for MOMENTS one point a bin of 2 * channels values: the highest moment's channels,
+        then the lowest's. Short slices come back whole (MOMENTS: each row as both)."""
+        channels, kind, _values = self.groups[group]
+        lines = kind == MIN_MAX
         i0, i1 = sl.start, min(sl.stop, self.n)
         bins = max(max_points // 2, 1)
         if i1 - i0 <= (max_points if lines else bins):
-            return self.rows(group, i0, i1)
+            x, v = self.rows(group, i0, i1)
+            return (x, np.concatenate([v, v])) if kind == MOMENTS else (x, v)
         k = bin_size(i1 - i0, bins)
         b0, b1 = i0 // k, i1 // k
         if k < BASE:  # few rows: reduce them here
             x, v = self.rows(group, b0 * k, i1)
             full = (b1 - b0) * k
             block = v[:, :full].reshape(channels, b1 - b0, k)
-            hi = np.fmax.reduce(block, axis=2)
-            lo = np.fmin.reduce(block, axis=2) if lines else None
+            hi, lo = _reduce(block, kind)
             xs = x[:full:k]
-            tail = _peaks(v[:, full:], lines)
+            tail = _peaks(v[:, full:], kind)
             tail_x = x[full] if full < len(x) else None
         else:
             pyramid = self.pyramids[group]
             level = level_of(k)
-            hi, lo = pyramid.peaks(level, b0, b1) if b1 > b0 else _empty(channels, lines)
+            hi, lo = pyramid.peaks(level, b0, b1) if b1 > b0 else _empty(channels, kind)
             per = k // BASE
             xs = self.starts.view[0][b0 * per : b1 * per : per]
             tail, tail_x = self._tail(group, b1 * k, i1)
@@ -136,6 +144,8 @@ class PlottedTable:
             xs = np.append(xs, tail_x)
         if lo is None:
             return xs, hi
+        if kind == MOMENTS:
+            return xs, np.concatenate([hi, lo])
         out = np.empty((channels, 2 * hi.shape[1]), dtype=hi.dtype)
         out[:, 0::2] = lo
         out[:, 1::2] = hi
@@ -146,37 +156,45 @@ class PlottedTable:
         the fewer than BASE rows after them."""
         if t0 >= t1:
             return None, None
-        _c, lines, _v = self.groups[group]
+        _c, kind, _v = self.groups[group]
         c0, c1 = t0 // BASE, t1 // BASE
         parts = []
         if c1 > c0:
             hi, lo = self.pyramids[group].peaks(0, c0, c1)
-            parts.append(_peaks_of(hi, lo))
+            parts.append(_peaks_of(hi, lo, kind))
         if c1 * BASE < t1:
-            parts.append(_peaks(self.rows(group, c1 * BASE, t1)[1], lines))
-        hi = np.fmax.reduce(np.stack([p[0] for p in parts]), axis=0)
-        lo = np.fmin.reduce(np.stack([p[1] for p in parts]), axis=0) if lines else None
-        return (hi, lo), self.starts.view[0][c0]
+            parts.append(_peaks(self.rows(group, c1 * BASE, t1)[1], kind))
+        his = np.stack([p[0] for p in parts], axis=-1)
+        los = np.stack([p[1] for p in parts], axis=-1) if kind != MAX else None
+        return _reduce(his, kind, los), self.starts.view[0][c0]
 
     @property
     def nbytes(self) -> int:
         return self.starts.nbytes + sum(p.nbytes for p in self.pyramids.values())
 
 
-def _peaks(v: np.ndarray, lines: bool):
-    """(max, min or None) of each channel over its rows, or None without rows."""
-    if not v.shape[1]:
-        return None
-    return np.fmax.reduce(v, axis=1), (np.fmin.reduce(v, axis=1) if lines else None)
+def _reduce(hi: np.ndarray, kind: str, lo: np.ndarray | None = None):
+    """(high, low or None) of `hi` (and `lo`, where apart) over their last axis: each
+    channel's max and min, or (MOMENTS) the highest and the lowest moment's columns."""
+    lo = hi if lo is None else lo
+    if kind == MOMENTS:
+        return moment_of(hi, larger=True), moment_of(lo, larger=False)
+    return np.fmax.reduce(hi, axis=-1), (np.fmin.reduce(lo, axis=-1) if kind == MIN_MAX
+                                         else None)
 
 
-def _peaks_of(hi: np.ndarray, lo: np.ndarray | None):
-    return np.fmax.reduce(hi, axis=1), (np.fmin.reduce(lo, axis=1) if lo is not None else None)
+def _peaks(v: np.ndarray, kind: str):
+    """_reduce over the rows of `v` (channels, m), or None without rows."""
+    return _reduce(v, kind) if v.shape[1] else None
 
 
-def _empty(channels: int, lines: bool):
+def _peaks_of(hi: np.ndarray, lo: np.ndarray | None, kind: str):
+    return _reduce(hi, kind, lo)
+
+
+def _empty(channels: int, kind: str):
     e = np.empty((channels, 0), dtype=np.float32)
-    return e, (e if lines else None)
+    return e, (None if kind == MAX else e)
 
 
 class RunSeries:
@@ -203,12 +221,12 @@ class RunSeries:
         n_cat, n_phase = len(MEMORY_CATEGORIES), len(PHASES)
         self._memo: tuple[np.ndarray | None, np.ndarray | None] = (None, None)
         self.samples = PlottedTable(history.samples, "x", {
-            "layers": (n_cat, False, self._layers),
-            "total": (1, True, lambda rows: self._layers(rows)[-1:]),
+            "layers": (n_cat, MOMENTS, self._layers),
+            "total": (1, MIN_MAX, lambda rows: self._layers(rows)[-1:]),
         })
         self.steps = PlottedTable(history.steps, "step", {
-            "phases": (n_phase, False, self._phases),
-            "lines": (len(STEP_LINES), True, self._step_lines),
+            "phases": (n_phase, MAX, self._phases),
+            "lines": (len(STEP_LINES), MIN_MAX, self._step_lines),
         })
         self._eval_col = t_idx["eval_loss"]
         # The steps with an evaluation loss (a validation run's): (step, eval loss), few
@@ -256,10 +274,10 @@ class RunSeries:
         self.last_total = float(np.sum(rows[-1, self._cat_cols]))
         if not self.has_reserved and np.isfinite(rows[:, self._alloc_cols[1]]).any():
             self.has_reserved = True  # a CUDA run: keep allocated and reserved from now on
-            self.samples.add_group("allocator", (2, True, self._allocator))
+            self.samples.add_group("allocator", (2, MIN_MAX, self._allocator))
         if not self.has_process and np.isfinite(rows[:, self._process_cols]).any():
             self.has_process = True
-            self.samples.add_group("process", (len(PROCESS_LINES), True, self._process))
+            self.samples.add_group("process", (len(PROCESS_LINES), MIN_MAX, self._process))
 
     def _on_step_rows(self, rows: np.ndarray) -> None:
         evals = rows[:, self._eval_col]
@@ -340,6 +358,16 @@ class RunSeries:
         if first < self.sample_count and self._sample_step(first) == step:
             return first
         return None
+
+    def peak_sample_of_step(self, step: int) -> int | None:
+        """The sample row of `step` whose total is highest (the first such), or None when
+        the step has no sample."""
+        i0 = self.samples.index(float(step), "left")
+        i1 = self.samples.index(float(step + 1), "left")
+        if i1 <= i0:
+            return None
+        _x, totals = self.samples.rows("total", i0, i1)
+        return i0 + int(np.argmax(totals[0]))
 
     def _sample_step(self, i: int) -> int:
         return int(self.history.samples.column("step", i, i + 1)[0])

@@ -45,9 +45,17 @@ from memlens.app.timeline.step_axis import StepAxis
 MARKER_LABEL_ROWS = (0.92, 0.8, 0.68)
 AXIS_WIDTH = 62
 LEGEND_HEIGHT = 36  # the title row's least height: two lines of legend
+# Every plot keeps at least this many pixels of view under its legend, whatever the window's
+# size: three y ticks whose labels do not overlap.
+MIN_VIEW_PX = 72
+BOTTOM_AXIS_PX = 40  # the step axis under the lowest plot
+PLOT_MARGINS_PX = 6  # the plot item's own spacing around its view
 # fit_y keeps a y range while the data fills at least this share of it (auto-range's own
 # padding leaves about 0.9 at the usual plot heights).
 KEEP_Y = 0.85
+# The least room below the data's lowest value and above its highest, in pixels: half an
+# axis label, so the tick at the edge ("0 MiB") is drawn whole.
+EDGE_PX = 8.0
 
 
 # Markers drawn on one plot: more would be no clearer a picture, and each costs its items (their
@@ -338,6 +346,16 @@ class LivePlot(pg.PlotWidget):
             self._legend_row = need
             item.titleLabel.setMaximumHeight(need)
             item.layout.setRowFixedHeight(0, need)
+        self.keep_view_room()
+
+    def keep_view_room(self) -> None:
+        """The plot's least height: its legend, MIN_VIEW_PX of view and its step axis where
+        it shows one; the splitter and the window give the plots no less."""
+        axis = self.getPlotItem().getAxis("bottom")
+        least = (self._legend_row + MIN_VIEW_PX + PLOT_MARGINS_PX
+                 + (BOTTOM_AXIS_PX if axis.isVisible() else 0))
+        if self.minimumHeight() != least:
+            self.setMinimumHeight(least)
 
     def _on_legend_resized(self) -> None:
         width = self.getPlotItem().titleLabel.size().width()
@@ -525,16 +543,29 @@ class LivePlot(pg.PlotWidget):
             if np.isfinite(lo):
                 span[0], span[1] = min(span[0], float(lo)), max(span[1], float(hi))
         for view, (lo, hi) in spans.items():
-            if not math.isfinite(lo) or self._fitted.get(view) == (lo, hi):
-                continue
-            # A live run's extremes creep (a new highest step time, a new lowest loss) and a
-            # new y range redraws the axis and the grid: while the data stays inside the
-            # view and still fills most of it, the range stays.
-            v0, v1 = view.viewRange()[1]
-            if view in self._fitted and v0 <= lo and hi <= v1 and hi - lo >= KEEP_Y * (v1 - v0):
-                continue
-            self._fitted[view] = (lo, hi)
-            view.setYRange(lo, hi)
+            if math.isfinite(lo):
+                self.fit_view(view, lo, hi)
+
+    def fit_view(self, view: pg.ViewBox, lo: float, hi: float) -> None:
+        """Show lo..hi on `view`, padded (fit_y), unless the range shown holds it well."""
+        if self._fitted.get(view) == (lo, hi):
+            return
+        # A live run's extremes creep (a new highest step time, a new lowest loss) and a
+        # new y range redraws the axis and the grid: while the data stays inside the
+        # view and still fills most of it, the range stays.
+        v0, v1 = view.viewRange()[1]
+        if view in self._fitted and v0 <= lo and hi <= v1 and hi - lo >= KEEP_Y * (v1 - v0):
+            return
+        self._fitted[view] = (lo, hi)
+        self._set_y(view, lo, hi)
+
+    @staticmethod
+    def _set_y(view: pg.ViewBox, lo: float, hi: float) -> None:
+        """lo..hi with auto-range's padding, and at least EDGE_PX either side."""
+        span = hi - lo if hi > lo else max(abs(hi), 1.0)
+        # share of the span either side that leaves EDGE_PX between lo (hi) and the edge
+        share = max(view.suggestPadding(1), EDGE_PX / max(view.height() - 2 * EDGE_PX, 1.0))
+        view.setYRange(lo - span * share, hi + span * share, padding=0)
 
     def apply_view_changes(self) -> None:
         """Move the views to their new ranges now. pyqtgraph defers that to the start of
@@ -546,13 +577,17 @@ class LivePlot(pg.PlotWidget):
     def _on_view_resized(self) -> None:
         # The padding depends on the view's height, as auto-range's does.
         for view, (lo, hi) in self._fitted.items():
-            view.setYRange(lo, hi)
+            self._set_y(view, lo, hi)
         self.arrange_marker_labels()
 
     def clear_data(self) -> None:
-        """A new run: empty curves."""
+        """A new run (or none): empty curves, and the y range of no data, not the last
+        run's."""
         for curve in self.curves.values():
             curve.setData([], [])
+        for view in self._fitted:  # only a view data had fitted: an idle one stays as it is
+            view.setYRange(0, 1, padding=0)
+        self._fitted.clear()
 
     def pixel_width(self) -> int:
         return max(int(self.getPlotItem().vb.width()), 100)

@@ -8,6 +8,16 @@ LABEL_GAP_PX = 4.0  # between two labels on one row
 TOP_MARGIN_PX = 2.0
 # A label's box: the plot's own background, see-through enough that a curve under it shows.
 LABEL_FILL_ALPHA = 130
+# Labels take at most this many rows from the plot's top: a stack of labels over the curves
+# hid them. The others are hidden (the events list and the hover read-out name them).
+MAX_ROWS = 2
+# A marker's label is cut to this many characters (the events list has the whole text).
+MAX_LABEL_CHARS = 28
+
+
+def marker_text(text: str) -> str:
+    """A label short enough to sit beside its line: cut with "…" past MAX_LABEL_CHARS."""
+    return text if len(text) <= MAX_LABEL_CHARS else text[:MAX_LABEL_CHARS - 1].rstrip() + "…"
 
 
 def label_anchor(x: float, width: float, view_width: float) -> float:
@@ -52,7 +62,7 @@ def row_position(row: int, label_height: float, view_height: float) -> float | N
     label inside the view; None when the row does not fit (the label is hidden: the events
     list and the hover read-out still name the event)."""
     centre = TOP_MARGIN_PX + row * (label_height + 1.0) + label_height / 2
-    if row < 0 or centre + label_height / 2 > view_height:
+    if row < 0 or row >= MAX_ROWS or centre + label_height / 2 > view_height:
         return None
     return 1.0 - centre / view_height
 

@@ -18,7 +18,9 @@ from memlens.app.timeline.plot_style import (
     RSS_COLOR,
     TOTAL_COLOR,
     legend_row,
+    lighten,
 )
+from memlens.app.timeline.stacked_area import StackedArea
 from memlens.core.records import CATEGORY_HELP, MEMORY_CATEGORIES, SAMPLE_PHASES
 from memlens.core.units import format_bytes
 
@@ -29,6 +31,13 @@ ALWAYS_LISTED = MEMORY_CATEGORIES[:5]
 # The process's own memory (PROCESS_LINES), as the legend names it: what no tensor explains.
 PROCESS_LABELS: dict[str, str] = {"rss": "process RSS", "heap": "malloc heap (CPU)"}
 PROCESS_COLORS: dict[str, str] = {"rss": RSS_COLOR, "heap": HEAP_COLOR}
+# Where a pixel holds several moments, its stack is drawn twice: the highest moment's pale,
+# the lowest moment's over it in the bands' own colours. What stays through the pixel reads
+# solid, what comes and goes within it (activations between forward and backward) pale.
+PEAK_LIGHTEN = 0.72
+# Samples this many pixels apart or more: the hover reads the sample under the pointer;
+# closer, it reads the step's highest moment, as the chart's top edge shows it.
+HOVER_SAMPLE_PX = 2.0
 
 
 class MemoryPlot(LivePlot):
@@ -43,6 +52,11 @@ class MemoryPlot(LivePlot):
         super().__init__("memory_plot", "Memory", BytesAxis("left", unit=Y_UNIT), parent)
         self.area = self.add_area(MEMORY_CATEGORIES,
                                   [CATEGORY_COLORS[c] for c in MEMORY_CATEGORIES], z=5)
+        self.peak_area = StackedArea([lighten(CATEGORY_COLORS[c], PEAK_LIGHTEN)
+                                      for c in MEMORY_CATEGORIES])
+        self.peak_area.setZValue(4)
+        self.getPlotItem().addItem(self.peak_area)
+        self._bounded.append((self.peak_area, self.getPlotItem().vb))
         # Live curves: one pixel wide and solid, the raster engine's fast path.
         self.add_curve("total", TOTAL_COLOR, z=15)
         self.add_curve("peak", PEAK_COLOR, z=16, finite=False)
@@ -75,10 +89,12 @@ class MemoryPlot(LivePlot):
             return
         samples = run.samples
         sl = samples.visible(x0, x1)
-        xs, layers = samples.decimate("layers", sl, max_points)
-        layers = layers / Y_UNIT
-        self.area.setData(xs, layers)
-        self.curves["total"].setData(xs, layers[-1])
+        xs, stacks = samples.decimate("layers", sl, max_points)
+        n = len(MEMORY_CATEGORIES)
+        peak, low = stacks[:n] / Y_UNIT, stacks[n:] / Y_UNIT
+        self.peak_area.setData(xs, peak)
+        self.area.setData(xs, low)
+        self.curves["total"].setData(xs, peak[-1])
         if run.has_reserved:
             xa, rows = samples.decimate("allocator", sl, max_points)
             self.curves["allocated"].setData(xa, rows[0] / Y_UNIT)
@@ -99,11 +115,27 @@ class MemoryPlot(LivePlot):
             else:  # binned (min, max pairs share an x): a step shape would mean nothing
                 self.curves["peak"].setData(xp + 0.5, peak)
 
+    def _px_per_sample(self, run: RunSeries) -> float:
+        """How far apart the samples in view are drawn, in pixels."""
+        (x0, x1), _ = self.getPlotItem().vb.viewRange()
+        sl = run.samples.visible(x0, x1)  # with a neighbour each side of the view
+        return self.pixel_width() / max(sl.stop - sl.start - 2, 1)
+
+    def clear_data(self) -> None:
+        super().clear_data()
+        self.peak_area.setData(np.empty(0), np.empty((len(MEMORY_CATEGORIES), 0)))
+
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
-        row = None
+        row, at_peak = None, False
         if run is not None and run.sample_count:
-            i = (run.sample_row_at(run.samples.last_x) if x is None
-                 else run.sample_row_in_step(x))
+            if x is not None and self._px_per_sample(run) >= HOVER_SAMPLE_PX:
+                i = run.sample_row_in_step(x)  # the phase under the pointer
+            else:  # the step's highest moment: what the chart's top edge shows
+                step = run.last_step if x is None else int(np.floor(x))
+                i = run.peak_sample_of_step(step) if step >= 0 else None
+                at_peak = i is not None
+                if i is None and x is None:
+                    i = run.sample_row_at(run.samples.last_x)
             if i is not None:
                 row = run.history.samples.rows(i, i + 1)[0]
         head = ""
@@ -112,7 +144,9 @@ class MemoryPlot(LivePlot):
         total = peak = ""
         if row is not None:
             idx = run.history.samples.index
-            head = f"step {int(row[idx['step']])} after {SAMPLE_PHASES[int(row[idx['phase']])]}"
+            phase = SAMPLE_PHASES[int(row[idx["phase"]])]
+            head = (f"step {int(row[idx['step']])} at its peak, after {phase}" if at_peak
+                    else f"step {int(row[idx['step']])} after {phase}")
             values = {c: format_bytes(row[idx[c]]) for c in MEMORY_CATEGORIES}
             shown.update(c for c in MEMORY_CATEGORIES if row[idx[c]])
             total = format_bytes(row[idx["total"]])

@@ -11,19 +11,21 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QGraphicsView,
     QHBoxLayout,
-    QLabel,
     QPushButton,
     QSplitter,
     QVBoxLayout,
     QWidget,
 )
 
+from memlens.app.elided_label import ElidedLabel
 from memlens.app.series.run_series import RunSeries
 from memlens.app.series.wall_clock import WallClock
 from memlens.app.timeline.live_plot import MAX_MARKERS, LivePlot
 from memlens.app.timeline.loss_plot import LossPlot
+from memlens.app.timeline.marker_labels import marker_text
 from memlens.app.timeline.memory_plot import MemoryPlot
 from memlens.app.timeline.time_plot import TimePlot
+from memlens.core.options import format_value
 from memlens.core.records import RunEvent
 
 MIN_SPAN_STEPS = 10.0
@@ -70,6 +72,7 @@ class PlotStack(QWidget):
             plot.setXLink(self.memory_plot)
         for plot in self.plots[:-1]:
             plot.getPlotItem().hideAxis("bottom")  # one step axis, under the stack
+            plot.keep_view_room()
         self.run: RunSeries | None = None
         self.clock = WallClock()  # the shown run's, for View > X axis > Wall time
         self.wall_time = False
@@ -103,9 +106,11 @@ class PlotStack(QWidget):
             "Draw the process's resident memory (RSS) and, on CPU, malloc's heap on the "
             "memory plot: memory no tensor explains")
         self.process_box.toggled.connect(self._on_process_box_toggled)
-        hint = QLabel("Drag to pan, wheel to zoom the step axis; hover for values.")
+        # One line, cut where the room ends (the tooltip has it whole): a wrapped hint took
+        # seven lines of a narrow centre column from the plots.
+        hint = ElidedLabel("Drag to pan, wheel to zoom the step axis; hover for values.",
+                           min_chars=8)
         hint.setObjectName("plot_hint")
-        hint.setWordWrap(True)
         top = QHBoxLayout()
         top.setContentsMargins(4, 0, 4, 0)
         top.addWidget(hint, 1)
@@ -115,6 +120,7 @@ class PlotStack(QWidget):
         splitter = QSplitter()
         splitter.setObjectName("plots_splitter")  # its sizes are remembered by name
         splitter.setOrientation(pg.QtCore.Qt.Vertical)
+        splitter.setChildrenCollapsible(False)  # each plot keeps its readable height
         for plot in self.plots:
             splitter.addWidget(plot)
             vb = plot.getPlotItem().vb
@@ -178,9 +184,7 @@ class PlotStack(QWidget):
         opened with thousands of events is not arranged thousands of times)."""
         for plot in self.plots:
             for event in events[: max(MAX_MARKERS - len(plot.markers), 0)]:
-                label = (f"{event.step}: {event.label()}" if event.kind == "error"
-                         else event.label())
-                plot.add_marker(event.step, label, event.kind, arrange=False)
+                plot.add_marker(event.step, _marker_label(event), event.kind, arrange=False)
             plot.arrange_marker_labels()
 
     def mark_dirty(self) -> None:
@@ -403,3 +407,12 @@ class PlotStack(QWidget):
         if self._legend_queue:
             plot, text = self._legend_queue.pop(0)
             plot.set_legend(text)
+
+
+def _marker_label(event: RunEvent) -> str:
+    """A marker's short label: "zero_grad → off" for a toggle (the events list says it
+    whole), the step before an error's."""
+    label = event.label()
+    if event.kind == "toggle":
+        label = f"{event.key} \u2192 {format_value(event.new)}"
+    return marker_text(f"{event.step}: {label}" if event.kind == "error" else label)

@@ -138,39 +138,3 @@ def unavailable_formats(history) -> dict[str, str]:
     from memlens.core.exports import unavailable
 
     return unavailable(history)
-
-
-# --- File > Export in the window -----------------------------------------------------------
-def default_export_folder(window) -> Path:
-    import time
-
-    session = window.session
-    base = session.folder if session is not None and session.folder else None
-    if base is not None:
-        return base.with_name(base.name + "-export")
-    if window.loaded_from is not None:
-        return window.loaded_from.with_name(window.loaded_from.name + "-export")
-    return Path.cwd() / "exports" / time.strftime("%Y%m%d-%H%M%S")
-
-
-def export_to(window, folder: Path, choices: set[str]) -> list[Path]:
-    from PySide6.QtWidgets import QMessageBox
-
-    if window.history is None:
-        return []
-    window.refresh_now()  # the newest rows into the plots first
-    plots = window.plots
-    widgets = {"memory": plots.memory_plot, "time": plots.time_plot, "loss": plots.loss_plot}
-    try:
-        source = window.session.folder if window.session is not None else window.loaded_from
-        written, problems = export_run(window.history, widgets, folder, choices, source)
-    except (ExportError, OSError, ValueError) as exc:  # never a traceback out of a slot
-        window.message("Export failed", str(exc), QMessageBox.Warning, "export_message")
-        return []
-    text = f"Wrote {len(written)} files to {folder}"
-    if problems:
-        window.message("Export finished with problems",
-                       text + ".\n\nNot written:\n" + "\n".join(problems),
-                       QMessageBox.Warning, "export_message")
-    window.statusBar().showMessage(text, 8000)
-    return written

@@ -51,7 +51,7 @@ def launch(argv: list[str] | None = None, open_path: Path | None = None,
     window = MainWindow(settings=AppSettings.user())
     finish_start_up(window)
     if open_path is not None:
-        window.conventions.opener.open_path(open_path)
+        window.opener.open_path(open_path)
     if follow:
         window.follow_run(Path(follow).expanduser())
     code = app.exec()

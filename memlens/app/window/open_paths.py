@@ -3,12 +3,14 @@ Recent runs, a folder or file dropped on the window, and `app --open PATH`."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from PySide6.QtCore import QEvent, QObject, Qt
-from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QMessageBox
+from PySide6.QtWidgets import QApplication, QFileDialog, QMenu, QMessageBox, QTabWidget, QWidget
 
 from memlens.app.app_settings import AppSettings
+from memlens.app.window.shown_run import RunOnScreen
 from memlens.core.runfolder.open_target import OpenError, resolve
 from memlens.core.snapshot_file import SnapshotFileError, read_snapshot
 
@@ -17,12 +19,17 @@ FILTERS = ("Runs and snapshots (run.json steps.csv memory.csv *.pickle *.pkl)",
 
 
 class Opener(QObject):
-    """Owns the window's Open dialog, Recent runs menu and drop target."""
+    """Owns the window's Open dialog, Recent runs menu and drop target (`window`), and the
+    Snapshot tab it adds to `tabs`. A run is opened by `open_run(folder)`; a snapshot here.
+    `runs_dir()`: where Open starts when no folder is remembered; `set_title(text)`: the
+    window's title for a snapshot."""
 
-    def __init__(self, window, settings: AppSettings) -> None:
+    def __init__(self, window: QWidget, settings: AppSettings, shown: RunOnScreen,
+                 tabs: QTabWidget, open_run: Callable[[Path], bool],
+                 runs_dir: Callable[[], Path | None], set_title: Callable[[str], None]) -> None:
         super().__init__(window)
-        self.main_window = window
-        self.settings = settings
+        self._target, self.settings, self._shown, self._tabs = window, settings, shown, tabs
+        self._open_run, self._runs_dir, self._set_title = open_run, runs_dir, set_title
         self.snapshot_view = None  # memlens.app.snapshot_view.SnapshotView, made on first use
         self.recent_menu = QMenu("Recent &runs", window)
         self.recent_menu.setObjectName("recent_menu")
@@ -34,8 +41,8 @@ class Opener(QObject):
     # --- choosing -----------------------------------------------------------------------------
     def open_dialog(self) -> QFileDialog:
         """A run (pick its folder's run.json or any file in it) or a snapshot file."""
-        start = self.settings.last_folder() or str(self.main_window.runs_dir or Path.cwd())
-        dialog = QFileDialog(self.main_window, "Open a run or a memory snapshot", start)
+        start = self.settings.last_folder() or str(self._runs_dir() or Path.cwd())
+        dialog = QFileDialog(self._target, "Open a run or a memory snapshot", start)
         dialog.setObjectName("open_dialog")
         dialog.setOption(QFileDialog.DontUseNativeDialog)
         dialog.setFileMode(QFileDialog.ExistingFile)
@@ -52,8 +59,8 @@ class Opener(QObject):
         except OpenError as exc:
             self._refuse(str(exc))
             return False
-        ok = self.main_window.open_run(target) if kind == "run" else self.open_snapshot(target)
-        tabs = self.main_window.tabs
+        ok = self._open_run(target) if kind == "run" else self.open_snapshot(target)
+        tabs = self._tabs
         if ok and kind == "run" and self.snapshot_view is not None and \
                 tabs.currentWidget() is self.snapshot_view:
             tabs.setCurrentIndex(0)  # the run just opened, not the snapshot from before
@@ -82,9 +89,8 @@ class Opener(QObject):
         finally:
             QApplication.restoreOverrideCursor()
         self._show_view(view, f"Snapshot: {path.name}", str(path))
-        self.main_window.setWindowTitle(f"memlens: {path.name} (snapshot, read-only)")
-        self.main_window.statusBar().showMessage(
-            f"Opened snapshot {path}: {timeline.actions:,} trace events", 8000)
+        self._set_title(f"memlens: {path.name} (snapshot, read-only)")
+        self._shown.say(f"Opened snapshot {path}: {timeline.actions:,} trace events", 8000)
         return True
 
     def show_run_allocations(self) -> bool:
@@ -95,12 +101,11 @@ class Opener(QObject):
         from memlens.core.exports.snapshot import build_snapshot, unavailable_reason
         from memlens.core.snapshot_file import timeline_of
 
-        history = self.main_window.history
-        bar = self.main_window.statusBar()
+        history = self._shown.history
         reason = ("no run is on screen" if history is None
                   else unavailable_reason(history, " to show"))
         if reason is not None:
-            bar.showMessage(f"No allocations to show: {reason}", 10_000)
+            self._shown.say(f"No allocations to show: {reason}", 10_000)
             return False
         name = run_name(history.meta or {}, len(history.steps))
         QApplication.setOverrideCursor(Qt.WaitCursor)
@@ -112,11 +117,11 @@ class Opener(QObject):
             QApplication.restoreOverrideCursor()
         self._show_view(view, "Snapshot: this run's allocations",
                         f"the allocation events of {name}, as its snapshot.pickle holds them")
-        bar.showMessage(f"{name}: {timeline.actions:,} allocation events", 8000)
+        self._shown.say(f"{name}: {timeline.actions:,} allocation events", 8000)
         return True
 
     def _show_view(self, view, title: str, tip: str) -> None:
-        tabs = self.main_window.tabs
+        tabs = self._tabs
         tabs.setCurrentWidget(view)
         # the tab names what it shows: not (always) the run the other tabs show
         tabs.setTabText(tabs.indexOf(view), title)
@@ -130,15 +135,11 @@ class Opener(QObject):
 
             self.snapshot_view = SnapshotView()
             self.snapshot_view.set_theme(current_theme())
-            self.main_window.tabs.addTab(self.snapshot_view, "Snapshot")
+            self._tabs.addTab(self.snapshot_view, "Snapshot")
         return self.snapshot_view
 
     def _refuse(self, text: str, title: str = "Cannot open this") -> QMessageBox:
-        box = QMessageBox(QMessageBox.Warning, title, text, QMessageBox.Ok, self.main_window)
-        box.setObjectName("open_error")
-        box.setAttribute(Qt.WA_DeleteOnClose)
-        box.open()  # window-modal, not exec'd: a run keeps going meanwhile
-        return box
+        return self._shown.message(title, text, QMessageBox.Warning, "open_error")
 
     # --- recent ------------------------------------------------------------------------------
     def _fill_recent(self) -> None:
@@ -171,7 +172,7 @@ class Opener(QObject):
 
     # --- drag and drop -----------------------------------------------------------------------
     def eventFilter(self, obj, event) -> bool:
-        window = getattr(self, "main_window", None)  # None while Python tears it down
+        window = getattr(self, "_target", None)  # None while Python tears it down
         if (obj is window and event.type() in (QEvent.DragEnter, QEvent.DragMove)
                 and self._dropped_path(event) is not None):
             event.acceptProposedAction()

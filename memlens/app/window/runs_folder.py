@@ -5,49 +5,43 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, Signal
+from PySide6.QtCore import QObject, Signal
 from PySide6.QtGui import QAction
-from PySide6.QtWidgets import QFileDialog
 
 from memlens.app.app_settings import AppSettings
+from memlens.app.panels.folder_dialog import FolderDialog, choose_folder
 
 
 class RunsFolderChoice(QObject):
+    """Owns the runs folder (`folder`: None keeps runs in memory only) and its menu entry;
+    `folder_changed(path)` when the user chooses another."""
+
     folder_changed = Signal(object)  # the new runs folder (a Path)
 
-    def __init__(self, window, settings: AppSettings) -> None:
-        super().__init__(window)
-        self.main_window, self.settings = window, settings
-        self.action = QAction(self._text(), window)
+    def __init__(self, parent, settings: AppSettings, folder: Path | None) -> None:
+        super().__init__(parent)
+        self._parent, self.settings = parent, settings
+        self.folder = Path(folder) if folder is not None else None
+        self.action = QAction(self._text(), parent)
         self.action.setObjectName("runs_folder_action")
         self.action.setToolTip("Where the runs you start here are written")
         self.action.triggered.connect(self.dialog)
 
     def _text(self) -> str:
-        folder = self.main_window.runs_dir
-        return f"Runs &folder: {folder}…" if folder is not None else "Runs &folder…"
+        return (f"Runs &folder: {self.folder}…" if self.folder is not None
+                else "Runs &folder…")
 
-    def dialog(self) -> QFileDialog:
-        folder = self.main_window.runs_dir
+    def dialog(self) -> FolderDialog:
+        folder = self.folder
         start = folder if folder is not None and folder.is_dir() else Path.home()
-        dialog = QFileDialog(self.main_window, "Where new runs are written", str(start))
-        dialog.setObjectName("runs_folder_dialog")
-        dialog.setOption(QFileDialog.DontUseNativeDialog)
-        dialog.setOption(QFileDialog.ShowDirsOnly)
-        dialog.setFileMode(QFileDialog.Directory)
-        dialog.setAttribute(Qt.WA_DeleteOnClose)
-        dialog.fileSelected.connect(self.set_folder)
-        dialog.open()  # window-modal, not exec'd: a run keeps going meanwhile
-        return dialog
+        # window-modal, not exec'd: a run keeps going meanwhile
+        return choose_folder(self._parent, "Where new runs are written", str(start),
+                             "runs_folder_dialog", self.set_folder)
 
     def set_folder(self, folder: str | Path) -> None:
         """New runs go to `folder` from the next Start on (made then if missing)."""
         self.settings.set_runs_folder(folder)
         self.settings.sync()
-        path = self.settings.runs_folder()
-        window = self.main_window
-        window.runs_dir = path
-        window.lessons_tab.runs_dir = path
+        self.folder = self.settings.runs_folder()
         self.action.setText(self._text())
-        window.statusBar().showMessage(f"New runs are written to {path}", 6000)
-        self.folder_changed.emit(path)
+        self.folder_changed.emit(self.folder)

@@ -9,11 +9,11 @@ LABELS = {"steps": "&Steps", "wall_time": "&Wall time"}
 
 
 class XAxisMenu(ChoiceMenu):
-    """Radio actions x_axis_<choice>_action, applied to the window's plot stack."""
+    """Radio actions x_axis_<choice>_action, applied to `plots` (the plot stack)."""
 
-    def __init__(self, window, settings: AppSettings) -> None:
-        self.settings, self.plots = settings, window.plots
-        super().__init__(window, "x_axis", "&X axis",
+    def __init__(self, parent, settings: AppSettings, plots) -> None:
+        self.settings, self.plots = settings, plots
+        super().__init__(parent, "x_axis", "&X axis",
                          {c: LABELS[c] for c in X_AXIS_CHOICES}, settings.x_axis(),
                          self._remember_choice, self._show)
         self.plots.set_wall_time(self.choice == "wall_time")

@@ -150,7 +150,9 @@ class _Classifier(Preset):
         self.xs, self.ys = xs.to(self.device), ys.to(self.device)
 
     def data_tensors(self) -> list[Tensor]:
-        return [self.xs, self.ys]
+        # The class templates the samples were drawn around stay held with them: data the
+        # loop keeps (a precise run's allocator sees them; they were made before the run).
+        return [self.xs, self.ys, self.templates]
 
     def _logits(self, x: Tensor) -> tuple[Tensor, Tensor]:
         model = self.models["model"]

@@ -41,7 +41,10 @@ def test_the_accumulation_claim_is_judged_without_the_data_set_the_bigger_batch_
             for arm, n in (("off", 4 * b), ("on", b))}
     held = rows[("accumulate", "data set held")]
     assert (held.off, held.on) == (data["off"], data["on"])
-    assert data["off"] == 4 * data["on"]  # the same number of batches, each 4x larger
+    # the same number of batches, each 4x larger, and the class templates they were drawn
+    # around (the same in both arms)
+    templates = 10 * 256 * 4
+    assert data["off"] - templates == 4 * (data["on"] - templates)
     peak, claim = rows[("accumulate", "step peak")], rows[("accumulate",
                                                            "step peak less the data set")]
     assert (claim.off, claim.on) == (peak.off - data["off"], peak.on - data["on"])
@@ -57,7 +60,8 @@ def test_the_accumulation_claim_is_judged_without_the_data_set_the_bigger_batch_
 
 
 def test_a_light_mode_peak_is_a_lower_bound_and_gets_no_verdict():
-    rows, report = rows_of("cnn", "zero_grad")
+    # the lesson runs in precise mode; a report told otherwise measures a bound
+    rows, report = rows_of("cnn", "zero_grad", settings={**TINY, "precise": False})
     peak = rows[("zero_grad", "step peak")]
     arms = report.histories[("zero_grad", "cnn")]
     assert not any(np.all(a.steps.column("peak_is_exact") == 1) for a in arms.values())
@@ -94,7 +98,7 @@ def saved_bytes_after_forward(amp: bool) -> int:
     return saved_bytes_of(forward, preset.parameters(), buffers)
 
 
-def test_the_amp_memory_claim_is_judged_on_all_that_backward_holds():
+def test_what_backward_holds_under_amp_is_shown_beside_the_peak_it_is_judged_on():
     rows, _ = rows_of("mlp", "amp_bf16")
     whole = rows[("amp_bf16", "saved for backward after forward")]
     assert (whole.off, whole.on) == (saved_bytes_after_forward(False),
@@ -102,9 +106,9 @@ def test_the_amp_memory_claim_is_judged_on_all_that_backward_holds():
     act = rows[("amp_bf16", "activations after forward")]
     casts = rows[("amp_bf16", "AMP casts after forward")]
     assert whole.on == act.on + casts.on and whole.off == act.off
-    assert whole.claim and not act.claim  # the claim's figure is the whole saved set
-    expected = "contradicted" if whole.on > whole.off else "confirmed"
-    assert whole.verdict in (expected, "larger", "smaller")
+    # the claim is about the peak (tests/core/test_lessons_peaks.py): these are context
+    assert not whole.claim and not act.claim and whole.verdict == ""
+    assert rows[("amp_bf16", "step peak")].claim
 
 
 def test_run_names_the_graph_total_loss_keeps_with_its_nodes_a_step(capsys, tmp_path):

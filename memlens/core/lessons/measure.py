@@ -34,6 +34,8 @@ def read_metric(history: RunHistory, metric: Metric, block: int = 1) -> Reading:
     if metric.source == "data":
         return Reading(data_bytes(history))
     steps = history.steps.column("step")
+    if metric.source == "allocs":
+        return Reading(_reduce(phase_peaks(history, metric.phase, steps), metric.reduce))
     if metric.source == "step":
         values = history.steps.column(metric.column)
         if metric.kind == "time":
@@ -55,6 +57,28 @@ def read_metric(history: RunHistory, metric: Metric, block: int = 1) -> Reading:
     if metric.reduce == "growth":
         return Reading(_growth(rows[at & done, idx["step"]], values))
     return Reading(_reduce(values, metric.reduce))
+
+
+def phase_peaks(history: RunHistory, phase: str, steps: np.ndarray) -> np.ndarray:
+    """The largest live total inside `phase` of each completed step in `steps`, replayed
+    from precise mode's alloc/free events (in the order the recorder saw them, storages
+    made before the run registered as allocations at its start): the allocator's own peak
+    there, kernel scratch included. Empty where the run has no such events (light mode)."""
+    table = history.allocs
+    if not len(table):
+        return np.empty(0)
+    rows = table.rows()
+    idx = table.index
+    signed = np.where(rows[:, idx["action"]] == 0, 1.0, -1.0) * rows[:, idx["bytes"]]
+    live = np.cumsum(signed)
+    before = np.concatenate(([0.0], live[:-1]))  # live just before each event
+    inside = rows[:, idx["phase"]] == PHASE_CODE[phase]
+    peaks = []
+    for step in steps:
+        at = np.flatnonzero(inside & (rows[:, idx["step"]] == step))
+        if at.size:  # what was live as the phase began, and at each of its events
+            peaks.append(max(before[at[0]], live[at].max()))
+    return np.array(peaks, dtype=float)
 
 
 def _growth(steps: np.ndarray, values: np.ndarray) -> float | None:

@@ -38,7 +38,9 @@ def report_dict(report) -> dict:
                     "samples', the change as measured",
             "peak_cpu": "CPU step peak outside precise mode is the largest phase-boundary "
                         "sample, a lower bound: its verdict is 'lower bound', never judged "
-                        "(the accumulate lesson runs in precise mode: exact); CUDA's is "
+                        "(the lessons whose claim is about a peak run in precise mode: "
+                        "no_grad_eval's peak inside the eval forward, zero_grad's, AMP's and "
+                        "accumulate's step peaks are the allocator's own, exact); CUDA's is "
                         "max_memory_allocated",
         },
         "rows": [r.to_dict() for r in report.rows],
@@ -128,7 +130,8 @@ def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
         "",
         *(["On CPU outside precise mode a step peak is the largest phase-boundary sample, "
            "a lower bound (CUDA's is max_memory_allocated): shown, with \"lower bound\" "
-           "for a verdict. The accumulate lesson runs in precise mode, where it is exact.",
+           "for a verdict. The lessons whose claim is about a peak run in precise mode, "
+           "where it is exact (the eval forward's and the step's).",
            ""] if report.device.startswith("cpu") else []),
         "| preset | lesson | metric | off | on | change | claim | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",

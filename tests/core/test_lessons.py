@@ -82,6 +82,9 @@ def test_exact_verdicts():
     grows = Claim("leaks", "higher")
     assert exact_verdict(0, 4096, grows) == "confirmed"
     assert exact_verdict(0, 0, grows) == "not seen"
+    # a process figure's noise: under its floor a difference is not seen
+    assert exact_verdict(300, 700, grows, floor=512) == "not seen"
+    assert exact_verdict(300, 10_000, grows, floor=512) == "confirmed"
 
 
 # --- interleaving ----------------------------------------------------------------------------

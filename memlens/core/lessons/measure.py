@@ -54,8 +54,9 @@ def read_metric(history: RunHistory, metric: Metric, block: int = 1) -> Reading:
     done = np.isin(rows[:, idx["step"]], steps)
     # "a+b": the sum of two categories (what autograd saved: activations and AMP's copies)
     values = sum(rows[at & done, idx[c]] for c in metric.column.split("+"))
-    if metric.reduce == "growth":
-        return Reading(_growth(rows[at & done, idx["step"]], values))
+    if metric.reduce in ("growth", "median_growth"):
+        return Reading(_growth(rows[at & done, idx["step"]], values,
+                               median=metric.reduce == "median_growth"))
     return Reading(_reduce(values, metric.reduce))
 
 
@@ -81,9 +82,9 @@ def phase_peaks(history: RunHistory, phase: str, steps: np.ndarray) -> np.ndarra
     return np.array(peaks, dtype=float)
 
 
-def _growth(steps: np.ndarray, values: np.ndarray) -> float | None:
-    """Bytes a step: the mean change from one completed step to the next, over pairs of
-    consecutive completed steps only. A run whose steps failed in between (lstm without
+def _growth(steps: np.ndarray, values: np.ndarray, median: bool = False) -> float | None:
+    """Bytes a step: the mean (or median) change from one completed step to the next, over
+    pairs of consecutive completed steps only. A run whose steps failed in between (lstm without
     detach: only the steps where its state is reset complete) has no such pair, and no
     figure: the steps between two survivors were never measured."""
     keep = np.isfinite(values)
@@ -95,7 +96,8 @@ def _growth(steps: np.ndarray, values: np.ndarray) -> float | None:
     pairs = np.diff(steps) == 1
     if not pairs.any():
         return None
-    return float(np.diff(values)[pairs].mean())
+    changes = np.diff(values)[pairs]
+    return float(np.median(changes) if median else changes.mean())
 
 
 def _reduce(values: np.ndarray, how: str) -> float | None:

@@ -297,6 +297,8 @@ class LessonRunner:
                 for name, cfg in configs.items()]
         total = sum(a.config.steps for a in arms)
         adaptive = self._adaptive(lesson)
+        # one block an arm where the lesson is not interleaved: off runs, then on
+        block = self.block if lesson.interleaved else max(a.config.steps for a in arms)
         done = [0]
         done_lock = threading.Lock()
 
@@ -322,7 +324,7 @@ class LessonRunner:
         def work(i: int, arm: _Arm) -> None:
             threading.current_thread().name = f"lesson-{arm.name}"
             sink = FanOut(arm.history, writers[i],
-                          TurnSink(turns, i, self.block, arm.config.steps, stepped, on_block))
+                          TurnSink(turns, i, block, arm.config.steps, stepped, on_block))
             try:
                 arm.summary = run_training(arm.config, controls[i], sink, on_error="continue")
             except BaseException as exc:  # a bug or a bad setting: reported with the row
@@ -395,10 +397,9 @@ class LessonRunner:
                 arm = lesson.off_label if off.value is None else lesson.on_label
                 unmeasured = (f"no two consecutive steps of the {arm} arm completed (the "
                               "others failed), so its growth per step was not measured")
-            unseen = metric.unseen_note if row.verdict == "not seen" else ""
             row.note = "; ".join(n for n in (
-                note, BOUND_NOTE if row.verdict == LOWER_BOUND else "", unmeasured, unseen)
-                if n)
+                note, BOUND_NOTE if row.verdict == LOWER_BOUND else "", unmeasured,
+                metric.note) if n)
             rows.append(row)
         return rows
 
@@ -422,8 +423,8 @@ class LessonRunner:
             low = high = None
             significant = (off.value is not None and on.value is not None
                            and abs(on.value - off.value)
-                           > SAME * max(abs(off.value), abs(on.value)))
-            verdict = exact_verdict(off.value, on.value, claim)
+                           > max(SAME * max(abs(off.value), abs(on.value)), metric.floor))
+            verdict = exact_verdict(off.value, on.value, claim, metric.floor)
             exact = True
             if off.bound or on.bound:  # a lower bound: no verdict on it
                 verdict = LOWER_BOUND if claim is not None else ""

@@ -30,13 +30,15 @@ SAME = 0.01
 MIN_TIME_BLOCKS = 5
 
 
-def exact_verdict(off: float | None, on: float | None, claim: Claim | None) -> str:
-    """Verdict for exact figures (memory bytes, error counts)."""
+def exact_verdict(off: float | None, on: float | None, claim: Claim | None,
+                  floor: float = 0.0) -> str:
+    """Verdict for exact figures (memory bytes, error counts); a difference of `floor` or
+    less is "not seen" too (a process figure's own noise: the heap's)."""
     if claim is None or off is None or on is None:
         return ""
     diff = on - off
     scale = max(abs(off), abs(on))
-    if scale == 0 or abs(diff) <= SAME * scale:
+    if scale == 0 or abs(diff) <= max(SAME * scale, floor):
         return "not seen"
     if (diff < 0) != (claim.direction == "lower"):
         return "contradicted"

@@ -55,6 +55,11 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def default_threads() -> int:
+    """torch's own default of CPU threads (one per core), whatever memlens set since."""
+    return _TORCH_THREADS[0] if _TORCH_THREADS else torch.get_num_threads()
+
+
 def use_threads(n: int) -> None:
     """torch's CPU threads for a run: n, or for 0 torch's default (one per core). Process-wide,
     as torch's setting is: a later run with 0 gets the default back."""

@@ -209,7 +209,14 @@ def test_the_report_says_on_which_cpu_torch_threads_and_load_it_was_made(tmp_pat
                         "--out", tmp_path / "rep")
     assert code == 0, err
     env = json.loads((tmp_path / "rep" / "lessons.json").read_text())["environment"]
-    assert env["torch"] == torch.__version__ and env["threads"] == torch.get_num_threads()
+    from memlens.core.training import default_threads
+
+    assert env["torch"] == torch.__version__ and env["cores"] == len(os.sched_getaffinity(0))
+    if "threads_note" in env:  # a busy machine: fewer threads, and the report says why
+        assert env["threads"] < default_threads()
+        assert f"on {env['threads']} compute thread" in env["threads_note"]
+    else:
+        assert env["threads"] == default_threads()
     assert env["cpu"]["isa"].startswith(torch.backends.cpu.get_cpu_capability())
     assert isinstance(env["cpu"]["native_bf16"], bool) and env["cpu"]["cpu"]
     load = env["load_average"]

@@ -22,6 +22,9 @@ class Reading:
 
     value: float | None
     samples: list[float] = field(default_factory=list)
+    # a time's samples by round (the arm's block number): the two arms' k-th blocks ran
+    # side by side, one turn apart
+    rounds: dict[int, float] = field(default_factory=dict)
     # a step peak that is the largest phase-boundary total (light mode on a CPU): a lower
     # bound of the true peak, no figure to judge a claim by
     bound: bool = False
@@ -111,17 +114,17 @@ def _reduce(values: np.ndarray, how: str) -> float | None:
 
 def _time_reading(history: RunHistory, metric: Metric, steps: np.ndarray,
                   values: np.ndarray, block: int) -> Reading:
-    """The median of each block's steps is one sample. Steps of one block ran back to back
-    under the same moment's load, so they are not independent draws: on a busy shared
-    machine, resampling steps gave intervals that excluded 1 for an arm against itself."""
+    """The median of each block's steps is one sample, by block number: the other arm's
+    block of the same number ran next to it (lessons.timing pairs them)."""
     keep = (steps >= WARMUP_STEPS) & np.isfinite(values)
     if metric.column == "eval_ms":  # only the steps that ran an eval phase
         keep &= np.isfinite(history.steps.column("eval_loss"))
     values, blocks = values[keep], steps[keep] // max(block, 1)
     if metric.per_sample:
         values = values / batch_size(history)
-    samples = [float(np.median(values[blocks == b])) for b in np.unique(blocks)]
-    return Reading(float(np.median(samples)) if samples else None, samples)
+    rounds = {int(b): float(np.median(values[blocks == b])) for b in np.unique(blocks)}
+    samples = list(rounds.values())
+    return Reading(float(np.median(samples)) if samples else None, samples, rounds)
 
 
 def data_bytes(history: RunHistory) -> float | None:

@@ -138,7 +138,8 @@ class LessonRunner:
                  out: str | Path | None = None, settings: dict[str, Any] | None = None,
                  names: tuple[str, ...] | None = None, block: int | None = None,
                  progress: Callable[[Progress], None] | None = None,
-                 budget: Budget | None = None) -> None:
+                 budget: Budget | None = None,
+                 lessons: tuple[Lesson, ...] | None = None) -> None:
         self.presets = list(presets)
         self.quick = quick
         self.steps = steps or (QUICK_STEPS if quick else FULL_STEPS)
@@ -147,6 +148,7 @@ class LessonRunner:
         self.out = Path(out) if out is not None else None
         self.settings = dict(settings or {})
         self.names = names
+        self.lessons = lessons  # instead of the catalog's (a benchmark's A/A lesson)
         self.progress = progress
         self._stop = threading.Event()
         self._lock = threading.Lock()
@@ -175,6 +177,8 @@ class LessonRunner:
         from memlens.core.training import resolve_device
 
         device = resolve_device(RunConfig().with_values(self.settings).device)
+        if self.lessons is not None:
+            return [(lesson, preset) for preset in self.presets for lesson in self.lessons]
         return [(lesson, preset) for preset in self.presets
                 for lesson in lessons_for(preset, device.type == "cuda", self.names)]
 

@@ -340,16 +340,17 @@ class TrainingSession:
             if graph is not None:
                 graph.abort()
             raise
-        loss_value = result.report_loss.item()
+        loss_value = result.value()
         if graph is not None:
-            self.sink.on_graph(graph.finish(result.report_loss, step))
+            self.sink.on_graph(graph.finish(result.graph_roots(), step))
         if toggles.leak_cache:
             p.cache.extend(result.intermediates)
         roots = [loss for loss, _ in result.backward]
         nodes = self.rec.count_nodes(roots, GRAPH_NODE_LIMIT)
         self.probe.amp_casts = (amp_cast_storages(roots, self.probe.param_list)
                                 if amp_dtype is not None else {})
-        p.account_loss(result.report_loss, toggles, train=True, value=loss_value)
+        p.account_loss(result.summed() if toggles.leak_loss_sum else None, toggles, train=True,
+                       value=loss_value)
         edge(_FORWARD, p.carried_tensors())  # forward replaces lstm's state, a leak adds
         saved_bytes = self.saved.step_saved_bytes  # all packed by now
         if not math.isfinite(loss_value):

@@ -103,7 +103,7 @@ def plain_loop(preset: str, steps: int, *, sets: dict | None = None, amp: bool =
                 with torch.autocast("cpu", dtype=torch.bfloat16, enabled=amp):
                     result = p.forward_train(plain)
                 bound["result"] = result  # the last step's goes only now
-                result.report_loss.item()
+                result.value()
                 for loss, inputs in result.backward:
                     loss.backward(inputs=inputs)
                 del result, loss

@@ -72,3 +72,70 @@ def test_precise_totals_count_every_storage_alive_made_before_the_run_too(preset
     wrong = [(step, phase, total - counted) for step, phase, total, counted in history.pairs
              if total != counted]
     assert not wrong
+
+
+def _plain_gan_totals(steps: int) -> list[tuple[int, str, int]]:
+    """A plain GAN loop on the preset's models and data (D on real and detached fake, G
+    through D), counted by LiveStorages at the boundaries memlens samples: it holds d_loss,
+    g_loss and fake between steps, and reports d_loss.item() + g_loss.item()."""
+    import torch.nn.functional as F
+
+    from memlens.core.preset_factory import build_preset
+
+    count, out = LiveStorages(), []
+    with count:
+        p = build_preset(tiny_config("gan"), torch.device("cpu"))
+        G, D = p.models["G"], p.models["D"]
+        out.append((0, "start", count.bytes))
+        held = None
+        for step in range(steps):
+            for opt in p.optimizers:
+                opt.zero_grad(set_to_none=True)
+            out.append((step, "zero_grad", count.bytes))
+            fake = G(p.z[step].clone())
+            real_logit, fake_logit = D(p.real[step].clone()), D(fake.detach())
+            ones, zeros = torch.ones_like(real_logit), torch.zeros_like(real_logit)
+            d_loss = (F.binary_cross_entropy_with_logits(real_logit, ones)
+                      + F.binary_cross_entropy_with_logits(fake_logit, zeros))
+            g_loss = F.binary_cross_entropy_with_logits(D(fake), ones)
+            del real_logit, fake_logit, ones, zeros
+            held = (d_loss, g_loss, fake)  # the last step's go only now
+            del d_loss, g_loss, fake
+            out.append((step, "forward", count.bytes))
+            held[0].backward()
+            held[1].backward(inputs=list(G.parameters()))
+            out.append((step, "backward", count.bytes))
+            for opt in p.optimizers:
+                opt.step()
+            out.append((step, "optimizer", count.bytes))
+    return out
+
+
+def test_gan_holds_what_a_plain_gan_loop_holds_no_summed_loss_too():
+    """The preset reported d_loss + g_loss as a tensor with its own graph node: 4 bytes and
+    a node a plain loop (d_loss.item() + g_loss.item()) never makes."""
+    cfg = tiny_config("gan", steps=3, precise=True, eval_every=0)
+    history = _Totals(LiveStorages())
+    run_training(cfg, RunControls(cfg.techniques), history)
+    memlens = {(step, phase): total for step, phase, total, _ in history.pairs}
+    plain = _plain_gan_totals(3)
+    assert [(s, ph, memlens[(s, ph)] - n) for s, ph, n in plain if memlens[(s, ph)] != n] == []
+
+
+def test_gan_graph_nodes_agree_with_the_graph_view_and_a_plain_walk():
+    from tests.core.helpers import run
+
+    history, _ = run("gan", steps=2, capture_every=1)
+    from memlens.core.config import TechniqueToggles
+    from memlens.core.preset_factory import build_preset
+
+    p = build_preset(tiny_config("gan"), torch.device("cpu"))
+    result = p.forward_train(TechniqueToggles())
+    seen, todo = set(), [loss.grad_fn for loss, _ in result.backward]
+    while todo:  # every node backward reaches from the two losses, each once
+        fn = todo.pop()
+        if fn is not None and fn not in seen:
+            seen.add(fn)
+            todo.extend(f for f, _ in fn.next_functions)
+    assert list(history.steps.column("graph_nodes")) == [len(seen)] * 2
+    assert [g.count("op") for g in history.graphs] == [len(seen)] * 2

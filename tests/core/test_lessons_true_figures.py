@@ -187,13 +187,14 @@ def test_total_loss_in_training_is_judged_on_the_heap_it_grows():
     rows, _ = rows_of("mlp", "leak_loss_sum")
     heap = rows[("leak_loss_sum", "heap growth per step")]
     leak, plain = plain_heap_growth(True), plain_heap_growth(False)
-    assert leak > 4096 and abs(plain) < 512  # the plain loop: a graph's nodes a step
+    # the plain loop: a graph's nodes a step
+    assert leak > 4096 and abs(plain) < 512, (leak, plain)
     # the arm's own growth over the other's is the plain loop's leak (memlens's own
     # bookkeeping, a few hundred bytes a step, is in both arms; malloc's bins move a step's
     # figure by several percent)
     grew = heap.on - heap.off
     assert abs(grew - (leak - plain)) < 0.25 * leak, (heap.off, heap.on, leak, plain)
-    assert heap.verdict == "confirmed" and heap.claim
+    assert heap.verdict == "confirmed" and heap.claim, (heap.off, heap.on, heap.verdict)
     tensors = rows[("leak_loss_sum", "tensor memory growth per step")]
     assert tensors.off == tensors.on == 0 and tensors.verdict == ""  # no tensor bytes grow
     assert "autograd nodes" in tensors.note and "heap" in tensors.note

@@ -100,8 +100,9 @@ def environment_line(env: dict) -> str:
         f"{'native' if cpu.get('native_bf16') else 'emulated'})")
     cores = f" on {env['cores']} cores" if env.get("cores") else ""
     chosen = env.get("threads_note", "")
+    threads = env.get("threads", "?")
     return (f"Environment: {device}; torch {env.get('torch', '?')}, "
-            f"{env.get('threads', '?')} threads{cores}; load average (1 min) "
+            f"{threads} thread{'' if threads == 1 else 's'}{cores}; load average (1 min) "
             f"{avg(load.get('start'))} at the start, {avg(load.get('end'))} at the end."
             + (f" {chosen[0].upper() + chosen[1:]}." if chosen else ""))
 
@@ -143,8 +144,10 @@ def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
         "",
         environment_line(report.environment),
         "",
-        "Memory: exact bytes. Time: the arms take turns block by block; the median of "
-        "each arm's block medians, the change the median of on/off over the rounds, with "
+        "Memory: exact bytes. Time: the arms take turns block by block; off and on are "
+        "each arm's median block, the change the median of on/off over the rounds (a "
+        "round's two blocks ran side by side, so where the machine's speed jumps it can "
+        "differ from the ratio of the two medians), with "
         "its 95% bootstrap interval widened to the run's own noise (an arm's blocks "
         "against its own a few rounds later); \"within noise\" when that includes 0%, "
         "or when an arm ran on more compute threads than there were free cores (the "

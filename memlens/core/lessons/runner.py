@@ -471,7 +471,10 @@ class LessonRunner:
                 note = ci.reason
             exact = False
         else:
-            change = (on.value / off.value if off.value and on.value is not None else None)
+            # a growth a step has no ratio worth showing (32 B against 9.8 KiB a step)
+            growth = metric.reduce in ("growth", "median_growth")
+            change = (on.value / off.value if off.value and on.value is not None
+                      and not growth else None)
             low = high = None
             significant = (off.value is not None and on.value is not None
                            and abs(on.value - off.value)

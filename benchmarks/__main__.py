@@ -19,7 +19,7 @@ from pathlib import Path
 from benchmarks._common import Figure, Settings, fmt, machine, run_child
 
 GROUPS: tuple[str, ...] = ("overhead", "gui_load", "history_memory", "graph", "startup", "export",
-                          "watch")
+                          "watch", "lessons_load")
 
 
 def settings(args: argparse.Namespace) -> Settings:

@@ -38,7 +38,7 @@ def _capture(config):
     cap = GraphCapture(preset.models)
     cap.begin()
     result = preset.forward_train(config.techniques)
-    snapshot = cap.finish(result.report_loss, 0)
+    snapshot = cap.finish(result.graph_roots(), 0)
     for loss, inputs in result.backward:
         loss.backward(inputs=inputs)
     return snapshot

@@ -64,7 +64,7 @@ def plain_step(preset, toggles, step: int, forward: Callable | None = None) -> N
     for opt in preset.optimizers:
         opt.zero_grad(set_to_none=True)
     result = (forward or preset.forward_train)(toggles)
-    result.report_loss.item()
+    result.value()
     for loss, inputs in result.backward:
         loss.backward(inputs=inputs)
     for opt in preset.optimizers:

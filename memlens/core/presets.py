@@ -22,13 +22,37 @@ DATA_BATCHES = 16  # distinct training batches, cycled; eval uses one more held-
 class ForwardResult:
     """What a training forward produced: losses to backward, the loss to report."""
 
-    report_loss: Tensor
+    # The loss the loop reports; None: the backward losses' values summed, as a plain loop
+    # with two losses reports them (`d_loss.item() + g_loss.item()`: no tensor, no node).
+    report_loss: Tensor | None
     # (loss, inputs): backward(loss, inputs=inputs); inputs None means all leaves.
     backward: list[tuple[Tensor, list[Tensor] | None]]
     intermediates: list[Tensor] = field(default_factory=list)  # what leak_cache keeps (when on)
     # What a plain loop keeps bound besides its losses (`logits = model(x)`), until the next
     # step's forward rebinds the names: the loop holds them as long.
     outputs: list[Tensor] = field(default_factory=list)
+
+    def value(self) -> float:
+        """The reported loss as a number."""
+        if self.report_loss is not None:
+            return self.report_loss.item()
+        return sum(loss.item() for loss, _ in self.backward)
+
+    def graph_roots(self) -> Tensor | tuple[Tensor, ...]:
+        """Where the step's graph is walked from: the reported loss, or every backward loss."""
+        if self.report_loss is not None:
+            return self.report_loss
+        return tuple(loss for loss, _ in self.backward)
+
+    def summed(self) -> Tensor:
+        """What `total_loss += loss` adds: the reported loss, or the backward losses summed
+        with their graphs (the buggy `total_loss += d_loss + g_loss` makes that node)."""
+        if self.report_loss is not None:
+            return self.report_loss
+        total = self.backward[0][0]
+        for loss, _ in self.backward[1:]:
+            total = total + loss
+        return total
 
 
 class Preset:
@@ -110,10 +134,11 @@ class Preset:
         if key == "leak_cache" and not new:
             self.cache = []
 
-    def account_loss(self, loss: Tensor, toggles: TechniqueToggles, train: bool,
+    def account_loss(self, loss: Tensor | None, toggles: TechniqueToggles, train: bool,
                      value: float | None = None) -> None:
         """Sum the loss for reporting, the right way (.item()) or the leaky way (+= loss).
-        `value`, if given, is loss.item() already read (no second read of the tensor)."""
+        `value`, if given, is loss.item() already read (no second read of the tensor; then
+        `loss` is needed only for the leak)."""
         if toggles.leak_loss_sum:
             value = loss
         elif value is None:
@@ -150,7 +175,9 @@ class _Classifier(Preset):
         self.xs, self.ys = xs.to(self.device), ys.to(self.device)
 
     def data_tensors(self) -> list[Tensor]:
-        return [self.xs, self.ys]
+        # The class templates the samples were drawn around stay held with them: data the
+        # loop keeps (a precise run's allocator sees them; they were made before the run).
+        return [self.xs, self.ys, self.templates]
 
     def _logits(self, x: Tensor) -> tuple[Tensor, Tensor]:
         model = self.models["model"]
@@ -369,7 +396,8 @@ class GanPreset(Preset):
         # Without detach, d_loss's backward runs through G as well, frees G's graph, and the
         # g_loss backward then needs it a second time.
         g_params = list(self.models["G"].parameters())
-        return ForwardResult(d_loss + g_loss, [(d_loss, None), (g_loss, g_params)],
+        # reported as a plain GAN loop reports it: the two values summed, no summed tensor
+        return ForwardResult(None, [(d_loss, None), (g_loss, g_params)],
                              [fake] if toggles.leak_cache else [], [fake])
 
     def forward_eval(self, toggles: TechniqueToggles) -> Tensor:

@@ -45,6 +45,11 @@ def resolve_device(name: str) -> torch.device:
     return torch.device(name)
 
 
+def default_threads() -> int:
+    """torch's own default of CPU threads (one per core), whatever memlens set since."""
+    return _TORCH_THREADS[0] if _TORCH_THREADS else torch.get_num_threads()
+
+
 def use_threads(n: int) -> None:
     """torch's CPU threads for a run: n, or for 0 torch's default (one per core). Process-wide,
     as torch's setting is: a later run with 0 gets the default back."""
@@ -276,16 +281,17 @@ class TrainingSession:
             if graph is not None:
                 graph.abort()
             raise
-        loss_value = result.report_loss.item()
+        loss_value = result.value()
         if graph is not None:
-            self.sink.on_graph(graph.finish(result.report_loss, sr.step))
+            self.sink.on_graph(graph.finish(result.graph_roots(), sr.step))
         if toggles.leak_cache:
             p.cache.extend(result.intermediates)
         roots = [loss for loss, _ in result.backward]
         nodes = self.rec.count_nodes(roots, GRAPH_NODE_LIMIT)
         self.probe.amp_casts = (amp_cast_storages(roots, self.probe.param_list)
                                 if amp_dtype is not None else {})
-        p.account_loss(result.report_loss, toggles, train=True, value=loss_value)
+        p.account_loss(result.summed() if toggles.leak_loss_sum else None, toggles, train=True,
+                       value=loss_value)
         sr.sample("forward")  # forward replaces lstm's state, a leak adds
         saved_bytes = self.saved.step_saved_bytes  # all packed by now
         if not math.isfinite(loss_value):

@@ -31,13 +31,16 @@ def _reached(t) -> tuple[int, int]:
     return int(offsets.min()) * size, (int(offsets.max()) + 1) * size
 
 
-def saved_bytes_of(fn, params, buffers=()) -> int:
+def saved_bytes_of(fn, params, buffers=(), data=None) -> int:
     """Bytes autograd saves for backward while `fn()` runs, each storage once, parameters'
     and buffers' storages left out: a plain saved_tensors_hooks count that keeps every saved
     tensor alive until the end (so no two live storages share an address). A tensor without
     history (data, token ids) counts the bytes it reaches in its storage, several of one
-    storage their union; any other the whole storage."""
+    storage their union; any other the whole storage. With `data` (the tensors the loop
+    holds), only a view of one of those counts what it reaches: a batch `fn` made and sliced
+    is autograd's alone, all of it (what precise mode, which sees allocations, counts)."""
     param_ptrs = {p.untyped_storage().data_ptr() for p in (*params, *buffers)}
+    held = None if data is None else {t.untyped_storage().data_ptr() for t in data}
     whole: dict[int, int] = {}
     reached: dict[int, set] = {}
 
@@ -45,7 +48,7 @@ def saved_bytes_of(fn, params, buffers=()) -> int:
         st = t.untyped_storage()
         ptr = st.data_ptr()
         if ptr and ptr not in param_ptrs:
-            if t.requires_grad or t.numel() == 0:
+            if t.requires_grad or t.numel() == 0 or (held is not None and ptr not in held):
                 whole[ptr] = st.nbytes()
             else:
                 lo, hi = _reached(t)
@@ -62,12 +65,13 @@ def _buffers(p) -> list:
     return [b for m in p.models.values() for b in m.buffers()]
 
 
-def plain_eval_saved_bytes(preset: str) -> int:
-    """What one eval forward under grad saves, on a plain copy of the preset in eval mode."""
+def plain_eval_saved_bytes(preset: str, precise: bool = False) -> int:
+    """What one eval forward under grad saves, on a plain copy of the preset in eval mode
+    (`precise`: a batch the forward made counts whole)."""
     p = build_preset(tiny_config(preset), torch.device("cpu"))
     p.set_train(False)
     return saved_bytes_of(lambda: p.forward_eval(TechniqueToggles()), p.parameters(),
-                          _buffers(p))
+                          _buffers(p), p.data_tensors() if precise else None)
 
 
 @pytest.mark.parametrize("mode", ["light", "python", "precise"])
@@ -80,7 +84,7 @@ def test_eval_forward_holds_the_eval_graph_under_grad_and_nothing_under_no_grad(
                            precise=mode == "precise", at=("1:no_grad_eval=true",))
     assert summary.stopped_by == "completed"
     under_grad, under_no_grad = samples_at(history, "eval_forward", "activations")
-    expected = plain_eval_saved_bytes(preset)
+    expected = plain_eval_saved_bytes(preset, precise=mode == "precise")
     assert expected > 0
     assert under_grad == expected
     assert under_no_grad == 0

@@ -82,6 +82,9 @@ def test_exact_verdicts():
     grows = Claim("leaks", "higher")
     assert exact_verdict(0, 4096, grows) == "confirmed"
     assert exact_verdict(0, 0, grows) == "not seen"
+    # a process figure's noise: under its floor a difference is not seen
+    assert exact_verdict(300, 700, grows, floor=512) == "not seen"
+    assert exact_verdict(300, 10_000, grows, floor=512) == "confirmed"
 
 
 # --- interleaving ----------------------------------------------------------------------------
@@ -150,7 +153,8 @@ def _fake_timing(monkeypatch, slower_arm: str, rate: float) -> None:
 
 def test_the_runner_finds_a_20_percent_slower_arm_on_a_fake_clock(monkeypatch):
     _fake_timing(monkeypatch, "on", 1.2)
-    report = LessonRunner(["mlp"], steps=24, block=3, settings=TINY,
+    # enough rounds for the run's own splits to gauge the fake machine's noise
+    report = LessonRunner(["mlp"], steps=40, block=2, settings=TINY,
                           names=("zero_grad",)).run()
     row = next(r for r in report.rows if r.metric == "step time")
     assert row.significant and row.ci_low > 1.0
@@ -211,6 +215,7 @@ def test_memory_figures_equal_runs_made_with_run_and_plain_torch(tmp_path, capsy
 
 def test_each_lesson_names_metrics_the_records_have():
     from memlens.core.history import SAMPLE_COLUMNS, STEP_COLUMNS
+    from memlens.core.records import PHASE_CODE
 
     for lesson in LESSONS:
         assert lesson.off != lesson.on
@@ -219,6 +224,8 @@ def test_each_lesson_names_metrics_the_records_have():
                 assert set(m.column.split("+")) <= set(SAMPLE_COLUMNS)
             elif m.source == "step":
                 assert m.column in STEP_COLUMNS
+            elif m.source == "allocs":  # precise mode's events, within a phase
+                assert m.phase in PHASE_CODE and lesson.base.get("precise")
             else:
                 assert m.source in ("errors", "data")
             if m.claim is not None:
@@ -300,7 +307,9 @@ def test_no_grad_saving_equals_the_eval_forward_samples_of_run_and_plain_torch(t
     p = build_preset(RunConfig().with_values({"preset": "mlp", **TINY}), torch.device("cpu"))
     plain = saved_bytes_of(lambda: p.forward_eval(TechniqueToggles()), p.parameters())
     assert row.off - row.on == held["off"] - held["on"] == plain > 0
-    assert row.verdict == "larger"  # all of it goes, not 30%
+    # all of it goes, but after the forward: the claim is judged on the peak inside it
+    # (tests/core/test_lessons_peaks.py), this figure is shown beside it
+    assert row.verdict == ""
 
 
 def test_ctrl_c_in_the_cli_writes_what_was_measured(tmp_path):

@@ -21,8 +21,8 @@ from memlens.core.lessons.runner import (
     QUICK_STEPS,
     LessonRunner,
 )
+from memlens.core.lessons.timing import time_effect
 from memlens.core.lessons.verdict import MIN_TIME_BLOCKS, time_verdict
-from memlens.core.stats import ratio_of_medians
 from tests.core.test_lessons import TINY, TWENTY_FASTER, FakeStepClock, _fake_timing
 
 AMP_FASTER = Claim("AMP is faster", "lower")
@@ -57,7 +57,7 @@ def simulate(effect: float, seed: int, plan: tuple, claim: Claim = AMP_FASTER):
         off += off_clock.steps_ms(block)
         on += on_clock.steps_ms(block)
     enough = min(len(off_s), len(on_s)) >= MIN_TIME_BLOCKS
-    verdict = time_verdict(ratio_of_medians(off_s, on_s), claim) if enough else "too few"
+    verdict = time_verdict(time_effect(off_s, on_s), claim) if enough else "too few"
     return verdict, len(off_s), spent_s, adaptive
 
 

@@ -31,5 +31,6 @@ def test_lessons_without_a_display_writes_the_report_and_pngs(tmp_path):
     # stderr is a pipe here: a line per lesson, never a carriage return
     assert "\r" not in p.stderr
     lines = [ln for ln in p.stderr.splitlines() if ln.strip().startswith("lesson ")]
+    # leak_loss_sum runs at least 8 steps an arm: its heap growth is a median of changes
     assert lines == ["  lesson 1/2: zero_grad on mlp, 8 steps",
-                     "  lesson 2/2: leak_loss_sum on mlp, 8 steps"]
+                     "  lesson 2/2: leak_loss_sum on mlp, 16 steps"]

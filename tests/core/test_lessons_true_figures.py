@@ -3,7 +3,10 @@ against a count made here with plain torch, not with memlens's own readers."""
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import json
+import sys
 
 import numpy as np
 import pytest
@@ -41,7 +44,10 @@ def test_the_accumulation_claim_is_judged_without_the_data_set_the_bigger_batch_
             for arm, n in (("off", 4 * b), ("on", b))}
     held = rows[("accumulate", "data set held")]
     assert (held.off, held.on) == (data["off"], data["on"])
-    assert data["off"] == 4 * data["on"]  # the same number of batches, each 4x larger
+    # the same number of batches, each 4x larger, and the class templates they were drawn
+    # around (the same in both arms)
+    templates = 10 * 256 * 4
+    assert data["off"] - templates == 4 * (data["on"] - templates)
     peak, claim = rows[("accumulate", "step peak")], rows[("accumulate",
                                                            "step peak less the data set")]
     assert (claim.off, claim.on) == (peak.off - data["off"], peak.on - data["on"])
@@ -57,7 +63,8 @@ def test_the_accumulation_claim_is_judged_without_the_data_set_the_bigger_batch_
 
 
 def test_a_light_mode_peak_is_a_lower_bound_and_gets_no_verdict():
-    rows, report = rows_of("cnn", "zero_grad")
+    # the lesson runs in precise mode; a report told otherwise measures a bound
+    rows, report = rows_of("cnn", "zero_grad", settings={**TINY, "precise": False})
     peak = rows[("zero_grad", "step peak")]
     arms = report.histories[("zero_grad", "cnn")]
     assert not any(np.all(a.steps.column("peak_is_exact") == 1) for a in arms.values())
@@ -94,7 +101,7 @@ def saved_bytes_after_forward(amp: bool) -> int:
     return saved_bytes_of(forward, preset.parameters(), buffers)
 
 
-def test_the_amp_memory_claim_is_judged_on_all_that_backward_holds():
+def test_what_backward_holds_under_amp_is_shown_beside_the_peak_it_is_judged_on():
     rows, _ = rows_of("mlp", "amp_bf16")
     whole = rows[("amp_bf16", "saved for backward after forward")]
     assert (whole.off, whole.on) == (saved_bytes_after_forward(False),
@@ -102,9 +109,9 @@ def test_the_amp_memory_claim_is_judged_on_all_that_backward_holds():
     act = rows[("amp_bf16", "activations after forward")]
     casts = rows[("amp_bf16", "AMP casts after forward")]
     assert whole.on == act.on + casts.on and whole.off == act.off
-    assert whole.claim and not act.claim  # the claim's figure is the whole saved set
-    expected = "contradicted" if whole.on > whole.off else "confirmed"
-    assert whole.verdict in (expected, "larger", "smaller")
+    # the claim is about the peak (tests/core/test_lessons_peaks.py): these are context
+    assert not whole.claim and not act.claim and whole.verdict == ""
+    assert rows[("amp_bf16", "step peak")].claim
 
 
 def test_run_names_the_graph_total_loss_keeps_with_its_nodes_a_step(capsys, tmp_path):
@@ -137,11 +144,62 @@ def test_run_names_the_graph_total_loss_keeps_with_its_nodes_a_step(capsys, tmp_
     assert not [e for e in events if e["key"] == "graph kept across steps"]
 
 
-def test_a_leak_that_holds_no_tensor_bytes_says_what_it_holds():
+class _MallInfo2(ctypes.Structure):
+    _fields_ = [(n, ctypes.c_size_t) for n in (
+        "arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks",
+        "fordblks", "keepcost")]
+
+
+_MALLINFO2: list = []  # glibc's function, found once: a look-up each read allocates
+
+
+def _heap_in_use() -> int:
+    """glibc's mallinfo2 in-use bytes (small blocks and mapped ones), read here, not
+    through memlens."""
+    if not _MALLINFO2:
+        fn = ctypes.CDLL(ctypes.util.find_library("c")).mallinfo2
+        fn.restype = _MallInfo2
+        _MALLINFO2.append(fn)
+    info = _MALLINFO2[0]()
+    return int(info.uordblks + info.hblkhd)
+
+
+def plain_heap_growth(leak: bool, steps: int = 16) -> float:
+    """A plain mlp loop with `total_loss += loss` (or `.item()`): the median change of the
+    process heap from one step's forward to the next."""
+    preset = build_preset(RunConfig(preset="mlp", **TINY), torch.device("cpu"))
+    total, heap = 0.0, []
+    for step in range(steps):
+        preset.step_index = step
+        for opt in preset.optimizers:
+            opt.zero_grad()
+        loss = preset.forward_train(TechniqueToggles()).report_loss
+        heap.append(_heap_in_use())
+        loss.backward()
+        for opt in preset.optimizers:
+            opt.step()
+        total += loss if leak else loss.item()
+    return float(np.median(np.diff(heap)[3:]))
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc's mallinfo2")
+def test_total_loss_in_training_is_judged_on_the_heap_it_grows():
     rows, _ = rows_of("mlp", "leak_loss_sum")
-    row = rows[("leak_loss_sum", "memory growth per step")]
-    assert row.verdict == "not seen" and row.off == row.on == 0  # tensor bytes: flat
-    assert "autograd nodes" in row.note and "graph kept" in row.note
+    heap = rows[("leak_loss_sum", "heap growth per step")]
+    leak, plain = plain_heap_growth(True), plain_heap_growth(False)
+    # the plain loop: a graph's nodes a step
+    assert leak > 4096 and abs(plain) < 512, (leak, plain)
+    # the arm's own growth over the other's is the plain loop's leak (memlens's own
+    # bookkeeping, a few hundred bytes a step, is in both arms; malloc's bins move a step's
+    # figure by several percent)
+    grew = heap.on - heap.off
+    assert abs(grew - (leak - plain)) < 0.25 * leak, (heap.off, heap.on, leak, plain)
+    assert heap.verdict == "confirmed" and heap.claim, (heap.off, heap.on, heap.verdict)
+    tensors = rows[("leak_loss_sum", "tensor memory growth per step")]
+    assert tensors.off == tensors.on == 0 and tensors.verdict == ""  # no tensor bytes grow
+    assert "autograd nodes" in tensors.note and "heap" in tensors.note
+    # (had the arms taken turns, the off arm's heap would have grown with the other's leak)
+    assert heap.steps == {"off": 8, "on": 8}
 
 
 def test_the_report_says_on_which_cpu_torch_threads_and_load_it_was_made(tmp_path, capsys):
@@ -152,7 +210,14 @@ def test_the_report_says_on_which_cpu_torch_threads_and_load_it_was_made(tmp_pat
                         "--out", tmp_path / "rep")
     assert code == 0, err
     env = json.loads((tmp_path / "rep" / "lessons.json").read_text())["environment"]
-    assert env["torch"] == torch.__version__ and env["threads"] == torch.get_num_threads()
+    from memlens.core.training import default_threads
+
+    assert env["torch"] == torch.__version__ and env["cores"] == len(os.sched_getaffinity(0))
+    if "threads_note" in env:  # a busy machine: fewer threads, and the report says why
+        assert env["threads"] < default_threads()
+        assert f"on {env['threads']} compute thread" in env["threads_note"]
+    else:
+        assert env["threads"] == default_threads()
     assert env["cpu"]["isa"].startswith(torch.backends.cpu.get_cpu_capability())
     assert isinstance(env["cpu"]["native_bf16"], bool) and env["cpu"]["cpu"]
     load = env["load_average"]

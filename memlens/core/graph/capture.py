@@ -121,9 +121,10 @@ class GraphCapture:
         return hook
 
     # --- the result -----------------------------------------------------------------------
-    def finish(self, loss: torch.Tensor | None, step: int, kind: str = "train",
-               dot: bool = True) -> GraphSnapshot:
-        """Remove the hooks and snapshot the graph from `loss` (before backward). `dot`:
+    def finish(self, loss: torch.Tensor | tuple[torch.Tensor, ...] | None, step: int,
+               kind: str = "train", dot: bool = True) -> GraphSnapshot:
+        """Remove the hooks and snapshot the graph from `loss` (before backward), or from
+        each of several losses (a GAN's two, each backwarded on its own). `dot`:
         make the DOT text too (torchviz's make_dot); without it the snapshot has the nodes,
         edges and bytes, no DOT."""
         handles_were = bool(self._handles)
@@ -139,7 +140,8 @@ class GraphCapture:
     def _snapshot(self, loss, step: int, kind: str, started: float,
                   want_dot: bool = True) -> GraphSnapshot:
         models = tuple(self.models)
-        if loss is None or not torch.is_tensor(loss) or loss.grad_fn is None:
+        roots = loss if isinstance(loss, tuple) else (loss,)
+        if not any(torch.is_tensor(t) and t.grad_fn is not None for t in roots):
             return GraphSnapshot(step=step, kind=kind, message=NO_GRAPH, models=models,
                                  capture_ms=(time.perf_counter() - started) * 1e3)
         params = self.param_names()

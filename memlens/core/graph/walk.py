@@ -79,11 +79,12 @@ class _Node:
 
 
 class GraphWalk:
-    """Walks the graph from `loss`; `nodes`, `edges` and `saved_bytes` hold the result."""
+    """Walks the graph from `loss` (or from each of a tuple of losses, as torchviz does);
+    `nodes`, `edges` and `saved_bytes` hold the result."""
 
     def __init__(
         self,
-        loss: torch.Tensor,
+        loss: torch.Tensor | tuple[torch.Tensor, ...],
         param_names: dict[int, str],
         param_storages: set[str],
         fn_scopes: dict[int, tuple[str, tuple[str, ...]]] | None = None,
@@ -107,7 +108,8 @@ class GraphWalk:
         self.saved_bytes = 0
         self.unreadable: dict[str, int] = {}  # problem -> how many saved tensors
         self.loss = loss
-        self._add_base_tensor(loss, "output")
+        for root in loss if isinstance(loss, tuple) else (loss,):
+            self._add_base_tensor(root, "output")
 
     # --- torchviz's traversal -------------------------------------------------------------
     def _add_base_tensor(self, var: torch.Tensor, kind: str) -> None:

@@ -6,8 +6,9 @@ steps until every such figure's interval excludes 1 or the claimed size, or unti
 arms' measured step time reaches the budget (or an arm reaches `max_blocks`). Looking after
 every round and stopping at the first interval that excludes 1 would call a 0% effect
 significant far more often than 5%: intervals are looked at only as the sample count grows
-by half (5, 8, 12, 18, ... blocks an arm), at INTERIM_CONFIDENCE; the figure reported is
-the usual 95% interval of all the blocks run.
+by half (8, 12, 18, 27, ... blocks an arm), at INTERIM_CONFIDENCE; the figure reported is
+the usual 95% interval of all the blocks run, widened to the run's own noise
+(lessons.timing).
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from memlens.core.lessons.catalog import Claim
+from memlens.core.lessons.timing import time_effect
 from memlens.core.lessons.verdict import MIN_TIME_BLOCKS
-from memlens.core.stats import ratio_of_medians
 
 INTERIM_CONFIDENCE = 0.99
 LOOK_GROWTH = 1.5
@@ -32,18 +33,24 @@ class Budget:
     max_blocks: int  # blocks an arm, at most
 
 
-QUICK_BUDGET = Budget(step_s=10.0, max_blocks=40)
-FULL_BUDGET = Budget(step_s=60.0, max_blocks=60)
+# quick: time for the rounds the noise gauge needs (MIN_TIME_BLOCKS) of a 1 s bf16 step
+# on a CPU that emulates it
+QUICK_BUDGET = Budget(step_s=15.0, max_blocks=40)
+# blocks of one step (the arms take turns step by step): a cap in steps as well
+FULL_BUDGET = Budget(step_s=60.0, max_blocks=240)
 
 
 def decided(off: Sequence[float], on: Sequence[float], claim: Claim | None) -> bool:
     """Whether more blocks could not change what this figure says about its claim: the
-    interim interval excludes 1, or excludes the claimed size."""
+    interim interval (widened to the run's own noise, lessons.timing) excludes 1, or
+    excludes the claimed size. `off`, `on`: the arms' samples paired by round."""
     if min(len(off), len(on)) < MIN_TIME_BLOCKS:
         return False
-    ci = ratio_of_medians(off, on, confidence=INTERIM_CONFIDENCE)
+    ci = time_effect(off, on, confidence=INTERIM_CONFIDENCE)
     if not math.isfinite(ci.ratio):
         return True  # nothing to measure (no eval steps, say): more blocks will not help
+    if ci.noise is None:
+        return False
     if ci.low > 1.0 or ci.high < 1.0:
         return True
     if claim is not None and claim.change is not None:

@@ -47,8 +47,9 @@ def chart_svg(rows: list) -> str:
     for r in rows:
         out.extend(_group(r, y))
         y += 2 * ROW_H + GROUP_GAP
-    out.append(_text(10, height - 10, "memory: exact bytes; time: medians, bar = 95% "
-                     "bootstrap interval of on/off (interleaved blocks)", size=10, color=MUTED))
+    out.append(_text(10, height - 10, "memory: exact bytes; time: medians, whisker = off x "
+                     "the 95% interval of on/off over the rounds, widened to the run's own "
+                     "noise", size=10, color=MUTED))
     out.append("</svg>")
     return "\n".join(out) + "\n"
 

@@ -22,6 +22,9 @@ class Reading:
 
     value: float | None
     samples: list[float] = field(default_factory=list)
+    # a time's samples by round (the arm's block number): the two arms' k-th blocks ran
+    # side by side, one turn apart
+    rounds: dict[int, float] = field(default_factory=dict)
     # a step peak that is the largest phase-boundary total (light mode on a CPU): a lower
     # bound of the true peak, no figure to judge a claim by
     bound: bool = False
@@ -34,6 +37,8 @@ def read_metric(history: RunHistory, metric: Metric, block: int = 1) -> Reading:
     if metric.source == "data":
         return Reading(data_bytes(history))
     steps = history.steps.column("step")
+    if metric.source == "allocs":
+        return Reading(_reduce(phase_peaks(history, metric.phase, steps), metric.reduce))
     if metric.source == "step":
         values = history.steps.column(metric.column)
         if metric.kind == "time":
@@ -52,14 +57,37 @@ def read_metric(history: RunHistory, metric: Metric, block: int = 1) -> Reading:
     done = np.isin(rows[:, idx["step"]], steps)
     # "a+b": the sum of two categories (what autograd saved: activations and AMP's copies)
     values = sum(rows[at & done, idx[c]] for c in metric.column.split("+"))
-    if metric.reduce == "growth":
-        return Reading(_growth(rows[at & done, idx["step"]], values))
+    if metric.reduce in ("growth", "median_growth"):
+        return Reading(_growth(rows[at & done, idx["step"]], values,
+                               median=metric.reduce == "median_growth"))
     return Reading(_reduce(values, metric.reduce))
 
 
-def _growth(steps: np.ndarray, values: np.ndarray) -> float | None:
-    """Bytes a step: the mean change from one completed step to the next, over pairs of
-    consecutive completed steps only. A run whose steps failed in between (lstm without
+def phase_peaks(history: RunHistory, phase: str, steps: np.ndarray) -> np.ndarray:
+    """The largest live total inside `phase` of each completed step in `steps`, replayed
+    from precise mode's alloc/free events (in the order the recorder saw them, storages
+    made before the run registered as allocations at its start): the allocator's own peak
+    there, kernel scratch included. Empty where the run has no such events (light mode)."""
+    table = history.allocs
+    if not len(table):
+        return np.empty(0)
+    rows = table.rows()
+    idx = table.index
+    signed = np.where(rows[:, idx["action"]] == 0, 1.0, -1.0) * rows[:, idx["bytes"]]
+    live = np.cumsum(signed)
+    before = np.concatenate(([0.0], live[:-1]))  # live just before each event
+    inside = rows[:, idx["phase"]] == SAMPLE_PHASE_CODE[phase]
+    peaks = []
+    for step in steps:
+        at = np.flatnonzero(inside & (rows[:, idx["step"]] == step))
+        if at.size:  # what was live as the phase began, and at each of its events
+            peaks.append(max(before[at[0]], live[at].max()))
+    return np.array(peaks, dtype=float)
+
+
+def _growth(steps: np.ndarray, values: np.ndarray, median: bool = False) -> float | None:
+    """Bytes a step: the mean (or median) change from one completed step to the next, over
+    pairs of consecutive completed steps only. A run whose steps failed in between (lstm without
     detach: only the steps where its state is reset complete) has no such pair, and no
     figure: the steps between two survivors were never measured."""
     keep = np.isfinite(values)
@@ -71,7 +99,8 @@ def _growth(steps: np.ndarray, values: np.ndarray) -> float | None:
     pairs = np.diff(steps) == 1
     if not pairs.any():
         return None
-    return float(np.diff(values)[pairs].mean())
+    changes = np.diff(values)[pairs]
+    return float(np.median(changes) if median else changes.mean())
 
 
 def _reduce(values: np.ndarray, how: str) -> float | None:
@@ -85,17 +114,17 @@ def _reduce(values: np.ndarray, how: str) -> float | None:
 
 def _time_reading(history: RunHistory, metric: Metric, steps: np.ndarray,
                   values: np.ndarray, block: int) -> Reading:
-    """The median of each block's steps is one sample. Steps of one block ran back to back
-    under the same moment's load, so they are not independent draws: on a busy shared
-    machine, resampling steps gave intervals that excluded 1 for an arm against itself."""
+    """The median of each block's steps is one sample, by block number: the other arm's
+    block of the same number ran next to it (lessons.timing pairs them)."""
     keep = (steps >= WARMUP_STEPS) & np.isfinite(values)
     if metric.column == "eval_ms":  # only the steps that ran an eval phase
         keep &= np.isfinite(history.steps.column("eval_loss"))
     values, blocks = values[keep], steps[keep] // max(block, 1)
     if metric.per_sample:
         values = values / batch_size(history)
-    samples = [float(np.median(values[blocks == b])) for b in np.unique(blocks)]
-    return Reading(float(np.median(samples)) if samples else None, samples)
+    rounds = {int(b): float(np.median(values[blocks == b])) for b in np.unique(blocks)}
+    samples = list(rounds.values())
+    return Reading(float(np.median(samples)) if samples else None, samples, rounds)
 
 
 def data_bytes(history: RunHistory) -> float | None:

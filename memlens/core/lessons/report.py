@@ -33,17 +33,24 @@ def report_dict(report) -> dict:
         "notes": {
             "memory": "exact bytes at the named phase boundary (the same figures `run` "
                       "writes in memory.csv / steps.csv); no interval: nothing to sample",
-            "time": "off, on: the median of the arm's block medians (a block's steps "
-                    "share one moment's load; the first 2 steps of each arm left out); "
-                    "change: on / off; ci_low..ci_high: its 95% percentile bootstrap; "
-                    "within noise when the interval includes 1; a lesson with a claimed time "
-                    "adds interleaved rounds until the interval excludes 1 or the claimed "
-                    "size, or budget_s of step time is spent; an arm left with fewer than "
-                    f"{MIN_TIME_BLOCKS} blocks gets no interval and the verdict 'too few "
+            "time": "the arms take turns block by block (ABBA), the first 2 steps of "
+                    "each left out; off, on: the median of the arm's block medians; change: "
+                    "the median of on / off over the rounds (a round's two blocks ran side "
+                    "by side); ci_low..ci_high: its 95% percentile bootstrap over the "
+                    "rounds, widened to the run's own noise (the same statistic between an "
+                    "arm's own blocks one to four rounds apart, where nothing changed); "
+                    "within noise when that includes 1, or when an arm ran on more compute "
+                    "threads than the machine had free cores (a row's machine: cores, "
+                    "threads, load average), with the reason in the note; a lesson with a "
+                    "claimed time adds rounds until the interval excludes 1 or the claimed "
+                    "size, or budget_s of step time is spent; fewer than "
+                    f"{MIN_TIME_BLOCKS} rounds: no interval and the verdict 'too few "
                     "samples', the change as measured",
             "peak_cpu": "CPU step peak outside precise mode is the largest phase-boundary "
                         "sample, a lower bound: its verdict is 'lower bound', never judged "
-                        "(the accumulate lesson runs in precise mode: exact); CUDA's is "
+                        "(the lessons whose claim is about a peak run in precise mode: "
+                        "no_grad_eval's peak inside the eval forward, zero_grad's, AMP's and "
+                        "accumulate's step peaks are the allocator's own, exact); CUDA's is "
                         "max_memory_allocated",
         },
         "rows": [r.to_dict() for r in report.rows],
@@ -96,9 +103,26 @@ def environment_line(env: dict) -> str:
     device = env.get("device_name") if str(env.get("device", "")).startswith("cuda") else (
         f"{cpu.get('cpu', 'CPU')} ({cpu.get('isa', '?')}, bf16 "
         f"{'native' if cpu.get('native_bf16') else 'emulated'})")
+    cores = f" on {env['cores']} cores" if env.get("cores") else ""
+    chosen = env.get("threads_note", "")
+    threads = env.get("threads", "?")
     return (f"Environment: {device}; torch {env.get('torch', '?')}, "
-            f"{env.get('threads', '?')} threads; load average (1 min) "
-            f"{avg(load.get('start'))} at the start, {avg(load.get('end'))} at the end.")
+            f"{threads} thread{'' if threads == 1 else 's'}{cores}; load average (1 min) "
+            f"{avg(load.get('start'))} at the start, {avg(load.get('end'))} at the end."
+            + (f" {chosen[0].upper() + chosen[1:]}." if chosen else ""))
+
+
+def machine_text(machine: dict) -> str:
+    """`load 1.9 -> 2.1 on 2 cores, 1 compute thread an arm`."""
+    load = machine.get("load_average") or {}
+
+    def avg(v):
+        return "n/a" if v is None else f"{v:.1f}"
+
+    threads = machine.get("threads", "?")
+    return (f"load {avg(load.get('start'))} -> {avg(load.get('end'))} on "
+            f"{machine.get('cores', '?')} cores, {threads} compute "
+            f"thread{'' if threads == 1 else 's'} an arm")
 
 
 def change_text(r) -> str:
@@ -125,15 +149,20 @@ def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
         "",
         environment_line(report.environment),
         "",
-        "Memory: exact bytes. Time: the median of each arm's block medians, change on/off "
-        "with its 95% bootstrap interval; "
-        "\"within noise\" when the interval includes 0%; \"too few samples\" when the "
-        f"budget ended with fewer than {MIN_TIME_BLOCKS} blocks an arm (the change as "
-        "measured, no interval).",
+        "Memory: exact bytes. Time: the arms take turns block by block; off and on are "
+        "each arm's median block, the change the median of on/off over the rounds (a "
+        "round's two blocks ran side by side, so where the machine's speed jumps it can "
+        "differ from the ratio of the two medians), with "
+        "its 95% bootstrap interval widened to the run's own noise (an arm's blocks "
+        "against its own a few rounds later); \"within noise\" when that includes 0%, "
+        "or when an arm ran on more compute threads than there were free cores (the "
+        "reason in the note); \"too few samples\" when the budget ended with fewer than "
+        f"{MIN_TIME_BLOCKS} rounds (the change as measured, no interval).",
         "",
         *(["On CPU outside precise mode a step peak is the largest phase-boundary sample, "
            "a lower bound (CUDA's is max_memory_allocated): shown, with \"lower bound\" "
-           "for a verdict. The accumulate lesson runs in precise mode, where it is exact.",
+           "for a verdict. The lessons whose claim is about a peak run in precise mode, "
+           "where it is exact (the eval forward's and the step's).",
            ""] if report.device.startswith("cpu") else []),
         "| preset | lesson | metric | off | on | change | claim | verdict |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -152,6 +181,12 @@ def markdown(report, charts: dict | None = None, with_png: bool = False) -> str:
             f"{change_text(r)} | {r.claim or '—'} | {r.verdict or '—'}{mark} |")
     if notes:
         lines += ["", *(f"[{i}] {n[0].upper() + n[1:]}." for i, n in enumerate(notes, 1))]
+    timed = [(key, rows[0].machine) for key, rows in groups(report.rows)
+             if rows[0].machine and any(r.kind == "time" for r in rows)]
+    if timed:
+        lines += ["", "The machine while each lesson with a time figure ran (1-minute load "
+                  "average as it began and ended, the arms' own thread in it):", ""]
+        lines += [f"- {preset} {lesson}: {machine_text(m)}" for (lesson, preset), m in timed]
     if charts:
         lines += ["", "## Charts", ""]
         for (lesson, preset), rel in charts.items():

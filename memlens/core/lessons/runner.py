@@ -21,6 +21,14 @@ from memlens.core.lessons.adaptive import FULL_BUDGET, QUICK_BUDGET, AdaptiveBlo
 from memlens.core.lessons.catalog import Lesson, Metric, lessons_for
 from memlens.core.lessons.interleave import Turns, TurnSink
 from memlens.core.lessons.measure import Reading, read_metric
+from memlens.core.lessons.timing import (
+    Machine,
+    cores,
+    free_threads,
+    load_average,
+    paired,
+    time_effect,
+)
 from memlens.core.lessons.verdict import (
     LOWER_BOUND,
     MIN_TIME_BLOCKS,
@@ -30,9 +38,9 @@ from memlens.core.lessons.verdict import (
     time_verdict,
 )
 from memlens.core.model_file import preset_label
-from memlens.core.stats import ratio_of_medians
 
-FULL_STEPS, FULL_BLOCK = 40, 4
+# The arms take turns step by step: a round is one step of each, side by side in time.
+FULL_STEPS, FULL_BLOCK = 40, 1
 # Quick: memory figures are exact from the second completed step on (optimizer state is
 # made at the first; a lesson that needs more says so in min_steps), so a few steps give
 # the full report's bytes. A lesson with a claimed time figure then adds rounds within its
@@ -88,6 +96,9 @@ class LessonRow:
     # Why the figures are not what they seem, for a learner: "not measurable on this CPU"
     # and the reason, or that this CPU emulates bf16 (its time figures are this CPU's).
     note: str = ""
+    # What the machine did while the lesson ran (lessons.timing.Machine.as_dict): its cores,
+    # the arms' compute threads, the load average as it began and ended.
+    machine: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return dict(self.__dict__)
@@ -127,7 +138,8 @@ class LessonRunner:
                  out: str | Path | None = None, settings: dict[str, Any] | None = None,
                  names: tuple[str, ...] | None = None, block: int | None = None,
                  progress: Callable[[Progress], None] | None = None,
-                 budget: Budget | None = None) -> None:
+                 budget: Budget | None = None,
+                 lessons: tuple[Lesson, ...] | None = None) -> None:
         self.presets = list(presets)
         self.quick = quick
         self.steps = steps or (QUICK_STEPS if quick else FULL_STEPS)
@@ -136,10 +148,15 @@ class LessonRunner:
         self.out = Path(out) if out is not None else None
         self.settings = dict(settings or {})
         self.names = names
+        self.lessons = lessons  # instead of the catalog's (a benchmark's A/A lesson)
         self.progress = progress
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._live: tuple[list[RunControls], Turns] | None = None
+        # settings the report chose for the arms (fewer compute threads on a busy machine),
+        # under the caller's own; and why
+        self._auto: dict[str, Any] = {}
+        self.threads_note = ""
 
     # --- control (any thread) ---------------------------------------------------------------
     def stop(self) -> None:
@@ -160,6 +177,8 @@ class LessonRunner:
         from memlens.core.training import resolve_device
 
         device = resolve_device(RunConfig().with_values(self.settings).device)
+        if self.lessons is not None:
+            return [(lesson, preset) for preset in self.presets for lesson in self.lessons]
         return [(lesson, preset) for preset in self.presets
                 for lesson in lessons_for(preset, device.type == "cuda", self.names)]
 
@@ -169,6 +188,7 @@ class LessonRunner:
 
         t0 = time.perf_counter()
         load_start = _load_average()
+        self._choose_threads(load_start[0] if load_start else None)
         report = LessonsReport(self.presets, self.steps, self.block, self.quick,
                                budget_s=self.budget.step_s)
         plan = self.plan()
@@ -183,10 +203,13 @@ class LessonRunner:
                 if reason is not None:
                     report.rows.extend(self._unmeasured_rows(lesson, preset, reason))
                     continue
+                began = load_average()
                 arms = self._run_lesson(pool, lesson, preset, index, len(plan))
                 report.histories[(lesson.name, preset_label(preset))] = {
                     a.name: a.history for a in arms}
-                report.rows.extend(self._rows(lesson, preset, arms))
+                threads = arms[0].history.meta.get("environment", {}).get("threads", 0)
+                machine = Machine(cores(), int(threads or 0), began, load_average())
+                report.rows.extend(self._rows(lesson, preset, arms, machine))
                 if not report.environment:
                     report.environment = dict(arms[0].history.meta.get("environment", {}))
                     report.device = report.environment.get("device", "")
@@ -197,7 +220,29 @@ class LessonRunner:
         report.stopped = self.stopping
         report.wall_s = time.perf_counter() - t0
         report.environment = _report_environment(report.environment, load_start)
+        report.environment["cores"] = cores()
+        if self.threads_note:
+            report.environment["threads_note"] = self.threads_note
         return report
+
+    def _choose_threads(self, load: float | None) -> None:
+        """On a machine whose other work leaves fewer free cores than torch's default
+        threads, the arms run on the threads there are cores for (lessons.timing), unless
+        the caller set `threads`; the report says so."""
+        from memlens.core.training import default_threads, resolve_device
+
+        self._auto, self.threads_note = {}, ""
+        if "threads" in self.settings or resolve_device(
+                RunConfig().with_values(self.settings).device).type == "cuda":
+            return
+        default = default_threads()
+        n = free_threads(default, load, cores())
+        if n < default:
+            self._auto = {"threads": n}
+            self.threads_note = (
+                f"the machine was busy as the report began (load {load:.1f} on {cores()} "
+                f"cores): each arm ran on {n} compute thread{'s' if n != 1 else ''}, not "
+                f"torch's {default}, so that none waits for a core")
 
     def _configs(self, lesson: Lesson, preset: str) -> dict[str, RunConfig]:
         """The two arms' settings, built as `run` builds a run's: memlens's defaults, a model
@@ -210,7 +255,7 @@ class LessonRunner:
 
         def build(cfg: RunConfig) -> RunConfig:
             return cfg.with_values({"preset": preset, "steps": steps, **lesson.base,
-                                    **self.settings})
+                                    **self._auto, **self.settings})
 
         base = with_model_file(build(RunConfig()), build)
         configs = {"off": base.with_values(lesson.off), "on": base.with_values(lesson.on)}
@@ -296,6 +341,8 @@ class LessonRunner:
                 for name, cfg in configs.items()]
         total = sum(a.config.steps for a in arms)
         adaptive = self._adaptive(lesson)
+        # one block an arm where the lesson is not interleaved: off runs, then on
+        block = self.block if lesson.interleaved else max(a.config.steps for a in arms)
         done = [0]
         done_lock = threading.Lock()
 
@@ -321,7 +368,7 @@ class LessonRunner:
         def work(i: int, arm: _Arm) -> None:
             threading.current_thread().name = f"lesson-{arm.name}"
             sink = FanOut(arm.history, writers[i],
-                          TurnSink(turns, i, self.block, arm.config.steps, stepped, on_block))
+                          TurnSink(turns, i, block, arm.config.steps, stepped, on_block))
             try:
                 arm.summary = run_training(arm.config, controls[i], sink, on_error="continue")
             except BaseException as exc:  # a bug or a bad setting: reported with the row
@@ -376,8 +423,8 @@ class LessonRunner:
                 return
             figures = []
             for m in metrics:
-                off = read_metric(arms[0].history, m, self.block).samples
-                on = read_metric(arms[1].history, m, self.block).samples
+                off, on = paired(read_metric(arms[0].history, m, self.block).rounds,
+                                 read_metric(arms[1].history, m, self.block).rounds)
                 figures.append((off, on, m.claim))
             spent_s = sum(_step_seconds(a.history) for a in arms)
             if not plan.another_round(figures, spent_s, blocks[arm]):
@@ -387,7 +434,8 @@ class LessonRunner:
 
         return on_block
 
-    def _rows(self, lesson: Lesson, preset: str, arms: list[_Arm]) -> list[LessonRow]:
+    def _rows(self, lesson: Lesson, preset: str, arms: list[_Arm], machine: Machine
+              ) -> list[LessonRow]:
         by = {a.name: a for a in arms}
         env = by["off"].history.meta.get("environment", {})
         runs = {a.name: str(a.folder) if a.folder is not None else "" for a in arms}
@@ -398,41 +446,49 @@ class LessonRunner:
             off = read_metric(by["off"].history, metric, self.block)
             on = read_metric(by["on"].history, metric, self.block)
             row = self._row(lesson, preset_label(preset), env.get("device", ""), metric,
-                            off, on, runs, steps)
+                            off, on, runs, steps, machine)
             unmeasured = ""
             if metric.reduce == "growth" and None in (off.value, on.value):
                 arm = lesson.off_label if off.value is None else lesson.on_label
                 unmeasured = (f"no two consecutive steps of the {arm} arm completed (the "
                               "others failed), so its growth per step was not measured")
-            unseen = metric.unseen_note if row.verdict == "not seen" else ""
             row.note = "; ".join(n for n in (
-                note, BOUND_NOTE if row.verdict == LOWER_BOUND else "", unmeasured, unseen)
-                if n)
+                note, BOUND_NOTE if row.verdict == LOWER_BOUND else "", unmeasured,
+                metric.note, row.note) if n)
+            row.machine = machine.as_dict()
             rows.append(row)
         return rows
 
     @staticmethod
     def _row(lesson: Lesson, preset: str, device: str, metric: Metric, off: Reading,
-             on: Reading, runs: dict[str, str], steps: dict[str, int]) -> LessonRow:
+             on: Reading, runs: dict[str, str], steps: dict[str, int],
+             machine: Machine | None = None) -> LessonRow:
         claim = metric.claim
+        note = ""
         if metric.kind == "time":
-            ci = ratio_of_medians(off.samples, on.samples)
+            pairs = paired(off.rounds, on.rounds)
+            ci = time_effect(*pairs, machine)
             d = ci.as_dict()
             change, low, high, significant = d["ratio"], d["ci_low"], d["ci_high"], \
                 d["significant"]
             verdict = time_verdict(ci, claim)
-            if min(len(off.samples), len(on.samples)) < MIN_TIME_BLOCKS:
+            if len(pairs[0]) < MIN_TIME_BLOCKS:
                 low = high = None
                 significant = False
                 verdict = TOO_FEW if verdict else ""
+            elif verdict == "within noise" and claim is not None:
+                note = ci.reason
             exact = False
         else:
-            change = (on.value / off.value if off.value and on.value is not None else None)
+            # a growth a step has no ratio worth showing (32 B against 9.8 KiB a step)
+            growth = metric.reduce in ("growth", "median_growth")
+            change = (on.value / off.value if off.value and on.value is not None
+                      and not growth else None)
             low = high = None
             significant = (off.value is not None and on.value is not None
                            and abs(on.value - off.value)
-                           > SAME * max(abs(off.value), abs(on.value)))
-            verdict = exact_verdict(off.value, on.value, claim)
+                           > max(SAME * max(abs(off.value), abs(on.value)), metric.floor))
+            verdict = exact_verdict(off.value, on.value, claim, metric.floor)
             exact = True
             if off.bound or on.bound:  # a lower bound: no verdict on it
                 verdict = LOWER_BOUND if claim is not None else ""
@@ -443,6 +499,7 @@ class LessonRunner:
             on_label=lesson.on_label, off=off.value, on=on.value, change=change,
             ci_low=low, ci_high=high, significant=bool(significant), exact=exact,
             claim=claim.text if claim else "", verdict=verdict, runs=runs, steps=steps,
+            note=note,
         )
 
 

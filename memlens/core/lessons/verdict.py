@@ -8,8 +8,20 @@ that includes 1 is "within noise", and a claimed size is met when the interval h
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from memlens.core.lessons.catalog import Claim
-from memlens.core.stats import RatioCI
+
+
+class TimeFigure(Protocol):
+    """A time ratio on/off with its interval (lessons.timing.TimeEffect)."""
+
+    ratio: float
+    low: float
+    high: float
+
+    @property
+    def significant(self) -> bool: ...
 
 VERDICTS = ("confirmed", "larger", "smaller", "not seen", "contradicted", "within noise",
             "too few samples", "lower bound")
@@ -25,18 +37,21 @@ SIZE_FACTOR = 1.5
 # bookkeeping are not what a claim is about.
 SAME = 0.01
 # A time figure from fewer blocks than this on either arm gets no interval and no claim:
-# with 3 blocks an arm, all three on one side of the other arm's happens by chance one time
-# in ten, and a percentile bootstrap of 3 medians calls that significant.
-MIN_TIME_BLOCKS = 5
+# a percentile bootstrap of a few pairs calls chance significant, and the run's own
+# unchanged splits (lessons.timing: an arm's blocks paired a round to four apart) need
+# this many to gauge the machine's noise at all.
+MIN_TIME_BLOCKS = 8
 
 
-def exact_verdict(off: float | None, on: float | None, claim: Claim | None) -> str:
-    """Verdict for exact figures (memory bytes, error counts)."""
+def exact_verdict(off: float | None, on: float | None, claim: Claim | None,
+                  floor: float = 0.0) -> str:
+    """Verdict for exact figures (memory bytes, error counts); a difference of `floor` or
+    less is "not seen" too (a process figure's own noise: the heap's)."""
     if claim is None or off is None or on is None:
         return ""
     diff = on - off
     scale = max(abs(off), abs(on))
-    if scale == 0 or abs(diff) <= SAME * scale:
+    if scale == 0 or abs(diff) <= max(SAME * scale, floor):
         return "not seen"
     if (diff < 0) != (claim.direction == "lower"):
         return "contradicted"
@@ -50,7 +65,7 @@ def exact_verdict(off: float | None, on: float | None, claim: Claim | None) -> s
     return "confirmed"
 
 
-def time_verdict(ci: RatioCI, claim: Claim | None) -> str:
+def time_verdict(ci: TimeFigure, claim: Claim | None) -> str:
     """Verdict for a time ratio on/off with its interval."""
     if claim is None or ci.ratio != ci.ratio:  # no claim, or not measured (nan)
         return ""

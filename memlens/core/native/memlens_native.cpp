@@ -136,6 +136,7 @@ PYBIND11_MODULE(memlens_native, m) {
       .def("counted_part", &SavedTracker::counted_part)
       .def("set_error_text", &SavedTracker::set_error_text)
       .def("keys", &SavedTracker::keys)
+      .def("partial_storages", &SavedTracker::partial_storages)
       .def_property_readonly("live_bytes", &SavedTracker::live_bytes)
       .def("fast_functions", [](py::object self) {
         // (new_step, end_step, counts) as plain C functions, for the loop's every step.
@@ -171,6 +172,7 @@ PYBIND11_MODULE(memlens_native, m) {
       .def("stop", &Recorder::stop)
       .def("track", &Recorder::track)
       .def("freed", &Recorder::freed)
+      .def("contains", &Recorder::contains)
       .def("begin_phase", &Recorder::begin_phase)
       .def("reset_peak", &Recorder::reset_peak)
       .def_property_readonly("live_bytes", &Recorder::live_bytes)

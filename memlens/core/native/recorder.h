@@ -166,6 +166,12 @@ class Recorder : public c10::MemoryReportingInfoBase {
     return alloc_locked(key, nbytes, at_start ? 0 : now_us() - t0_us_, category, -1);
   }
 
+  // Whether a storage is live and was seen made (or registered) by this recorder.
+  bool contains(int64_t device, int64_t ptr) {
+    std::lock_guard<std::mutex> lock(mu_);
+    return live_.count(Key{device, ptr}) != 0;
+  }
+
   void freed(int64_t device, int64_t ptr, int64_t id) {
     std::lock_guard<std::mutex> lock(mu_);
     auto it = live_.find(Key{device, ptr});

@@ -200,6 +200,20 @@ class SavedTracker {
   }
   int64_t step_saved_bytes() const { return step_saved_bytes_; }
 
+  // The storages counted in part (as of the last live_bytes()): (device, ptr, bytes
+  // counted, the storage's bytes).
+  std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> partial_storages() const {
+    std::vector<std::tuple<int64_t, int64_t, int64_t, int64_t>> out;
+    out.reserve(counted_.size());
+    for (const auto& kv : counted_) {
+      auto it = live_.find(kv.first);
+      if (it != live_.end()) {
+        out.emplace_back(kv.first.device, kv.first.ptr, kv.second, it->second.nbytes);
+      }
+    }
+    return out;
+  }
+
   // Keys of the storages counted whole (what precise mode files as activations).
   std::vector<std::pair<int64_t, int64_t>> keys() const {
     std::vector<std::pair<int64_t, int64_t>> out;

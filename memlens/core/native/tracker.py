@@ -90,6 +90,10 @@ class NativeStorageTracker:
     def begin_phase(self, step: int, phase: str, category: str) -> None:
         self._rec.begin_phase(step, SAMPLE_PHASE_CODE[phase], CATEGORY_CODE[category])
 
+    def tracks(self, key) -> bool:
+        """Whether storage `key` (device, ptr) is live and was made or registered in the run."""
+        return self._rec.contains(*key)
+
     def reset_peak(self) -> None:
         self._rec.reset_peak()
 
@@ -153,6 +157,10 @@ class _NativeLive:
         """As _LiveKeys.counted (core/recorder/saved.py): as of the last live_bytes."""
         n = self._tracker.counted_part(*key)
         return None if n < 0 else n
+
+    def partial_storages(self) -> list[tuple[tuple[int, int], int, int]]:
+        """As _LiveKeys.partial_storages: (key, bytes counted, the storage's bytes)."""
+        return [((d, p), c, n) for d, p, c, n in self._tracker.partial_storages()]
 
 
 class NativeSavedTracker:

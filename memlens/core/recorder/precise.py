@@ -140,6 +140,10 @@ class StorageTracker(TorchDispatchMode):
     def reset_peak(self) -> None:
         self.peak_bytes = self.live_bytes
 
+    def tracks(self, key) -> bool:
+        """Whether storage `key` is live and was made or registered in the run."""
+        return key in self.live
+
     def classify(self, categories: dict[str, set]) -> None:
         """Refine live records' categories from what a sample found them to be."""
         live = self.live

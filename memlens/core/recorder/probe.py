@@ -206,6 +206,8 @@ class MemoryProbe:
                 reserved = torch.cuda.memory_reserved(self.device)
                 temporaries = max(0, allocated - known - other)
             else:
+                whole = self._kept_whole(live, carried)
+                act_bytes, known = act_bytes + whole, known + whole
                 temporaries = max(0, self.precise.live_bytes - known - other)
             # Only what can have changed: parameters once, optimizer state when rescanned.
             found = {"activations": live}
@@ -227,6 +229,18 @@ class MemoryProbe:
         return MemorySample(step, phase, time_s, self.params.total, grads.total, opt.total,
                             act_bytes - amp, other, allocated, reserved, heap,
                             self.buffers.total, amp, temporaries, rss)
+
+    def _kept_whole(self, live, carried: list[Tensor]) -> int:
+        """Precise mode: the rest of each storage saved tensors reach only part of, where the
+        run made it and the loop does not carry it (a batch the step made and sliced: the
+        transformer's tokens without their last): autograd alone keeps all of it. A data
+        set's rest stays the loop's; light mode cannot tell the two apart."""
+        parts = live.partial_storages()
+        if not parts:
+            return 0
+        held = {storage_key(t)[0] for t in carried}
+        return sum(n - c for key, c, n in parts
+                   if key not in held and self.precise.tracks(key))
 
     def _other(self, carried: list[Tensor], grads: StorageBytes, opt: StorageBytes) -> int:
         """Bytes of the tensors the loop carries between steps, not counted elsewhere."""

@@ -76,10 +76,12 @@ class _LiveKeys:
     """Storage keys saved for backward and alive at the last measure: `in` (every one) and
     iteration (those counted whole: a storage counted in part belongs to its holder)."""
 
-    __slots__ = ("fresh", "partial", "retained")
+    __slots__ = ("fresh", "partial", "retained", "sizes")
 
-    def __init__(self, fresh: dict, retained: dict, partial: dict) -> None:
+    def __init__(self, fresh: dict, retained: dict, partial: dict,
+                 sizes: dict | None = None) -> None:
         self.fresh, self.retained, self.partial = fresh, retained, partial
+        self.sizes = sizes or {}  # the storages counted in part: their whole bytes
 
     def __contains__(self, key) -> bool:
         return key in self.fresh or key in self.retained or key in self.partial
@@ -92,6 +94,10 @@ class _LiveKeys:
     def counted(self, key) -> int | None:
         """The bytes of storage `key` counted as saved where only part of it is, else None."""
         return self.partial.get(key)
+
+    def partial_storages(self) -> list[tuple[tuple, int, int]]:
+        """(key, bytes counted, the storage's bytes) of the storages counted in part."""
+        return [(key, n, self.sizes[key]) for key, n in self.partial.items()]
 
 
 def span_of(t: Tensor) -> tuple[int, int] | None:
@@ -193,6 +199,7 @@ class SavedTensorTracker:
             if not group.whole and key not in partial:
                 partial[key] = []
         counted: dict = {}  # key -> bytes, of storages counted in part
+        sizes: dict = {}
         for key, holders in partial.items():
             if key in fresh:
                 continue
@@ -205,10 +212,10 @@ class SavedTensorTracker:
             n = min(nbytes, reach(holders))
             total += n
             if n < nbytes:
-                counted[key] = n
+                counted[key], sizes[key] = n, nbytes
             else:
                 fresh[key] = n
-        self._live = _LiveKeys(fresh, retained, counted)
+        self._live = _LiveKeys(fresh, retained, counted, sizes)
         return total, self._live
 
     @property

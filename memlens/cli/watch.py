@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memlens.cli.args import add_out, command_parser, refuse
+from memlens.cli.args import add_out, command_parser, count, refuse
 from memlens.core.options import MAX_STEPS
 
 
@@ -22,6 +22,9 @@ def add_parser(subparsers) -> None:
     p.add_argument("--capture-every", type=int, default=0, metavar="N",
                    help="capture the autograd graph from the loss passed to backward every N "
                    "steps (run.json `graphs`: nodes, bytes saved for backward)")
+    p.add_argument("--stop-after", type=count, default=0, metavar="N",
+                   help="end the script where its step N+1 would begin (exit code 0, the run "
+                   "folder complete; 0: run to its end)")
 
 
 def main(args) -> int:
@@ -40,4 +43,4 @@ def main(args) -> int:
 
     return run_script(args.script, getattr(args, "passthrough", []), out=args.out,
                       precise=args.precise, capture_every=args.capture_every, force=args.force,
-                      model_found=attach_framework_callback)
+                      model_found=attach_framework_callback, stop_after=args.stop_after)

@@ -102,7 +102,8 @@ Report = Callable[..., None]  # (key, where, message, explanation, fix, nbytes, 
 class CallBook:
     """The calls of the current step and those whose fate is still open."""
 
-    def __init__(self, native, report: Report) -> None:
+    def __init__(self, native, report: Report, seen=None) -> None:
+        self._seen = seen  # the Discovery: its modules' attributes may hold old graphs
         tracker = self._tracker = native.CallTracker() if native is not None else None
         self.track, self.fired, self.alive, self.release = (
             tracker.fast_functions() if tracker is not None else (None, None, None, None))
@@ -218,7 +219,7 @@ class CallBook:
 
     def _report_held(self, held: list[Call]) -> None:
         first, last = held[0], held[-1]
-        found = dx.find_holder(self._reaches_held(held))
+        found = dx.find_holder(self._reaches_held(held), self._modules())
         holder, where = found if found else ("a reference memlens could not name", first.site)
         total = sum(c.bytes for c in held)
         steps = last.step - first.step + 1
@@ -238,6 +239,14 @@ class CallBook:
             if c.train_layers:
                 self.eval_in_train(c)
             c.release()
+
+    def _modules(self) -> list:
+        """The modules the program called at the root (models, loss modules) and the models
+        it holds, alive now."""
+        if self._seen is None:
+            return []
+        called = [m for info in list(self._seen.modules.values()) if (m := info.ref()) is not None]
+        return called + self._seen.found.model_list()
 
     def _reaches_held(self, held: list[Call]):
         """A predicate: a tensor's graph reaches an output node of one of `held`."""
@@ -293,7 +302,7 @@ class CallBook:
             m = node.metadata.get("memlens")
             return m is not None and id(m) in marks
 
-        found = dx.find_holder(dx.reaches_node(is_old))
+        found = dx.find_holder(dx.reaches_node(is_old), self._modules())
         holder, where = found if found else ("a reference memlens could not name", old[0].where)
         self.graph_kept_reported = True
         alive = sum(1 for r in self.backward_marks if (m := r()) is not None and m.step < step)

@@ -7,7 +7,7 @@ import ast
 import inspect
 import os
 import sys
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -141,11 +141,13 @@ def reaches_node(is_old):
     return lambda t: _reaches(t, is_old)
 
 
-def find_holder(reaches) -> tuple[str, str] | None:
+def find_holder(reaches, modules: Iterable[Any] = ()) -> tuple[str, str] | None:
     """The user variable whose tensor's graph `reaches` (a predicate on a tensor) what is
     looked for: (description, file:line of its assignment, or the frame's line). Looks at
     the locals of the user's frames, their modules' globals, and the attributes of `self`
-    in those frames; in a list or a dict, at its tensors."""
+    in those frames; in a list or a dict, at its tensors. Then at the attributes of
+    `modules` (the modules the program calls) and their submodules: what a module caches on
+    itself (`self.history.append(loss)` in a loss module's forward)."""
     seen_globals: set[int] = set()
     for f in user_frames(2):
         func = f.f_code.co_name
@@ -166,6 +168,30 @@ def find_holder(reaches) -> tuple[str, str] | None:
                                  or f"{f.f_code.co_filename}:{f.f_lineno}")
                         what = pattern.format(name) + (f" ({suffix} of it)" if suffix else "")
                         return what, where
+    return _module_holder(reaches, modules)
+
+
+MODULES_LOOKED_AT = 2000  # submodules whose attributes are read when naming a holder
+
+
+def _module_holder(reaches, modules: Iterable[Any]) -> tuple[str, str] | None:
+    """An attribute of a called module (or of one of its submodules) that keeps the graph:
+    (`attribute `self.x` of Class`, the line in the class that stores into it)."""
+    seen: set[int] = set()
+    for root in modules:
+        for sub in root.modules():
+            if id(sub) in seen or len(seen) >= MODULES_LOOKED_AT:
+                continue
+            seen.add(id(sub))
+            for name, value in list(vars(sub).items()):
+                if name.startswith("_"):  # parameters, buffers, submodules, hooks
+                    continue
+                for suffix, t in _tensors_in(value):
+                    if t.requires_grad and reaches(t):
+                        where = attribute_site(type(sub), name)
+                        what = (f"attribute `self.{name}` of {type(sub).__name__}"
+                                + (f" ({suffix} of it)" if suffix else ""))
+                        return what, where
     return None
 
 
@@ -179,13 +205,44 @@ def assignment_site(frame, name: str) -> str:
         else:
             lines, start = inspect.getsourcelines(frame.f_code)
             source = "".join(lines)
-        import textwrap
-
-        tree = ast.parse(textwrap.dedent(source))
-    except (OSError, TypeError, SyntaxError, UnicodeDecodeError):
+    except (OSError, TypeError, UnicodeDecodeError):
         return ""
+    line = _accumulation_line(source, name)
+    if line is None:
+        return ""
+    return f"{filename}:{line + (start - 1 if frame.f_code.co_name != '<module>' else 0)}"
+
+
+def attribute_site(cls: type, name: str) -> str:
+    """file:line where a class stores into `self.<name>` outside `__init__` (appends and
+    `+=` first), or ""."""
+    try:
+        filename = inspect.getsourcefile(cls)
+        lines, start = inspect.getsourcelines(cls)
+    except (OSError, TypeError):
+        return ""
+    line = _accumulation_line("".join(lines), name, skip_init=True)
+    return f"{filename}:{line + start - 1}" if line is not None and filename else ""
+
+
+def _accumulation_line(source: str, name: str, skip_init: bool = False) -> int | None:
+    """The line (1 = the source's first) where `name` (or `x.name`) is accumulated,
+    appended to, or else assigned; None where it is not, or the source does not parse."""
+    import textwrap
+
+    try:
+        tree = ast.parse(textwrap.dedent(source))
+    except (SyntaxError, ValueError):
+        return None
+    skipped: set[int] = set()
+    if skip_init:  # `self.history = []` where the object is made is not where it grows
+        for node in ast.walk(tree):
+            if isinstance(node, ast.FunctionDef) and node.name == "__init__":
+                skipped.update(id(n) for n in ast.walk(node))
     best: tuple[int, int] | None = None  # (rank, line)
     for node in ast.walk(tree):
+        if id(node) in skipped:
+            continue
         rank = None
         grows = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
                  and node.func.attr in ("append", "extend", "insert")
@@ -198,10 +255,7 @@ def assignment_site(frame, name: str) -> str:
             rank = 0 if uses else 1
         if rank is not None and (best is None or (rank, node.lineno) < best):
             best = (rank, node.lineno)
-    if best is None:
-        return ""
-    line = best[1] + (start - 1 if frame.f_code.co_name != "<module>" else 0)
-    return f"{filename}:{line}"
+    return None if best is None else best[1]
 
 
 def _named(node: ast.AST, name: str) -> bool:

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from memlens.core.records import RunSummary
 from memlens.core.watch import diagnoses as dx
+from memlens.core.watch.limit import StepLimit
 
 if TYPE_CHECKING:
     from memlens.core.watch.session import Watch
@@ -37,9 +38,14 @@ def header(w: Watch) -> dict:
 
 
 def summary(w: Watch, error: BaseException | None) -> RunSummary:
+    if isinstance(error, StepLimit):  # the steps asked for, recorded: stopped, not failed
+        error, limit = None, True
+    else:
+        limit = False
     failed = error is not None or (w.exit_code or 0) != 0
     return RunSummary(
-        steps_done=w.step_index, stopped_by="error" if failed else "completed",
+        steps_done=w.step_index,
+        stopped_by="error" if failed else "stopped" if limit else "completed",
         wall_s=w._clock() - w._t0,
         final_loss=w._losses[-1] if w._losses else math.nan,
         peak_bytes=w._summary_peak,

@@ -11,6 +11,7 @@ import traceback
 from pathlib import Path
 
 from memlens.core.exits import EXIT_BAD_INPUT, EXIT_SIGNAL_BASE
+from memlens.core.watch.limit import StepLimit
 
 
 def check_script(path: str) -> str | None:
@@ -34,9 +35,11 @@ def check_script(path: str) -> str | None:
 
 def run_script(script: str, script_args: list[str], *, out=None, precise: bool = False,
                capture_every: int = 0, quiet: bool = False, force: bool = False,
-               model_found=None) -> int:
+               model_found=None, stop_after: int = 0) -> int:
     """Run `script` under a watch; returns the exit code `python script ARGS` would have.
-    `model_found`: called with each model at its first call (Watch.model_found)."""
+    `model_found`: called with each model at its first call (Watch.model_found);
+    `stop_after`: end the script where its step `stop_after + 1` would begin (exit code 0;
+    core.watch.limit)."""
     from memlens.core.runfolder.atomic import ExportError
     from memlens.core.runfolder.claim import discard_run
     from memlens.core.watch.meta import NOTHING_FOUND_HELP
@@ -50,7 +53,7 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     sys.path.insert(0, str(Path(path).resolve().parent))
     try:
         w = Watch(out=out, precise=precise, capture_every=capture_every, script=path,
-                  argv=argv, force=force)
+                  argv=argv, force=force, stop_after=stop_after)
         w.model_found = model_found
     except (ExportError, OSError, ValueError) as exc:  # ConfigError: a folder holding a run
         sys.argv, sys.path[:] = old_argv, old_path
@@ -62,6 +65,10 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
         _run_as_main(path)
     except SystemExit as exc:
         code = _exit_code(exc.code)
+    except StepLimit as exc:  # the steps asked for are recorded: not an error
+        error = exc
+        if not quiet:
+            print(f"memlens watch: {exc}", file=sys.stderr)
     except Terminated as exc:  # SIGTERM: no traceback, as Python prints none for it
         error, code = exc, EXIT_SIGNAL_BASE + signal.SIGTERM
         print(f"memlens watch: {exc} at step {w.step_index}; the run folder is complete up "

@@ -40,6 +40,7 @@ from memlens.core.watch.found import Discovery, statistics_pass
 from memlens.core.watch.framework import FrameworkCalls
 from memlens.core.watch.growth import GraphGrowth
 from memlens.core.watch.hooks import TorchHooks
+from memlens.core.watch.limit import check as check_step_limit
 from memlens.core.watch.meta import (
     NOTHING_FOUND_HELP,
     error_text,
@@ -71,7 +72,8 @@ class Watch(FrameworkCalls):
     def __init__(self, models=None, optimizers=None, *, out: str | Path | None = None,
                  precise: bool = False, capture_every: int = 0, script: str | None = None,
                  argv: list[str] | None = None, force: bool = False,
-                 announce: bool = False, rank: tuple[int, int] | None = None) -> None:
+                 announce: bool = False, rank: tuple[int, int] | None = None,
+                 stop_after: int = 0) -> None:
         if ACTIVE:
             raise RuntimeError("memlens.watch: a watch is already recording in this process; "
                                "close it first (one watch at a time)")
@@ -86,6 +88,7 @@ class Watch(FrameworkCalls):
         self.precise_requested, self.capture_every = precise, capture_every
         self.script, self.argv = script, list(argv if argv is not None else sys.argv)
         self.announce = announce  # say at close what was recorded (memlens.watch in code)
+        self.stop_after = stop_after  # steps, then core.watch.limit ends the script (0: never)
         self.seen = Discovery(models, optimizers)
         self.found = self.seen.found
         self._t0 = time.perf_counter()
@@ -97,14 +100,13 @@ class Watch(FrameworkCalls):
         self.log = Events(lambda: self.step_index, lambda: self._clock() - self._t0,
                           lambda e: self._post("on_event", e))
         self.events: list[RunEvent] = self.log.items
-        self.book = CallBook(self.rec.native, self.log.report)
+        self.book = CallBook(self.rec.native, self.log.report, self.seen)
         self.norms = GradNorms(self.rec.native, self.log.report)
         self.growth = GraphGrowth(self.log.report)
         self.probe = None
         self._probe_key: tuple = ()
         self.device = torch.device("cpu")
-        # The training thread (the one that starts the watch): other threads' module calls
-        # pass through (a background evaluation is not this loop's phases).
+        # The training thread (the one that starts it): other threads' calls pass through.
         self._thread = threading.get_ident()
         self.step_index, self.closed, self.broken = 0, False, False
         self.exit_code: int | None = None
@@ -350,6 +352,7 @@ class Watch(FrameworkCalls):
         if grad and self._after_backward and not self._manual_steps and (
                 not self.seen.required_optimizers()):
             self._end_step()
+        check_step_limit(self.step_index, self.stop_after)  # before the next step's work
         if self.seen.probe_stale:
             self._ensure_probe()
         if grad:
@@ -406,6 +409,7 @@ class Watch(FrameworkCalls):
         if (self._after_backward and not self.seen.required_optimizers()
                 and not self._manual_steps):
             self._end_step()
+        check_step_limit(self.step_index, self.stop_after)
         if isinstance(owner, torch.optim.Optimizer):
             self.seen.add_optimizer(owner, active=False)
         self.norms.cleared = True

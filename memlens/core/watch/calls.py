@@ -202,6 +202,8 @@ class CallBook:
 
     def _settle_held(self, final: bool) -> None:
         held: dict[str, list[Call]] = {}
+        if self.held:
+            dx.refresh_locals()  # what only memlens's snapshot of a frame held is let go
         for c in self.held:
             if c.site in self._held_sites:  # its site's kept graphs were reported
                 c.release()
@@ -284,12 +286,12 @@ class CallBook:
         if self.graph_kept_reported:
             self.backward_marks = []
             return
-        old = self._old_marks(step)
-        if old:  # a graph in a reference cycle waits for the collector: not a holder
-            import gc
+        if self._old_marks(step):  # a graph in a reference cycle waits for the collector:
+            import gc  # not a holder (a list of the old marks here would keep them alive)
 
+            dx.refresh_locals()  # nor is one only memlens's own snapshot of a frame holds
             gc.collect()
-            old = self._old_marks(step)
+        old = self._old_marks(step)
         if not old:
             return
         if len(old) < 2 and not retained_bytes:

@@ -79,6 +79,17 @@ def call_site(depth: int = 2) -> str:
     return ""
 
 
+def refresh_locals() -> None:
+    """Before Python 3.13, reading a function frame's `f_locals` (as naming a variable does)
+    leaves a snapshot of its locals on the frame, holding what they held then until the
+    next read: a loss of an earlier step, a dropped output. Reading them again lets go of
+    what the program itself no longer holds: done before asking what is still alive."""
+    if sys.version_info >= (3, 13):  # f_locals is a view there: nothing is kept
+        return
+    for f in user_frames(2):
+        f.f_locals  # noqa: B018 - the read is the refresh
+
+
 def variable_name(obj: Any) -> str:
     """The name the user's code gives `obj` (a local or global of the innermost user frame
     that has one, `self.x` for an attribute of self), or ""."""

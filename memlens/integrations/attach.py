@@ -11,6 +11,8 @@ import sys
 
 from torch import nn
 
+from memlens.core.watch.diagnoses import frame_locals
+
 
 def attach_framework_callback(model: nn.Module) -> None:
     """Watch.model_found: add and start the callback of the framework that trains `model`,
@@ -57,7 +59,7 @@ def _hf_trainer():
         return None
     frame = sys._getframe(1)
     while frame is not None:
-        candidate = frame.f_locals.get("self")
+        candidate = frame_locals(frame).get("self")
         if isinstance(candidate, base):
             return candidate
         frame = frame.f_back

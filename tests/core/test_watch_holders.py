@@ -1,10 +1,13 @@
 """Who keeps an old graph, as the watch names it: an attribute a module caches on itself
-(a loss module's history), and never memlens's own snapshot of a frame's locals."""
+(a loss module's history), and never memlens itself: reading a function frame's locals
+(Python < 3.13 caches them on the frame) keeps nothing of the script alive."""
 
 from __future__ import annotations
 
+import csv
+
 from memlens.core.watch import diagnoses as dx
-from tests.core.test_watch import HEAD, diagnoses, watch_script
+from tests.core.test_watch import HEAD, diagnoses, plain, watch_script
 
 TRACKED_LOSS = HEAD + """
 class TrackedLoss(nn.Module):
@@ -64,3 +67,38 @@ def test_no_graph_kept_where_only_memlens_read_the_functions_locals(tmp_path):
     code, doc, _ = watch_script(tmp_path, TWO_LOSSES_IN_A_FUNCTION)
     assert code == 0
     assert diagnoses(doc) == []
+
+
+FIRST_LOSS_FREED = HEAD + """
+import weakref
+
+
+def main():
+    model = nn.Sequential(nn.Linear(8, 32), nn.ReLU(), nn.Linear(32, 1))
+    opt = torch.optim.SGD(model.parameters(), lr=0.01)
+    x, y = torch.randn(16, 8), torch.randn(16, 1)
+    first = None
+    for step in range(4):
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward(retain_graph=True)
+        opt.step()
+        if first is None:
+            first = weakref.ref(loss)
+    print("first loss freed:", first() is None)
+
+
+main()
+"""
+
+
+def test_memlens_keeps_no_tensor_of_the_script_alive_through_a_frames_locals(tmp_path,
+                                                                             capsys):
+    plain(tmp_path, FIRST_LOSS_FREED)
+    assert capsys.readouterr().out.strip() == "first loss freed: True"
+    code, _, folder = watch_script(tmp_path, FIRST_LOSS_FREED)
+    assert code == 0 and capsys.readouterr().out.strip() == "first loss freed: True"
+    # and what a step keeps for backward (retain_graph) is one step's, every step
+    with open(folder / "steps.csv", newline="") as fh:
+        retained = [int(r["retained_bytes"]) for r in csv.DictReader(fh)]
+    assert len(set(retained)) == 1 and retained[0] > 0

@@ -202,8 +202,6 @@ class CallBook:
 
     def _settle_held(self, final: bool) -> None:
         held: dict[str, list[Call]] = {}
-        if self.held:
-            dx.refresh_locals()  # what only memlens's snapshot of a frame held is let go
         for c in self.held:
             if c.site in self._held_sites:  # its site's kept graphs were reported
                 c.release()
@@ -289,7 +287,6 @@ class CallBook:
         if self._old_marks(step):  # a graph in a reference cycle waits for the collector:
             import gc  # not a holder (a list of the old marks here would keep them alive)
 
-            dx.refresh_locals()  # nor is one only memlens's own snapshot of a frame holds
             gc.collect()
         old = self._old_marks(step)
         if not old:

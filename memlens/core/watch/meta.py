@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import os
 import socket
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from memlens.core.records import RunSummary
@@ -31,6 +32,9 @@ def header(w: Watch) -> dict:
     env = w.rec.environment(parameters=sum(p.numel() for p in w.found.parameters()),
                             memory_label=label)
     return {"source": "watch", "script": w.script, "argv": w.argv,
+            # where to run it again from (main.py fix, the app's Try the fix)
+            "script_path": str(Path(w.script).resolve()) if w.script else None,
+            "cwd": os.getcwd(),
             "pid": os.getpid(), "capture_every": w.capture_every,
             "precise_requested": w.precise_requested, "environment": env,
             "models": list(w.seen.models_seen.values()), "finished": False,

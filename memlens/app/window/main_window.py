@@ -32,6 +32,7 @@ from memlens.app.window import exporting
 from memlens.app.window.amp_support import AmpSupport
 from memlens.app.window.conventions import WindowConventions, remembered_config
 from memlens.app.window.export_dialog import export_dialog
+from memlens.app.window.fix_session import FixSession
 from memlens.app.window.frame_pacer import FramePacer
 from memlens.app.window.layout import EFFECT_HINT, build_layout, build_menus
 from memlens.app.window.opening import RunOpening
@@ -109,6 +110,10 @@ class MainWindow(QMainWindow):
         self.runs_dock = RunsDock(self, self.view_menu)
         self.amp_support = AmpSupport(self.run_panel, self.techniques_panel, self)
         self._connect()
+        # Try the fix / Write the fix under a watched run's diagnosis (main.py fix)
+        self.fixing = FixSession(self, self.events_panel, lambda: (self.history,
+                                                                   self.loaded_from),
+                                 self.board.add_history)
         self.set_state(WindowState.IDLE)
 
         self.refresh_timer = QTimer(self)

@@ -2,6 +2,12 @@
 the smallest change from the file's syntax tree and what the watch saw (the holder it
 named, the model, the forward's place), or one line saying why no safe change exists.
 
+What the watch saw is read from its diagnosis events: `where`, and in the message the
+holder it named (the first name in backticks), the model (the message's first word, or
+"the X forward at" / "passed to X at") and, for kept outputs, the forward's place ("(at
+file:line)"): core/watch/calls.py and growth.py write them; tests/core/test_fix.py runs
+the real messages through this.
+
 Diagnoses at one place are one fix (a forward never backwarded and validation in train
 mode at the same call: no_grad and eval together). Fixes in one file that would change the
 same text: the first is kept, the later one is refused.
@@ -334,8 +340,9 @@ def _simple_statement(src: Source, line: int) -> ast.stmt:
 
 def _check_model_call(src: Source, stmt: ast.stmt, model: str | None) -> None:
     if model is None or not any(src.segment(c.func) == model for c in src.calls_in(stmt)):
-        raise Unfixable(f"no call of `{model}` at line {stmt.lineno}: memlens could not tell "
-                        "which variable holds the model to switch to eval()")
+        called = f"no call of `{model}` at line {stmt.lineno}" if model else "no model name"
+        raise Unfixable(f"{called}: memlens could not tell which variable holds the model "
+                        "to switch to eval()")
 
 
 def _check_falls_through(src: Source, region: ast.stmt) -> None:

@@ -13,6 +13,8 @@ from collections import Counter
 from memlens.cli import COMMANDS
 from memlens.core.exits import EXIT_INTERRUPTED
 
+SCRIPT_COMMANDS = ("watch", "fix")  # commands that run a user's script with its own arguments
+
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command; a Ctrl-C that reaches here (before a command's own handling is in
@@ -46,14 +48,15 @@ def _main(argv: list[str] | None) -> int:
             sub.add_parser(name, help=help_text, add_help=False)
     if chosen is not None and chosen not in COMMANDS:
         parser.error(f"unknown command {chosen!r}; commands: {', '.join(COMMANDS)}")
-    if chosen == "watch":  # what is not memlens's after the script is the script's own
+    if chosen in SCRIPT_COMMANDS:  # what is not memlens's after the script is the script's
         args, extra = parser.parse_known_args(argv)
         passthrough = extra + passthrough
     else:
         args = parser.parse_args(argv)
     args.passthrough = passthrough
-    if passthrough and args.command != "watch":
-        parser.error(f"arguments after -- are for `watch` only: {' '.join(passthrough)}")
+    if passthrough and args.command not in SCRIPT_COMMANDS:
+        parser.error(f"arguments after -- are for `watch` and `fix` only: "
+                     f"{' '.join(passthrough)}")
     if module is None:  # no command: the app, as `app` with no arguments
         from memlens.cli import app as module
     before = set(threading.enumerate())

@@ -13,6 +13,8 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "shot": ("memlens.cli.shot",
              "run the app window offscreen for N steps and save a PNG screenshot"),
     "watch": ("memlens.cli.watch", "run your own training script unchanged and record it"),
+    "fix": ("memlens.cli.fix",
+            "fix a watched script's diagnoses on a copy, run both and show the saving"),
     "lessons": ("memlens.cli.lessons", "measure the article's claims: each technique off vs on"),
     "ranks": ("memlens.cli.ranks", "a torchrun job's ranks side by side: memory, step time"),
 }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memlens.cli.args import add_out, command_parser, refuse
+from memlens.cli.args import add_out, command_parser, count, refuse
 from memlens.core.options import MAX_STEPS
 
 
@@ -32,6 +32,9 @@ def add_parser(subparsers) -> None:
                    help="a file of JSON-lines commands read at each step boundary (technique "
                    "changes, pause, resume, stop): how the app's File > Watch a script "
                    "drives the run")
+    p.add_argument("--stop-after", type=count, default=0, metavar="N",
+                   help="end the script where its step N+1 would begin (exit code 0, the run "
+                   "folder complete; 0: run to its end)")
 
 
 def main(args) -> int:
@@ -59,4 +62,4 @@ def main(args) -> int:
     return run_script(args.script, getattr(args, "passthrough", []), out=args.out,
                       precise=args.precise, capture_every=args.capture_every, force=args.force,
                       model_found=attach_framework_callback, at=at, control=args.control,
-                      around=relaunched_ranks)
+                      around=relaunched_ranks, stop_after=args.stop_after)

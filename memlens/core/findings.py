@@ -23,11 +23,13 @@ BACKWARD_TWICE = "graph backwarded twice"
 MEMORY_GROWTH = "memory growth"
 
 # What `main.py fix` does for a finding (core.fix), where it can change the source safely.
+# (the kinds of core/fix/table.py's rules, as fix.json names them: a test holds them equal)
 FIX_NO_GRAD = "no_grad"  # `with torch.no_grad():` around the forward (model.eval() too)
-FIX_KEEP_VALUE = "keep_value"  # `.item()` or `.detach()` on what is kept across steps
+FIX_KEEP_VALUE = "detach"  # `.detach()` (or `.item()`) on what is kept across steps
 FIX_ZERO_GRAD = "zero_grad"  # `optimizer.zero_grad()` before the backward
 FIX_DETACH_STATE = "detach_state"  # `hidden = hidden.detach()` before the call
-FIX_EVAL_MODE = "eval_mode"  # model.eval() / model.train() around the evaluation
+FIX_EVAL_MODE = "eval"  # model.eval() / model.train() around the evaluation
+FIX_DETACH_CACHE = "detach_cache"  # `.detach()` on what a module stores on itself
 
 
 @dataclass(frozen=True, slots=True)
@@ -130,7 +132,7 @@ FINDINGS: tuple[Finding, ...] = (
         "the line in the module's class that stores it, the holder (`self.cache` of "
         "`model.block`), the bytes held (each storage once) and their growth a step",
         "store `h.detach()` (or a value) on the module, or clear the cache each step",
-        FIX_KEEP_VALUE, ("watch",)),
+        FIX_DETACH_CACHE, ("watch",)),
     Finding(
         BACKWARD_TWICE, 8,
         "\"backward through the graph a second time\" where the failing backward's root is "

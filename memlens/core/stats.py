@@ -142,6 +142,23 @@ def ratio_of_medians(before: Sequence[float], after: Sequence[float], *,
     return RatioCI(ratio, float(low), float(high), int(b.size), int(a.size), confidence)
 
 
+def median_interval(values: Sequence[float], *, confidence: float = CONFIDENCE,
+                    n_boot: int = N_BOOT, seed: int = 0) -> tuple[float, float, float]:
+    """(median, low, high): one side's median with the same seeded percentile bootstrap
+    as ratio_of_medians; an infinite interval under MIN_SAMPLES values, NaN for none."""
+    v = _clean(values)
+    if v.size == 0:
+        return float("nan"), float("nan"), float("nan")
+    median = float(np.median(v))
+    if v.size < MIN_SAMPLES:
+        return median, float("-inf"), float("inf")
+    rng = np.random.default_rng(seed)
+    boots = np.median(v[rng.integers(0, v.size, size=(n_boot, v.size))], axis=1)
+    tail = (1.0 - confidence) / 2.0
+    low, high = np.quantile(boots, [tail, 1.0 - tail])
+    return median, float(low), float(high)
+
+
 def median_pair_ratio(before: Sequence[float], after: Sequence[float], *,
                       confidence: float = CONFIDENCE, n_boot: int = N_BOOT,
                       seed: int = 0) -> RatioCI:

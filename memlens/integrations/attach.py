@@ -11,6 +11,8 @@ import sys
 
 from torch import nn
 
+from memlens.core.watch.diagnoses import frame_locals
+
 
 def attach_framework_callback(model: nn.Module) -> None:
     """Watch.model_found: add and start the callback of the framework that trains `model`,
@@ -50,7 +52,7 @@ def _lightning_trainer_on_stack():
         return None
     frame = sys._getframe(1)
     while frame is not None:
-        names = frame.f_locals
+        names = frame_locals(frame)
         for candidate in (names.get("trainer"), names.get("self")):
             if isinstance(candidate, types):
                 return candidate
@@ -78,7 +80,7 @@ def _hf_trainer():
         return None
     frame = sys._getframe(1)
     while frame is not None:
-        candidate = frame.f_locals.get("self")
+        candidate = frame_locals(frame).get("self")
         if isinstance(candidate, base):
             return candidate
         frame = frame.f_back

@@ -33,13 +33,17 @@ def test_docs_table_of_diagnoses_is_the_findings_module():
     assert findings.markdown_table() in text
 
 
-def test_every_finding_has_a_fix_and_a_known_fix_kind():
-    kinds = {findings.FIX_NO_GRAD, findings.FIX_KEEP_VALUE, findings.FIX_ZERO_GRAD,
-             findings.FIX_DETACH_STATE, findings.FIX_EVAL_MODE, None}
+def test_every_finding_says_what_main_py_fix_applies_as_fix_does():
+    """A finding's `fix_applies` is the kind of the rule `fix` has for its key (core/fix):
+    none where fix has none."""
+    from memlens.core.fix import table
+
     assert len(findings.BY_KEY) == len(findings.FINDINGS)
     for f in findings.FINDINGS:
         assert f.fix and f.found_when and f.where and set(f.seen_by) <= {"lab", "watch"}
-        assert f.fix_applies in kinds
+        rule = table.rule_for(f.key)
+        assert (rule.kind if rule is not None else None) == f.fix_applies, f.key
+    assert set(table.FIXES) <= set(findings.BY_KEY)
 
 
 def test_the_lab_and_a_watch_name_total_loss_plus_equals_loss_alike(tmp_path, capsys):

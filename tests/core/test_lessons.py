@@ -215,7 +215,7 @@ def test_memory_figures_equal_runs_made_with_run_and_plain_torch(tmp_path, capsy
 
 def test_each_lesson_names_metrics_the_records_have():
     from memlens.core.history import SAMPLE_COLUMNS, STEP_COLUMNS
-    from memlens.core.records import PHASE_CODE
+    from memlens.core.records import SAMPLE_PHASE_CODE
 
     for lesson in LESSONS:
         assert lesson.off != lesson.on
@@ -225,7 +225,7 @@ def test_each_lesson_names_metrics_the_records_have():
             elif m.source == "step":
                 assert m.column in STEP_COLUMNS
             elif m.source == "allocs":  # precise mode's events, within a phase
-                assert m.phase in PHASE_CODE and lesson.base.get("precise")
+                assert m.phase in SAMPLE_PHASE_CODE and lesson.base.get("precise")
             else:
                 assert m.source in ("errors", "data")
             if m.claim is not None:

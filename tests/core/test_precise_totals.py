@@ -49,23 +49,30 @@ class LiveStorages(TorchDispatchMode):
 
 
 class _Totals(RunHistory):
-    """A run's history that notes, at each sample, what the count above says."""
+    """A run's history that notes, as each sample is taken (its probe's sample wrapped: a
+    short step hands its samples on at its end), what the count above says."""
 
-    def __init__(self, count: LiveStorages) -> None:
+    def __init__(self, count: LiveStorages, monkeypatch) -> None:
         super().__init__()
         self.count = count
         self.pairs: list[tuple[int, str, int, int]] = []
+        from memlens.core.recorder.probe import MemoryProbe
 
-    def on_sample(self, s) -> None:
-        super().on_sample(s)
-        self.pairs.append((s.step, s.phase, s.total, self.count.bytes))
+        original = MemoryProbe.sample
+
+        def sample(probe, *args, **kwargs):
+            s = original(probe, *args, **kwargs)
+            self.pairs.append((s.step, s.phase, s.total, self.count.bytes))
+            return s
+
+        monkeypatch.setattr(MemoryProbe, "sample", sample)
 
 
 @pytest.mark.parametrize("preset", ["mlp", "cnn", "lstm", "transformer"])
-def test_precise_totals_count_every_storage_alive_made_before_the_run_too(preset):
+def test_precise_totals_count_every_storage_alive_made_before_the_run_too(preset, monkeypatch):
     cfg = tiny_config(preset, steps=3, precise=True, eval_every=1)
     count = LiveStorages()
-    history = _Totals(count)
+    history = _Totals(count, monkeypatch)
     with count:  # on before run_training builds the preset: its data, its templates
         run_training(cfg, RunControls(cfg.techniques), history)
     assert len(history.pairs) == 1 + 3 * 6
@@ -111,11 +118,11 @@ def _plain_gan_totals(steps: int) -> list[tuple[int, str, int]]:
     return out
 
 
-def test_gan_holds_what_a_plain_gan_loop_holds_no_summed_loss_too():
+def test_gan_holds_what_a_plain_gan_loop_holds_no_summed_loss_too(monkeypatch):
     """The preset reported d_loss + g_loss as a tensor with its own graph node: 4 bytes and
     a node a plain loop (d_loss.item() + g_loss.item()) never makes."""
     cfg = tiny_config("gan", steps=3, precise=True, eval_every=0)
-    history = _Totals(LiveStorages())
+    history = _Totals(LiveStorages(), monkeypatch)
     run_training(cfg, RunControls(cfg.techniques), history)
     memlens = {(step, phase): total for step, phase, total, _ in history.pairs}
     plain = _plain_gan_totals(3)

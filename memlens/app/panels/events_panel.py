@@ -19,6 +19,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
+from memlens.app.panels.fix_panel import FixActions
 from memlens.app.timeline.plot_style import event_color
 from memlens.core.records import RunEvent
 
@@ -40,6 +41,10 @@ def _dot(color: str) -> QIcon:
 
 class EventsPanel(QWidget):
     step_activated = Signal(int)
+    # A diagnosis of a watched run, chosen in the list: Try the fix / Write the fix
+    # (app.window.fix_session runs `main.py fix` and writes it)
+    fix_requested = Signal(object)
+    write_fix_requested = Signal(object)
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent)
@@ -66,10 +71,15 @@ class EventsPanel(QWidget):
         self.detail_area.setWidget(self.detail)
         for part in (self.list, self.detail_area):
             part.setSizePolicy(QSizePolicy.Preferred, QSizePolicy.Ignored)
+        self.fix_actions = FixActions()
+        self.fix_actions.try_button.clicked.connect(lambda: self._emit_fix(self.fix_requested))
+        self.fix_actions.write_button.clicked.connect(
+            lambda: self._emit_fix(self.write_fix_requested))
         layout = QVBoxLayout(self)
         layout.setContentsMargins(2, 2, 2, 2)
         layout.addWidget(self.list, 3)
         layout.addWidget(self.detail_area, 2)
+        layout.addWidget(self.fix_actions)
         self._icons: dict[str, QIcon] = {}
         # What a right click on an event offers: (action, applies to this event?, slot).
         self._actions: list[tuple[QAction, Callable[[RunEvent], bool],
@@ -119,6 +129,7 @@ class EventsPanel(QWidget):
         self.events.clear()
         self.list.clear()
         self.detail.setText(PLACEHOLDER)
+        self.fix_actions.hide()
 
     def add_event(self, event: RunEvent) -> QListWidgetItem:
         return self.add_events([event])[0]
@@ -193,3 +204,14 @@ class EventsPanel(QWidget):
     def _on_current_row_changed(self, row: int) -> None:
         if 0 <= row < len(self.events):
             self.detail.setText(self.list.item(row).toolTip())
+        self.fix_actions.setVisible(self.current_diagnosis() is not None)
+
+    def current_diagnosis(self) -> RunEvent | None:
+        row = self.list.currentRow()
+        event = self.events[row] if 0 <= row < len(self.events) else None
+        return event if event is not None and event.kind == "diagnosis" else None
+
+    def _emit_fix(self, signal) -> None:
+        event = self.current_diagnosis()
+        if event is not None:
+            signal.emit(event)

@@ -41,6 +41,7 @@ from memlens.app.timeline.plot_stack import PlotStack
 from memlens.app.window.amp_support import AmpSupport
 from memlens.app.window.event_feed import EventFeed
 from memlens.app.window.export_dialog import RunExport
+from memlens.app.window.fix_session import FixSession
 from memlens.app.window.frame_clock import FrameClock
 from memlens.app.window.help_menu import HelpMenu
 from memlens.app.window.layout import centre_tabs, left_dock, right_docks
@@ -48,6 +49,7 @@ from memlens.app.window.menus import add_action
 from memlens.app.window.open_paths import Opener
 from memlens.app.window.opening import RunOpening
 from memlens.app.window.pins import PinBoard
+from memlens.app.window.quit_now import offer_quit_now
 from memlens.app.window.rank_chooser import RankChooser
 from memlens.app.window.run_session import RunSession, TrainFn
 from memlens.app.window.run_state import (
@@ -117,6 +119,9 @@ class MainWindow(QMainWindow):
         # The Runs dock before the layout is restored: its open state is remembered too.
         self.runs_dock = RunsDock(self, self.runs_dir, self.board, self.say, self.view_menu)
         self.script_watch = ScriptWatching(self)  # File > Watch a script…
+        self.fixing = FixSession(  # Try the fix / Write the fix under a diagnosis
+            self, self.events_panel, lambda: (self.history, self.loaded_from),
+            self.board.add_history)
         self.amp_support = AmpSupport(self.run_panel, self.techniques_panel, self)
         self.setWindowIcon(app_icon())
         settings.restore_window(self)
@@ -572,23 +577,6 @@ class MainWindow(QMainWindow):
             self.session.abandon()
         self._quit_now = True
         self.close()
-
-
-def offer_quit_now(message, quit_now) -> QMessageBox:
-    """Ask, in a box `message(...)` opens, whether to quit now (`quit_now()`) or wait."""
-    box = message("The run is still stopping",
-                  "The current step has not ended yet. Quit now? The run's files are kept, "
-                  "complete up to the last finished step.", QMessageBox.Question, "quit_now")
-    box.setStandardButtons(QMessageBox.NoButton)
-    quit_button = box.addButton("Quit now", QMessageBox.AcceptRole)
-    box.addButton("Keep waiting", QMessageBox.RejectRole)
-
-    def on_finished(_result: int) -> None:
-        if box.clickedButton() is quit_button:  # after the box has gone: then the window
-            QTimer.singleShot(0, quit_now)
-
-    box.finished.connect(on_finished)
-    return box
 
 
 def offer_model_file(run_panel, lessons_tab) -> None:

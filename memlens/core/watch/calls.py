@@ -250,12 +250,13 @@ class CallBook:
         if self.graph_kept_reported:
             self.backward_marks = []
             return
-        old, calls = self._old_marks(step), self._old_calls(step)
-        if old or calls:  # a graph in a reference cycle waits for the collector: not a holder
+        # A graph in a reference cycle waits for the collector: not a holder. (Asked without
+        # keeping the answer: a list of the old marks here would keep them alive through it.)
+        if self._old_marks(step) or self._old_calls(step):
             import gc
 
             gc.collect()
-            old, calls = self._old_marks(step), self._old_calls(step)
+        old, calls = self._old_marks(step), self._old_calls(step)
         steps = {m.step for m in old} | {c.step for c in calls}
         if not steps or (len(steps) < 2 and not retained_bytes):
             # One backwarded loss held a while (`loss` returned from an epoch): nothing

@@ -93,17 +93,36 @@ def call_site(depth: int = 2) -> str:
     return ""
 
 
+_OPTIMIZED = inspect.CO_OPTIMIZED  # a function's frame: its locals live apart from a dict
+
+
+def frame_locals(f) -> dict:
+    """A frame's locals, read without leaving memlens's read behind. Before Python 3.13,
+    `f_locals` of a function's frame is a snapshot dict cached on the frame until the next
+    read: it would hold what the function held at that moment (a loss of an earlier step,
+    an output the program dropped) for as long as the frame runs. So the snapshot is copied
+    and emptied; the next read (a debugger's, `locals()`) fills it again. A module's or a
+    class body's f_locals is its namespace itself, and is never touched."""
+    values = f.f_locals
+    if sys.version_info >= (3, 13) or not f.f_code.co_flags & _OPTIMIZED:
+        return values
+    copy = dict(values)
+    values.clear()
+    return copy
+
+
 def variable_name(obj: Any) -> str:
     """The name the user's code gives `obj` (a local or global of the innermost user frame
     that has one, `self.x` for an attribute of self), or ""."""
     for f in user_frames(2):
-        for scope in (f.f_locals, f.f_globals):
+        local = frame_locals(f)
+        for scope in (local, f.f_globals):
             for name, value in list(scope.items()):
                 # `self` names the object inside its own method (Lightning's
                 # `self(x)` in training_step), not in the script
                 if value is obj and not name.startswith("_") and name != "self":
                     return name
-        me = f.f_locals.get("self")
+        me = local.get("self")
         if me is not None and hasattr(me, "__dict__"):
             for name, value in list(vars(me).items()):
                 if value is obj:
@@ -189,12 +208,13 @@ def _scopes(frames: list) -> Iterator[tuple[Any, str, dict]]:
     seen_globals: set[int] = set()
     for f in frames:
         func = f.f_code.co_name
+        local = frame_locals(f)
         if func != "<module>":
-            yield f, f"local `{{}}` in {func}()", f.f_locals
+            yield f, f"local `{{}}` in {func}()", local
         if id(f.f_globals) not in seen_globals:
             seen_globals.add(id(f.f_globals))
             yield f, "global `{}`", f.f_globals
-        obj = f.f_locals.get("self")
+        obj = local.get("self")
         if obj is not None and hasattr(obj, "__dict__"):
             yield f, "attribute `self.{}`", vars(obj)
 

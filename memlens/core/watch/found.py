@@ -223,7 +223,7 @@ class Discovery:
         known = {id(p) for m in self.found.model_list() for p in m.parameters()}
         held: dict[int, tuple[str, nn.Module, list]] = {}
         for f in dx.program_frames(2):
-            for scope in (f.f_locals, f.f_globals):
+            for scope in (dx.frame_locals(f), f.f_globals):
                 for name, value in list(scope.items()):
                     if isinstance(value, torch.optim.Optimizer):
                         self.add_optimizer(value, active=False)

@@ -12,6 +12,7 @@ from memlens.core.records import RunSummary
 from memlens.core.runfolder.header import run_header
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.control_channel import WatchStopped
+from memlens.core.watch.limit import StepLimit
 
 if TYPE_CHECKING:
     from memlens.core.watch.session import WatchSession
@@ -33,16 +34,23 @@ def header(w: WatchSession) -> dict:
                             memory_label=label)
     return {**run_header("watch", script=w.script, argv=w.argv, rank=w.rank,
                          world_size=w.world_size),
+            # where to run it again from (main.py fix, the app's Try the fix)
+            "script_path": str(Path(w.script).resolve()) if w.script else None,
+            "cwd": os.getcwd(),
             "capture_every": w.capture_every, "precise_requested": w.precise_requested,
             "environment": env, "models": list(w.seen.models_seen.values())}
 
 
 def summary(w: WatchSession, error: BaseException | None) -> RunSummary:
+    if isinstance(error, StepLimit):  # the steps asked for, recorded: stopped, not failed
+        error, limit = None, True
+    else:
+        limit = False
     failed = error is not None or (w.exit_code or 0) != 0
     tally = w.steps.tally
     return RunSummary(
         steps_done=w.step_index,
-        stopped_by="stopped" if isinstance(error, WatchStopped) else "error" if failed
+        stopped_by="stopped" if isinstance(error, WatchStopped) or limit else "error" if failed
         else "completed",
         wall_s=w.steps.now(), final_loss=tally.final_loss, peak_bytes=tally.peak,
         mean_step_ms=tally.mean_step_ms,

@@ -12,6 +12,7 @@ import traceback
 from pathlib import Path
 
 from memlens.core.exits import EXIT_BAD_INPUT, EXIT_SIGNAL_BASE
+from memlens.core.watch.limit import StepLimit
 
 
 def check_script(path: str) -> str | None:
@@ -33,14 +34,16 @@ def check_script(path: str) -> str | None:
 
 def run_script(script: str, script_args: list[str], *, out=None, precise: bool = False,
                capture_every: int = 0, quiet: bool = False, force: bool = False,
-               model_found=None, at=(), control: str | None = None, around=None) -> int:
+               model_found=None, at=(), control: str | None = None, around=None,
+               stop_after: int = 0) -> int:
     """Run `script` under a watch; returns the exit code `python script ARGS` would have
     (2 where a toggle of `at` never applied: past the run's last step, or a script that
     made no step). `model_found`: called with each model at its first call
     (WatchSession.model_found); `at`, `control`: technique changes and the control channel
     (core.watch.interventions); `around(watch)`: a context manager the script runs inside,
     left before the watch closes (memlens.integrations.relaunch: the ranks a framework
-    starts again)."""
+    starts again); `stop_after`: end the script where its step `stop_after + 1` would
+    begin (exit code 0; core.watch.limit)."""
     from memlens.core.runfolder.atomic import ExportError
     from memlens.core.runfolder.claim import discard_run
     from memlens.core.watch.control_channel import WatchStopped
@@ -56,7 +59,7 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     try:
         w = WatchSession(out=out, precise=precise, capture_every=capture_every, script=path,
                          argv=argv, force=force, model_found=model_found, at=at,
-                         control=control)
+                         control=control, stop_after=stop_after)
     except (ExportError, OSError, ValueError) as exc:  # ConfigError: a folder holding a run
         sys.argv, sys.path[:] = old_argv, old_path
         print(f"memlens watch: {exc}", file=sys.stderr)
@@ -73,6 +76,10 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     except WatchStopped as exc:  # the app's Stop: between steps, the files complete
         error = exc
         print(f"memlens watch: {exc}; the run folder is complete up to it", file=sys.stderr)
+    except StepLimit as exc:  # the steps asked for are recorded: not an error
+        error = exc
+        if not quiet:
+            print(f"memlens watch: {exc}", file=sys.stderr)
     except Terminated as exc:  # SIGTERM: no traceback, as Python prints none for it
         error, code = exc, EXIT_SIGNAL_BASE + signal.SIGTERM
         print(f"memlens watch: {exc} at step {w.step_index}; the run folder is complete up "

@@ -46,6 +46,7 @@ from memlens.core.watch.framework import FrameworkCalls
 from memlens.core.watch.growth import GraphGrowth
 from memlens.core.watch.hooks import TorchHooks
 from memlens.core.watch.interventions import Interventions
+from memlens.core.watch.limit import check as check_step_limit
 from memlens.core.watch.meta import (
     NOTHING_FOUND_HELP,
     error_text,
@@ -91,9 +92,11 @@ class WatchSession(FrameworkCalls):
                  argv: list[str] | None = None, force: bool = False,
                  announce: bool = False, rank: tuple[int, int] | None = None,
                  model_found: Callable[[nn.Module], None] | None = None,
-                 at=(), control: str | None = None, in_job: bool = False) -> None:
+                 at=(), control: str | None = None, in_job: bool = False,
+                 stop_after: int = 0) -> None:
         """`at`, `control`: technique changes, the control channel (interventions);
-        `in_job`: a rank a framework started again claims only its rank's folder."""
+        `in_job`: a rank a framework started again claims only its rank's folder;
+        `stop_after`: steps, then core.watch.limit ends the script (0: never)."""
         if ACTIVE:
             raise RuntimeError("memlens.watch: a watch is already recording in this process; "
                                "close it first (one watch at a time)")
@@ -109,6 +112,7 @@ class WatchSession(FrameworkCalls):
         self.precise_requested, self.capture_every = precise, capture_every
         self.script, self.argv = script, list(argv if argv is not None else sys.argv)
         self.announce = announce  # say at close what was recorded (memlens.watch in code)
+        self.stop_after = stop_after  # steps, then core.watch.limit ends the script (0: never)
         self.seen = Discovery(models, optimizers)
         self.found = self.seen.found
         self._t0 = time.perf_counter()
@@ -134,8 +138,7 @@ class WatchSession(FrameworkCalls):
         self.probe = None
         self._probe_key: tuple = ()
         self.device = torch.device("cpu")
-        # The training thread (the one that starts the watch): other threads' module calls
-        # pass through (a background evaluation is not this loop's phases).
+        # The training thread (the one that starts it): other threads' calls pass through.
         self._thread = threading.get_ident()
         self.closed, self.broken, self._manual_steps = False, False, False
         self.exit_code: int | None = None
@@ -360,6 +363,7 @@ class WatchSession(FrameworkCalls):
         if grad and self._after_backward and not self._manual_steps and (
                 not self.seen.required_optimizers()):
             self._end_step()
+        check_step_limit(self.step_index, self.stop_after)  # before the next step's work
         if self.seen.probe_stale:
             self._ensure_probe()
         if grad:
@@ -424,6 +428,7 @@ class WatchSession(FrameworkCalls):
         if (self._after_backward and not self.seen.required_optimizers()
                 and not self._manual_steps):
             self._end_step()
+        check_step_limit(self.step_index, self.stop_after)
         if isinstance(owner, torch.optim.Optimizer):
             self.seen.add_optimizer(owner, active=False)
         self.norms.cleared = True

@@ -1,0 +1,149 @@
+"""`fix` from start to end: watch the script, plan the fixes of its diagnoses, write the
+patched copies, watch them for the same steps and arguments, and write the report.
+
+The fix folder holds `before/` and `after/` (the two run folders, each with the script's
+printed output beside it: before.stdout...), `fixed/` (the patched copies: the script, and
+the modules of its folder a fix changed), fix.diff, fix.json and patch.json (--write's).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from memlens.core.fix.plan import Fix, Planner, copy_path, patched_texts
+from memlens.core.fix.report import FIX_JSON, Report, text, unified, write
+from memlens.core.fix.runs import WatchedRun, watch_run
+from memlens.core.fix.write import PATCH_JSON, save_patch
+from memlens.core.runfolder.claim import new_run_folder
+
+DEFAULT_STEPS = 12  # enough for a diagnosis that needs growth over several steps
+PACKAGE_COPY_LIMIT = 2000  # files of a package copied under fixed/ so a patched module imports
+FOLDER_PARTS = ("before", "after", "fixed", FIX_JSON, PATCH_JSON)
+
+Progress = Callable[[int, int, str], None]  # (stage, of stages, what runs now)
+
+
+class FixInputError(Exception):
+    """Bad input for fix (exit 2): the message says what is wrong, in one line."""
+
+
+@dataclass
+class FixOutcome:
+    out: Path
+    fixes: list[Fix]
+    before: WatchedRun
+    after: WatchedRun | None
+    entries: list[dict]
+    new: list[str]  # diagnoses of the patched copy no fix answers for
+    patched_ok: bool
+    why_not: str | None  # why the patched copy is not accepted
+
+    def text(self, steps: int) -> str:
+        return text(self.entries, steps, self.new)
+
+
+def fix_folder(out: str | None, script: Path) -> Path:
+    """The fix folder: `out` (refused where it holds an earlier fix), else a new
+    runs/<time>-fix-<script>."""
+    if out is None:
+        return new_run_folder("runs", f"fix-{script.stem}")
+    folder = Path(out).expanduser()
+    if folder.exists() and not folder.is_dir():
+        raise FixInputError(f"--out {out}: a file, not a folder; choose a folder")
+    taken = [p for p in FOLDER_PARTS if (folder / p).exists()]
+    if taken:
+        raise FixInputError(f"--out {out} already holds a fix ({', '.join(taken)}); choose "
+                            "another folder")
+    folder.mkdir(parents=True, exist_ok=True)
+    return folder
+
+
+def fix_script(script: Path, args: list[str], *, out: str | None = None,
+               steps: int = DEFAULT_STEPS, progress: Progress | None = None) -> FixOutcome:
+    """Run the whole fix (see the module doc); FixInputError for bad input, before the
+    user's files are touched (they never are here: --write is core.fix.write)."""
+    say = progress or (lambda *_: None)
+    script = script.resolve()
+    cwd = Path.cwd()
+    folder = fix_folder(out, script)
+    original = script.read_bytes()
+    say(1, 3, f"watching {script.name} for {steps} steps")
+    before = watch_run(script, args, folder / "before", steps, cwd=cwd,
+                       script_dir=script.parent)
+    _check_before(before, script)
+    if script.read_bytes() != original:
+        raise FixInputError(f"{script} changed while it was watched: run fix again")
+    say(2, 3, "planning the fixes")
+    planner = Planner(script)
+    fixes = planner.plan(before.diagnoses)
+    texts = patched_texts(planner, fixes)
+    fixed_dir = folder / "fixed"
+    copies = _write_copies(texts, script, fixed_dir) if texts else {}
+    after = None
+    if texts:
+        say(3, 3, f"watching the patched copy for {steps} steps")
+        after = watch_run(fixed_dir / script.name, args, folder / "after", steps, cwd=cwd,
+                          script_dir=script.parent)
+    report = Report(planner, fixes, before, after, fixed_dir, copies)
+    entries = report.entries()
+    ok, why_not = _accepted(before, after)
+    patch = "".join(unified(planner.sources[p].text, t, p, str(copies[p].relative_to(folder)))
+                    for p, t in texts.items())
+    write(folder, entries, patch)
+    save_patch(folder, script=script, args=args, steps=steps, cwd=cwd,
+               files={p: (planner.sources[p].text.encode("utf-8"), copies[p]) for p in texts},
+               patched_ok=ok, why_not=why_not)
+    return FixOutcome(folder, fixes, before, after, entries, report.new_diagnoses(), ok,
+                      why_not)
+
+
+def _check_before(before: WatchedRun, script: Path) -> None:
+    if before.doc is None:
+        raise FixInputError(f"{script.name} ended (exit code {before.exit_code}) before it "
+                            f"trained ({before.last_error_line()}); give it the arguments it "
+                            "needs after --")
+    if before.nothing_found:
+        raise FixInputError(f"the watch found no model and no optimizer in {script.name}: "
+                            "nothing to fix")
+
+
+def _accepted(before: WatchedRun, after: WatchedRun | None) -> tuple[bool, str | None]:
+    """Whether the patched copy runs as far as the original (the same exit code, or 0)."""
+    if after is None:
+        return False, "nothing was changed"
+    if after.exit_code in (0, before.exit_code) and after.doc is not None:
+        return True, None
+    return False, (f"the patched copy failed (exit code {after.exit_code}: "
+                   f"{after.last_error_line()})")
+
+
+def _write_copies(texts: dict[Path, str], script: Path, fixed_dir: Path) -> dict[Path, Path]:
+    """Each changed file's patched text under fixed/, beside the script's copy as it is
+    beside the script (a module of a package: that package copied whole first, so it still
+    imports); the script is copied even where only a module changed."""
+    fixed_dir.mkdir()
+    copies: dict[Path, Path] = {}
+    for path in texts:
+        rel = copy_path(path, script)
+        if len(rel.parts) > 1 and not (fixed_dir / rel.parts[0]).exists():
+            _copy_package(script.parent / rel.parts[0], fixed_dir / rel.parts[0])
+        copies[path] = fixed_dir / rel
+    if script not in texts:
+        shutil.copy2(script, fixed_dir / script.name)
+    for path, new in texts.items():
+        copies[path].parent.mkdir(parents=True, exist_ok=True)
+        copies[path].write_text(new, encoding="utf-8")
+    return copies
+
+
+def _copy_package(src: Path, dst: Path) -> None:
+    count = sum(len(files) for _, _, files in os.walk(src))
+    if count > PACKAGE_COPY_LIMIT:
+        raise FixInputError(f"{src} holds {count} files: too many to copy beside the patched "
+                            "script; fix the module in place by hand")
+    shutil.copytree(src, dst, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"),
+                    symlinks=True)

@@ -54,8 +54,8 @@ JSON_EVERY_S = 2.0  # run.json rewritten at most this often for steps alone (eve
 
 def samples_of(items: list) -> list[MemorySample]:
     """Samples as a producer hands them over: MemorySamples, or native edge-row blocks
-    (step, params, buffers, rows) still to be made MemorySamples (records.edge_samples): a
-    watch leaves that to this thread."""
+    (step, params, buffers, rows, buckets: MemoryProbe.edge_block) still to be made
+    MemorySamples (records.edge_samples): a watch leaves that to this thread."""
     samples: list[MemorySample] = []
     for item in items:
         if isinstance(item, MemorySample):

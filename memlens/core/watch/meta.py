@@ -29,11 +29,15 @@ def header(w: Watch) -> dict:
         "; other = the models' inputs (batches, carried state)")
     env = w.rec.environment(parameters=sum(p.numel() for p in w.found.parameters()),
                             memory_label=label)
-    return {"source": "watch", "script": w.script, "argv": w.argv,
-            "pid": os.getpid(), "capture_every": w.capture_every,
-            "precise_requested": w.precise_requested, "environment": env,
-            "models": list(w.seen.models_seen.values()), "finished": False,
-            "rank": w.rank, "world_size": w.world_size, **launcher_place()}
+    doc = {"source": "watch", "script": w.script, "argv": w.argv,
+           "pid": os.getpid(), "capture_every": w.capture_every,
+           "precise_requested": w.precise_requested, "environment": env,
+           "models": list(w.seen.models_seen.values()), "finished": False,
+           "rank": w.rank, "world_size": w.world_size, **launcher_place()}
+    sharding = probe.sharding if probe is not None else None
+    if sharding is not None:  # FSDP's shards and padding, DDP's buckets (core.recorder.sharded)
+        doc["sharding"] = sharding.facts()
+    return doc
 
 
 def summary(w: Watch, error: BaseException | None) -> RunSummary:

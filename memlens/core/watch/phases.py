@@ -65,14 +65,12 @@ class Phases:
         rows = self.probe.take_rows()
         if not rows:
             return
-        params, buffers = self.probe.params.total, self.probe.buffers.total
-        base, peak, total = params + buffers, self.step_peak, 0
-        for _, _, grads, opt, act, other, _, _ in rows:
-            total = base + grads + opt + act + other
+        peak, total = self.step_peak, 0
+        for total in self.probe.row_totals(rows):
             if total > peak:
                 peak = total
         self.last_total, self.step_peak = total, peak
-        self.samples.append((step, params, buffers, rows))
+        self.samples.append(self.probe.edge_block(step, rows))
 
     def _account(self, s: MemorySample) -> None:
         total = s.allocated if s.allocated is not None else s.total
@@ -121,6 +119,20 @@ class Phases:
                 self._account(self.probe.sample(step, name, self.now(), heap=heap))
         self.since = self.clock()  # a sample's own cost is no phase's time
         return name
+
+    def sample_inside(self, step: int) -> None:
+        """A sample inside the phase under way, named as it (a sharded model's memory at its
+        height: FSDP about to free a block's gathered parameters); its cost is no phase's."""
+        name = self._stack[-1]
+        code = _SAMPLED.get(name)
+        if code is None or self.probe is None:
+            return
+        self._charge(self.clock())
+        if self._edge is not None:
+            self.probe.sample_inside(code, self._carried_refs())
+        else:
+            self._account(self.probe.sample(step, name, self.now(), heap=False))
+        self.since = self.clock()
 
     # --- a step's end ----------------------------------------------------------------------------
     def end_step(self, step: int) -> tuple[dict[str, float], float]:

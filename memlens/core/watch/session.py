@@ -264,6 +264,7 @@ class Watch(FrameworkCalls):
         self.phases.use_probe(self.probe, self.step_index)  # the old probe's figures first
         # A new probe knows no gradients or optimizer state yet: "start" scans them all.
         self.probe.sample(self.step_index, "start", 0.0, [])
+        self.hooks.watch_sharding(self.probe.sharding)  # FSDP's reshard: core.watch.sharding
         self._post("on_start", header(self))
 
     def _note_amp_casts(self, nodes: list) -> None:

@@ -8,7 +8,8 @@ local shards (DTensor.to_local()), the gradients' and the optimizer state's loca
 the live gathered parameters (untyped_storage().nbytes() of the full parameters FSDP has
 put in the modules), each storage once. The moments: the end of forward, backward,
 optimizer step and zero_grad, and (FSDP) just before FSDP frees a block's gathered
-parameters, taken by wrapping FSDP's reshard here, before memlens wraps it.
+parameters, taken by wrapping FSDP's reshard here, before memlens wraps it. A configuration
+named *_cli runs once, not watched here: the job runs under `main.py watch --out OUT/CONFIG`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ STEPS = 2
 DIM = 33  # not divisible by 2: every block's shard is uneven
 CONFIGS = ("fsdp2", "fsdp2_keep", "fsdp2_ckpt", "fsdp2_bf16", "fsdp2_offload", "fsdp2_precise",
            "fsdp1", "ddp", "ddp_views", "ddp_unused", "ddp_static")
+CLI_CONFIG = "fsdp2_cli"  # FSDP2 as "fsdp2", recorded by main.py watch
 
 
 class Block(nn.Module):
@@ -59,7 +61,7 @@ class Net(nn.Module):
 def build(config: str) -> nn.Module:
     torch.manual_seed(0)
     net = Net(ckpt="ckpt" in config, unused="unused" in config)
-    if config.startswith("fsdp2"):
+    if config.startswith("fsdp2"):  # fully_shard on each block and on the root
         from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy, fully_shard
 
         kw = {"reshard_after_forward": "keep" not in config}
@@ -188,15 +190,17 @@ def activations(model: nn.Module, x: torch.Tensor) -> int:
     return n
 
 
-def train(config: str, out: Path | None) -> tuple[list[float], Truth | None, int]:
+def train(config: str, out: Path | None) -> tuple[list[float], Truth | None, int | None]:
+    """`out`: watch the run into it (None: plain; for CLI_CONFIG the outer watch records)."""
     model = build(config)
     rank = dist.get_rank()
-    acts = activations(model, torch.randn(16, 8))
+    outer = config == CLI_CONFIG  # its one pass is the recording: no pass before it
+    acts = None if outer else activations(model, torch.randn(16, 8))
     opt = torch.optim.AdamW(model.parameters(), lr=0.01)
     torch.manual_seed(1 + rank)
     truth = Truth(model, opt, config) if out is not None else None
-    watch = (memlens.watch(out=out, precise="precise" in config) if out is not None
-             else contextlib.nullcontext())
+    watch = (memlens.watch(out=out, precise="precise" in config)
+             if out is not None and not outer else contextlib.nullcontext())
     losses = []
     with reshard_noted(truth), watch:
         for step in range(STEPS):
@@ -224,12 +228,13 @@ def main() -> None:
     dist.init_process_group("gloo")
     out = Path(sys.argv[1])
     for config in sys.argv[2:]:
-        plain, _, _ = train(config, None)
+        plain = train(config, None)[0] if config != CLI_CONFIG else []
         watched, truth, acts = train(config, out / config)
         full = sum(p.numel() * 4 for p in Net(unused="unused" in config).parameters()
                    if p.requires_grad)
+        shard = sum(local(p).nbytes for p in truth.model.parameters())  # without padding
         doc = {"plain": plain, "watched": watched, "moments": truth.moments,
-               "activations": acts, "full_param_bytes": full,
+               "activations": acts, "full_param_bytes": full, "shard_bytes": shard,
                "world_size": dist.get_world_size()}
         (out / config / f"truth{dist.get_rank()}.json").write_text(json.dumps(doc))
     dist.destroy_process_group()

@@ -90,7 +90,9 @@ class Sharding:
         fsdp2, fsdp1, ddp = _fsdp2_module_type(), _fsdp1_module_type(), _ddp_module_type()
         if fsdp2 is None and fsdp1 is None and ddp is None:
             return None
-        modules = [(name, m) for model in models for name, m in model.named_modules()]
+        seen: set[int] = set()  # a module in two models (a LightningModule and its net): once
+        modules = [(name, m) for model in models for name, m in model.named_modules()
+                   if id(m) not in seen and not seen.add(id(m))]
         try:
             if fsdp2 is not None and any(isinstance(m, fsdp2) for _, m in modules):
                 return cls._fsdp2(modules, fsdp2)

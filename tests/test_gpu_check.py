@@ -63,8 +63,8 @@ def test_dry_run_imports_collects_and_summarises_without_qt_or_plugins(bare_env,
     summary = json.loads((out / "gpu_check.json").read_text())
     checks = summary["checks"]
     assert summary["result"] == "passed" and summary["qt_modules_loaded"] == []
-    assert {n: c["status"] for n, c in checks.items() if n != "watch"} == dict.fromkeys(
-        ("pytest", "allocator", "snapshot", "amp"), "pass")
+    assert {n: c["status"] for n, c in checks.items() if n not in ("watch", "fsdp")} == \
+        dict.fromkeys(("pytest", "allocator", "snapshot", "amp"), "pass")
     # Every test of the two CUDA files is collected, counted here independently of pytest's
     # own output: test functions in the files, with test_cuda's 5-preset parametrisation.
     sources = [(ROOT / f).read_text() for f in ("tests/core/test_cuda.py",
@@ -72,7 +72,12 @@ def test_dry_run_imports_collects_and_summarises_without_qt_or_plugins(bare_env,
     expected = sum(s.count("\ndef test_") for s in sources) + 4
     assert checks["pytest"]["figures"]["collected"] == expected
     watch = any((ROOT / "memlens" / "core").glob("watch*"))
-    assert checks["watch"]["status"] == ("pass" if watch else "skip")
+    assert checks["watch"]["status"] == checks["fsdp"]["status"] == (
+        "pass" if watch else "skip")
+    # the FSDP case's CPU side: a watched 1-rank FSDP2 job on gloo, its figures checked
+    fsdp = checks["fsdp"]["figures"]
+    assert (fsdp["sharding"], fsdp["steps_rows"], fsdp["device"]) == ("fsdp2", 3, "cpu")
+    assert fsdp["params"] == [fsdp["expected_params"]] and fsdp["gathered_max"] > 0
     assert (out / "gpu_check.txt").read_text().startswith("gpu_check dry run: passed")
 
 
@@ -88,7 +93,7 @@ def test_arguments(bare_env, tmp_path):
     listed = run_check(bare_env, "--list")
     assert listed.returncode == 0
     assert [ln.split()[0] for ln in listed.stdout.splitlines()] == [
-        "pytest", "allocator", "snapshot", "amp", "watch"]
+        "pytest", "allocator", "snapshot", "amp", "watch", "fsdp"]
     bad = run_check(bare_env, "--only", "nope", "--out", str(tmp_path))
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
     assert not (tmp_path / "gpu_check.json").exists()

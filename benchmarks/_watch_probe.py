@@ -4,19 +4,23 @@ process. Both sides share the process's memory layout and run seconds apart, whi
 separate processes do not: on a shared machine a process's steps can be 20% slower than the
 next one's for reasons of its own (its heap's page-fault regime, the core it landed on).
 
-    python -m benchmarks._watch_probe SCRIPT BLOCKS STEPS_PER_BLOCK [-- SCRIPT_ARGS...]
+    python -m benchmarks._watch_probe SCRIPT BLOCKS STEPS_PER_BLOCK [--out FILE]
+        [-- SCRIPT_ARGS...]
 
 Prints one JSON object: {"plain": [[wall ms, ...] per block], "watched": [...],
 "toggles": [...], and each with "_cpu"}, the first steps of each block left out (a watch
 finds the models and makes its probe on its first steps). "toggles" is a watch given a
 technique change that never comes due (`at=[IDLE_AT]`): its interventions are made and
 consulted at every hook, and nothing is overridden, the cost of toggles being possible;
-"watched" has none (the attribute the hooks check is None).
+"watched" has none (the attribute the hooks check is None). With --out, writes it to FILE
+followed by the rank's number instead (under torchrun: one process per rank, each its own
+file; the ranks' collectives keep their blocks in step).
 """
 
 from __future__ import annotations
 
 import json
+import os
 import runpy
 import sys
 import tempfile
@@ -31,6 +35,9 @@ SIDES = ("plain", "watched", "toggles")
 
 def main(argv: list[str]) -> None:
     script, blocks, per_block = argv[0], int(argv[1]), int(argv[2])
+    out_file = None
+    if argv[3:4] == ["--out"]:
+        out_file, argv = argv[4], argv[:3] + argv[5:]
     script_args = argv[4:] if argv[3:4] == ["--"] else argv[3:]
     sys.argv = [script, *script_args]
     sys.path.insert(0, str(Path(script).resolve().parent))
@@ -62,7 +69,10 @@ def main(argv: list[str]) -> None:
                     w.close()
                 out[side].append(wall[SKIP:])
                 out[f"{side}_cpu"].append(cpu[SKIP:])
-    print(json.dumps(out))
+    if out_file is None:
+        print(json.dumps(out))
+    else:
+        Path(f"{out_file}{os.environ.get('RANK', '0')}").write_text(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -35,6 +35,11 @@ CASES = [("rnn_lm", [], True), ("dcgan", ["--sample-every", "10"], True),
 TOY_SIZES = {"--tiny": "toy sizes (--tiny)", "--micro": "a 2 ms step (--micro)"}
 OVERHEAD_LIMIT = 1.05
 FOLLOW_LIMIT_MS = 250.0
+# A sharded job (examples/fsdp.py at the sizes of the sharded tests: FSDP2 on 2 processes,
+# gloo), one process per rank, each rank's blocks alternately plain and watched in step
+# with the other's (the collectives keep them so).
+SHARDED_RANKS = 2
+SHARDED_LIMIT = 1.10
 
 
 def _env(threads: int) -> dict:
@@ -106,6 +111,44 @@ def _toggles_figure(times: dict, label: str, name: str, size: str, blocks: int,
         note=f"95% CI {ci.low:.3f}-{ci.high:.3f} over {blocks} pairs of blocks of "
              f"{per_block - 2} steps; median {pa:.2f} ms without, {pb:.2f} ms with "
              f"({(pb - pa) * 1e3:+.0f} us a step)")
+
+
+def sharded(s: Settings) -> list[Figure]:
+    """examples/fsdp.py under torchrun, each rank in alternating blocks in its own process
+    (benchmarks/_watch_probe.py --out); a figure per rank, its ratio with its interval."""
+    blocks, per_block = (6, 12) if s.quick else (max(24, 2 * s.reps), 12)
+    with tempfile.TemporaryDirectory(prefix="memlens-sharded-bench-") as tmp:
+        probe = Path(tmp) / "probe"
+        torchrun = Path(sys.executable).parent / "torchrun"
+        cmd = [str(torchrun), "--nproc_per_node", str(SHARDED_RANKS), "--master_port",
+               str(_free_port()), "-m", "benchmarks._watch_probe",
+               str(ROOT / "examples" / "fsdp.py"), str(blocks), str(per_block),
+               "--out", str(probe)]
+        subprocess.run(cmd, cwd=ROOT, env=_env(s.threads), check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        ranks = [json.loads(Path(f"{probe}{r}").read_text()) for r in range(SHARDED_RANKS)]
+    out = []
+    for rank, times in enumerate(ranks):
+        a = [_median(b) for b in times["plain"]]
+        b = [_median(b) for b in times["watched"]]
+        ci = median_pair_ratio(a, b)
+        pa, pb = _median(a), _median(b)
+        out.append(Figure(
+            f"watch_overhead_fsdp2_rank{rank}",
+            f"watch: FSDP2 at the tests' sizes, rank {rank} of {SHARDED_RANKS}, watched / plain",
+            ci.ratio, "x", SHARDED_LIMIT,
+            note=f"95% CI {ci.low:.3f}-{ci.high:.3f} over {blocks} pairs of blocks of "
+                 f"{per_block - 2} steps, one process per rank (gloo); median plain "
+                 f"{pa:.2f} ms, watched {pb:.2f} ms ({(pb - pa) * 1e3:+.0f} us a step)"))
+    return out
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
 
 
 def end_to_end(s: Settings) -> list[Figure]:
@@ -183,4 +226,4 @@ def follow_latency(s: Settings) -> list[Figure]:
 
 def run(s: Settings) -> list[Figure]:
     # (the follow latency is measured with the GUI group, gui_load)
-    return in_process(s) + end_to_end(s)
+    return in_process(s) + sharded(s) + end_to_end(s)

@@ -404,8 +404,81 @@ def check_watch_amp(out: Path, dry_run: bool) -> dict | None:
     return figures
 
 
+FSDP_WIDTH, FSDP_BLOCKS = 256, 3  # examples/fsdp.py's blocks, wider than its CPU default
+
+
+def _fsdp_param_bytes(width: int, blocks: int) -> int:
+    """examples/fsdp.py's float32 parameters: inp (8 -> width), the blocks, out (width -> 1);
+    on one rank its shard is all of them."""
+    return 4 * ((8 + 1) * width + blocks * (width + 1) * width + width + 1)
+
+
+def check_fsdp(out: Path, dry_run: bool) -> dict | None:
+    """FSDP2 under `main.py watch` (torchrun, world size 1, NCCL, fully_shard on each block).
+
+    examples/fsdp.py prints the same final loss, bit for bit, watched and plain; every step is
+    recorded; params (the rank's shard; one rank: the whole model) equals the parameters'
+    bytes counted here; FSDP's gathered parameters are seen inside the phases and freed by
+    the optimizer's row; on CUDA each row's allocated bytes hold at least the categories'
+    tensors. --dry-run runs the watched job alone on CPU (gloo), 3 steps, and checks its
+    figures. None (skipped) without watch."""
+    if not watch_available():
+        return None
+    work = out / "gpu_check_fsdp"
+    work.mkdir(parents=True, exist_ok=True)
+    steps = 3 if dry_run else 8
+    torchrun = [str(Path(sys.executable).parent / "torchrun"), "--standalone",
+                "--nproc_per_node", "1"]
+    args = ["--steps", str(steps), "--width", str(FSDP_WIDTH), "--blocks", str(FSDP_BLOCKS)]
+    example = str(ROOT / "examples" / "fsdp.py")
+    watched = _run([*torchrun, str(ROOT / "main.py"), "watch", "--out", str(work / "run"),
+                    example, *args], 600, cwd=work)
+    plain = watched if dry_run else _run([*torchrun, example, *args], 600, cwd=work)
+    figures = {"plain_exit": plain.returncode, "watch_exit": watched.returncode,
+               "plain": _tail(plain.stdout, 1), "watched": _tail(watched.stdout, 1)}
+    if plain.returncode != 0 or watched.returncode != 0:
+        raise CheckFailed(f"exit {plain.returncode} plain, {watched.returncode} watched:\n"
+                          f"{_tail(plain.stderr + watched.stderr)}", figures)
+    if figures["plain"] != figures["watched"] or "loss" not in figures["plain"]:
+        raise CheckFailed("the watched job's final loss differs from the plain run", figures)
+    import csv
+
+    run = work / "run"
+    doc = json.loads((run / "run.json").read_text())
+    with (run / "steps.csv").open(newline="") as f:
+        figures["steps_rows"] = len(list(csv.DictReader(f)))
+    with (run / "memory.csv").open(newline="") as f:
+        rows = [r for r in csv.DictReader(f) if r["phase"] != "start"]
+    figures.update(sharding=(doc.get("sharding") or {}).get("kind"),
+                   params=sorted({int(r["params_bytes"]) for r in rows}),
+                   expected_params=_fsdp_param_bytes(FSDP_WIDTH, FSDP_BLOCKS),
+                   gathered_max=max(int(r["gathered_bytes"]) for r in rows),
+                   gathered_after_step=[int(r["gathered_bytes"]) for r in rows
+                                        if r["phase"] == "optimizer"],
+                   device=doc["environment"]["device"])
+    problems = []
+    if figures["steps_rows"] != steps or figures["sharding"] != "fsdp2":
+        problems.append(f"{figures['steps_rows']} steps of {steps}, sharding "
+                        f"{figures['sharding']}")
+    if figures["params"] != [figures["expected_params"]]:
+        problems.append("params is not the parameters' bytes")
+    if not figures["gathered_max"] or any(figures["gathered_after_step"]):
+        problems.append("no gathered parameters seen, or not freed after the step")
+    if not dry_run:
+        short = [r for r in rows if int(r["allocated_bytes"] or 0) < sum(
+            int(r[f"{c}_bytes"]) for c in ("params", "grads", "optimizer", "gathered"))]
+        figures["rows_allocated_below_categories"] = len(short)
+        if short or not figures["device"].startswith("cuda"):
+            problems.append("a row's allocated bytes hold less than its categories, or the "
+                            "run was not on CUDA")
+    if problems:
+        raise CheckFailed("; ".join(problems), figures)
+    return figures
+
+
 CHECKS = {"pytest": check_pytest, "allocator": check_allocator, "snapshot": check_snapshot,
-          "amp": check_amp, "watch": check_watch, "watch_amp": check_watch_amp}
+          "amp": check_amp, "watch": check_watch, "watch_amp": check_watch_amp,
+          "fsdp": check_fsdp}
 
 
 # --- running them ------------------------------------------------------------------------------

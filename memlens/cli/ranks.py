@@ -10,9 +10,11 @@ def add_parser(subparsers) -> None:
     p = command_parser(
         subparsers, "ranks",
         "Show each rank of a watched torchrun job (DIR/rank0, DIR/rank1, ...): host, node, "
-        "steps, peak bytes, mean and p95 step time, memory by category at the peak; then "
-        "the imbalance: the largest peak over the smallest, the slowest rank's mean step "
-        "time over the median. See docs/watch.md.",
+        "steps, peak bytes, mean and p95 step time, memory by category at the peak (and "
+        "for FSDP each rank's shard, its padding and the all-gather peak); then the "
+        "imbalance: the largest peak over the smallest, the slowest rank's mean step time "
+        "over the median; and what sharding does (FSDP's all-gather peak, uneven shards, "
+        "DDP's buckets). See docs/watch.md.",
     )
     p.add_argument("job_dir", metavar="DIR", help="the folder the job's ranks recorded into")
 
@@ -20,7 +22,13 @@ def add_parser(subparsers) -> None:
 def main(args) -> int:
     from memlens.core.excerpt import printable
     from memlens.core.runfolder.format import RunFolderError
-    from memlens.core.runfolder.ranks import imbalance_text, read_job, table_header, table_rows
+    from memlens.core.runfolder.ranks import (
+        imbalance_text,
+        read_job,
+        sharding_text,
+        table_header,
+        table_rows,
+    )
 
     try:
         job = read_job(args.job_dir)
@@ -35,4 +43,7 @@ def main(args) -> int:
         print("  ".join(c.ljust(w) if i in left else c.rjust(w)
                         for i, (c, w) in enumerate(zip(line, widths, strict=True))).rstrip())
     print(printable(imbalance_text(job)))
+    sharding = sharding_text(job)
+    if sharding:
+        print(printable(sharding))
     return EXIT_OK

@@ -15,7 +15,8 @@ import numpy as np
 
 from memlens.core.records import (
     ALLOC_FRAME_COLUMN,
-    MEMORY_CATEGORIES,
+    FIRST_CATEGORIES,
+    LATER_CATEGORIES,
     SAMPLE_PHASE_CODE,
     AllocBlock,
     MemorySample,
@@ -35,9 +36,11 @@ STEP_COLUMNS: tuple[str, ...] = (
 # `x` places a sample on the step axis: step + (phase index) / PHASES_PER_STEP (spread_x for
 # steps whose phases repeat), so the samples of a step spread
 # across [step, step + 1) and every plot can share one axis.
+# The categories that came after rss (FSDP's gathered parameters, DDP's buckets) stand after
+# it, as memory.csv has them (its older files lack them: core.runfolder.format).
 SAMPLE_COLUMNS: tuple[str, ...] = (
-    "step", "phase", "x", "time_s", *MEMORY_CATEGORIES, "total", "allocated", "reserved", "heap",
-    "rss",
+    "step", "phase", "x", "time_s", *FIRST_CATEGORIES, "total", "allocated", "reserved",
+    "heap", "rss", *LATER_CATEGORIES,
 )
 PHASES_PER_STEP = len(SAMPLE_PHASE_CODE)
 MAX_GRAPHS = 32
@@ -93,7 +96,7 @@ def sample_values(s: MemorySample) -> tuple[float, ...]:
         s.step, SAMPLE_PHASE_CODE[s.phase], sample_x(s.step, s.phase), s.time_s,
         s.params, s.grads, s.optimizer, s.activations, s.other, s.buffers, s.amp_casts,
         s.temporaries, s.total,
-        _num(s.allocated), _num(s.reserved), _num(s.heap), _num(s.rss),
+        _num(s.allocated), _num(s.reserved), _num(s.heap), _num(s.rss), s.gathered, s.buckets,
     )
 
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from memlens.core.units import format_figures, has_figures
 
@@ -32,9 +32,17 @@ NATIVE_BUILD_EVENT = "native build"
 #   temporaries  precise mode and CUDA only: live storages none of the above hold (the
 #                logits and loss the loop keeps bound, kernel scratch); light mode cannot
 #                see them and reports 0
-# The last three came later: appended, so the category codes of older files still hold.
+#   gathered     sharded training (FSDP): the full parameters FSDP all-gathers for a
+#                block's forward and backward, 0 once it reshards (params: the rank's shard)
+#   buckets      DDP: its gradient buckets, a flat copy of the gradients for the all-reduce
+# The last five came later: appended, so the category codes of older files still hold.
 MEMORY_CATEGORIES: tuple[str, ...] = ("params", "grads", "optimizer", "activations", "other",
-                                      "buffers", "amp_casts", "temporaries")
+                                      "buffers", "amp_casts", "temporaries", "gathered",
+                                      "buckets")
+# The categories memory.csv held before `gathered` and `buckets`: its columns before
+# total_bytes (the later ones come after rss_bytes; core.runfolder.format).
+FIRST_CATEGORIES: tuple[str, ...] = MEMORY_CATEGORIES[:8]
+LATER_CATEGORIES: tuple[str, ...] = MEMORY_CATEGORIES[8:]
 # What each category holds, in the user's words: the app's legend tooltip and the docs.
 CATEGORY_HELP: dict[str, str] = {
     "params": "the models' parameters",
@@ -50,7 +58,29 @@ CATEGORY_HELP: dict[str, str] = {
     "temporaries": "precise mode and CUDA only: live storages no other category holds (the "
                    "logits and loss the loop keeps bound, kernel scratch); 0 in light mode, "
                    "which cannot see them",
+    "gathered": "sharded training (FSDP): the full parameters FSDP all-gathers for a block's "
+                "forward and backward, on top of the rank's shard (params); 0 again once it "
+                "reshards. Why a sharded model still peaks high",
+    "buckets": "DDP: its gradient buckets, a flat copy of the gradients for the all-reduce, "
+               "as large as the parameters that train (with gradient_as_bucket_view=True the "
+               "gradients are views into them, counted as grads)",
 }
+
+
+class Buckets(NamedTuple):
+    """DDP's gradient buckets of a run, in bytes: `fixed` are copies beside the gradients;
+    `views` hold the gradients themselves (gradient_as_bucket_view=True: counted as grads
+    while a .grad shows them, as buckets after zero_grad(set_to_none=True))."""
+
+    fixed: int = 0
+    views: int = 0
+
+    def at(self, grads: int) -> int:
+        """The bucket bytes no category holds, where the gradients hold `grads` bytes."""
+        return self.fixed + max(0, self.views - grads) if self.views else self.fixed
+
+
+NO_BUCKETS = Buckets()
 
 
 @dataclass(slots=True)
@@ -79,11 +109,14 @@ class MemorySample:
     temporaries: int = 0
     # The process's resident memory (/proc/self/statm), read where the heap is (on CUDA too).
     rss: int | None = None
+    gathered: int = 0
+    buckets: int = 0
 
     @property
     def total(self) -> int:
         return (self.params + self.grads + self.optimizer + self.activations + self.other
-                + self.buffers + self.amp_casts + self.temporaries)
+                + self.buffers + self.amp_casts + self.temporaries + self.gathered
+                + self.buckets)
 
 
 @dataclass(slots=True)
@@ -243,20 +276,31 @@ class AllocBlock:
         return [(*r, f) for r, f in zip(ints, self.frame_texts(), strict=True)]
 
 
-def edge_samples(step: int, params: int, buffers: int, rows: list[tuple]) -> list[MemorySample]:
+def edge_samples(step: int, params: int, buffers: int, rows: list[tuple],
+                 buckets: Buckets = NO_BUCKETS) -> list[MemorySample]:
     """The native LightProbe's edge rows (core.recorder.probe.MemoryProbe.take_rows: code,
-    time_s, grads, optimizer, activations, other, heap, rss) as MemorySamples of `step`, with
-    the probe's parameter and buffer bytes."""
+    time_s, grads, optimizer, activations, other, heap, rss, gathered) as MemorySamples of
+    `step`, with the probe's parameter, buffer and bucket bytes."""
     return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
                          None, None, heap if heap >= 0 else None, buffers,
-                         rss=rss if rss >= 0 else None)
-            for code, t, grads, opt, act, other, heap, rss in rows]
+                         rss=rss if rss >= 0 else None, gathered=gathered,
+                         buckets=buckets.at(grads))
+            for code, t, grads, opt, act, other, heap, rss, gathered in rows]
+
+
+def edge_totals(params: int, buffers: int, rows: list[tuple],
+                buckets: Buckets = NO_BUCKETS) -> list[int]:
+    """Each edge row's total (edge_samples' MemorySample.total), without making samples."""
+    base = params + buffers
+    return [base + grads + opt + act + other + gathered + buckets.at(grads)
+            for _, _, grads, opt, act, other, _, _, gathered in rows]
 
 
 # The native LightProbe's samples of one step, not yet made MemorySamples: (step, params
-# bytes, buffer bytes, rows as MemoryProbe.take_rows gives them). A watch hands these to the
-# run folder's writer, which makes them samples on its own thread.
-EdgeBlock = tuple[int, int, int, list[tuple]]
+# bytes, buffer bytes, rows as MemoryProbe.take_rows gives them, DDP's buckets:
+# MemoryProbe.edge_block). A watch hands these to the run folder's writer, which makes them
+# samples on its own thread.
+EdgeBlock = tuple[int, int, int, list[tuple], Any]
 SampleItem = MemorySample | EdgeBlock
 # An ended step as a producer hands it on: its record and its samples not handed on before.
 StepRow = tuple[StepRecord, "list[SampleItem] | tuple[()]"]

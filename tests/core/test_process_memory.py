@@ -83,23 +83,28 @@ def test_memory_csv_has_rss_bytes_and_load_run_reads_it_back(tmp_path):
 
 
 @pytest.mark.parametrize("reader", ["load_run", "follow"])
-def test_a_folder_written_before_rss_bytes_still_opens(tmp_path, reader):
+@pytest.mark.parametrize("dropped", [("rss", "gathered", "buckets"), ("gathered", "buckets")])
+def test_a_folder_written_before_later_columns_still_opens(tmp_path, reader, dropped):
+    """rss_bytes came last, then the sharded categories: a folder from before either opens,
+    rss as no value (NaN), a category as 0 (nothing was counted as it then)."""
     folder = tmp_path / "old"
     run("mlp", steps=3, sink=RunWriter(folder))
     new = load_run(folder).samples.rows()
     path = folder / "memory.csv"
     with open(path, newline="") as fh:
         rows = list(csv.reader(fh))
-    assert rows[0][-1] == "rss_bytes"
-    with open(path, "w", newline="") as fh:  # as a memlens before this column wrote it
-        csv.writer(fh).writerows(r[:-1] for r in rows)
+    assert rows[0][-len(dropped):] == [f"{c}_bytes" for c in dropped]
+    with open(path, "w", newline="") as fh:  # as a memlens before these columns wrote it
+        csv.writer(fh).writerows(r[:-len(dropped)] for r in rows)
     if reader == "load_run":
         old = load_run(folder).samples
     else:
         follower = RunFollower(folder)
         follower.poll()
         old = follower.history.samples
-    rss = old.index["rss"]
-    assert np.isnan(old.rows()[:, rss]).all()
-    keep = [i for i in range(new.shape[1]) if i != rss]
+    gone = [old.index[c] for c in dropped]
+    for c in dropped:
+        column = old.rows()[:, old.index[c]]
+        assert np.isnan(column).all() if c == "rss" else (column == 0).all()
+    keep = [i for i in range(new.shape[1]) if i not in gone]
     np.testing.assert_array_equal(old.rows()[:, keep], new[:, keep])

@@ -20,6 +20,7 @@ import main as memlens_main
 from memlens.core.records import MEMORY_CATEGORIES
 from memlens.core.runfolder.ranks import read_job
 from memlens.core.runfolder.writer import RunWriter
+from memlens.core.units import format_bytes
 
 ROOT = Path(__file__).resolve().parents[2]
 TORCHRUN = Path(sys.executable).parent / "torchrun"
@@ -147,9 +148,17 @@ def _check_job(job: Path, world: int, capsys) -> None:
     assert sum("slowest" in row for row in rows.values()) == 1
     ratio = peaks[largest] / peaks[smallest]
     median = statistics.median(means.values())
-    assert f"peak max/min {ratio:.2f}x" in lines[-1]
-    assert f"slowest rank {slowest}: " in lines[-1]
-    assert f"{means[slowest] / median:.2f}x the median" in lines[-1]
+    imbalance, ddp = lines[1 + world:]
+    assert f"peak max/min {ratio:.2f}x" in imbalance
+    assert f"slowest rank {slowest}: " in imbalance
+    assert f"{means[slowest] / median:.2f}x the median" in imbalance
+    # DDP's buckets: a copy of the gradients, on each rank as large as its parameters
+    buckets = {r: float(_csv(job / f"rank{r}" / "memory.csv")[-1]["buckets_bytes"])
+               for r in range(world)}
+    params = {r: float(_csv(job / f"rank{r}" / "memory.csv")[-1]["params_bytes"])
+              for r in range(world)}
+    assert buckets == params and ddp.startswith("DDP's gradient buckets: ")
+    assert all(f"rank {r} {format_bytes(buckets[r])}" in ddp for r in range(world))
 
 
 @needs_torchrun

@@ -68,8 +68,10 @@ def test_two_rank_ddp_records_one_folder_per_rank(tmp_path):
         history = load_run(folder)
         assert len(history.steps) == 3
         # DDP's gradient bucket (a flat copy of the gradients, as large as the parameters)
-        # is no parameter, gradient or optimizer state: precise mode counts it in
-        # `temporaries`, as it counts a preset's storages no category holds.
+        # is no parameter, gradient or optimizer state: it is `buckets`, and precise mode's
+        # `temporaries` (the storages no category holds) no longer holds it.
         cols = history.samples.columns
         rows = [r for r in history.samples.rows() if r[0] == 1 and r[1] == 1]  # zero_grad
-        assert rows[0][cols.index("temporaries")] >= rows[0][cols.index("params")]
+        params = sum(4 * n for n in (8 * 32, 32, 32, 1))  # the Sequential's, float32
+        assert rows[0][cols.index("params")] == rows[0][cols.index("buckets")] == params
+        assert rows[0][cols.index("temporaries")] < params

@@ -17,6 +17,7 @@ from PySide6.QtWidgets import (
 )
 
 from memlens.core.history import SAMPLE_COLUMNS
+from memlens.core.records import CATEGORY_HELP
 from memlens.core.runfolder.format import (
     MEMORY_CSV,
     MEMORY_HEADER,
@@ -101,8 +102,12 @@ class RowsModel(QAbstractTableModel):
         return None
 
     def headerData(self, section: int, orientation, role=Qt.DisplayRole):
-        if role == Qt.DisplayRole and orientation == Qt.Horizontal:
+        if orientation != Qt.Horizontal:
+            return None
+        if role == Qt.DisplayRole:
             return self.header[section]
+        if role == Qt.ToolTipRole:  # a category's column: what it holds (Help's words)
+            return CATEGORY_HELP.get(self.header[section].removesuffix("_bytes"))
         return None
 
 

@@ -12,7 +12,14 @@ from memlens.app.ranks.rank_job import RankJob
 from memlens.app.ranks.rank_plots import RankPlots
 from memlens.app.ranks.rank_table import RankTable
 from memlens.app.series.rank_series import rank_lines
-from memlens.core.runfolder.ranks import JobFigures, RankFigures, imbalance_text, note, rank_number
+from memlens.core.runfolder.ranks import (
+    JobFigures,
+    RankFigures,
+    imbalance_text,
+    note,
+    rank_number,
+    sharding_text,
+)
 
 
 class RanksTab(QWidget):
@@ -42,12 +49,19 @@ class RanksTab(QWidget):
         self.summary = QLabel("")
         self.summary.setObjectName("ranks_summary")
         self.summary.setWordWrap(True)
+        # What sharding does on the ranks (FSDP's all-gather peak, uneven shards, DDP's
+        # buckets): a line of its own, shown for such a job only.
+        self.sharding = QLabel("")
+        self.sharding.setObjectName("ranks_sharding")
+        self.sharding.setWordWrap(True)
+        self.sharding.setVisible(False)
         self.table = RankTable()
         layout = QVBoxLayout(self)
         layout.setContentsMargins(4, 4, 4, 4)
         layout.addLayout(controls)
         layout.addWidget(self.plots, 3)
         layout.addWidget(self.summary)
+        layout.addWidget(self.sharding)
         layout.addWidget(self.table, 1)
 
     @property
@@ -68,6 +82,8 @@ class RanksTab(QWidget):
         self.plots.clear()
         self.table.setRowCount(0)
         self.summary.setText("")
+        self.sharding.setText("")
+        self.sharding.setVisible(False)
         self.rank_combo.blockSignals(True)
         self.rank_combo.clear()
         self.rank_combo.blockSignals(False)
@@ -84,6 +100,8 @@ class RanksTab(QWidget):
         self.table.show_job(figures)
         problems = [f"{f.name}: {text}" for f, text in job.problems.items()]
         self.summary.setText("; ".join([imbalance_text(figures), *problems]))
+        self.sharding.setText(sharding_text(figures))
+        self.sharding.setVisible(bool(self.sharding.text()))
         self.refreshed.emit()
 
     def _offer_ranks(self, ranks: list[int]) -> None:

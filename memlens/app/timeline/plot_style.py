@@ -12,7 +12,7 @@ from memlens.core.records import MEMORY_CATEGORIES, PHASES
 # is red).
 CATEGORY_COLORS: dict[str, str] = dict(zip(MEMORY_CATEGORIES, (
     "#4C72B0", "#DD8452", "#55A868", "#64B5CD", "#8C8C8C", "#937860", "#DA8BC3",
-    "#A6D854",
+    "#A6D854", "#9F94D8", "#E6C229",
 ), strict=True))
 PHASE_COLORS: dict[str, str] = dict(zip(PHASES, (
     "#8172B3", CATEGORY_COLORS["activations"], CATEGORY_COLORS["grads"],

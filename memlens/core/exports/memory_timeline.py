@@ -42,6 +42,7 @@ OURS_TO_PROFILER: dict[str, str] = {
     "params": "parameter", "grads": "gradient", "optimizer": "optimizer_state",
     "activations": "activation", "other": "unknown", "buffers": "unknown",
     "amp_casts": "autograd_detail", "temporaries": "temporary",
+    "gathered": "parameter", "buckets": "gradient",  # FSDP's full parameters, DDP's copies
 }
 # Column of each of our categories in a sizes row (column 0 is the leading 0).
 COLUMN = np.array([1 + PROFILER_CATEGORIES.index(OURS_TO_PROFILER[c]) for c in MEMORY_CATEGORIES])

@@ -86,9 +86,10 @@ PyObject* light_sample_fast(PyObject* self, PyObject* const* args, Py_ssize_t na
     const auto v = bound_object<LightProbe>(self)->sample(
         scan != 0, py::reinterpret_borrow<py::object>(args[1]),
         py::reinterpret_borrow<py::list>(args[2]), heap != 0);
-    return Py_BuildValue("(LLLLLL)", static_cast<long long>(v[0]), static_cast<long long>(v[1]),
-                         static_cast<long long>(v[2]), static_cast<long long>(v[3]),
-                         static_cast<long long>(v[4]), static_cast<long long>(v[5]));
+    return Py_BuildValue("(LLLLLLL)", static_cast<long long>(v[0]),
+                         static_cast<long long>(v[1]), static_cast<long long>(v[2]),
+                         static_cast<long long>(v[3]), static_cast<long long>(v[4]),
+                         static_cast<long long>(v[5]), static_cast<long long>(v[6]));
   });
 }
 

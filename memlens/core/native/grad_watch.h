@@ -53,9 +53,15 @@ double sum_squares_float_array(const float* p, int64_t n) {
   return sum_squares_floats<16>(p, n);
 }
 
-// Sum of squares of a contiguous CPU float32/float64 tensor; false for anything else.
+// Sum of squares of a contiguous CPU float32/float64 tensor; false for anything else, and
+// for one whose storage holds no data (a wrapper subclass such as DTensor, whose bytes are
+// inside it; a storage FSDP freed): never read through, never raised about (this runs in
+// autograd's hooks, without the GIL: a wrapper is unwrapped by the caller that holds it).
 bool sum_of_squares(const at::Tensor& g, double* out) {
   if (!g.defined() || !g.device().is_cpu() || g.layout() != c10::kStrided || !g.is_contiguous()) {
+    return false;
+  }
+  if (g.numel() != 0 && (!g.has_storage() || g.storage().data() == nullptr)) {
     return false;
   }
   const int64_t n = g.numel();
@@ -209,7 +215,7 @@ class GradWatch {
         continue;
       }
       double v = 0.0;
-      if (!sum_of_squares(g, &v)) {
+      if (!sum_of_squares(local_tensor_of(g), &v)) {  // a DTensor's: its local shard's
         return -1.0;
       }
       total += v;
@@ -274,38 +280,36 @@ class LightProbe {
     saved_ = saved_obj_.cast<std::shared_ptr<SavedTracker>>();
   }
 
-  // (grads, optimizer, activations, other, heap, rss) bytes now. `scan_grads`: the gradients
-  // may have changed (else last scan's); `states`: the optimizers' `state` dicts where the
-  // optimizer state may have changed, else None; `heap`: read the process heap and resident
-  // memory (else, and where there is no mallinfo2 or /proc, -1).
-  std::array<int64_t, 6> sample(bool scan_grads, const py::object& states,
+  // (grads, optimizer, activations, other, heap, rss, gathered) bytes now. `scan_grads`: the
+  // gradients may have changed (else last scan's); `states`: the optimizers' `state` dicts
+  // where the optimizer state may have changed, else None; `heap`: read the process heap and
+  // resident memory (else, and where there is no mallinfo2 or /proc, -1).
+  std::array<int64_t, 7> sample(bool scan_grads, const py::object& states,
                                 const py::list& carried, bool heap) {
     if (scan_grads) {
-      grads_total_ = watch_->scan_grads(&grads_);
+      grads_total_ = watch_->scan_grads(&grads_) + scan_gathered_grads(watch_->param_keys());
     }
     if (!states.is_none()) {
       scan_optimizer(states.cast<py::list>());
     }
     const int64_t saved_bytes = saved_->live_bytes();  // first: it weighs the partial ones
     const auto& params = watch_->param_keys();
+    const int64_t gathered = scan_gathered(params);
     auto& seen = seen_;  // a member: cleared, its buckets kept from one sample to the next
     seen.clear();
     int64_t other = 0;
     for (const auto& item : carried) {
-      PyObject* obj = item.ptr();
-      if (PyWeakref_CheckRef(obj)) {  // a watch keeps weak references to the carried tensors
-        obj = PyWeakref_GetObject(obj);  // borrowed; Py_None once the tensor is gone
-      }
-      if (!THPVariable_Check(obj)) {
+      const at::Tensor* tp = tensor_of(item.ptr());
+      if (tp == nullptr) {
         continue;
       }
-      const at::Tensor& t = THPVariable_Unpack(obj);
+      const at::Tensor& t = *tp;
       if (!t.defined() || !t.has_storage()) {
         continue;
       }
       int64_t n = 0;
       const Key key = storage_key_of(t, &n);
-      if (params.count(key) || grads_.count(key) || opt_.count(key) ||
+      if (params.count(key) || grads_.count(key) || opt_.count(key) || gathered_.count(key) ||
           !seen.insert(key).second) {
         continue;
       }
@@ -321,8 +325,13 @@ class LightProbe {
       other += n;
     }
     return {grads_total_, opt_total_, saved_bytes, other,
-            heap ? heap_bytes() : int64_t{-1}, heap ? rss_bytes() : int64_t{-1}};
+            heap ? heap_bytes() : int64_t{-1}, heap ? rss_bytes() : int64_t{-1}, gathered};
   }
+
+  // The tensors whose storages hold the parameters a sharded model gathers (FSDP's
+  // unsharded parameters: core.recorder.sharded), as a list of weak references that
+  // Python keeps up to date (the same list object, read at every sample).
+  void set_gathered(py::list refs) { gathered_refs_ = std::move(refs); }
 
   // --- phase edges: a sample recorded where it is taken, handed to Python at step end ----
   //
@@ -378,7 +387,7 @@ class LightProbe {
   }
 
   // The rows since the last take, as (code, time_s, grads, optimizer, activations, other,
-  // heap, rss) tuples; the buffer is emptied.
+  // heap, rss, gathered) tuples; the buffer is emptied.
   PyObject* take() {
     PyObject* out = PyList_New(static_cast<Py_ssize_t>(rows_.size()));
     if (out == nullptr) {
@@ -387,10 +396,10 @@ class LightProbe {
     for (size_t i = 0; i < rows_.size(); ++i) {
       const EdgeRow& row = rows_[i];
       PyObject* item = Py_BuildValue(
-          "(idLLLLLL)", row.code, row.t, static_cast<long long>(row.v[0]),
+          "(idLLLLLLL)", row.code, row.t, static_cast<long long>(row.v[0]),
           static_cast<long long>(row.v[1]), static_cast<long long>(row.v[2]),
           static_cast<long long>(row.v[3]), static_cast<long long>(row.v[4]),
-          static_cast<long long>(row.v[5]));
+          static_cast<long long>(row.v[5]), static_cast<long long>(row.v[6]));
       if (item == nullptr) {
         Py_DECREF(out);
         return nullptr;
@@ -406,8 +415,62 @@ class LightProbe {
   struct EdgeRow {
     int code;
     double t;
-    std::array<int64_t, 6> v;
+    std::array<int64_t, 7> v;
   };
+
+  // The tensor of a list item: a tensor, or a live weak reference to one; else nullptr.
+  static const at::Tensor* tensor_of(PyObject* obj) {
+    if (PyWeakref_CheckRef(obj)) {  // a watch keeps weak references to the tensors it reads
+      obj = PyWeakref_GetObject(obj);  // borrowed; Py_None once the tensor is gone
+    }
+    if (!THPVariable_Check(obj)) {
+      return nullptr;
+    }
+    return &THPVariable_Unpack(obj);
+  }
+
+  // The gradients of the gathered parameters (FSDP's full gradients in a backward, before
+  // it reduce-scatters them into the shards' .grad), added to grads_; their bytes.
+  int64_t scan_gathered_grads(const std::unordered_set<Key, KeyHash>& params) {
+    int64_t total = 0;
+    for (const auto& item : gathered_refs_) {
+      const at::Tensor* tp = tensor_of(item.ptr());
+      if (tp == nullptr || !tp->defined()) {
+        continue;
+      }
+      const at::Tensor& g = tp->grad();
+      if (!g.defined() || !g.has_storage()) {
+        continue;
+      }
+      int64_t n = 0;
+      const Key key = storage_key_of(g, &n);
+      if (key.ptr == 0 || params.count(key) || !grads_.insert(key).second) {
+        continue;
+      }
+      total += n;
+    }
+    return total;
+  }
+
+  // The gathered storages now, each once, none a parameter's and none freed (FSDP resizes
+  // them to nothing between uses: 0 bytes, left out), into gathered_; their bytes.
+  int64_t scan_gathered(const std::unordered_set<Key, KeyHash>& params) {
+    gathered_.clear();
+    int64_t total = 0;
+    for (const auto& item : gathered_refs_) {
+      const at::Tensor* tp = tensor_of(item.ptr());
+      if (tp == nullptr || !tp->defined() || !tp->has_storage()) {
+        continue;
+      }
+      int64_t n = 0;
+      const Key key = storage_key_of(*tp, &n);
+      if (key.ptr == 0 || params.count(key) || !gathered_.insert(key).second) {
+        continue;
+      }
+      total += n;
+    }
+    return total;
+  }
 
   int& rule(int code) {
     if (code < 0 || code >= static_cast<int>(rules_.size())) {
@@ -521,6 +584,8 @@ class LightProbe {
   std::unordered_set<Key, KeyHash> grads_, opt_;
   int64_t grads_total_ = 0, opt_total_ = 0;
   std::unordered_set<Key, KeyHash> seen_;  // carried storages of this sample
+  std::unordered_set<Key, KeyHash> gathered_;  // gathered storages of this sample
+  py::list gathered_refs_;
   // (tensor object, TensorImpl) of each state tensor at the last scan, and a buffer for now's
   std::vector<std::pair<const void*, const void*>> opt_ids_, ids_now_;
   bool opt_reusable_ = false;

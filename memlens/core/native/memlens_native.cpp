@@ -104,6 +104,7 @@ PYBIND11_MODULE(memlens_native, m) {
       })
       .def("set_rules", &LightProbe::set_rules, py::arg("grads"), py::arg("optimizer"),
            py::arg("heap"), py::arg("preset"), py::arg("t0"))
+      .def("set_gathered", &LightProbe::set_gathered, py::arg("refs"))
       .def_static("clock", &LightProbe::clock)
       .def("fast_edges", [](py::object self) {
         // (edge, take) as plain C functions: edge runs at every phase edge.
@@ -132,6 +133,7 @@ PYBIND11_MODULE(memlens_native, m) {
   py::class_<SavedTracker, std::shared_ptr<SavedTracker>>(m, "SavedTracker")
       .def(py::init<>())
       .def("set_param_ptrs", &SavedTracker::set_param_ptrs)
+      .def("set_leaf_params", &SavedTracker::set_leaf_params)
       .def("contains", &SavedTracker::contains)
       .def("counted_part", &SavedTracker::counted_part)
       .def("set_error_text", &SavedTracker::set_error_text)

@@ -41,12 +41,89 @@ struct KeyHash {
   }
 };
 
-// A tensor's storage as core.recorder.keys.storage_key gives it: (device index, -1 for CPU; base
-// pointer), and its bytes in `nbytes`.
-Key storage_key_of(const at::Tensor& t, int64_t* nbytes) {
+// A wrapper subclass (DTensor: FSDP2's sharded parameters, their gradients and optimizer
+// state) holds no bytes in its own storage, a placeholder without data; the tensor inside
+// it does (a DTensor's local shard). core/recorder/keys.py's inner_tensor, the same rule:
+// `_local_tensor`, else the first tensor __tensor_flatten__ names, looked into 4 deep at
+// most; an undefined tensor where there is none. Needs the GIL (every caller holds it: the
+// pack hook, and the samples Python calls); a Python error is cleared, never raised.
+bool has_placeholder_storage(const at::Tensor& t) {
+  if (!t.defined() || !t.has_storage()) {
+    return false;
+  }
   const auto& st = t.storage();
-  *nbytes = static_cast<int64_t>(st.nbytes());
-  return Key{t.device().is_cpu() ? -1 : t.device().index(), reinterpret_cast<int64_t>(st.data())};
+  return st.data() == nullptr && st.nbytes() != 0 && t.key_set().has(c10::DispatchKey::Python);
+}
+
+at::Tensor inner_tensor_of(const at::Tensor& wrapper) {
+  at::Tensor t = wrapper;
+  for (int depth = 0; depth < 4 && has_placeholder_storage(t); ++depth) {
+    PyObject* obj = THPVariable_Wrap(t);  // a new reference to its Python object
+    if (obj == nullptr) {
+      PyErr_Clear();
+      return at::Tensor();
+    }
+    at::Tensor inner;
+    PyObject* local = PyObject_GetAttrString(obj, "_local_tensor");
+    if (local != nullptr && THPVariable_Check(local)) {
+      inner = THPVariable_Unpack(local);
+    } else {
+      PyErr_Clear();
+      PyObject* flat = PyObject_CallMethod(obj, "__tensor_flatten__", nullptr);
+      PyObject* names = flat != nullptr && PyTuple_Check(flat) && PyTuple_GET_SIZE(flat) > 0
+                            ? PySequence_Fast(PyTuple_GET_ITEM(flat, 0), "names")
+                            : nullptr;
+      for (Py_ssize_t i = 0; names != nullptr && i < PySequence_Fast_GET_SIZE(names); ++i) {
+        PyObject* value = PyObject_GetAttr(obj, PySequence_Fast_GET_ITEM(names, i));
+        if (value != nullptr && THPVariable_Check(value)) {
+          inner = THPVariable_Unpack(value);
+          Py_DECREF(value);
+          break;
+        }
+        Py_XDECREF(value);
+        PyErr_Clear();
+      }
+      Py_XDECREF(names);
+      Py_XDECREF(flat);
+      PyErr_Clear();
+    }
+    Py_XDECREF(local);
+    Py_DECREF(obj);
+    if (!inner.defined()) {
+      return at::Tensor();
+    }
+    t = inner;
+  }
+  return has_placeholder_storage(t) ? at::Tensor() : t;
+}
+
+// The tensor whose storage holds `t`'s bytes: itself, or a wrapper's inner tensor.
+at::Tensor local_tensor_of(const at::Tensor& t) {
+  return has_placeholder_storage(t) ? inner_tensor_of(t) : t;
+}
+
+// A tensor's storage as core.recorder.keys.storage_key gives it: (device index, -1 for CPU;
+// base pointer), and its bytes in `nbytes`. A wrapper subclass: its inner tensor's. A
+// storage without data (freed, resized to 0 by FSDP, or a wrapper with nothing inside):
+// pointer 0 and 0 bytes.
+Key storage_key_of(const at::Tensor& t, int64_t* nbytes) {
+  if (has_placeholder_storage(t)) {
+    const at::Tensor inner = inner_tensor_of(t);
+    if (inner.defined()) {
+      return storage_key_of(inner, nbytes);
+    }
+    *nbytes = 0;
+    return Key{t.device().is_cpu() ? -1 : t.device().index(), 0};
+  }
+  const int64_t device = t.device().is_cpu() ? -1 : t.device().index();
+  if (!t.has_storage()) {
+    *nbytes = 0;
+    return Key{device, 0};
+  }
+  const auto& st = t.storage();
+  const auto ptr = reinterpret_cast<int64_t>(st.data());
+  *nbytes = ptr != 0 ? static_cast<int64_t>(st.nbytes()) : 0;
+  return Key{device, ptr};
 }
 
 struct Record {

@@ -75,6 +75,11 @@ class SavedTracker {
     param_ptrs_.insert(ptrs.begin(), ptrs.end());
   }
 
+  // A sharded model (FSDP): a saved leaf that requires grad, or a view of one, is a
+  // parameter too (the full ones FSDP gathers: new storages at every gather).
+  void set_leaf_params(bool on) { leaf_params_ = on; }
+  bool leaf_params() const { return leaf_params_; }
+
   void set_error_text(py::object fn) { error_text_ = std::move(fn); }
   const py::object& error_text() const { return error_text_; }
 
@@ -250,6 +255,7 @@ class SavedTracker {
   }
 
   std::unordered_set<int64_t> param_ptrs_;
+  bool leaf_params_ = false;
   std::unordered_map<Key, Entry, KeyHash> live_;
   std::unordered_set<Key, KeyHash> partial_;  // keys whose holders all reach part of it
   std::unordered_map<Key, int64_t, KeyHash> counted_;  // of those, the ones counted in part
@@ -297,6 +303,23 @@ void span_of(const at::Tensor& t, int64_t nbytes, int64_t* lo, int64_t* hi) {
   }
 }
 
+// The address of a tensor's first element, as Tensor.data_ptr() gives it, or 0 where its
+// storage holds no data (a wrapper subclass; a storage FSDP freed): never raises.
+int64_t data_address(const at::Tensor& t) {
+  if (!t.has_storage()) {
+    return 0;
+  }
+  const auto* base = static_cast<const char*>(t.storage().data());
+  return base == nullptr ? 0
+                         : reinterpret_cast<int64_t>(base + t.storage_offset() * t.element_size());
+}
+
+// A leaf that requires grad, or a view of one (a weight's transpose): a parameter.
+bool is_leaf_param(const at::Tensor& t) {
+  const at::TensorBase& base = t.is_view() ? t._base() : t;
+  return base.requires_grad() && base.is_leaf();
+}
+
 // pack(tensor) -> holder. `self` is a capsule holding the tracker.
 PyObject* saved_pack(PyObject* self, PyObject* arg) {
   try {
@@ -311,8 +334,9 @@ PyObject* saved_pack(PyObject* self, PyObject* arg) {
     if (h == nullptr) {
       return nullptr;
     }
-    const int64_t data = t.has_storage() ? reinterpret_cast<int64_t>(t.data_ptr()) : 0;
-    const bool param = data != 0 && tracker->is_param(data);
+    const int64_t data = data_address(t);
+    const bool param = (data != 0 && tracker->is_param(data)) ||
+                       (tracker->leaf_params() && is_leaf_param(t));
     const bool plain = !t.requires_grad();  // no autograd history
     // An output of the node being built (the newest node on this thread): autograd names
     // that node in its in-place error; an input, its grad_fn at the time of the error.
@@ -349,7 +373,7 @@ PyObject* saved_pack(PyObject* self, PyObject* arg) {
       h->ptr = key.ptr;
       if (key.ptr != 0 && !param && !tracker->is_param(key.ptr)) {
         if (plain) {  // only a tensor without history can be a slice of data
-          span_of(t, nbytes, &h->lo, &h->hi);
+          span_of(local_tensor_of(t), nbytes, &h->lo, &h->hi);  // a DTensor: its shard's
         }
         tracker->add(h, nbytes);
       }

@@ -26,7 +26,7 @@ import weakref
 import torch
 from torch import Tensor
 
-from memlens.core.recorder.keys import CATEGORY_CODE
+from memlens.core.recorder.keys import CATEGORY_CODE, local_storage, storage_key
 from memlens.core.recorder.precise import RECORDER_DIR
 from memlens.core.records import SAMPLE_PHASE_CODE, AllocBlock
 
@@ -70,15 +70,13 @@ class NativeStorageTracker:
 
     def track(self, t: Tensor, category: str | None = None, at_start: bool = False) -> None:
         try:
-            st = t.untyped_storage()
+            (device, ptr), n = storage_key(t)  # a DTensor's: its shard's
         except (RuntimeError, NotImplementedError):
             return
-        ptr = st.data_ptr()
         if ptr == 0:
             return
-        device = t.get_device()
-        rid = self._rec.track(device, ptr, st.nbytes(), CATEGORY_CODE[category or "other"],
-                              at_start)
+        st = local_storage(t)
+        rid = self._rec.track(device, ptr, n, CATEGORY_CODE[category or "other"], at_start)
         ref = _StartFree(st, self._start_freed)
         ref.device, ref.ptr, ref.rid = device, ptr, rid
         self._starts[(device, ptr)] = ref
@@ -187,10 +185,11 @@ class NativeSavedTracker:
         """The C++ tracker (for the native LightProbe)."""
         return self._t
 
-    def set_params(self, keys, ptrs) -> None:
+    def set_params(self, keys, ptrs, leaf_params: bool = False) -> None:
         """As SavedTensorTracker.set_params. The C++ tracker matches a saved tensor's data
         pointer and its storage's base pointer against one set of pointers."""
         self._t.set_param_ptrs(sorted(set(ptrs) | {ptr for _device, ptr in keys}))
+        self._t.set_leaf_params(leaf_params)
 
     def measure(self) -> tuple[int, _NativeLive]:
         return self._t.live_bytes, self._live

@@ -12,7 +12,7 @@ from torch import Tensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
-from memlens.core.recorder.keys import CATEGORY_CODE
+from memlens.core.recorder.keys import CATEGORY_CODE, local_tensor
 from memlens.core.records import ALLOC_FRAME_COLUMN, SAMPLE_PHASE_CODE, AllocBlock
 
 
@@ -37,6 +37,11 @@ def _alias_only(func) -> bool:
     if name.startswith(("aten::resize", "aten::set_")):
         return False
     return all(r.alias_info is not None for r in returns)
+
+
+def _storage_or_none(t: Tensor):
+    local = local_tensor(t)
+    return local.untyped_storage() if local is not None else None
 
 
 class StorageTracker(TorchDispatchMode):
@@ -96,9 +101,16 @@ class StorageTracker(TorchDispatchMode):
             st = t.untyped_storage()
         except (RuntimeError, NotImplementedError):  # sparse and other storage-less layouts
             return
-        ptr = st.data_ptr()
+        try:
+            ptr = st.data_ptr()
+        except RuntimeError:  # a wrapper subclass (a DTensor): the storage of its shard
+            local = local_tensor(t)
+            if local is None:
+                return
+            st = local.untyped_storage()
+            ptr = st.data_ptr()
         key = (t.get_device(), ptr)
-        if ptr == 0 or key in self.live:  # meta and empty storages have no address
+        if ptr == 0 or key in self.live:  # meta, empty and freed storages have no address
             return
         rec = _StorageRecord(st, self._freed)
         rec.key = key
@@ -143,6 +155,16 @@ class StorageTracker(TorchDispatchMode):
     def tracks(self, key) -> bool:
         """Whether storage `key` is live and was made or registered in the run."""
         return key in self.live
+    def forget(self, tensors: list[Tensor]) -> None:
+        """Stop following these tensors' storages: FSDP's gathered parameters, which it
+        frees and allocates again with storage.resize_, a call no dispatch mode sees (their
+        records would stay live at their first size). Their bytes leave live_bytes; a sample
+        counts them itself (`gathered`)."""
+        storages = {id(st) for t in tensors if (st := _storage_or_none(t)) is not None}
+        for key, rec in list(self.live.items()):
+            if id(rec()) in storages:
+                del self.live[key]
+                self.live_bytes -= rec.nbytes
 
     def classify(self, categories: dict[str, set]) -> None:
         """Refine live records' categories from what a sample found them to be."""

@@ -16,7 +16,12 @@ from memlens.core.recorder.heap import process_heap_bytes, process_rss_bytes
 from memlens.core.recorder.keys import StorageBytes, storage_key
 from memlens.core.recorder.precise import StorageTracker
 from memlens.core.recorder.saved import SavedTensorTracker
-from memlens.core.records import SAMPLE_PHASE_CODE, MemorySample
+from memlens.core.records import (
+    NO_BUCKETS,
+    SAMPLE_PHASE_CODE,
+    MemorySample,
+    edge_totals,
+)
 
 
 def _codes(phases) -> list[int]:
@@ -58,9 +63,14 @@ class MemoryProbe:
         for b in preset.buffers():
             self.buffers.add(b, self.params.keys)
         self.buffers.keys = frozenset(self.buffers.keys)
+        # Sharded or data-parallel models (core.recorder.sharded): FSDP's gathered
+        # parameters and DDP's buckets, each a category of its own.
+        self.sharding = getattr(preset, "sharding", None)
+        self.buckets = self.sharding.buckets if self.sharding is not None else NO_BUCKETS
         saved.set_params(self.params.keys | self.buffers.keys,
                          (frozenset(p.data_ptr() for p in self.param_list)
-                          | frozenset(b.data_ptr() for b in preset.buffers())) - {0})
+                          | frozenset(b.data_ptr() for b in preset.buffers())) - {0},
+                         leaf_params=self.sharding is not None and self.sharding.kind != "ddp")
         # Storage key -> bytes of the AMP weight copies the last forward saved (set by the
         # recorder, recorder.amp_casts); counted apart from activations while alive.
         self.amp_casts: dict = {}
@@ -112,13 +122,32 @@ class MemoryProbe:
         native_t0 = t0 + (light.clock() - time.perf_counter())
         light.set_rules(_codes(self._GRADS_CHANGE), _codes(self._OPT_CHANGES),
                         _codes(self._HEAP_PHASES), self.preset, native_t0)
+        if self.sharding is not None:
+            light.set_gathered(self.sharding.gathered_refs)  # the list itself: kept up to date
         self.edge, self._take_rows = light.fast_edges()
 
     def take_rows(self) -> list[tuple]:
         """The rows edge() recorded since the last take, in order, as LightProbe.take gives
-        them (code, time_s, grads, optimizer, activations, other, heap, rss): for a caller that
-        makes them samples later (edge_samples)."""
+        them (code, time_s, grads, optimizer, activations, other, heap, rss, gathered): for a
+        caller that makes them samples later (edge_block)."""
         return self._take_rows()
+
+    def row_totals(self, rows: list[tuple]) -> list[int]:
+        """Each row's total memory, as its MemorySample will say."""
+        return edge_totals(self.params.total, self.buffers.total, rows, self.buckets)
+
+    def edge_block(self, step: int, rows: list[tuple]) -> tuple:
+        """`step`'s rows with this probe's constant figures, as records.edge_samples takes
+        them (made MemorySamples later, on the writer's thread)."""
+        return (step, self.params.total, self.buffers.total, rows, self.buckets)
+
+    def sample_inside(self, code: int, carried) -> None:
+        """An edge (see use_light_probe) inside a phase, at a moment a sharded model's memory
+        peaks (FSDP about to free what it gathered), named by the phase's `code`: the
+        gathered storages first looked for (FSDP makes them at a block's first gather)."""
+        if self.sharding is not None:
+            self.sharding.refresh()
+        self.edge(code, carried, 0)
 
     def _amp_bytes(self, live) -> int:
         """Bytes of the AMP weight copies still saved for backward."""
@@ -129,16 +158,20 @@ class MemoryProbe:
     def _scan_grads(self) -> StorageBytes:
         grads = StorageBytes()
         watch = self.grad_watch
+        pkeys = self.params.keys
         if watch is not None:  # the native helpers' one pass over the parameters
             grads.total, keys = watch.grad_storages()
             grads.keys = set(keys)
             self._grad_list = None  # made if asked for (see grads())
-            return grads
-        found = [g for p in self.param_list if (g := p.grad) is not None]
-        pkeys = self.params.keys
-        for g in found:
-            grads.add(g, pkeys)
-        self._grad_list = found
+        else:
+            found = [g for p in self.param_list if (g := p.grad) is not None]
+            for g in found:
+                grads.add(g, pkeys)
+            self._grad_list = found
+        if self.sharding is not None:  # FSDP's full gradients, before it reduce-scatters
+            for t in self.sharding.gathered_tensors():
+                if (g := t.grad) is not None:
+                    grads.add(g, pkeys)
         return grads
 
     def _scan_optimizer(self, grads: StorageBytes) -> StorageBytes:
@@ -171,8 +204,10 @@ class MemoryProbe:
         if self.light is not None:
             states = ([o.state for o in self.preset.optimizers]
                       if phase in self._OPT_CHANGES else None)
+            if self.sharding is not None:
+                self.sharding.refresh()
             # heap, rss: read in C, -1 when not asked for or where the system has none
-            grads, opt, act_bytes, other, heap, rss = self.light(
+            grads, opt, act_bytes, other, heap, rss, gathered = self.light(
                 grads_changed, states,
                 carried if carried is not None else self.preset.carried_tensors(),
                 read_heap)
@@ -182,7 +217,8 @@ class MemoryProbe:
             return MemorySample(step, phase, time_s, self.params.total, grads, opt,
                                 act_bytes - amp, other, None, None,
                                 heap if heap >= 0 else None, self.buffers.total, amp,
-                                rss=rss if rss >= 0 else None)
+                                rss=rss if rss >= 0 else None, gathered=gathered,
+                                buckets=self.buckets.at(grads))
         if grads_changed:
             self._grads = self._scan_grads()
         grads = self._grads
@@ -192,7 +228,10 @@ class MemoryProbe:
         opt = self._opt
         act_bytes, live = self.saved.measure()
         amp = self._amp_bytes(live)
-        known = self.params.total + grads.total + opt.total + act_bytes + self.buffers.total
+        gathered = self._scan_gathered()
+        buckets = self.buckets.at(grads.total)
+        known = (self.params.total + grads.total + opt.total + act_bytes + self.buffers.total
+                 + buckets)
         allocated = reserved = heap = rss = None
         temporaries = 0
         if carried is None:
@@ -200,12 +239,12 @@ class MemoryProbe:
         if self.cuda or self.precise is not None:
             # `other` as light mode sees it (what the loop carries); the rest of what the
             # allocator or the tracker sees and no category holds: temporaries.
-            other = self._other(carried, grads, opt)
+            other = self._other(carried, grads, opt, gathered.keys)
             if self.cuda:
                 allocated = torch.cuda.memory_allocated(self.device)
                 reserved = torch.cuda.memory_reserved(self.device)
-                temporaries = max(0, allocated - known - other)
-            else:
+                temporaries = max(0, allocated - known - gathered.total - other)
+            else:  # the tracker does not follow FSDP's resizes: it forgot those storages
                 whole = self._kept_whole(live, carried)
                 act_bytes, known = act_bytes + whole, known + whole
                 temporaries = max(0, self.precise.live_bytes - known - other)
@@ -221,14 +260,14 @@ class MemoryProbe:
                 found["buffers"] = self.buffers.keys
             self.precise.classify(found)
         else:
-            other = self._other(carried, grads, opt)
+            other = self._other(carried, grads, opt, gathered.keys)
         if read_heap:
             rss = process_rss_bytes()
             if not self.cuda:
                 heap = process_heap_bytes()
         return MemorySample(step, phase, time_s, self.params.total, grads.total, opt.total,
                             act_bytes - amp, other, allocated, reserved, heap,
-                            self.buffers.total, amp, temporaries, rss)
+                            self.buffers.total, amp, temporaries, rss, gathered.total, buckets)
 
     def _kept_whole(self, live, carried: list[Tensor]) -> int:
         """Precise mode: the rest of each storage saved tensors reach only part of, where the
@@ -242,7 +281,22 @@ class MemoryProbe:
         return sum(n - c for key, c, n in parts
                    if key not in held and self.precise.tracks(key))
 
-    def _other(self, carried: list[Tensor], grads: StorageBytes, opt: StorageBytes) -> int:
+    def _scan_gathered(self) -> StorageBytes:
+        """The storages a sharded model's gathered parameters are in now (FSDP: 0 bytes
+        between uses, left out), each once (LightProbe's scan_gathered in Python)."""
+        gathered = StorageBytes()
+        sharding = self.sharding
+        if sharding is None:
+            return gathered
+        if sharding.refresh() and self.precise is not None:
+            self.precise.forget(sharding.gathered_tensors())
+        pkeys = self.params.keys
+        for t in sharding.gathered_tensors():
+            gathered.add(t, pkeys)
+        return gathered
+
+    def _other(self, carried: list[Tensor], grads: StorageBytes, opt: StorageBytes,
+               gathered=frozenset()) -> int:
         """Bytes of the tensors the loop carries between steps, not counted elsewhere."""
         seen: set = set()
         total = 0
@@ -250,7 +304,8 @@ class MemoryProbe:
         bk = self.buffers.keys
         for t in carried:
             key, n = storage_key(t)
-            if key in seen or key in pk or key in gk or key in ok or key in bk:
+            if (key in seen or key in pk or key in gk or key in ok or key in bk
+                    or key in gathered):
                 continue
             if key in live:
                 # A storage saved tensors reach only part of (batches sliced from a data

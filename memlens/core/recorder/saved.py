@@ -18,7 +18,7 @@ import weakref
 import torch
 from torch import Tensor
 
-from memlens.core.recorder.keys import storage_key
+from memlens.core.recorder.keys import local_tensor, storage_key
 
 _sequence_nr = getattr(torch._C._autograd, "_get_sequence_nr", None)
 
@@ -102,7 +102,11 @@ class _LiveKeys:
 
 def span_of(t: Tensor) -> tuple[int, int] | None:
     """The bytes of its storage a tensor reaches, as [start, end), or None where it reaches
-    all of it (the common case: not a view, or a view of everything)."""
+    all of it (the common case: not a view, or a view of everything). A wrapper subclass
+    (DTensor): its inner tensor's; one with nothing inside reaches nothing."""
+    t = local_tensor(t)
+    if t is None:
+        return (0, 0)
     st = t.untyped_storage()
     total = st.nbytes()
     size = t.element_size()
@@ -142,6 +146,10 @@ class SavedTensorTracker:
     def __init__(self) -> None:
         self.param_keys: frozenset = frozenset()  # storage keys of the parameters
         self.param_ptrs: frozenset = frozenset()  # and their data pointers
+        # A sharded model (FSDP): a saved leaf that requires grad, or a view of one, is a
+        # parameter (the full ones FSDP gathers for a block: new storages at every gather,
+        # never among the known ones), not an activation.
+        self.leaf_params = False
         self._fresh: list = []  # weak references to this step's holders
         self._retained: dict = {}  # key -> _Group of holders that outlived a step
         self._retained_whole = 0  # bytes of the groups with a holder that reaches all
@@ -149,10 +157,12 @@ class SavedTensorTracker:
         self.step_saved_bytes = 0  # bytes first saved by this step (as of the last measure)
         self._live = _LiveKeys({}, self._retained, {})
 
-    def set_params(self, keys, ptrs) -> None:
+    def set_params(self, keys, ptrs, leaf_params: bool = False) -> None:
         """The parameters' storage keys and data pointers: a saved tensor in one of their
-        storages, or starting at one, is checked at unpack but never counted."""
+        storages, or starting at one, is checked at unpack but never counted. `leaf_params`:
+        any saved leaf that requires grad (or a view of one) is a parameter too (FSDP)."""
         self.param_keys, self.param_ptrs = frozenset(keys), frozenset(ptrs)
+        self.leaf_params = leaf_params
 
     def hooks(self) -> torch.autograd.graph.saved_tensors_hooks:
         return torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
@@ -177,8 +187,8 @@ class SavedTensorTracker:
             key = h.key
             if key is None:
                 key, n = storage_key(h.tensor)
-                if key in param_keys:  # a parameter is never an activation: stop looking
-                    continue
+                if key in param_keys or not key[1]:  # a parameter is never an activation;
+                    continue  # a storage without data holds nothing: stop looking
                 # Only a tensor without history can be a slice of data.
                 h.key, h.nbytes = key, n
                 h.span = span_of(h.tensor) if h.plain else None
@@ -273,7 +283,12 @@ class SavedTensorTracker:
                 # through this holder.
                 output = (fn.name(), t.output_nr)
                 kept = t.detach()
-        if t.data_ptr() in self.param_ptrs:  # a parameter or a view of one from its start
+        try:
+            data = t.data_ptr()
+        except RuntimeError:  # its storage freed or resized to nothing: no bytes
+            data = 0
+        if data in self.param_ptrs or (self.leaf_params and _is_leaf_param(t)):
+            # a parameter or a view of one from its start
             p = _SavedParameter()
             p.tensor, p.version, p.output = t, t._version, output
             return p
@@ -302,6 +317,14 @@ class SavedTensorTracker:
             group.parts = [r for r in group.parts if r() is not None and r() is not h]
         if group.whole == 0 and not group.holders():
             del self._retained[h.key]
+
+
+def _is_leaf_param(t: Tensor) -> bool:
+    """A leaf that requires grad, or a view of one (a weight's transpose): a parameter."""
+    base = t._base
+    if base is None:
+        base = t
+    return base.requires_grad and base.grad_fn is None
 
 
 def _named(saved) -> tuple[str, int] | None:

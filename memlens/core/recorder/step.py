@@ -208,6 +208,24 @@ class StepRecorder:
                 self.flush()
             self.sink.on_samples([s])
 
+    def sample_inside(self) -> None:
+        """A sample inside the phase under way, named as it (a sharded model's memory at its
+        height: FSDP about to free a block's gathered parameters); its cost is no phase's."""
+        code = _SAMPLED.get(self._stack[-1])
+        if code is None or self.probe is None:
+            return
+        self._charge(self.clock())
+        if self._native is not None:
+            self.probe.sample_inside(code, self._carried())
+        else:
+            s = self.probe.sample(self.step, SAMPLE_PHASES[code], self.now(), heap=False)
+            self._account(s)
+            if self.short_steps:
+                self._samples.append(s)
+            else:
+                self.sink.on_samples([s])
+        self.since = self.clock()
+
     def first_sample(self) -> MemorySample | None:
         """The run's `start` sample (before its first step), handed on at once."""
         if self.probe is None:
@@ -236,16 +254,15 @@ class StepRecorder:
         rows = probe.take_rows()
         if not rows:
             return
-        params, buffers = probe.params.total, probe.buffers.total
-        base, peak, total = params + buffers, self.step_peak, 0
-        for _, _, grads, opt, act, other, _, _ in rows:
-            total = base + grads + opt + act + other
+        peak, total = self.step_peak, 0
+        for total in probe.row_totals(rows):
             if total > peak:
                 peak = total
+        last = rows[-1]  # code, time_s, grads, optimizer, activations, other, ...
         self.last_total, self.step_peak = total, peak
-        self.last_figures = (total, act, other)
+        self.last_figures = (total, last[4], last[5])
         self.run_peak = max(self.run_peak, peak)
-        self._samples.append((self.step, params, buffers, rows))
+        self._samples.append(probe.edge_block(self.step, rows))
 
     # --- steps ------------------------------------------------------------------------------
     def begin_step(self, step: int) -> None:

@@ -14,7 +14,14 @@ from typing import Any
 import numpy as np
 
 from memlens.core.history import SAMPLE_COLUMNS, STEP_COLUMNS, spread_x
-from memlens.core.records import MEMORY_CATEGORIES, SAMPLE_PHASE_CODE, SAMPLE_PHASES, RunEvent
+from memlens.core.records import (
+    FIRST_CATEGORIES,
+    LATER_CATEGORIES,
+    MEMORY_CATEGORIES,
+    SAMPLE_PHASE_CODE,
+    SAMPLE_PHASES,
+    RunEvent,
+)
 
 # --- file names -------------------------------------------------------------------------------
 STEPS_CSV = "steps.csv"
@@ -42,11 +49,16 @@ RUN_FORMAT_VERSION = 2
 # --- CSV headers: the history's columns, with `_bytes` on memory figures (the unit) -----------
 STEPS_HEADER: tuple[str, ...] = STEP_COLUMNS
 MEMORY_HEADER: tuple[str, ...] = (
-    "step", "phase", "time_s", *(f"{c}_bytes" for c in MEMORY_CATEGORIES), "total_bytes",
+    "step", "phase", "time_s", *(f"{c}_bytes" for c in FIRST_CATEGORIES), "total_bytes",
     "allocated_bytes", "reserved_bytes", "heap_bytes", "rss_bytes",
+    *(f"{c}_bytes" for c in LATER_CATEGORIES),
 )
-# rss_bytes came last: a folder written before it has the header without it (read as NaN).
-OLD_MEMORY_HEADER: tuple[str, ...] = MEMORY_HEADER[:-1]
+# Columns came later at the end: rss_bytes, then the sharded categories (gathered, buckets).
+# A folder written before one has the header without it: rss read as NaN, a category as 0
+# (nothing was counted as it then).
+BEFORE_SHARDED_HEADER: tuple[str, ...] = MEMORY_HEADER[: -len(LATER_CATEGORIES)]
+OLD_MEMORY_HEADER: tuple[str, ...] = BEFORE_SHARDED_HEADER[:-1]  # before rss_bytes
+OLDER_MEMORY_HEADERS = (BEFORE_SHARDED_HEADER, OLD_MEMORY_HEADER)  # newest first
 # allocations.csv (an export made on request): precise mode's events as text
 ACTIONS = ("alloc", "free")
 ALLOC_HEADER: tuple[str, ...] = (
@@ -124,9 +136,9 @@ def steps_table(rows: list[list[str]], path: Path, first_line: int = 2) -> np.nd
 
 
 def memory_header_of(got: Any) -> tuple[str, ...] | None:
-    """The memory.csv header a file's first row starts with (today's or OLD_MEMORY_HEADER),
-    or None for neither."""
-    for header in (MEMORY_HEADER, OLD_MEMORY_HEADER):
+    """The memory.csv header a file's first row starts with (today's or an older one), or
+    None for none of them."""
+    for header in (MEMORY_HEADER, *OLDER_MEMORY_HEADERS):
         if tuple(got[: len(header)]) == header:
             return header
     return None
@@ -138,7 +150,7 @@ def memory_table(rows: list[list[str]], path: Path, first_line: int = 2,
     them; columns `header` lacks (an older file's) are NaN. Short rows are left out; a bad
     cell or an unknown phase is a RunFolderError naming its line."""
     width = len(header)
-    absent = (math.nan,) * (len(MEMORY_HEADER) - width)
+    absent = _absent(width)
     out = np.empty((len(rows), len(SAMPLE_COLUMNS)), dtype=np.float64)
     kept = 0
     for i, r in enumerate(rows):
@@ -191,13 +203,21 @@ def parse_numbers(data: bytes, header: tuple[str, ...], phase_column: int | None
     return values.reshape(lines, len(got))[:, : len(header)]
 
 
+def _absent(width: int) -> tuple[float, ...]:
+    """The values of the columns a memory.csv header of `width` columns lacks (an older
+    file's): a category held nothing then (0), another figure was not read (NaN)."""
+    return tuple(0.0 if name.removesuffix("_bytes") in LATER_CATEGORIES else math.nan
+                 for name in MEMORY_HEADER[width:])
+
+
 def memory_from_numbers(fast: np.ndarray) -> np.ndarray:
     """parse_numbers' memory.csv table (step, phase code, time_s, ...) laid out as
-    SAMPLE_COLUMNS, x spread; the columns an older file lacks are NaN."""
-    out = np.full((len(fast), len(SAMPLE_COLUMNS)), np.nan, dtype=np.float64)
+    SAMPLE_COLUMNS, x spread; the columns an older file lacks as _absent says."""
+    out = np.empty((len(fast), len(SAMPLE_COLUMNS)), dtype=np.float64)
     out[:, :2] = fast[:, :2]
     out[:, 2] = spread_x(fast[:, 0], fast[:, 1])
     out[:, 3 : 1 + fast.shape[1]] = fast[:, 2:]
+    out[:, 1 + fast.shape[1]:] = _absent(fast.shape[1])
     return out
 
 

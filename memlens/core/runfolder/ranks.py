@@ -1,4 +1,7 @@
-"""A torchrun job's ranks side by side: each rank's figures and the job's imbalance.
+"""A torchrun job's ranks side by side: each rank's figures and the job's imbalance, and for
+a sharded or data-parallel job what that does on each rank (run.json's `sharding`, written by
+core.recorder.sharded): FSDP's all-gather peak, each rank's shard and its padding, the
+parameters sharded unevenly, DDP's buckets.
 
 The one place these figures are computed: the `ranks` command prints them and the app's
 ranks tab shows them, from histories read by the run folder's reader (a saved job) or its
@@ -41,6 +44,13 @@ class RankFigures:
     p95_step_ms: float
     at_peak: dict[str, float] = field(default_factory=dict)
     finished: bool = False
+    # the largest bytes of each category in any sample (gathered: FSDP's all-gather peak)
+    largest: dict[str, float] = field(default_factory=dict)
+    sharding: dict = field(default_factory=dict)  # run.json's `sharding`, where it has one
+
+    @property
+    def gathered_peak(self) -> float:
+        return self.largest.get("gathered", 0.0)
 
 
 @dataclass(frozen=True)
@@ -74,6 +84,11 @@ class JobFigures:
         return tuple(c for c in MEMORY_CATEGORIES
                      if any(r.at_peak.get(c, 0) > 0 for r in self.ranks))
 
+    @property
+    def sharded(self) -> bool:
+        """Some rank's models are sharded by FSDP."""
+        return any(str(r.sharding.get("kind", "")).startswith("fsdp") for r in self.ranks)
+
 
 def rank_number(folder: Path) -> int:
     """rank<N>'s N (rank_folders names only such folders)."""
@@ -101,7 +116,14 @@ def rank_figures(folder: Path, history: RunHistory) -> RankFigures:
         mean_step_ms=float(step_ms.mean()) if len(step_ms) else math.nan,
         p95_step_ms=(float(np.percentile(step_ms, STEP_TIME_PERCENTILE)) if len(step_ms)
                      else math.nan),
-        at_peak=_categories_at(history, peak_step), finished=history.summary is not None)
+        at_peak=_categories_at(history, peak_step), finished=history.summary is not None,
+        largest={c: _largest(history, c) for c in MEMORY_CATEGORIES},
+        sharding=meta.get("sharding") if isinstance(meta.get("sharding"), dict) else {})
+
+
+def _largest(history: RunHistory, category: str) -> float:
+    values = history.samples.column(category)
+    return float(np.nanmax(values)) if len(values) and not np.isnan(values).all() else 0.0
 
 
 def _categories_at(history: RunHistory, step: int | None) -> dict[str, float]:
@@ -159,9 +181,15 @@ def read_job(folder: str | Path) -> JobFigures:
 
 # --- the table the CLI prints and the app shows ----------------------------------------------
 
+# A sharded job's columns: this rank's shard of the parameters (without FSDP's padding), the
+# padding FSDP adds to make every rank's shard the same size, the all-gather peak.
+SHARD_COLUMNS = ("shard", "padding", "gathered peak")
+
+
 def table_header(job: JobFigures) -> list[str]:
     return ["rank", "host", "node", "local", "steps", "peak", "mean step",
-            f"p{STEP_TIME_PERCENTILE} step", *(f"{c} at peak" for c in job.categories), "note"]
+            f"p{STEP_TIME_PERCENTILE} step", *(f"{c} at peak" for c in job.categories),
+            *(SHARD_COLUMNS if job.sharded else ()), "note"]
 
 
 def table_rows(job: JobFigures) -> list[list[str]]:
@@ -170,7 +198,18 @@ def table_rows(job: JobFigures) -> list[list[str]]:
              str(r.steps), format_bytes(r.peak_bytes), format_ms(r.mean_step_ms),
              format_ms(r.p95_step_ms),
              *(format_bytes(r.at_peak.get(c, math.nan)) for c in job.categories),
-             note(job, r)] for r in job.ranks]
+             *(_shard_cells(r) if job.sharded else ()), note(job, r)] for r in job.ranks]
+
+
+def _shard_cells(r: RankFigures) -> list[str]:
+    facts = r.sharding
+    shard, padded = _number(facts.get("shard_bytes")), _number(facts.get("padded_bytes"))
+    return [format_bytes(shard), format_bytes(padded - shard), format_bytes(r.gathered_peak)]
+
+
+def _number(value) -> float:
+    ok = isinstance(value, int | float) and not isinstance(value, bool)
+    return float(value) if ok else math.nan
 
 
 def note(job: JobFigures, r: RankFigures) -> str:
@@ -200,6 +239,63 @@ def imbalance_text(job: JobFigures) -> str:
                      f"{format_ms(job.slowest.mean_step_ms)}, {job.slowest_vs_median:.2f}x "
                      f"the median {format_ms(job.median_step_ms)}")
     return "; ".join(parts)
+
+
+def sharding_text(job: JobFigures) -> str:
+    """What sharding or data parallelism does on the ranks, in a line or two; "" for a job
+    with neither: FSDP's all-gather peak on each rank, the parameters sharded unevenly and
+    what that does to the shards and the optimizer state, DDP's buckets."""
+    facts = [(r, r.sharding) for r in job.ranks if r.sharding]
+    if not facts:
+        return ""
+    kind = str(facts[0][1].get("kind", ""))
+    if kind == "ddp":
+        sizes = {r.rank: r.largest.get("buckets", 0.0) for r, _ in facts}
+        views = any(f.get("gradient_as_bucket_view") for _, f in facts)
+        return (f"DDP's gradient buckets: {_per_rank(sizes)}"
+                + (" (gradient_as_bucket_view: the gradients are views into them)" if views
+                   else " (a copy of the gradients for the all-reduce, as large as the "
+                        "parameters that train)"))
+    name = {"fsdp2": "FSDP2 (fully_shard)", "fsdp1": "FSDP1"}.get(kind, kind)
+    parts = [f"{name}: all-gather peak {_per_rank({r.rank: r.gathered_peak for r, _ in facts})}"
+             " on top of each rank's shard"]
+    uneven = _uneven_text(facts)
+    if uneven:
+        parts.append(uneven)
+    return "; ".join(parts)
+
+
+def _uneven_text(facts: list[tuple[RankFigures, dict]]) -> str:
+    """The unevenly sharded parameters, named with each rank's rows, and the imbalance they
+    make: in the shards (FSDP pads them to one size) and in the optimizer state (unpadded)."""
+    count = max((c for _, f in facts if isinstance(c := f.get("uneven"), int)
+                 and not isinstance(c, bool)), default=0)
+    if count <= 0:
+        return ""
+    rows: dict[str, list] = {}
+    for _, f in facts:
+        for p in f.get("uneven_params") or ():
+            if isinstance(p, dict):
+                rows.setdefault(f"{p.get('name')} {p.get('shape')}", []).append(p.get("rows"))
+    named = ", ".join(f"{k}: {' | '.join(map(str, v))} rows" for k, v in list(rows.items())[:3])
+    world = facts[0][1].get("world_size", len(facts))
+    text = (f"uneven shard: {count} parameter{'s' if count > 1 else ''} not divisible by the "
+            f"{world} ranks ({named}{', ...' if count > 3 else ''})")
+    shards = {r.rank: _number(f.get("shard_bytes")) for r, f in facts}
+    big, small = max(shards, key=shards.get), min(shards, key=shards.get)
+    if shards[small] > 0 and shards[big] != shards[small]:
+        text += (f": rank {big}'s shard holds {format_bytes(shards[big] - shards[small])} more "
+                 f"than rank {small}'s ({shards[big] / shards[small]:.3g}x), padded by FSDP to "
+                 f"{format_bytes(_number(facts[0][1].get('padded_bytes')))} on each")
+        opt = {r.rank: r.largest.get("optimizer", 0.0) for r, _ in facts}
+        if opt[small] > 0 and opt[big] != opt[small]:
+            text += (f"; optimizer state (unpadded) rank {big} {opt[big] / opt[small]:.2f}x "
+                     f"rank {small}")
+    return text
+
+
+def _per_rank(values: dict[int, float]) -> str:
+    return ", ".join(f"rank {k} {format_bytes(v)}" for k, v in sorted(values.items()))
 
 
 def _or_dash(value: int | None) -> str:

@@ -24,6 +24,7 @@ from memlens.core.runfolder.format import (
     MEMORY_CSV,
     MEMORY_HEADER,
     OLD_MEMORY_HEADER,
+    OLDER_MEMORY_HEADERS,
     RUN_JSON,
     STEPS_CSV,
     STEPS_HEADER,
@@ -231,9 +232,10 @@ def _read_steps(path: Path) -> np.ndarray:
 
 
 def _read_memory(path: Path) -> np.ndarray:
-    fast = _fast(path, MEMORY_HEADER, phase_column=1)
-    if fast is None:  # a folder written before rss_bytes, or one the codecs must name
-        fast = _fast(path, OLD_MEMORY_HEADER, phase_column=1)
+    for header in (MEMORY_HEADER, *OLDER_MEMORY_HEADERS):  # newest first: each the next's
+        fast = _fast(path, header, phase_column=1)  # prefix (a folder written before
+        if fast is not None:  # rss_bytes or the sharded categories, or one the codecs
+            break  # must name)
     if fast is not None:
         table = memory_from_numbers(fast)
     else:

@@ -12,6 +12,7 @@ import weakref
 import torch
 from torch import Tensor, nn
 
+from memlens.core.recorder.sharded import Sharding
 from memlens.core.watch import diagnoses as dx
 
 _EVAL_LAYERS = (nn.modules.dropout._DropoutNd, nn.modules.batchnorm._BatchNorm)
@@ -57,6 +58,19 @@ class Found:
         # Optimizers known to exist but not stepped yet (a GAN's second, before its first
         # step): not measured, but their parameters are there (Discovery's list).
         self.candidates: list[weakref.ref] = []
+        self._sharding: Sharding | None = None
+        self._sharding_of: tuple = ()
+
+    @property
+    def sharding(self) -> Sharding | None:
+        """How the models are sharded (FSDP) or replicated (DDP), as of the models found now
+        (the probe reads it when it is made)."""
+        models = self.model_list()
+        key = tuple(map(id, models))
+        if key != self._sharding_of:
+            self._sharding_of = key
+            self._sharding = Sharding.of(models)
+        return self._sharding
 
     @property
     def optimizers(self) -> list[torch.optim.Optimizer]:

@@ -1,6 +1,7 @@
 """What a framework's callback tells a watch (memlens.integrations: Lightning, Hugging Face)
-and the clip hook's call: where steps end, where the gradients are final, its evaluation
-loss, the rank it runs as, the model and optimizers it knows before the first step.
+and the clip and FSDP hooks' calls: where steps end, where the gradients are final, its
+evaluation loss, the rank it runs as, the model and optimizers it knows before the first
+step, the moments FSDP frees what it gathered.
 
 A part of `Watch` (its base class), kept apart because a plain script never calls it; it
 uses the session's state (`seen`, `norms`, `_guard`, the step's bookkeeping).
@@ -9,6 +10,7 @@ uses the session's state (`seen`, `norms`, `_guard`, the step's bookkeeping).
 from __future__ import annotations
 
 import contextlib
+import threading
 
 import torch
 from torch import nn
@@ -52,6 +54,12 @@ class FrameworkCalls:
         for opt in self.seen.steppable_optimizers():
             if any(id(p) in ids for g in opt.param_groups for p in g["params"][:1]):
                 self._grads_final(opt)
+
+    def _sample_inside(self) -> None:
+        """FSDP is about to free a block's gathered parameters (TorchHooks, core.watch.sharding):
+        the memory at its height, sampled inside the phase under way."""
+        if threading.get_ident() == self._thread:
+            self._guard(self.steps.sample_inside)
 
     def note_eval_loss(self, value: float) -> None:
         """The evaluation loss a framework computed in this step (steps.csv eval_loss)."""

@@ -4,7 +4,8 @@ A thin wrapper on `nn.Module.__call__` finds the models (any root module call), 
 step hooks find the optimizers, and thin wrappers on `Tensor.backward`,
 `torch.autograd.backward`, `torch.autograd.grad` and the two `zero_grad`s mark where those
 phases start and end; one on `torch.nn.utils.clip_grad_norm_` (and on
-`clip_grads_with_norm_`, the clip alone) takes the grad norm before it clips.
+`clip_grads_with_norm_`, the clip alone) takes the grad norm before it clips. Where a
+sharded model is found, FSDP's reshard is wrapped too (core.watch.sharding).
 Every wrapper calls the original with the same arguments and returns (or raises) what it
 returned: the user's results are never touched.
 
@@ -17,11 +18,14 @@ leaves the module's own hooks, its fast path and `Module.compile()` as they were
 
 from __future__ import annotations
 
+import contextlib
 import functools
 from typing import Any
 
 import torch
 from torch.optim import optimizer as _optimizer
+
+from memlens.core.watch.sharding import fsdp_patches
 
 
 class TorchHooks:
@@ -34,14 +38,16 @@ class TorchHooks:
     optimizer_created(opt), backward(call, tensors, inputs=None, returns_grads=False) where
     `call()` runs the original (`call(t)` with `t` for its first tensor, a loss scaled by
     AMP's scaler; `inputs`: what torch.autograd.grad takes the gradients of, where given as
-    a tensor or a sequence), zero_grad(original, owner, args, kwargs), and
-    before_clip(params) (clip_grad_norm_ is about to clip them).
+    a tensor or a sequence), zero_grad(original, owner, args, kwargs), before_clip(params)
+    (clip_grad_norm_ is about to clip them), and _sample_inside() (FSDP is about to free
+    the parameters it gathered for a block).
     """
 
     def __init__(self, listener: Any) -> None:
         self.listener = listener
         self._handles: list[Any] = []
         self._patched: list[tuple[Any, str, Any]] = []
+        self._sharding = None  # the models' sharding now (core.recorder.sharded)
 
     def install(self) -> None:
         lst = self.listener
@@ -66,6 +72,22 @@ class TorchHooks:
         for name in ("clip_grad_norm_", "clip_grads_with_norm_"):
             if name in torch.nn.utils.__dict__:
                 self._patch(torch.nn.utils, name, self._wrap_clip(torch.nn.utils.__dict__[name]))
+
+    def watch_sharding(self, sharding) -> None:
+        """Wrap FSDP's reshard for `sharding` (core.recorder.sharded.Sharding, or None; the
+        newest one is refreshed after each gather), once, removed with the rest."""
+        had, self._sharding = self._sharding, sharding
+        if sharding is None or had is not None or not self._patched:
+            return
+        for owner, name, new in fsdp_patches(sharding.kind, self.listener._sample_inside,
+                                             self._refresh_sharding):
+            self._patch(owner, name, new)
+
+    def _refresh_sharding(self) -> None:
+        sharding = self._sharding
+        if sharding is not None and not sharding.complete:
+            with contextlib.suppress(Exception):  # never into FSDP's own call
+                sharding.refresh()
 
     def _patch(self, owner: Any, name: str, new: Any) -> None:
         self._patched.append((owner, name, owner.__dict__[name]))
@@ -158,3 +180,4 @@ class TorchHooks:
         for owner, name, original in reversed(self._patched):
             setattr(owner, name, original)
         self._patched = []
+        self._sharding = None

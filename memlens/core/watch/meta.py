@@ -32,13 +32,17 @@ def header(w: WatchSession) -> dict:
         "; other = the models' inputs (batches, carried state)")
     env = w.rec.environment(parameters=sum(p.numel() for p in w.found.parameters()),
                             memory_label=label)
-    return {**run_header("watch", script=w.script, argv=w.argv, rank=w.rank,
-                         world_size=w.world_size),
-            # where to run it again from (main.py fix, the app's Try the fix)
-            "script_path": str(Path(w.script).resolve()) if w.script else None,
-            "cwd": os.getcwd(),
-            "capture_every": w.capture_every, "precise_requested": w.precise_requested,
-            "environment": env, "models": list(w.seen.models_seen.values())}
+    doc = {**run_header("watch", script=w.script, argv=w.argv, rank=w.rank,
+                        world_size=w.world_size),
+           # where to run it again from (main.py fix, the app's Try the fix)
+           "script_path": str(Path(w.script).resolve()) if w.script else None,
+           "cwd": os.getcwd(),
+           "capture_every": w.capture_every, "precise_requested": w.precise_requested,
+           "environment": env, "models": list(w.seen.models_seen.values())}
+    sharding = probe.sharding if probe is not None else None
+    if sharding is not None:  # FSDP's shards and padding, DDP's buckets (core.recorder.sharded)
+        doc["sharding"] = sharding.facts()
+    return doc
 
 
 def summary(w: WatchSession, error: BaseException | None) -> RunSummary:

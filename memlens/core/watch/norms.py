@@ -6,6 +6,8 @@ pre-hook, or, for `optimizer.step(closure)` (LBFGS, Lightning), after the step, 
 closure runs zero_grad, forward and backward inside it (the session decides which). On CPU
 the native GradWatch takes each gradient's sum of squares as autograd writes it (a
 post-accumulate-grad hook, while it is in cache); a gradient changed since is read again.
+A sharded model's (FSDP2: DTensor gradients) is the norm of this rank's shards: the full
+norm would take a collective, and memlens never issues one.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import weakref
 from collections.abc import Callable
 
 from memlens.core.findings import GRADS_NOT_CLEARED, fix_of
+from memlens.core.recorder.keys import local_tensor
 from memlens.core.recorder.recorder import sum_of_squares
 
 GROWING_STEPS = 3  # optimizer steps without clearing, each with a larger grad norm
@@ -45,9 +48,9 @@ class GradNorms:
         if first is None:
             return
         sq = self._native_sum_of_squares(opt)
-        if sq < 0:
-            sq = sum_of_squares([p.grad for g in opt.param_groups for p in g["params"]
-                                 if p.grad is not None])
+        if sq < 0:  # a DTensor's gradient (FSDP2): its local shard's, as the native read
+            sq = sum_of_squares([t for g in opt.param_groups for p in g["params"]
+                                 if p.grad is not None and (t := local_tensor(p.grad)) is not None])
         self.norm_sq = sq if self.norm_sq != self.norm_sq else self.norm_sq + sq
         seen = self._last_grad.get(opt)
         if seen is None or seen() is not first:  # a new tensor: set, not accumulated into

@@ -293,6 +293,7 @@ class WatchSession(FrameworkCalls):
         self.steps.use_probe(self.probe)  # the old probe's figures first
         # A new probe knows no gradients or optimizer state yet: "start" scans them all.
         self.probe.sample(self.step_index, "start", 0.0, [])
+        self.hooks.watch_sharding(self.probe.sharding)  # FSDP's reshard: core.watch.sharding
         self.sink.on_start(header(self))
 
     def _note_amp_casts(self, nodes: list) -> None:

@@ -66,13 +66,18 @@ def _main(argv: list[str] | None) -> int:
     return code
 
 
+OWN_THREADS = "memlens-"  # the names of memlens's own threads
+
+
 def _end_if_threads_left(command: str, code: int, before: set[threading.Thread]) -> None:
     """A command's work is done, but threads started meanwhile (a model file's poller, a
     logger) would keep Python from exiting, forever for a thread that loops: name them and
-    end the process with the command's exit code. Thread pools' workers are left out: they
-    end at exit by themselves."""
+    end the process with the command's exit code. Thread pools' workers and memlens's own
+    threads (`memlens-...`: the app's AMP check, which ends in seconds) are left out: they
+    end by themselves."""
     left = [t for t in threading.enumerate()
             if t not in before and t.is_alive() and not t.daemon
+            and not t.name.startswith(OWN_THREADS)
             and not getattr(getattr(t, "_target", None), "__module__", "").startswith(
                 "concurrent.futures")]
     if not left:

@@ -45,5 +45,6 @@ def main(args) -> int:
     print(printable(imbalance_text(job)))
     sharding = sharding_text(job)
     if sharding:
-        print(printable(sharding))
+        for line in sharding.splitlines():  # each line printable, the lines kept
+            print(printable(line))
     return EXIT_OK

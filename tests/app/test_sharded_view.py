@@ -109,7 +109,7 @@ def test_the_rows_table_holds_the_new_columns_and_says_what_they_hold(qtbot, win
     job = _job(tmp_path, steps=1)
     assert window.open_run(job / "rank1")
     window.findChild(QAction, "rows_action").trigger()
-    dialog = window.conventions.rows_dialog
+    dialog = window.view_actions.rows_dialog
     model = dialog.models["memory"]
     qtbot.waitUntil(lambda: model.rowCount() == 5, timeout=5000)
     names = [model.headerData(j, Qt.Horizontal) for j in range(model.columnCount())]

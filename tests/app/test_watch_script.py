@@ -36,7 +36,7 @@ def test_file_watch_a_script_toggles_amp_and_zero_grad_live_and_stops_it(qtbot, 
     # a wrong path first: said in the dialog, nothing starts
     dialog.script.setText(str(tmp_path / "missing.py"))
     dialog.findChild(QDialogButtonBox).button(QDialogButtonBox.Ok).click()
-    assert dialog.isVisible() and "no such file" in dialog.problem.text()
+    assert dialog.isVisible() and "does not exist" in dialog.problem.text()
     assert not window.script_watch.alive
     dialog.script.setText(str(SCRIPT))
     dialog.args.setText("3000")

@@ -38,7 +38,7 @@ def test_a_loss_module_caching_its_losses_is_named_at_the_line_that_caches(tmp_p
     assert code == 0
     found = diagnoses(doc, dx.GRAPH_KEPT)
     assert len(found) == 1
-    assert "attribute `self.history` of TrackedLoss" in found[0]["message"]
+    assert "attribute `criterion.history`" in found[0]["message"]  # the script's loss module
     line = next(i for i, t in enumerate(TRACKED_LOSS.splitlines(), 1) if "# CACHE" in t)
     assert found[0]["where"].endswith(f"train.py:{line}")
 

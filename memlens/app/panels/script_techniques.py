@@ -10,12 +10,11 @@ from typing import Any
 
 from PySide6.QtWidgets import QLabel
 
-from memlens.app.panels.techniques_panel import TechniquesPanel
+from memlens.app.panels.techniques_panel import TechniquesPanel, TechniquesTarget
 from memlens.core.options import format_value
 from memlens.core.technique_notes import TECHNIQUE_NOTES
 from memlens.core.watch.toggles import SCRIPT, WATCH_KEYS, WATCH_NOTES, results_text
 
-WATCH_TITLE = "Techniques (watched script: apply at the next step boundary)"
 NOT_A_WATCH_TOGGLE = ("Not toggled on a watched script: memlens cannot change this in a "
                       "script it did not write.")
 
@@ -42,7 +41,6 @@ class ScriptTechniquesView:
         self.uses.hide()
         panel.layout().addRow(self.uses)
         self._saved: dict[str, tuple[bool, str, str]] | None = None
-        self._title = ""
         self.shown: dict | None = None  # the run.json `techniques` last shown
 
     @property
@@ -53,10 +51,9 @@ class ScriptTechniquesView:
         if self._saved is not None:
             return
         p = self.panel
-        self._title = p.title()
         self._saved = {k: (f.widget.isEnabled(), f.widget.toolTip(), f.label.toolTip())
                        for k, f in p.fields.items()}
-        p.setTitle(WATCH_TITLE)
+        p.set_target(TechniquesTarget.SCRIPT)  # the window sets it again as states change
         for key, field in p.fields.items():
             tip = (watch_tooltip(key, _VALUES[key]) if key in WATCH_KEYS
                    else NOT_A_WATCH_TOGGLE)
@@ -97,6 +94,5 @@ class ScriptTechniquesView:
             field.widget.setEnabled(enabled)
             field.widget.setToolTip(tip)
             field.label.setToolTip(label_tip)
-        self.panel.setTitle(self._title)
         self._saved, self.shown = None, None
         self.uses.hide()

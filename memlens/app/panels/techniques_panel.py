@@ -21,15 +21,18 @@ class TechniquesTarget(StrEnum):
 
     LIVE = "live"  # the run going here: applied at its next step
     NEXT_RUN = "next run"  # nothing runs here: the next Start takes them
-    # A script another process runs, followed here: the panel cannot reach it (yet), so
-    # an edit is for the next run started here, as NEXT_RUN.
+    # A script another process runs, followed here: the panel cannot reach it, so an edit
+    # is for the next run started here, as NEXT_RUN.
     WATCHED = "watched"
+    # A script File > Watch a script… runs: an edit goes to it at its next step boundary
+    SCRIPT = "script"
 
 
 TITLES = {
     TechniquesTarget.LIVE: "Techniques (live: apply at the next step)",
     TechniquesTarget.NEXT_RUN: "Techniques (for the next run)",
     TechniquesTarget.WATCHED: "Techniques (for a new run: not the watched script's)",
+    TechniquesTarget.SCRIPT: "Techniques (watched script: apply at the next step boundary)",
 }
 DEFAULTS = TechniqueToggles()
 

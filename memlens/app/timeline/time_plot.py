@@ -36,7 +36,9 @@ class TimePlot(LivePlot):
         finite = np.isfinite(top)
         self.cut_spike = None
         if not self.log_y and finite.sum() >= MIN_STEPS_FOR_SPIKES:
-            typical = float(np.quantile(top[finite], SPIKE_QUANTILE))
+            # "lower": a step that is there, never one interpolated toward the spike itself
+            # (of 12 steps the 0.9 quantile would be mostly the tallest)
+            typical = float(np.quantile(top[finite], SPIKE_QUANTILE, method="lower"))
             tallest = int(np.nanargmax(top))
             if typical > 0 and top[tallest] > SPIKE_FACTOR * typical:
                 self.cut_spike = (int(np.floor(x[tallest])), float(top[tallest]))

@@ -118,7 +118,9 @@ class MainWindow(QMainWindow):
         self._build_menus()
         # The Runs dock before the layout is restored: its open state is remembered too.
         self.runs_dock = RunsDock(self, self.runs_dir, self.board, self.say, self.view_menu)
-        self.script_watch = ScriptWatching(self)  # File > Watch a script…
+        self.script_watch = ScriptWatching(  # File > Watch a script…
+            self, self.opening, self.techniques_panel, self.run_panel, self.app_settings,
+            self.runs_dir)
         self.fixing = FixSession(  # Try the fix / Write the fix under a diagnosis
             self, self.events_panel, lambda: (self.history, self.loaded_from),
             self.board.add_history)
@@ -454,9 +456,9 @@ class MainWindow(QMainWindow):
         name = (self.history.meta.get("config") or {}).get("preset") if self.history else None
         name = preset_label(name) if name else name
         self.setWindowTitle(window_title(name, text, self.loaded_from))
-        self.techniques_panel.set_target(techniques_target(  # a script watched here: live
-            self.running or self.script_watch.alive, self.opening.followed is not None,
-            self.history.meta if self.history else None))
+        self.techniques_panel.set_target(techniques_target(
+            self.running, self.opening.followed is not None,
+            self.history.meta if self.history else None, script=self.script_watch.alive))
         self.board.update_state()
 
     def show_history(self, history: RunHistory | None) -> None:

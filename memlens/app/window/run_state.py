@@ -12,11 +12,13 @@ from memlens.app.panels.window_state import WindowState
 from memlens.core.records import NATIVE_BUILD_EVENT
 
 
-def techniques_target(running: bool, following: bool, meta: dict | None
-                      ) -> TechniquesTarget:
+def techniques_target(running: bool, following: bool, meta: dict | None,
+                      script: bool = False) -> TechniquesTarget:
     """What the techniques panel's edits act on: the run going here, or the next run (a
     watched script followed here, `meta` its run.json header, is out of the panel's reach:
-    it says so)."""
+    it says so; one File > Watch a script… runs, `script`, is in reach)."""
+    if script:
+        return TechniquesTarget.SCRIPT
     if running:
         return TechniquesTarget.LIVE
     if following and isinstance(meta, dict) and meta.get("source") == "watch":

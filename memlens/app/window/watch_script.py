@@ -17,8 +17,8 @@ import json
 import shutil
 import sys
 import tempfile
-import time
 from pathlib import Path
+from typing import Protocol
 
 from PySide6.QtCore import QObject, QProcess, QProcessEnvironment, QTimer, Signal
 from PySide6.QtGui import QAction
@@ -27,8 +27,10 @@ from PySide6.QtWidgets import QMessageBox
 import memlens
 from memlens.app.panels.script_techniques import ScriptTechniquesView
 from memlens.app.panels.window_state import WindowState
+from memlens.app.window.shown_run import RunOnScreen
 from memlens.app.window.watch_script_dialog import WatchScriptDialog
 from memlens.core.options import ConfigError, format_value
+from memlens.core.recorder.output import choose_folder
 from memlens.core.runfolder.format import RUN_JSON
 from memlens.core.watch.control_channel import write_command
 from memlens.core.watch.toggles import parse_value
@@ -132,22 +134,38 @@ class WatchedScript(QObject):
         self.ended.emit(int(code), "\n".join(self.output))
 
 
+class ScriptHost(RunOnScreen, Protocol):
+    """What a watched script asks of the window beyond the run on screen: its state (the
+    window's, and the text the run panel shows) and a redraw now."""
+
+    @property
+    def state(self) -> WindowState: ...
+
+    def set_state(self, state: WindowState, message: str = "") -> None: ...
+
+    def refresh_now(self) -> None: ...
+
+
 class ScriptWatching(QObject):
     """The window's side (see the module doc): the menu action, the child, the window's
-    state while it runs, the Techniques panel's watch mode."""
+    state while it runs, the Techniques panel's watch mode. It follows the child's folder
+    through `opening` (the window's RunOpening), says things in `techniques` (the panel)
+    and reads the run panel's state line from `run_panel`."""
 
-    def __init__(self, window) -> None:
-        super().__init__(window)
-        self.window = window
+    def __init__(self, host: ScriptHost, opening, techniques, run_panel, settings,
+                 runs_dir) -> None:
+        super().__init__(host)
+        self._host, self._opening, self._techniques = host, opening, techniques
+        self._run_panel, self._settings, self._runs_dir = run_panel, settings, runs_dir
         self.child: WatchedScript | None = None
         self.dialog: WatchScriptDialog | None = None
-        self.view = ScriptTechniquesView(window.techniques_panel)
+        self.view = ScriptTechniquesView(techniques)
         self._followed = None
         self.sent: list[str] = []
-        self.action = QAction("&Watch a script…", window)
+        self.action = QAction("&Watch a script…", host)
         self.action.setObjectName("watch_script_action")
         self.action.triggered.connect(self.open_dialog)
-        follow = window.findChild(QAction, "follow_run_action")
+        follow = host.findChild(QAction, "follow_run_action")
         menu = follow.associatedObjects()[0] if follow is not None else None
         if menu is not None:  # right after File > Follow run
             actions = menu.actions()
@@ -162,47 +180,44 @@ class ScriptWatching(QObject):
         return self.child is not None and self.child.alive
 
     def open_dialog(self) -> WatchScriptDialog:
-        self.dialog = WatchScriptDialog(self.window.app_settings, self.window)
+        self.dialog = WatchScriptDialog(self._settings, self._host)
         self.dialog.chosen.connect(self.start)
         self.dialog.open()
         return self.dialog
 
     def start(self, script: str, args: list[str], cwd: str) -> bool:
-        w = self.window
-        if w.running or self.alive:
-            w.message("A run is going", "Stop the run going now before watching a script.",
+        host = self._host
+        if host.running or self.alive:
+            host.message("A run is going", "Stop the run going now before watching a script.",
                       QMessageBox.Information, "watch_script_busy")
             return False
-        runs = Path(w.runs_dir) if w.runs_dir else Path(tempfile.mkdtemp(prefix="memlens-"))
-        stem = Path(script).stem
-        folder = runs / f"{time.strftime('%Y%m%d-%H%M%S')}-watch-{stem}"
-        k = 2
-        while folder.exists():
-            folder, k = runs / f"{time.strftime('%Y%m%d-%H%M%S')}-watch-{stem}-{k}", k + 1
+        runs = (Path(self._runs_dir) if self._runs_dir
+                else Path(tempfile.mkdtemp(prefix="memlens-")))
+        # named and claimed as every run's folder (the watch's writer makes it)
+        folder = choose_folder(None, f"watch-{Path(script).stem}", runs_dir=runs)
         runs.mkdir(parents=True, exist_ok=True)
         self.child = WatchedScript(script, args, cwd, folder, self)
         self.sent: list[str] = []  # technique changes sent to it
         self.child.ended.connect(self._on_ended)
         self._followed = None
-        w.follow_run(folder)  # waits for the folder to appear
+        self._opening.follow_run(folder)  # waits for the folder to appear
         self.view.enter()
-        w.techniques_panel.show_note(f"Watching {Path(script).name}: a change applies at its "
+        self._techniques.show_note(f"Watching {Path(script).name}: a change applies at its "
                                      "next step boundary")
-        w.set_state(WindowState.STARTING, f"Starting {Path(script).name}…")
+        host.set_state(WindowState.STARTING, f"Starting {Path(script).name}…")
         self._timer.start()
         return True
 
     # --- what the window's controls do while a script is watched -------------------------
     def set_technique(self, key: str, value) -> None:
-        w = self.window
         try:
             value = parse_value(key, value)
         except ConfigError as exc:
-            w.techniques_panel.show_note(str(exc))
+            self._techniques.show_note(str(exc))
             return
         self.child.set(key, value)
         self.sent.append(f"{key}={format_value(value)}")
-        w.techniques_panel.show_note(f"{key} -> {format_value(value)}: applies at the "
+        self._techniques.show_note(f"{key} -> {format_value(value)}: applies at the "
                                      "script's next step boundary")
 
     def toggle_pause(self) -> None:
@@ -223,15 +238,15 @@ class ScriptWatching(QObject):
     # --- following the child ---------------------------------------------------------------
     def _sync(self) -> None:
         """The window's state and the panel from the child and its run.json."""
-        w, child = self.window, self.child
+        host, child = self._host, self.child
         if child is None or not child.alive:
             return
-        followed = w.opening.followed
+        followed = self._opening.followed
         if followed is not None and followed is not self._followed:
             # after the follower's own state slot, which calls every state finished
             self._followed = followed
             followed.state_changed.connect(lambda _state: self._sync())
-        meta = w.history.meta if w.history is not None else {}
+        meta = host.history.meta if host.history is not None else {}
         techniques = meta.get("techniques") if isinstance(meta, dict) else None
         self.view.show(techniques)
         name = child.script.name
@@ -245,37 +260,37 @@ class ScriptWatching(QObject):
             state, text = WindowState.STARTING, f"Starting {name}…"
         else:
             state, text = WindowState.RUNNING, f"Watching {name} (pid {child.process.processId()})"
-        if (state, text) != (w.state, w.run_panel.state_label.text()):
-            w.set_state(state, text)
+        if (state, text) != (host.state, self._run_panel.state_label.text()):
+            host.set_state(state, text)
 
     def _on_ended(self, code: int, output: str) -> None:
-        w, child = self.window, self.child
+        host, child = self._host, self.child
         self._timer.stop()
         self.view.leave()
-        w.techniques_panel.show_note("")
+        self._techniques.show_note("")
         folder_made = (child.folder / RUN_JSON).exists()
         if not folder_made:
-            w.opening.stop_following()
-        w.refresh_now()
+            self._opening.stop_following()
+        host.refresh_now()
         lines = [ln for ln in output.splitlines() if ln.strip()]
         said = [ln for ln in lines if ln.startswith("memlens watch:")]
         name = child.script.name
         if self.sent and code in (0, 2) and _steps_done(child.folder) == 0:
-            w.set_state(WindowState.FINISHED, f"{name} ended; it never trained")
-            w.message("Nothing to toggle",
+            host.set_state(WindowState.FINISHED, f"{name} ended; it never trained")
+            host.message("Nothing to toggle",
                       f"{', '.join(self.sent)}: {name} made no training step (no optimizer "
                       "step, no backward), so there was nothing to toggle.",
                       QMessageBox.Information, "watch_script_not_applied")
             return
         if code == 0:
-            w.set_state(WindowState.FINISHED, f"{name} ended; its run is in {child.folder}")
+            host.set_state(WindowState.FINISHED, f"{name} ended; its run is in {child.folder}")
             if said and not folder_made:  # it ended before it trained
-                w.message("Nothing was recorded", said[-1].removeprefix("memlens watch: "),
+                host.message("Nothing was recorded", said[-1].removeprefix("memlens watch: "),
                           QMessageBox.Information, "watch_script_ended")
             return
         last = said[-1] if code == 2 and said else (lines[-1] if lines else "")
-        w.set_state(WindowState.FINISHED, f"{name} ended with exit code {code}")
-        w.message(f"{name} ended with exit code {code}",
+        host.set_state(WindowState.FINISHED, f"{name} ended with exit code {code}")
+        host.message(f"{name} ended with exit code {code}",
                   f"{last}\n\nIts output ends:\n" + "\n".join(lines[-12:]),
                   QMessageBox.Warning, "watch_script_failed")
 

@@ -18,11 +18,17 @@ from memlens.core.fix.plan import Fix, Planner, copy_path, patched_texts
 from memlens.core.fix.report import FIX_JSON, Report, text, unified, write
 from memlens.core.fix.runs import WatchedRun, watch_run
 from memlens.core.fix.write import PATCH_JSON, save_patch
-from memlens.core.runfolder.claim import new_run_folder
+from memlens.core.options import ConfigError
+from memlens.core.recorder.output import choose_folder
+from memlens.core.runfolder.claim import Layout
 
 DEFAULT_STEPS = 12  # enough for a diagnosis that needs growth over several steps
 PACKAGE_COPY_LIMIT = 2000  # files of a package copied under fixed/ so a patched module imports
 FOLDER_PARTS = ("before", "after", "fixed", FIX_JSON, PATCH_JSON)
+# A fix's folder, claimed as every producer's is (runfolder.claim); fix has no --force, and
+# keeps no record of its files: one that holds a fix is refused whole.
+FIX_LAYOUT = Layout("a fix", FOLDER_PARTS,
+                    lambda _folder: "fix keeps no record of the files it wrote")
 
 Progress = Callable[[int, int, str], None]  # (stage, of stages, what runs now)
 
@@ -49,15 +55,10 @@ class FixOutcome:
 def fix_folder(out: str | None, script: Path) -> Path:
     """The fix folder: `out` (refused where it holds an earlier fix), else a new
     runs/<time>-fix-<script>."""
-    if out is None:
-        return new_run_folder("runs", f"fix-{script.stem}")
-    folder = Path(out).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise FixInputError(f"--out {out}: a file, not a folder; choose a folder")
-    taken = [p for p in FOLDER_PARTS if (folder / p).exists()]
-    if taken:
-        raise FixInputError(f"--out {out} already holds a fix ({', '.join(taken)}); choose "
-                            "another folder")
+    try:
+        folder = choose_folder(out, f"fix-{script.stem}", force=None, layout=FIX_LAYOUT)
+    except ConfigError as exc:  # FolderTaken too: one line, nothing deleted
+        raise FixInputError(str(exc)) from None
     folder.mkdir(parents=True, exist_ok=True)
     return folder
 

@@ -223,6 +223,12 @@ class Planner:
                             "later uses are unknown" + (f" ({why_not_no_grad})"
                                                         if why_not_no_grad else ""))
         stmt = src.statement_at(line)
+        if "." in holder and not holder.startswith("self."):
+            # `criterion.history`, kept by a method of the object's class: `where` is that
+            # line, which names it `self.history`
+            inside = "self." + holder.rsplit(".", 1)[1]
+            if any(uses.named(n, inside) for n in ast.walk(stmt)):
+                holder = inside
         value = _accumulated(src, stmt, holder)
         scope = _holder_scope(src, stmt, holder)
         at = uses.backwarded_at(src, scope, holder) if scope is not None else None

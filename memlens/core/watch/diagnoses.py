@@ -139,7 +139,10 @@ def variable_name(obj: Any) -> str:
 
 
 def _reaches(t: torch.Tensor, is_old) -> bool:
-    fn = t.grad_fn
+    try:
+        fn = t.grad_fn
+    except RuntimeError:  # a view whose base changed in place since (FSDP1's parameters)
+        return False
     if fn is None:
         return False
     stack, seen = [fn], {fn}

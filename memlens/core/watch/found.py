@@ -60,12 +60,15 @@ class Found:
         self.candidates: list[weakref.ref] = []
         self._sharding: Sharding | None = None
         self._sharding_of: tuple = ()
+        # Wrappers called in a known model's stead (DDP around a LightningModule): no model
+        # of their own, but what they replicate or shard is the sharding's
+        self.wrappers: list[weakref.ref] = []
 
     @property
     def sharding(self) -> Sharding | None:
         """How the models are sharded (FSDP) or replicated (DDP), as of the models found now
         (the probe reads it when it is made)."""
-        models = self.model_list()
+        models = self.model_list() + [w for r in self.wrappers if (w := r()) is not None]
         key = tuple(map(id, models))
         if key != self._sharding_of:
             self._sharding_of = key
@@ -272,6 +275,9 @@ class Discovery:
                 continue
             name = self.names[id(m)]
             self.models_seen[name].pop("called", None)
+            if any(sub is m for sub in module.modules()):  # a wrapper around the model
+                self.found.wrappers.append(weakref.ref(module))
+                self.probe_stale = True  # its sharding: a probe made again reads it
             part = next((p for p, sub in m.named_modules() if sub is module), None)
             return f"{name}.{part}" if part else name
         return None

@@ -44,9 +44,19 @@ def _cached(value) -> list[Tensor]:
         for t in (v,) if isinstance(v, Tensor) else (
                 v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple))
                 else ()):
-            if isinstance(t, Tensor) and t.grad_fn is not None and t.numel() > 1:
+            if isinstance(t, Tensor) and _has_graph(t) and t.numel() > 1:
                 out.append(t)
     return out
+
+
+def _has_graph(t: Tensor) -> bool:
+    """Whether `t` carries a graph. Reading grad_fn raises for a view whose base was
+    changed in place since (FSDP1's parameters, views into its flat parameter that the
+    optimizer updates): that is no cache of the module's."""
+    try:
+        return t.grad_fn is not None
+    except RuntimeError:
+        return False
 
 
 def _recomputed(module: nn.Module) -> set[str]:

@@ -35,7 +35,7 @@ def check_script(path: str) -> str | None:
 def run_script(script: str, script_args: list[str], *, out=None, precise: bool = False,
                capture_every: int = 0, quiet: bool = False, force: bool = False,
                model_found=None, at=(), control: str | None = None, around=None,
-               stop_after: int = 0) -> int:
+               stop_after: int = 0, detail: str | int | None = None) -> int:
     """Run `script` under a watch; returns the exit code `python script ARGS` would have
     (2 where a toggle of `at` never applied: past the run's last step, or a script that
     made no step). `model_found`: called with each model at its first call
@@ -45,10 +45,7 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     starts again); `stop_after`: end the script where its step `stop_after + 1` would
     begin (exit code 0; core.watch.limit)."""
     from memlens.core.runfolder.atomic import ExportError
-    from memlens.core.runfolder.claim import discard_run
     from memlens.core.watch.control_channel import WatchStopped
-    from memlens.core.watch.meta import NOTHING_FOUND_HELP
-    from memlens.core.watch.report import print_summary
     from memlens.core.watch.session import WatchSession
 
     path = str(Path(script))
@@ -59,7 +56,7 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
     try:
         w = WatchSession(out=out, precise=precise, capture_every=capture_every, script=path,
                          argv=argv, force=force, model_found=model_found, at=at,
-                         control=control, stop_after=stop_after)
+                         control=control, stop_after=stop_after, detail=detail)
     except (ExportError, OSError, ValueError) as exc:  # ConfigError: a folder holding a run
         sys.argv, sys.path[:] = old_argv, old_path
         print(f"memlens watch: {exc}", file=sys.stderr)
@@ -97,24 +94,33 @@ def run_script(script: str, script_args: list[str], *, out=None, precise: bool =
         # A child the script forked ended its script (sys.exit, or its end): the recording
         # and its folder are the parent's, so the child leaves them be and says nothing.
         return code
+    _say_what_was_recorded(w, path, code, quiet, made=out is None)
+    return _toggles_said(w, code, quiet)
+
+
+def _say_what_was_recorded(w, path: str, code: int, quiet: bool, made: bool) -> None:
+    """After the script: a failed write said; a run that never trained discarded (its
+    folder too where memlens `made` it), said; else the summary."""
+    from memlens.core.runfolder.claim import discard_run
+    from memlens.core.watch.meta import NOTHING_FOUND_HELP
+    from memlens.core.watch.report import print_summary
+
     if w.write_error is not None:
         print(f"memlens watch: writing {w.folder} failed ({w.write_error}); it holds what "
               "was written before. The script ran unchanged.", file=sys.stderr)
     if w.nothing_found and w.step_index == 0 and w.write_error is None:
         # It ended before it trained (its own usage error or --help, say): nothing to keep.
-        discard_run(w.folder, made=out is None)
+        discard_run(w.folder, made=made)
         if not quiet:
             print(f"memlens watch: {path} ended (exit code {code}) before it trained: no "
                   "model call, no optimizer, no step, so nothing was recorded and no run "
                   "folder is kept. Its own output is above; to pass it arguments, put them "
                   "after the script's name.", file=sys.stderr)
-        return _toggles_said(w, code, quiet)
-    if not quiet:
+    elif not quiet:
         print_summary(w)
         if w.nothing_found:
             print(f"memlens watch: found no model and no optimizer. {NOTHING_FOUND_HELP}",
                   file=sys.stderr)
-    return _toggles_said(w, code, quiet)
 
 
 def _toggles_said(w, code: int, quiet: bool) -> int:

@@ -27,7 +27,10 @@ import tempfile
 import time
 from pathlib import Path
 
-SKIP = 2  # steps dropped at the start of each block
+# Steps dropped at the start of each block: a watch finds the models and makes its probe on
+# its first steps, and `auto` detail (core.watch.detail) measures its cost on the next ones;
+# a run's steady state is what a user meets over its minutes.
+SKIP = 12
 WARM_UP = 5
 IDLE_AT = "1000000000:zero_grad=script"
 SIDES = ("plain", "watched", "toggles")

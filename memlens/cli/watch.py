@@ -32,6 +32,11 @@ def add_parser(subparsers) -> None:
                    help="a file of JSON-lines commands read at each step boundary (technique "
                    "changes, pause, resume, stop): how the app's File > Watch a script "
                    "drives the run")
+    p.add_argument("--detail", default=None, metavar="every|auto|N",
+                   help="which steps measure what is saved for backward (activations, AMP "
+                   "casts): every step, auto (the default: every step where it costs under "
+                   "2%% of one, else the first, every Nth and at each change; the others "
+                   "carry it, memory.csv `carried`), or every Nth")
     p.add_argument("--stop-after", type=count, default=0, metavar="N",
                    help="end the script where its step N+1 would begin (exit code 0, the run "
                    "folder complete; 0: run to its end)")
@@ -50,16 +55,23 @@ def main(args) -> int:
         return refuse("watch", "--out '': give a folder name, or leave --out out for a new "
                       "folder in runs/")
     from memlens.core.options import ConfigError
+    from memlens.core.watch.detail import parse_detail
     from memlens.core.watch.toggles import parse_changes
 
     try:
         at = parse_changes(args.ats)
     except ConfigError as exc:
         return refuse("watch", exc)
+    try:
+        if args.detail is not None:
+            parse_detail(args.detail)  # a bad one: one line, before the script runs
+    except ValueError as exc:
+        return refuse("watch", f"--detail {args.detail}: {exc}")
     from memlens.integrations.attach import attach_framework_callback
     from memlens.integrations.relaunch import relaunched_ranks
 
     return run_script(args.script, getattr(args, "passthrough", []), out=args.out,
                       precise=args.precise, capture_every=args.capture_every, force=args.force,
                       model_found=attach_framework_callback, at=at, control=args.control,
-                      around=relaunched_ranks, stop_after=args.stop_after)
+                      around=relaunched_ranks, stop_after=args.stop_after,
+                      detail=args.detail)

@@ -40,7 +40,7 @@ STEP_COLUMNS: tuple[str, ...] = (
 # it, as memory.csv has them (its older files lack them: core.runfolder.format).
 SAMPLE_COLUMNS: tuple[str, ...] = (
     "step", "phase", "x", "time_s", *FIRST_CATEGORIES, "total", "allocated", "reserved",
-    "heap", "rss", *LATER_CATEGORIES,
+    "heap", "rss", *LATER_CATEGORIES, "carried",
 )
 PHASES_PER_STEP = len(SAMPLE_PHASE_CODE)
 MAX_GRAPHS = 32
@@ -97,6 +97,7 @@ def sample_values(s: MemorySample) -> tuple[float, ...]:
         s.params, s.grads, s.optimizer, s.activations, s.other, s.buffers, s.amp_casts,
         s.temporaries, s.total,
         _num(s.allocated), _num(s.reserved), _num(s.heap), _num(s.rss), s.gathered, s.buckets,
+        float(s.carried),
     )
 
 

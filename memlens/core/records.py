@@ -83,6 +83,11 @@ class Buckets(NamedTuple):
 NO_BUCKETS = Buckets()
 
 
+# What a watch's step without detail carries from the steps that measured it: what is saved
+# for backward (core.watch.detail); every other category is measured at every step.
+CARRIED_CATEGORIES: tuple[str, ...] = ("activations", "amp_casts")
+
+
 @dataclass(slots=True)
 class MemorySample:
     """Memory at one phase boundary. Category figures are tensor bytes, each storage once.
@@ -111,6 +116,9 @@ class MemorySample:
     rss: int | None = None
     gathered: int = 0
     buckets: int = 0
+    # What is saved for backward (CARRIED_CATEGORIES) is carried from the steps that measured
+    # it (a watch's step without detail: core.watch.detail), not measured at this sample.
+    carried: bool = False
 
     @property
     def total(self) -> int:

@@ -21,7 +21,12 @@ from memlens.app.timeline.plot_style import (
     lighten,
 )
 from memlens.app.timeline.stacked_area import StackedArea
-from memlens.core.records import CATEGORY_HELP, MEMORY_CATEGORIES, SAMPLE_PHASES
+from memlens.core.records import (
+    CARRIED_CATEGORIES,
+    CATEGORY_HELP,
+    MEMORY_CATEGORIES,
+    SAMPLE_PHASES,
+)
 from memlens.core.units import format_bytes
 
 Y_UNIT = 2**20  # bytes per unit of the view (see memlens.app.timeline.bytes_axis)
@@ -148,6 +153,10 @@ class MemoryPlot(LivePlot):
             head = (f"step {int(row[idx['step']])} at its peak, after {phase}" if at_peak
                     else f"step {int(row[idx['step']])} after {phase}")
             values = {c: format_bytes(row[idx[c]]) for c in MEMORY_CATEGORIES}
+            if row[idx["carried"]] == 1:  # a watch's step without detail (core.watch.detail)
+                head += " (what is saved for backward: carried, not measured at this step)"
+                for c in CARRIED_CATEGORIES:
+                    values[c] += " carried"
             shown.update(c for c in MEMORY_CATEGORIES if row[idx[c]])
             total = format_bytes(row[idx["total"]])
             step_row = run.step_row(int(row[idx["step"]]))

@@ -19,6 +19,10 @@ of measuring them are here, once:
   once, so a live view sees a forward's rise before the backward runs.
 - The heap (mallinfo2, with the resident size): after a step's first forward, at most every
   `heap_every_s`.
+- A step without detail (`detailed` False: a watch's schedule, core.watch.detail) takes one
+  sample, at its end, named after the last sampled phase it left: its parameters,
+  gradients and optimizer state are measured; what is saved for backward is what the
+  detailed steps' tracking still sees, marked `carried`.
 - Peak: a step's peak is the largest sample of the step, and at least where the last step
   ended (memory at the step's start is the step's too).
 - Hand-off: an ended step's row goes to the sink at once where the last hand-off is
@@ -91,6 +95,9 @@ class StepRecorder:
         self._native = None  # the probe's native edge, while samples are taken there
         self.python_only = False  # AMP: samples by MemoryProbe.sample (see use_native)
         self.short_steps = False  # until a step shows it is short (SHORT_STEP_MS)
+        self.detailed = True  # a sample at each phase's end (else one at the step's end)
+        self._sampled = False  # this step has a sample
+        self._end_code = _SAMPLED["optimizer"]  # the last sampled phase this step left
         self._precise = rec.precise
         self._stack: list[str] = [OTHER]
         self._idle = idle
@@ -176,7 +183,10 @@ class StepRecorder:
         if sample:
             code = _SAMPLED.get(name)
             if code is not None:
-                self._take(code)
+                if self.detailed:
+                    self._take(code)
+                else:
+                    self._end_code = code
         self.since = self.clock()  # a sample's own cost is no phase's time
         return name
 
@@ -186,20 +196,22 @@ class StepRecorder:
         self._take(SAMPLE_PHASE_CODE[phase])
         self.since = self.clock()
 
-    def _take(self, code: int) -> None:
+    def _take(self, code: int, carried: bool = False) -> None:
         if self.probe is None:
             return
-        heap = code == _FORWARD and not self._heap_read
+        self._sampled = True
+        heap = (code == _FORWARD or carried) and not self._heap_read
         if heap:  # the heap once a step, after its first forward, at most every heap_every_s
             self._heap_read = True
             now = self.clock()
             heap = now - self._heap_at >= self.heap_every_s
             if heap:
                 self._heap_at = now
-        if self._native is not None:
+        if self._native is not None and not carried:
             self._native(code, self._carried(), heap)
             return
         s = self.probe.sample(self.step, SAMPLE_PHASES[code], self.now(), heap=heap)
+        s.carried = carried
         self._account(s)
         if self.short_steps:
             self._samples.append(s)
@@ -212,7 +224,7 @@ class StepRecorder:
         """A sample inside the phase under way, named as it (a sharded model's memory at its
         height: FSDP about to free a block's gathered parameters); its cost is no phase's."""
         code = _SAMPLED.get(self._stack[-1])
-        if code is None or self.probe is None:
+        if code is None or self.probe is None or not self.detailed:
             return
         self._charge(self.clock())
         if self._native is not None:
@@ -272,7 +284,8 @@ class StepRecorder:
         self.ms = dict.fromkeys(PHASES, 0.0)
         self.other_ms = self.custom_step_ms = 0.0
         self.step_peak = self.last_total
-        self._heap_read = False
+        self._heap_read = self._sampled = False
+        self._end_code = _SAMPLED["optimizer"]
         self.activity = False
         now = self.clock()
         if not self._idle:
@@ -292,6 +305,9 @@ class StepRecorder:
         """The step ends now: its record (also queued for the sink with its samples)."""
         now = self.clock()
         self._charge(now)
+        if not self.detailed and not self._sampled:  # a step without detail: its one sample
+            self._take(self._end_code, carried=True)
+            now = self.clock()  # (the sample's cost is no phase's)
         self.since = now
         self._flush_native()
         ms = self.ms

@@ -51,14 +51,17 @@ STEPS_HEADER: tuple[str, ...] = STEP_COLUMNS
 MEMORY_HEADER: tuple[str, ...] = (
     "step", "phase", "time_s", *(f"{c}_bytes" for c in FIRST_CATEGORIES), "total_bytes",
     "allocated_bytes", "reserved_bytes", "heap_bytes", "rss_bytes",
-    *(f"{c}_bytes" for c in LATER_CATEGORIES),
+    *(f"{c}_bytes" for c in LATER_CATEGORIES), "carried",
 )
-# Columns came later at the end: rss_bytes, then the sharded categories (gathered, buckets).
-# A folder written before one has the header without it: rss read as NaN, a category as 0
-# (nothing was counted as it then).
-BEFORE_SHARDED_HEADER: tuple[str, ...] = MEMORY_HEADER[: -len(LATER_CATEGORIES)]
+# Columns came later at the end: rss_bytes, then the sharded categories (gathered, buckets),
+# then `carried` (a watch's steps without detail: core.watch.detail). A folder written
+# before one has the header without it: rss read as NaN, a category as 0 (nothing was
+# counted as it then), carried as 0 (every sample measured).
+BEFORE_CARRIED_HEADER: tuple[str, ...] = MEMORY_HEADER[:-1]
+BEFORE_SHARDED_HEADER: tuple[str, ...] = BEFORE_CARRIED_HEADER[: -len(LATER_CATEGORIES)]
 OLD_MEMORY_HEADER: tuple[str, ...] = BEFORE_SHARDED_HEADER[:-1]  # before rss_bytes
-OLDER_MEMORY_HEADERS = (BEFORE_SHARDED_HEADER, OLD_MEMORY_HEADER)  # newest first
+OLDER_MEMORY_HEADERS = (BEFORE_CARRIED_HEADER, BEFORE_SHARDED_HEADER,
+                        OLD_MEMORY_HEADER)  # newest first
 # allocations.csv (an export made on request): precise mode's events as text
 ACTIONS = ("alloc", "free")
 ALLOC_HEADER: tuple[str, ...] = (
@@ -206,8 +209,8 @@ def parse_numbers(data: bytes, header: tuple[str, ...], phase_column: int | None
 def _absent(width: int) -> tuple[float, ...]:
     """The values of the columns a memory.csv header of `width` columns lacks (an older
     file's): a category held nothing then (0), another figure was not read (NaN)."""
-    return tuple(0.0 if name.removesuffix("_bytes") in LATER_CATEGORIES else math.nan
-                 for name in MEMORY_HEADER[width:])
+    return tuple(0.0 if name.removesuffix("_bytes") in (*LATER_CATEGORIES, "carried")
+                 else math.nan for name in MEMORY_HEADER[width:])
 
 
 def memory_from_numbers(fast: np.ndarray) -> np.ndarray:

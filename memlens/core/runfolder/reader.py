@@ -219,7 +219,7 @@ def _describe(value: float) -> str:
 
 _STEP_TIMES = {c for c in STEP_COLUMNS if c.endswith("_ms") or c == "time_s"}
 _SAMPLE_WHOLE = {"step", "phase", *MEMORY_CATEGORIES, "total", "allocated", "reserved", "heap",
-                 "rss"}
+                 "rss", "carried"}
 _SAMPLE_REQUIRED = {"step", "phase", *MEMORY_CATEGORIES, "total", "time_s"}
 
 

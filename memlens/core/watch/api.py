@@ -33,14 +33,15 @@ class Watch:
                  optimizers: Optimizer | Iterable[Optimizer] | None = None, *,
                  out: str | Path | None = None, precise: bool = False,
                  capture_every: int = 0, force: bool = False, script: str | None = None,
-                 announce: bool = False, at: Iterable[str] | str = ()) -> None:
+                 announce: bool = False, at: Iterable[str] | str = (),
+                 detail: str | int | None = None) -> None:
         """See `memlens.watch`; `script` names the run folder (default: this program's);
         `announce`: say at close what was recorded."""
         self._session = WatchSession(
             as_list(models) or None, as_list(optimizers) or None, out=out, precise=precise,
             capture_every=capture_every, force=force,
             script=script if script is not None else (sys.argv[0] if sys.argv else None),
-            announce=announce, at=at)
+            announce=announce, at=at, detail=detail)
 
     @classmethod
     def _joining(cls, session: WatchSession) -> Watch:
@@ -92,7 +93,8 @@ class Watch:
 def watch(models: nn.Module | Iterable[nn.Module] | None = None,
           optimizers: Optimizer | Iterable[Optimizer] | None = None, *,
           out: str | Path | None = None, precise: bool = False, capture_every: int = 0,
-          force: bool = False, quiet: bool = False, at: Iterable[str] | str = ()) -> Watch:
+          force: bool = False, quiet: bool = False, at: Iterable[str] | str = (),
+          detail: str | int | None = None) -> Watch:
     """Record this process's training into a run folder, live.
 
     models, optimizers: what to record (default: every root module called, every
@@ -107,6 +109,11 @@ def watch(models: nn.Module | Iterable[nn.Module] | None = None,
         keys zero_grad, detach_state, no_grad_eval, eval_mode, amp), each applied at the
         first step boundary at or after STEP (docs/watch.md); a bad one raises ConfigError
         (a ValueError). Inside a script run by `main.py watch`, give them to its --at.
+    detail: which steps measure what is saved for backward (activations, AMP casts; every
+        step measures the rest): "every"; "auto" (the default, or $MEMLENS_WATCH_DETAIL):
+        every step where that costs under 2% of a step, else the first steps, every Nth
+        and at every change, the others carrying the last figures (memory.csv `carried`);
+        or N, every Nth. docs/watch.md#what-it-costs.
 
     Use as `with memlens.watch(): train()`, or keep the Watch and call `.close()` at the
     end. Inside a script run by `main.py watch`, it returns that recording (the same type):
@@ -118,4 +125,4 @@ def watch(models: nn.Module | Iterable[nn.Module] | None = None,
         current.add_changes(at)
         return Watch._joining(current)
     return Watch(models, optimizers, out=out, precise=precise, capture_every=capture_every,
-                 force=force, announce=not quiet, at=at)
+                 force=force, announce=not quiet, at=at, detail=detail)

@@ -39,7 +39,7 @@ class FrameworkCalls:
             self.interventions.before_step(optimizer)
         self.seen.add_optimizer(optimizer, active=True)
         if self.seen.probe_stale:
-            self._ensure_probe()
+            self.measure.ensure(self.step_index)
         if id(optimizer) not in self._norm_taken:
             self._norm_taken.add(id(optimizer))
             self.norms.measure(optimizer, optimizer_site)

@@ -26,9 +26,9 @@ NOTHING_FOUND_HELP = (
 
 def header(w: WatchSession) -> dict:
     """run.json's header for a watched run: the script, its argv, the environment."""
-    probe = w.probe
+    probe = w.measure.probe
     label = (probe.label if probe else "") + (
-        "" if w.device.type == "cuda" else
+        "" if w.measure.device.type == "cuda" else
         "; other = the models' inputs (batches, carried state)")
     env = w.rec.environment(parameters=sum(p.numel() for p in w.found.parameters()),
                             memory_label=label)
@@ -38,7 +38,8 @@ def header(w: WatchSession) -> dict:
            "script_path": str(Path(w.script).resolve()) if w.script else None,
            "cwd": os.getcwd(),
            "capture_every": w.capture_every, "precise_requested": w.precise_requested,
-           "environment": env, "models": list(w.seen.models_seen.values())}
+           "environment": env, "models": list(w.seen.models_seen.values()),
+           "detail": w.detail.describe()}  # which steps measure what is saved for backward
     sharding = probe.sharding if probe is not None else None
     if sharding is not None:  # FSDP's shards and padding, DDP's buckets (core.recorder.sharded)
         doc["sharding"] = sharding.facts()
@@ -61,6 +62,7 @@ def summary(w: WatchSession, error: BaseException | None) -> RunSummary:
         extra={"exit_code": w.exit_code,
                "error": error_text(error) if error is not None else None,
                "custom_phases_ms": {k: round(v, 3) for k, v in w.steps.custom_ms.items()},
+               "detail": w.detail.describe(),
                "models": list(w.seen.models_seen.values()),
                "optimizers": list(w.seen.optimizers_seen.values())})
 

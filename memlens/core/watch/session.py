@@ -30,7 +30,6 @@ import torch
 from torch import Tensor, nn
 
 from memlens.core.history import RunHistory
-from memlens.core.recorder.amp_casts import amp_cast_storages_of_nodes
 from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, Recorder
 from memlens.core.recorder.step import StepRecorder
 from memlens.core.records import RunEvent, RunSummary
@@ -40,6 +39,7 @@ from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.active import ACTIVE
 from memlens.core.watch.calls import Call, CallBook, output_nodes
 from memlens.core.watch.captures import EveryNCaptures
+from memlens.core.watch.detail import DetailPolicy, WatchDetail
 from memlens.core.watch.events import Events
 from memlens.core.watch.found import Discovery, statistics_pass
 from memlens.core.watch.framework import FrameworkCalls
@@ -61,6 +61,7 @@ from memlens.core.watch.norms import GradNorms
 from memlens.core.watch.report import print_summary
 from memlens.core.watch.roots import StepLosses, trains
 from memlens.core.watch.toggles import parse_changes
+from memlens.core.watch.watch_probe import WatchProbe
 
 # A step's rows are handed to the writer at most this long after the step ends, a batch at
 # a time (a follower draws at 30 Hz anyway).
@@ -93,7 +94,7 @@ class WatchSession(FrameworkCalls):
                  announce: bool = False, rank: tuple[int, int] | None = None,
                  model_found: Callable[[nn.Module], None] | None = None,
                  at=(), control: str | None = None, in_job: bool = False,
-                 stop_after: int = 0) -> None:
+                 stop_after: int = 0, detail: str | int | None = None) -> None:
         """`at`, `control`: technique changes, the control channel (interventions);
         `in_job`: a rank a framework started again claims only its rank's folder;
         `stop_after`: steps, then core.watch.limit ends the script (0: never)."""
@@ -113,6 +114,8 @@ class WatchSession(FrameworkCalls):
         self.script, self.argv = script, list(argv if argv is not None else sys.argv)
         self.announce = announce  # say at close what was recorded (memlens.watch in code)
         self.stop_after = stop_after  # steps, then core.watch.limit ends the script (0: never)
+        # Every step's detail where every storage is tracked, or toggles' effects measured
+        self._detail_mode = "every" if precise or at or control else detail
         self.seen = Discovery(models, optimizers)
         self.found = self.seen.found
         self._t0 = time.perf_counter()
@@ -135,9 +138,7 @@ class WatchSession(FrameworkCalls):
         self.norms = GradNorms(self.rec.native, self.log.report)
         self.growth = GraphGrowth(self.log.report)
         self.caches = ModuleCaches(self.log.report)
-        self.probe = None
-        self._probe_key: tuple = ()
-        self.device = torch.device("cpu")
+        self.measure = WatchProbe(self.rec, self.seen, self.steps, self._on_new_probe)
         # The training thread (the one that starts it): other threads' calls pass through.
         self._thread = threading.get_ident()
         self.closed, self.broken, self._manual_steps = False, False, False
@@ -154,7 +155,6 @@ class WatchSession(FrameworkCalls):
         self._after_backward = False
         self.losses = StepLosses()  # this step's backwards' losses
         self._graph_nodes = 0
-        self._amp_seen = False
         self._closure = False  # the optimizer step under way was given a closure
         self._norm_taken: set[int] = set()  # optimizers whose norm grads_final took this step
         self._eval_loss = math.nan  # this step's, as a framework reported it (note_eval_loss)
@@ -166,12 +166,13 @@ class WatchSession(FrameworkCalls):
 
     def _listen(self) -> None:
         """The run's header written, step 0 begun, torch's hooks on: recording starts."""
-        self._saved_ctx = self.saved.hooks()
+        self.detail = WatchDetail(DetailPolicy(self._detail_mode), self.saved.hooks(),
+                                  self.steps)
         self.steps.begin_step(0)
         self.sink.on_start(header(self))
         if self.interventions is not None:
             self.interventions.boundary(0)
-        self._saved_ctx.__enter__()
+        self.detail.start()
         if self.precise is not None:
             self.precise.__enter__()
         self.hooks = TorchHooks(self)
@@ -224,7 +225,7 @@ class WatchSession(FrameworkCalls):
             self._guard(self.interventions.close, error)
         self.norms.close()
         with contextlib.suppress(Exception):
-            self._saved_ctx.__exit__(None, None, None)
+            self.detail.stop()
         if self.precise is not None:
             with contextlib.suppress(Exception):
                 self.precise.__exit__(None, None, None)
@@ -272,37 +273,9 @@ class WatchSession(FrameworkCalls):
     def nothing_found(self) -> bool:
         return self.seen.nothing
 
-    # --- the probe ------------------------------------------------------------------------------
-    def _ensure_probe(self) -> None:
-        seen = self.seen
-        seen.probe_stale = False
-        with contextlib.suppress(Exception):  # an odd object in the script's variables
-            self.seen.scan_variables()
-        found = self.found  # grow only
-        key = (len(found.models), len(found.optimizers_refs), len(found.candidates))
-        if key == self._probe_key and self.probe is not None:
-            return
-        self._probe_key = key
-        params = self.found.parameters()
-        if params:
-            self.device = params[0].device
-            self.rec.set_device(self.device)
-        # On CPU without precise mode a phase edge's sample is LightProbe.edge, kept in C
-        # until the step's end: Python's made a MemorySample and rescanned every gradient.
-        self.probe = self.rec.make_probe(self.found, light=not self._amp_seen)
-        self.steps.use_probe(self.probe)  # the old probe's figures first
-        # A new probe knows no gradients or optimizer state yet: "start" scans them all.
-        self.probe.sample(self.step_index, "start", 0.0, [])
-        self.hooks.watch_sharding(self.probe.sharding)  # FSDP's reshard: core.watch.sharding
+    def _on_new_probe(self, probe) -> None:
+        self.hooks.watch_sharding(probe.sharding)  # FSDP's reshard: core.watch.sharding
         self.sink.on_start(header(self))
-
-    def _note_amp_casts(self, nodes: list) -> None:
-        """Autocast's weight copies this forward saved: amp_casts, not activations (as for
-        the lab: recorder.amp_casts); the probe counts those still saved at each sample."""
-        if not self._amp_seen:  # the native edges do not take AMP copies apart
-            self._amp_seen = True
-            self.steps.use_python_samples(True)
-        self.rec.note_amp_casts(amp_cast_storages_of_nodes(nodes, self.probe.param_list))
 
     # --- listener callbacks (TorchHooks) --------------------------------------------------------
     def root_call(self, original, module: nn.Module, args: tuple, kwargs: dict) -> Any:
@@ -366,12 +339,15 @@ class WatchSession(FrameworkCalls):
             self._end_step()
         check_step_limit(self.step_index, self.stop_after)  # before the next step's work
         if self.seen.probe_stale:
-            self._ensure_probe()
+            self.measure.ensure(self.step_index)
         if grad:
             self.seen.note_called(module, info)
             if self.caches.pending:  # before this forward runs: what earlier steps cached
                 self.caches.scan(self.seen.models_by_name(), self.step_index)
-        call = Call(self.book, self.step_index, info.name, dx.call_site(3), grad,
+        site = dx.call_site(3)
+        if not (self.detail.at_call(site, info.name, args) if grad else self.detail.on):
+            return self._cheap_forward(grad, args, kwargs)
+        call = Call(self.book, self.step_index, info.name, site, grad,
                     info.eval_layers and module.training)
         if grad:
             self.captures.at_forward(self.step_index)
@@ -384,6 +360,14 @@ class WatchSession(FrameworkCalls):
         self._root = (module, call, self.saved.step_saved_bytes, self.steps.since)
         return True
 
+    def _cheap_forward(self, grad: bool, args: tuple, kwargs: dict) -> bool:
+        """A forward of a step without detail (core.watch.detail): its time and its inputs
+        (what a sample counts as `other`), not its graph."""
+        self.found.note_inputs(self.step_index, args, kwargs)
+        self.steps.enter("forward" if grad else "eval")
+        self._root = None
+        return True
+
     def _model_found(self, module: nn.Module) -> None:
         try:
             self.model_found(module)
@@ -394,15 +378,18 @@ class WatchSession(FrameworkCalls):
 
     def _forward_post(self, module: nn.Module, output: Any) -> None:
         root, self._root = self._root, None
-        if root is None or root[0] is not module:
+        if root is None:  # a forward without detail
+            self.steps.leave()
+            return
+        if root[0] is not module:
             return
         _, call, saved_before, t_start = root
         # a forward's time, moved to eval at the step's end if it is never backwarded
         call.ms = (self.steps.clock() - t_start) * 1e3 if self.steps.phase == "forward" else 0.0
         if call.grad:
             nodes = self.book.follow(call, output, self.step_index)
-            if call.grad and torch.is_autocast_enabled(self.device.type):
-                self._note_amp_casts(nodes or output_nodes(output))
+            if call.grad and torch.is_autocast_enabled(self.measure.device.type):
+                self.measure.note_amp_casts(nodes or output_nodes(output))
         self.book.calls.append(call)
         self.steps.leave()
         if call.grad:  # after the forward's sample: the Python tracker counts at a measure
@@ -531,7 +518,7 @@ class WatchSession(FrameworkCalls):
             self.interventions.before_step(opt)
         self.seen.add_optimizer(opt, active=True)
         if self.seen.probe_stale:
-            self._ensure_probe()
+            self.measure.ensure(self.step_index)
         if not self._manual_steps and id(opt) in self._stepped:
             self._end_step()  # it steps again: the step before ended without the others
         closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
@@ -583,12 +570,17 @@ class WatchSession(FrameworkCalls):
             retained = self.saved.retained_bytes
             book.check_graph_kept(step, retained)
             self.growth.end_step(step, self._graph_nodes, retained, record.backward_ms)
+        chosen = self.detail.policy.chosen
+        self.detail.end_step(step, record.step_ms, self._graph_nodes, False)
+        if self.detail.policy.chosen != chosen:  # auto has measured: run.json says so
+            self.sink.on_start({"detail": self.detail.describe()})
         self._next_step()
 
     def _next_step(self) -> None:
         if self.interventions is not None:  # changes, the channel, a pause: between steps
             self.interventions.boundary(self.step_index + 1)
         self.steps.begin_step(self.step_index + 1)
+        self.detail.begin_step(self.step_index)
         self._stepped = set()
         self.seen.new_step()
         self.norms.new_step()

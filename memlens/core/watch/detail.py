@@ -1,0 +1,215 @@
+"""Which steps of a watch take the saved-tensor detail: every step where it is cheap, else the
+first steps, every Nth, and at once whenever something changes.
+
+Every step records its phases, times, loss, grad norm and node count, and at its end the
+parameters, gradients and optimizer state: cheap, exact. The detail (activations and AMP
+casts saved for backward, counted by torch's saved-tensor hooks, a memory sample at every
+phase's end, each forward followed to its backward) costs a fixed time a step that a short
+step feels (torch's own hook machinery alone is about 0.1 ms a step of a small model). A
+step without it carries the last figures of what the detailed steps saved, marked so in
+memory.csv (`carried`), and is drawn so.
+
+`auto` (the default) measures the detail's cost in the first steps, alternating steps with
+and without it, and keeps it on every step where it costs under AUTO_EVERY_BELOW of a step
+(long steps: the usual case on a GPU), else takes it every Nth step, N chosen so that its
+share stays near SCHEDULE_SHARE. `every` forces it on every step (the figures of a watch
+before this schedule existed); an integer N forces every Nth.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import statistics
+
+FIRST_DETAILED = 3  # the first steps: the models, their inputs and their graphs are found
+CALIBRATION_PAIRS = 4  # then steps without and with detail, alternately, to measure it
+AUTO_EVERY_BELOW = 0.02  # detail's share of a step under which every step takes it
+SCHEDULE_SHARE = 0.01  # the share of the step time a schedule aims to spend on detail
+MAX_EVERY = 50  # a schedule takes detail at least every MAX_EVERY steps
+MAX_SHAPES = 1000  # input shapes remembered (beyond: a new one no longer takes the detail)
+
+
+def parse_detail(value: str | int) -> str | int:
+    """`every`, `auto` or a whole number N >= 1 (every Nth step); ValueError otherwise."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        n = value
+    else:
+        text = str(value).strip().lower()
+        if text in ("every", "auto"):
+            return text
+        try:
+            n = int(text)
+        except ValueError:
+            raise ValueError(f"detail must be every, auto or a whole number N >= 1 (every "
+                             f"Nth step), not {value!r}") from None
+    if n < 1:
+        raise ValueError(f"detail must be every, auto or a whole number N >= 1, not {n}")
+    return "every" if n == 1 else n
+
+
+class DetailPolicy:
+    """Decides, at each step's start, whether the step takes the detail (see the module doc);
+    `trigger(reason)` makes the next decision yes (something changed)."""
+
+    def __init__(self, mode: str | int | None = None) -> None:
+        """`mode`: every, auto or N; None: $MEMLENS_WATCH_DETAIL where set, else auto."""
+        self.mode = parse_detail(mode if mode is not None
+                                 else os.environ.get("MEMLENS_WATCH_DETAIL", "auto"))
+        self.every = 1 if self.mode == "every" else (
+            self.mode if isinstance(self.mode, int) else None)  # None: auto, not chosen yet
+        self.why = ("asked for (detail=every)" if self.mode == "every" else
+                    f"asked for (detail={self.mode})" if isinstance(self.mode, int) else
+                    "measuring the detail's cost")
+        self._on: list[float] = []  # calibration: step times with and without detail
+        self._off: list[float] = []
+        self._pending: str | None = None  # a change seen: the next step takes the detail
+        self._since = 0  # steps since the last detailed one
+        self.triggered: dict[str, int] = {}  # reason -> times it took the detail early
+
+    @property
+    def chosen(self) -> str:
+        """What the policy does, in a few words (run.json's `detail`)."""
+        if self.every is None:
+            return "measuring"
+        return "every step" if self.every == 1 else f"every {self.every} steps"
+
+    def describe(self) -> dict:
+        return {"mode": self.mode if isinstance(self.mode, str) else int(self.mode),
+                "chosen": self.chosen, "why": self.why, "triggered": dict(self.triggered)}
+
+    def trigger(self, reason: str) -> None:
+        """Something changed (a new input shape, a toggle, a model called from a new site,
+        growth the cheap figures show): the next step takes the detail."""
+        if self.every != 1 and self._pending is None:
+            self._pending = reason
+
+    def want(self, step: int) -> bool:
+        """Whether step `step` (about to start) takes the detail."""
+        if self.every == 1 or step < FIRST_DETAILED:
+            self._since = 0
+            return True
+        if self.every is None:  # auto, calibrating: off, on, off, on...
+            return (step - FIRST_DETAILED) % 2 == 1
+        if self._pending is not None:
+            reason, self._pending = self._pending, None
+            self.triggered[reason] = self.triggered.get(reason, 0) + 1
+            self._since = 0
+            return True
+        self._since += 1
+        if self._since >= self.every:
+            self._since = 0
+            return True
+        return False
+
+    def note_step(self, step: int, step_ms: float, detailed: bool) -> None:
+        """A step ended: during auto's calibration its time is kept; once enough are, the
+        schedule is chosen."""
+        if self.every is not None or step < FIRST_DETAILED:
+            return
+        (self._on if detailed else self._off).append(step_ms)
+        if min(len(self._on), len(self._off)) < CALIBRATION_PAIRS:
+            return
+        on, off = statistics.median(self._on), statistics.median(self._off)
+        share = max(0.0, on - off) / off if off > 0 else 0.0
+        if share < AUTO_EVERY_BELOW:
+            self.every = 1
+            self.why = (f"the detail costs {share:.1%} of a {off:.2f} ms step (measured "
+                        f"over {2 * CALIBRATION_PAIRS} steps): under "
+                        f"{AUTO_EVERY_BELOW:.0%}, so every step")
+        else:
+            self.every = max(2, min(MAX_EVERY, math.ceil(share / SCHEDULE_SHARE)))
+            self.why = (f"the detail costs {share:.1%} of a {off:.2f} ms step (measured "
+                        f"over {2 * CALIBRATION_PAIRS} steps): every {self.every} steps "
+                        f"and at every change keeps it near {SCHEDULE_SHARE:.0%}")
+        self._since = 0
+
+
+class WatchDetail:
+    """A watch's detail, step by step: the policy's decision applied (torch's saved-tensor
+    hooks on or off, a sample at every phase's end or one at the step's end) and what makes
+    it come early (a model called from a new site or with a new input shape, a graph that
+    grows, an old graph still alive).
+
+    The saved-tensor hooks are taken off only where they are the top of torch's stack: a
+    context of the script's own pushed over them (`save_on_cpu`) is never popped; the detail
+    then stays on (said in run.json's `detail`)."""
+
+    def __init__(self, policy: DetailPolicy, hooks, steps) -> None:
+        import torch
+
+        self.policy, self._ctx, self._steps = policy, hooks, steps
+        self._pack = getattr(hooks, "pack_hook", None)
+        self._top = torch._C._autograd._top_saved_tensors_default_hooks
+        self.on = False  # the hooks are pushed, samples at every phase's end
+        self._entered = False
+        self._sites: set[str] = set()  # call sites of grad forwards seen
+        self._shapes: set[tuple] = set()  # (model, its first input's shape) seen
+        self._nodes = 0  # the last step's graph nodes
+        self.stuck = False  # the script's own saved-tensor hooks are over ours
+
+    def start(self) -> None:
+        """Recording starts: step 0 with the detail."""
+        self._ctx.__enter__()
+        self._entered = True
+        self._set(True)
+
+    def stop(self) -> None:
+        if self._entered:
+            self._entered = False
+            self._ctx.__exit__(None, None, None)
+
+    def _ours_on_top(self) -> bool:
+        top = self._top(False)
+        return top is not None and top[0] is self._pack
+
+    def _set(self, on: bool) -> None:
+        if on == self.on:
+            return
+        if self._pack is not None and self._entered != on:
+            if not on and not self._ours_on_top():
+                self.stuck = True  # another context over ours: leave them as they are
+                return
+            if on:
+                self._ctx.__enter__()
+            else:
+                self._ctx.__exit__(None, None, None)
+            self._entered = on
+        self.on = on
+        self._steps.detailed = on
+
+    def begin_step(self, step: int) -> None:
+        self._set(self.stuck or self.policy.want(step))
+
+    def at_call(self, site: str, model: str, args: tuple) -> bool:
+        """A model's forward under grad: whether it is recorded with detail. A site or an
+        input shape not seen before turns the detail on at once (from this call on: its
+        graph is followed, its saved tensors counted)."""
+        shape = (model, next((tuple(a.shape) for a in args if hasattr(a, "shape")), ()))
+        reason = ("new call site" if site not in self._sites else
+                  "new input shape" if shape not in self._shapes else None)
+        if reason is not None:
+            self._sites.add(site)
+            if len(self._shapes) < MAX_SHAPES:  # (a sequence model's many lengths: bounded)
+                self._shapes.add(shape)
+            if not self.on:
+                self.policy.triggered[reason] = self.policy.triggered.get(reason, 0) + 1
+                self._set(True)
+        return self.on
+
+    def end_step(self, step: int, step_ms: float, nodes: int, old_graphs: bool) -> None:
+        """The step ended: calibration, and growth the cheap figures show (more graph nodes
+        behind backward than the step before; an earlier step's graph still alive)."""
+        self.policy.note_step(step, step_ms, self.on)
+        if nodes > self._nodes > 0:
+            self.policy.trigger("graph grows")
+        elif old_graphs:
+            self.policy.trigger("an earlier step's graph alive")
+        self._nodes = nodes
+
+    def describe(self) -> dict:
+        out = self.policy.describe()
+        if self.stuck:
+            out["why"] = ("the script's own saved-tensor hooks are over memlens's: the "
+                          "detail stays on every step")
+        return out

@@ -1,0 +1,158 @@
+"""A watch's detail on a schedule (core.watch.detail): every step records its phases, loss,
+grad norm and parameters, gradients and optimizer state; what is saved for backward is
+measured on the detailed steps and marked carried on the others; a change between detailed
+steps brings the detail at once; `every` is every step."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+import torch
+
+from memlens.core import findings
+from memlens.core.watch.detail import (
+    AUTO_EVERY_BELOW,
+    CALIBRATION_PAIRS,
+    FIRST_DETAILED,
+    DetailPolicy,
+    parse_detail,
+)
+from memlens.core.watch.script import run_script
+
+LOOP = """
+import sys
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+kept, steps, leak_from = [], int(sys.argv[1]), int(sys.argv[2])
+for step in range(steps):
+    gen = torch.Generator().manual_seed(step)
+    x, y = torch.randn(8, 16, generator=gen), torch.randint(0, 4, (8,), generator=gen)
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()
+    if step >= leak_from:
+        kept.append(loss)  # the bug starts here: every later step's graph is kept
+    print(f"{step} {loss.item():.6f}")
+"""
+
+
+def rows(folder, name):
+    with open(folder / name, newline="") as fh:
+        return list(csv.DictReader(fh))
+
+
+def watched(tmp_path, capsys, args, detail):
+    script = tmp_path / "train.py"
+    script.write_text(LOOP)
+    code = run_script(str(script), args, out=tmp_path / "run", quiet=True, detail=detail)
+    out = capsys.readouterr().out
+    doc = json.loads((tmp_path / "run" / "run.json").read_text())
+    return code, out, doc
+
+
+def test_parse_detail_takes_every_auto_or_n_and_says_what_else_is_wrong():
+    assert parse_detail("every") == "every" and parse_detail("AUTO") == "auto"
+    assert parse_detail("7") == 7 and parse_detail(1) == "every"
+    for bad in ("0", "-3", "sometimes", "2.5"):
+        with pytest.raises(ValueError, match="every, auto or a whole number"):
+            parse_detail(bad)
+
+
+def test_auto_keeps_every_step_where_the_detail_is_cheap_else_a_schedule():
+    """Calibration steps alternate without and with the detail; the share of the step it
+    costs decides (fake step times: no clock)."""
+    for off_ms, on_ms, every in ((10.0, 10.0 * (1 + AUTO_EVERY_BELOW / 2), 1),
+                                 (2.0, 2.4, 20)):  # 20% of a step: every 20 steps
+        policy = DetailPolicy("auto")
+        wants = []
+        for step in range(FIRST_DETAILED + 2 * CALIBRATION_PAIRS):
+            on = policy.want(step)
+            wants.append(on)
+            policy.note_step(step, on_ms if on else off_ms, on)
+        assert wants[:FIRST_DETAILED] == [True] * FIRST_DETAILED
+        assert wants[FIRST_DETAILED:] == [False, True] * CALIBRATION_PAIRS
+        assert policy.every == every, policy.why
+    start = FIRST_DETAILED + 2 * CALIBRATION_PAIRS
+    later = [policy.want(s) for s in range(start, start + 40)]
+    assert later.count(True) == 2 and later[19] and later[39]  # every 20th step
+    policy.trigger("a toggle")
+    assert policy.want(start + 40) and policy.triggered == {"a toggle": 1}
+
+
+def test_every_nth_step_measures_what_is_saved_and_the_others_carry_it(tmp_path, capsys):
+    """detail=4: steps 0-2, then every 4th, measure every phase; the others have one row,
+    at their end, marked carried, whose parameters, gradients and optimizer state are exact
+    (plain torch's counts); the script's output is unchanged."""
+    code, out, _ = watched(tmp_path, capsys, ["16", "1000"], detail=4)
+    script = tmp_path / "plain.py"
+    script.write_text(LOOP)
+    import subprocess
+    import sys
+
+    plain = subprocess.run([sys.executable, str(script), "16", "1000"], capture_output=True,
+                           text=True, check=True).stdout
+    assert code == 0 and out == plain
+    mem = rows(tmp_path / "run", "memory.csv")
+    by_step: dict[int, list[dict]] = {}
+    for r in mem:
+        by_step.setdefault(int(r["step"]), []).append(r)
+    detailed = {s for s, rs in by_step.items() if all(r["carried"] == "0" for r in rs)}
+    assert detailed == {0, 1, 2, 6, 10, 14}  # the first 3, then every 4th
+    for s in set(by_step) - detailed:
+        (r,) = by_step[s]
+        assert (r["phase"], r["carried"]) == ("optimizer", "1")
+    torch.manual_seed(0)  # the model and Adam as the script makes them: the true bytes
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    model(torch.randn(8, 16)).sum().backward()
+    opt.step()  # Adam's state, made at its first step: two moments and a step count a tensor
+    state = sum(t.untyped_storage().nbytes() for st in opt.state.values()
+                for t in st.values() if isinstance(t, torch.Tensor))
+    for rs in by_step.values():
+        last = rs[-1]
+        assert last["phase"] == "optimizer"
+        assert (int(last["params_bytes"]), int(last["grads_bytes"]),
+                int(last["optimizer_bytes"])) == (params, params, state)
+    steps = rows(tmp_path / "run", "steps.csv")
+    assert len(steps) == 16
+    for r, line in zip(steps, plain.splitlines(), strict=True):  # steps.csv: 6 digits
+        assert float(r["loss"]) == pytest.approx(float(line.split()[1]), rel=1e-5)
+
+
+def test_a_leak_that_starts_between_detailed_steps_is_found_within_a_few_steps(
+        tmp_path, capsys):
+    """The default schedule on a step of a fraction of a millisecond (every Nth step), and
+    a loss kept from step 40 of 60: found as under every-step detail, at the same line,
+    by step 43."""
+    code, _, doc = watched(tmp_path, capsys, ["60", "40"], detail="auto")
+    assert code == 0
+    found = [e for e in doc["events"] if e["key"] == findings.GRAPH_KEPT]
+    assert found and found[0]["step"] <= 43
+    assert found[0]["where"].endswith("train.py:16")  # `kept.append(loss)`
+    assert doc["detail"]["mode"] == "auto" and doc["summary"]["extra"]["detail"]["chosen"]
+
+
+def test_a_script_whose_own_saved_tensor_hooks_are_over_memlenss_keeps_every_step(
+        tmp_path, capsys):
+    """`torch.autograd.graph.save_on_cpu()` around the loop: memlens's hooks are under the
+    script's and are never popped; the detail stays on, said in run.json."""
+    script = tmp_path / "train.py"
+    lines = LOOP.strip().splitlines()
+    imports = [ln for ln in lines if ln.startswith("import ")]
+    body = [ln for ln in lines if not ln.startswith("import ")]
+    script.write_text("\n".join(imports) + "\nwith torch.autograd.graph.save_on_cpu():\n"
+                      + "".join("    " + ln + "\n" for ln in body))
+    code = run_script(str(script), ["20", "1000"], out=tmp_path / "run", quiet=True,
+                      detail=4)
+    capsys.readouterr()
+    doc = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert code == 0 and "saved-tensor hooks are over memlens's" in doc["summary"]["extra"][
+        "detail"]["why"]
+    assert {r["carried"] for r in rows(tmp_path / "run", "memory.csv")} == {"0"}

@@ -4,7 +4,9 @@ refused input gets."""
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable
 
 from memlens.core.exits import (  # noqa: F401 - the commands take them from here
     EXIT_BAD_INPUT,
@@ -75,6 +77,20 @@ def add_out(p: argparse.ArgumentParser, what: str = "run folder", *,
 
 def add_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def loads_model_once(main: Callable[..., int]) -> Callable[..., int]:
+    """A command's main that runs a loop, in a run's scope (core.model_file.one_load_per_run):
+    its preflight and its run take one load of a model file."""
+
+    @functools.wraps(main)
+    def in_one_run(args) -> int:
+        from memlens.core.model_file import one_load_per_run
+
+        with one_load_per_run():
+            return main(args)
+
+    return in_one_run
 
 
 def count(text: str) -> int:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import functools
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from memlens.core.exits import (  # noqa: F401 - the commands take them from here
     EXIT_BAD_INPUT,
@@ -73,6 +73,29 @@ def add_out(p: argparse.ArgumentParser, what: str = "run folder", *,
                        "earlier run's run.json or report's lessons.json lists them (never a "
                        "file they do not account for: such a folder is refused); says what "
                        "it deleted")
+
+
+def add_script(p: argparse.ArgumentParser) -> None:
+    """The script a command runs as `python SCRIPT.py` would (watch, fix)."""
+    p.add_argument("script", metavar="SCRIPT.py", help="the training script")
+
+
+def refuse_script_args(command: str, args, numbers: Sequence[tuple[bool, str]] = (),
+                       out_hint: str = "") -> int | None:
+    """A script command's bad input refused, the first found: the script
+    (core.watch.script.check_script), then the command's `numbers` (each (bad, why)), then an
+    empty --out. None when all is well."""
+    from memlens.core.watch.script import check_script
+
+    why = check_script(args.script)
+    if why:
+        return refuse(command, why)
+    for bad, why in numbers:
+        if bad:
+            return refuse(command, why)
+    if args.out is not None and not args.out.strip():
+        return refuse(command, f"--out '': give a folder name, or leave --out out{out_hint}")
+    return None
 
 
 def add_quiet(p: argparse.ArgumentParser) -> None:

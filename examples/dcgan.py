@@ -12,9 +12,9 @@ milliseconds).
 import argparse
 import itertools
 import math
-import time
 
 import torch
+from _timed_steps import timed_steps
 from torch import nn
 
 parser = argparse.ArgumentParser()
@@ -82,13 +82,5 @@ def train_step(step):
 
 
 if __name__ == "__main__":
-    times = []
-    for step in range(args.steps):
-        t0, c0 = time.perf_counter(), time.thread_time()
-        errD, errG = train_step(step)
-        times.append(((time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3))
-        if step % 50 == 0 or step == args.steps - 1:
-            print(f"step {step}: loss D {errD.item():.4f} G {errG.item():.4f}")
-    if args.times:
-        with open(args.times, "w") as fh:
-            fh.write("\n".join(f"{t:.4f} {c:.4f}" for t, c in times) + "\n")
+    timed_steps(train_step, args.steps, args.times, lambda step, errs: print(
+        f"step {step}: loss D {errs[0].item():.4f} G {errs[1].item():.4f}"))

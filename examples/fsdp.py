@@ -17,10 +17,10 @@ backward).
 
 import argparse
 import os
-import time
 
 import torch
 import torch.distributed as dist
+from _timed_steps import timed_steps
 from torch import nn
 from torch.distributed.fsdp import fully_shard
 
@@ -86,17 +86,12 @@ def train_step(step):
     return loss
 
 
+def say(step, loss):
+    if rank == 0:
+        print(f"step {step}: loss {loss.item()!r}")  # every digit: compared bit for bit
+
+
 if __name__ == "__main__":
-    times = []
-    for step in range(args.steps):
-        t0, c0 = time.perf_counter(), time.thread_time()
-        loss = train_step(step)
-        if cuda:
-            torch.cuda.synchronize()
-        times.append(((time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3))
-        if rank == 0 and (step % 10 == 0 or step == args.steps - 1):
-            print(f"step {step}: loss {loss.item()!r}")  # every digit: compared bit for bit
-    if args.times:
-        with open(f"{args.times}{rank}", "w") as fh:
-            fh.write("\n".join(f"{t:.4f} {c:.4f}" for t, c in times) + "\n")
+    timed_steps(train_step, args.steps, f"{args.times}{rank}" if args.times else None, say,
+                every=10, sync=torch.cuda.synchronize if cuda else None)
     dist.destroy_process_group()

@@ -10,9 +10,9 @@ Options: --steps N, --times FILE (each step's wall and thread CPU time in ms, on
 """
 
 import argparse
-import time
 
 import torch
+from _timed_steps import timed_steps
 from torch import nn
 
 parser = argparse.ArgumentParser()
@@ -61,13 +61,5 @@ def train_step(step):
 
 
 if __name__ == "__main__":
-    times = []
-    for step in range(args.steps):
-        t0, c0 = time.perf_counter(), time.thread_time()
-        loss = train_step(step)
-        times.append(((time.perf_counter() - t0) * 1e3, (time.thread_time() - c0) * 1e3))
-        if step % 50 == 0 or step == args.steps - 1:
-            print(f"step {step}: loss {loss.item():.4f}")
-    if args.times:
-        with open(args.times, "w") as fh:
-            fh.write("\n".join(f"{t:.4f} {c:.4f}" for t, c in times) + "\n")
+    timed_steps(train_step, args.steps, args.times,
+                lambda step, loss: print(f"step {step}: loss {loss.item():.4f}"))

@@ -5,15 +5,14 @@ from __future__ import annotations
 
 from PySide6.QtCore import Qt, Signal
 from PySide6.QtWidgets import (
-    QHBoxLayout,
     QLabel,
     QPushButton,
     QTreeWidget,
     QTreeWidgetItem,
-    QVBoxLayout,
     QWidget,
 )
 
+from memlens.app.headed_column import headed_column
 from memlens.core.snapshot_file import AliveAllocations
 from memlens.core.units import format_bytes
 
@@ -38,15 +37,8 @@ class AliveList(QWidget):
         self.tree.setHeaderLabels(["size", "category", "where (newest frame first)"])
         self.tree.setColumnWidth(0, 110)
         self.tree.setColumnWidth(1, 90)
-        header = QHBoxLayout()
-        header.setContentsMargins(4, 2, 4, 0)
-        header.addWidget(self.title, 1)
-        header.addWidget(self.peak_button)
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addLayout(header)
-        layout.addWidget(self.tree, 1)
+        headed_column(self, self.title, [self.peak_button], self.tree, row_margins=(4, 2, 4, 0),
+                      body_stretch=1)
 
     def show_alive(self, alive: AliveAllocations, at_peak: bool) -> None:
         where = "the peak (event" if at_peak else "event"

@@ -4,7 +4,9 @@ refused input gets."""
 from __future__ import annotations
 
 import argparse
+import functools
 import sys
+from collections.abc import Callable, Sequence
 
 from memlens.core.exits import (  # noqa: F401 - the commands take them from here
     EXIT_BAD_INPUT,
@@ -73,8 +75,45 @@ def add_out(p: argparse.ArgumentParser, what: str = "run folder", *,
                        "it deleted")
 
 
+def add_script(p: argparse.ArgumentParser) -> None:
+    """The script a command runs as `python SCRIPT.py` would (watch, fix)."""
+    p.add_argument("script", metavar="SCRIPT.py", help="the training script")
+
+
+def refuse_script_args(command: str, args, numbers: Sequence[tuple[bool, str]] = (),
+                       out_hint: str = "") -> int | None:
+    """A script command's bad input refused, the first found: the script
+    (core.watch.script.check_script), then the command's `numbers` (each (bad, why)), then an
+    empty --out. None when all is well."""
+    from memlens.core.watch.script import check_script
+
+    why = check_script(args.script)
+    if why:
+        return refuse(command, why)
+    for bad, why in numbers:
+        if bad:
+            return refuse(command, why)
+    if args.out is not None and not args.out.strip():
+        return refuse(command, f"--out '': give a folder name, or leave --out out{out_hint}")
+    return None
+
+
 def add_quiet(p: argparse.ArgumentParser) -> None:
     p.add_argument("--quiet", action="store_true", help="no progress line")
+
+
+def loads_model_once(main: Callable[..., int]) -> Callable[..., int]:
+    """A command's main that runs a loop, in a run's scope (core.model_file.one_load_per_run):
+    its preflight and its run take one load of a model file."""
+
+    @functools.wraps(main)
+    def in_one_run(args) -> int:
+        from memlens.core.model_file import one_load_per_run
+
+        with one_load_per_run():
+            return main(args)
+
+    return in_one_run
 
 
 def count(text: str) -> int:

@@ -9,7 +9,15 @@ import signal
 import sys
 import threading
 
-from memlens.cli.args import EXIT_FAILED, EXIT_OK, command_parser, count, refuse
+from memlens.cli.args import (
+    EXIT_FAILED,
+    EXIT_OK,
+    add_script,
+    command_parser,
+    count,
+    refuse,
+    refuse_script_args,
+)
 from memlens.core.exits import EXIT_SIGNAL_BASE
 
 
@@ -26,7 +34,7 @@ def add_parser(subparsers) -> None:
         "DIR/fix.diff. Your files change only with --write. The script's own arguments go "
         "after -- (any option fix does not know goes to the script too).",
     )
-    p.add_argument("script", metavar="SCRIPT.py", help="the training script")
+    add_script(p)
     p.add_argument("--out", metavar="DIR",
                    help="the fix folder (default: a new runs/<time>-fix-<script>); refused "
                    "if it holds an earlier fix")
@@ -42,16 +50,12 @@ def main(args) -> int:
 
     from memlens.core.fix.engine import FixInputError, fix_script
     from memlens.core.fix.write import FixWriteError, why_not_writable, write_fix
-    from memlens.core.watch.script import check_script
 
-    why = check_script(args.script)
-    if why:
-        return refuse("fix", why)
-    if args.steps < 1:
-        return refuse("fix", "--steps 0: give the number of optimizer steps each run makes "
-                      "(1 or more)")
-    if args.out is not None and not args.out.strip():
-        return refuse("fix", "--out '': give a folder name, or leave --out out")
+    refused = refuse_script_args("fix", args, [
+        (args.steps < 1, "--steps 0: give the number of optimizer steps each run makes "
+                         "(1 or more)")])
+    if refused is not None:
+        return refused
     if args.write:
         why = why_not_writable(Path(args.script))
         if why:  # refused before anything runs: the runs would be for nothing

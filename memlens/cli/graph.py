@@ -11,6 +11,7 @@ from memlens.cli.args import (
     add_config_arguments,
     build_config,
     command_parser,
+    loads_model_once,
     refuse,
 )
 from memlens.core.sinks import Sink
@@ -73,14 +74,8 @@ class _CaptureAt(Sink):
             self.snapshot = snapshot
 
 
+@loads_model_once
 def main(args) -> int:
-    from memlens.core.model_file import one_load_per_run
-
-    with one_load_per_run():  # the preflight and the run take one load of a model file
-        return _main(args)
-
-
-def _main(args) -> int:
     from memlens.core.excerpt import excerpt
     from memlens.core.options import ConfigError
     from memlens.core.runfolder.atomic import ExportError

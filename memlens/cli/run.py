@@ -14,6 +14,7 @@ from memlens.cli.args import (
     add_quiet,
     build_config,
     command_parser,
+    loads_model_once,
 )
 
 MODEL_FILE_ERROR = "ModelFileError"  # the error event's key (memlens.core.explain.error_title)
@@ -41,14 +42,8 @@ def add_parser(subparsers) -> None:
     add_quiet(p)
 
 
+@loads_model_once
 def main(args) -> int:
-    from memlens.core.model_file import one_load_per_run
-
-    with one_load_per_run():  # the preflight and the run take one load of a model file
-        return _main(args)
-
-
-def _main(args) -> int:
     from memlens.core.options import ConfigError
     from memlens.core.runfolder.atomic import ExportError
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from memlens.cli.args import add_out, command_parser, count, refuse
+from memlens.cli.args import add_out, add_script, command_parser, count, refuse, refuse_script_args
 from memlens.core.options import MAX_STEPS
 
 
@@ -15,7 +15,7 @@ def add_parser(subparsers) -> None:
         "wherever they stand; every other argument goes to the script "
         "(main.py watch train.py --epochs 2), and everything after -- does.",
     )
-    p.add_argument("script", metavar="SCRIPT.py", help="the training script")
+    add_script(p)
     add_out(p)
     p.add_argument("--precise", action="store_true",
                    help="track every storage (exact in-step peak, allocations.npy); slower")
@@ -43,17 +43,14 @@ def add_parser(subparsers) -> None:
 
 
 def main(args) -> int:
-    from memlens.core.watch.script import check_script, run_script
+    from memlens.core.watch.script import run_script
 
-    why = check_script(args.script)
-    if why:
-        return refuse("watch", why)
-    if not 0 <= args.capture_every <= MAX_STEPS:
-        return refuse("watch", f"--capture-every {args.capture_every}: give a number of steps "
-                      f"from 0 (never) to {MAX_STEPS:_}")
-    if args.out is not None and not args.out.strip():
-        return refuse("watch", "--out '': give a folder name, or leave --out out for a new "
-                      "folder in runs/")
+    refused = refuse_script_args("watch", args, [
+        (not 0 <= args.capture_every <= MAX_STEPS,
+         f"--capture-every {args.capture_every}: give a number of steps from 0 (never) to "
+         f"{MAX_STEPS:_}")], out_hint=" for a new folder in runs/")
+    if refused is not None:
+        return refused
     from memlens.core.options import ConfigError
     from memlens.core.watch.detail import parse_detail
     from memlens.core.watch.toggles import parse_changes

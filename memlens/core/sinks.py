@@ -78,8 +78,9 @@ class Sink:
         pass
 
 
-class FanOut:
-    """Forwards every record to each sink, in order. Sinks must not raise."""
+class FanOut(Sink):
+    """Forwards every record to each sink, in order. Sinks must not raise. (The record
+    methods are set per instance; Sink's say what a FanOut is.)"""
 
     def __init__(self, *sinks: RunSink | None) -> None:
         self.sinks: list[RunSink] = [s for s in sinks if s is not None]
@@ -88,16 +89,6 @@ class FanOut:
         for name in RECORD_METHODS:
             methods = [getattr(s, name) for s in self.sinks]
             setattr(self, name, methods[0] if len(methods) == 1 else _each(methods))
-
-    # (the methods are set per instance above; these say what a FanOut is)
-    def on_start(self, meta: dict) -> None: ...
-    def on_samples(self, items: Sequence[SampleItem]) -> None: ...
-    def on_steps(self, rows: Sequence[StepRow]) -> None: ...
-    def on_event(self, event: RunEvent) -> None: ...
-    def on_graph(self, snapshot: GraphSnapshot) -> None: ...
-    def on_allocations(self, rows: Any) -> None: ...
-    def on_cuda_snapshot(self, recorder: CudaSnapshotRecorder) -> None: ...
-    def on_finish(self, summary: dict) -> None: ...
 
 
 def _each(methods: list[Callable]) -> Callable:
@@ -108,7 +99,7 @@ def _each(methods: list[Callable]) -> Callable:
     return call
 
 
-class GuardedSink:
+class GuardedSink(Sink):
     """Forwards to `sink` until one of its calls raises one of `catch` (by default OSError or
     ValueError: a full or vanished disk); then drops it and calls `on_failure(sink, exc)`
     once. Records after that go nowhere, so the run goes on in memory. `detach()` takes the
@@ -123,16 +114,6 @@ class GuardedSink:
         for name in RECORD_METHODS:
             # bound once per record kind: the writer is called for every step
             setattr(self, name, functools.partial(self._call, name))
-
-    # (set per instance above)
-    def on_start(self, meta: dict) -> None: ...
-    def on_samples(self, items: Sequence[SampleItem]) -> None: ...
-    def on_steps(self, rows: Sequence[StepRow]) -> None: ...
-    def on_event(self, event: RunEvent) -> None: ...
-    def on_graph(self, snapshot: GraphSnapshot) -> None: ...
-    def on_allocations(self, rows: Any) -> None: ...
-    def on_cuda_snapshot(self, recorder: CudaSnapshotRecorder) -> None: ...
-    def on_finish(self, summary: dict) -> None: ...
 
     def detach(self) -> RunSink | None:
         """Take the sink away: later records go nowhere. Returns it (None if already gone)."""

@@ -48,16 +48,7 @@ def _lightning_trainer_on_stack():
     """The Lightning Trainer whose fit is running: a `trainer` (or a Trainer's `self`) in
     the frames that called the model."""
     types = _lightning_types("Trainer")
-    if not types:
-        return None
-    frame = sys._getframe(1)
-    while frame is not None:
-        names = frame_locals(frame)
-        for candidate in (names.get("trainer"), names.get("self")):
-            if isinstance(candidate, types):
-                return candidate
-        frame = frame.f_back
-    return None
+    return _on_stack(types, ("trainer", "self")) if types else None
 
 
 def _attach_lightning(trainer) -> None:
@@ -76,13 +67,19 @@ def _attach_lightning(trainer) -> None:
 def _hf_trainer():
     """The Trainer whose method called the model (its frames hold it as `self`)."""
     base = getattr(sys.modules["transformers"], "Trainer", None)
-    if base is None:
-        return None
-    frame = sys._getframe(1)
+    return _on_stack(base, ("self",)) if base is not None else None
+
+
+def _on_stack(types: type | tuple[type, ...], names: tuple[str, ...]):
+    """The first local of `names` (in that order within a frame) that is one of `types`, in
+    the frames from the caller's caller outwards."""
+    frame = sys._getframe(2)
     while frame is not None:
-        candidate = frame_locals(frame).get("self")
-        if isinstance(candidate, base):
-            return candidate
+        local = frame_locals(frame)
+        for name in names:
+            candidate = local.get(name)
+            if isinstance(candidate, types):
+                return candidate
         frame = frame.f_back
     return None
 

@@ -7,9 +7,10 @@ import re
 from html import unescape
 
 from PySide6.QtCore import Qt
-from PySide6.QtWidgets import QFrame, QHBoxLayout, QLabel, QScrollArea, QToolButton, QVBoxLayout
+from PySide6.QtWidgets import QFrame, QLabel, QScrollArea, QToolButton
 
 from memlens.app.elided_label import ElidedLabel
+from memlens.app.headed_column import headed_column
 
 # Opened, the explanation takes at most this share of the centre column's height, and never
 # more than the plots' least heights leave (it scrolls beyond): the window never grows.
@@ -48,15 +49,7 @@ class ErrorBanner(QFrame):
         self.body_area.setWidgetResizable(True)
         self.body_area.setFrameShape(QFrame.NoFrame)
         self.body_area.hide()
-        top = QHBoxLayout()
-        top.setContentsMargins(0, 0, 0, 0)
-        top.addWidget(self.heading, 1)
-        top.addWidget(self.toggle)
-        column = QVBoxLayout(self)
-        column.setContentsMargins(4, 2, 4, 2)
-        column.setSpacing(2)
-        column.addLayout(top)
-        column.addWidget(self.body_area)
+        headed_column(self, self.heading, [self.toggle], self.body_area, margins=(4, 2, 4, 2))
         self.hide()
 
     def setText(self, html: str) -> None:

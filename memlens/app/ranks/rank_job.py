@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
+from memlens.app.poller import Poller
 from memlens.core.history import RunHistory
 from memlens.core.runfolder.follow import FINISHED, GONE, RunFollower
 from memlens.core.runfolder.format import RunFolderError
@@ -17,7 +18,7 @@ from memlens.core.runfolder.reader import load_run, rank_folders
 POLL_MS = 250
 
 
-class RankJob(QObject):
+class RankJob(Poller):
     """Each rank's history. Opened: every rank folder read once. Followed: a timer polls
     each rank's RunFollower, and looks for rank folders that appear later (a rank that
     starts late, another node's), until every rank the job has is done."""
@@ -25,20 +26,12 @@ class RankJob(QObject):
     changed = Signal()  # new rows or new ranks: figures() and histories are current
 
     def __init__(self, folder: str | Path, follow: bool, parent: QObject | None = None) -> None:
-        super().__init__(parent)
+        super().__init__("ranks_follow_timer", POLL_MS, parent)
         self.folder = Path(folder)
         self.follow = follow
         self.histories: dict[Path, RunHistory] = {}
         self.problems: dict[Path, str] = {}  # a rank that cannot be read: why
         self._followers: dict[Path, RunFollower] = {}
-        self._timer = QTimer(self)
-        self._timer.setObjectName("ranks_follow_timer")
-        self._timer.setInterval(POLL_MS)
-        self._timer.timeout.connect(self._on_timeout)
-
-    @property
-    def active(self) -> bool:
-        return self._timer.isActive()
 
     def start(self) -> None:
         if not self.follow:
@@ -49,12 +42,7 @@ class RankJob(QObject):
                     self.problems[f] = str(exc)
             self.changed.emit()
             return
-        self._on_timeout()
-        if not self._done():
-            self._timer.start()
-
-    def stop(self) -> None:
-        self._timer.stop()
+        self._poll_until(self._done)
 
     def figures(self) -> JobFigures:
         return job_figures(self.folder, self.histories.items())

@@ -64,10 +64,11 @@ EDGE_PX = 8.0
 MAX_MARKERS = 200
 
 
-class LiveCurve(pg.PlotCurveItem):
-    """A curve that lets a setData with the points it already shows pass: most frames of a
-    long live run change only the last bin, often not even that, and each real setData
-    repaints the whole view."""
+class _MappedData:
+    """setData for a plot item: the values go through the plot's y map (LivePlot.set_log_y),
+    and a setData with the points the item already shows passes: most frames of a long live
+    run change only the last bin, often not even that, and each real setData repaints the
+    whole view."""
 
     y_map = None  # LivePlot.set_log_y: what the plot's values go through before drawing
 
@@ -81,19 +82,12 @@ class LiveCurve(pg.PlotCurveItem):
         super().setData(*args, **kargs)
 
 
-class LivePoints(pg.PlotDataItem):
+class LiveCurve(_MappedData, pg.PlotCurveItem):
+    """A curve of a live plot (an unchanged setData passes: _MappedData)."""
+
+
+class LivePoints(_MappedData, pg.PlotDataItem):
     """Points without a line (a validation loss now and then), mapped as the curves are."""
-
-    y_map = None  # LivePlot.set_log_y
-
-    def setData(self, *args, **kargs) -> None:
-        if len(args) == 2 and self.y_map is not None:
-            args = (args[0], self.y_map(np.asarray(args[1], dtype=np.float64)))
-        if len(args) == 2 and not kargs and self.xData is not None:
-            x, y = np.asarray(args[0]), np.asarray(args[1])
-            if _same(self.xData, x) and _same(self.yData, y):
-                return
-        super().setData(*args, **kargs)
 
 
 def _same(a: np.ndarray, b: np.ndarray) -> bool:

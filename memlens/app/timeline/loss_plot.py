@@ -7,17 +7,17 @@ import numpy as np
 import pyqtgraph as pg
 
 from memlens.app.series.run_series import RunSeries
-from memlens.app.timeline.live_plot import LivePlot
 from memlens.app.timeline.plot_style import (
     EVAL_LOSS_COLOR,
     GRAD_NORM_COLOR,
     LOSS_COLOR,
     legend_row,
 )
+from memlens.app.timeline.step_plot import StepPlot
 from memlens.core.units import format_number
 
 
-class LossPlot(LivePlot):
+class LossPlot(StepPlot):
     """`curves["loss"]` on the left axis with `curves["eval_loss"]` (a point at each step a
     validation run followed: steps.csv's eval_loss); `curves["grad_norm"]` in `grad_view`,
     right axis."""
@@ -50,23 +50,15 @@ class LossPlot(LivePlot):
         self.grad_view.setGeometry(vb.sceneBoundingRect())
         self.grad_view.linkedViewChanged(vb, self.grad_view.XAxis)
 
-    ghost_x_shift = 0.5
+    ghost_key = "loss"
 
-    def ghost_line(self, run: RunSeries, x0: float, x1: float, max_points: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
-        xs, lines = run.steps.decimate("lines", run.steps.visible(x0, x1), max_points)
-        return xs, lines[0]
-
-    def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
-        if run is None or run.step_count == 0:
-            self.clear_data()
-            return
-        sl = run.steps.visible(x0 - 0.5, x1 - 0.5)
-        xs, rows = run.steps.decimate("lines", sl, max_points)
+    def draw_steps(self, run: RunSeries, rows: slice, x0: float, x1: float,
+                   max_points: int) -> None:
+        xs, lines = run.steps.decimate("lines", rows, max_points)
         xs = xs + self.ghost_x_shift
-        self.curves["loss"].setData(xs, rows[0])
-        self.curves["grad_norm"].setData(xs, rows[1])
-        steps, evals = run.eval_points(x0 - 0.5, x1 - 0.5)
+        self.curves["loss"].setData(xs, lines[0])
+        self.curves["grad_norm"].setData(xs, lines[1])
+        steps, evals = run.eval_points(x0, x1)
         self.curves["eval_loss"].setData(steps + self.ghost_x_shift, evals)
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:

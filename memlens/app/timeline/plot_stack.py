@@ -10,14 +10,13 @@ from PySide6.QtCore import QPointF, QSignalBlocker, Signal
 from PySide6.QtWidgets import (
     QCheckBox,
     QGraphicsView,
-    QHBoxLayout,
     QPushButton,
     QSplitter,
-    QVBoxLayout,
     QWidget,
 )
 
 from memlens.app.elided_label import ElidedLabel
+from memlens.app.headed_column import headed_column
 from memlens.app.series.run_series import RunSeries
 from memlens.app.series.wall_clock import WallClock
 from memlens.app.timeline.live_plot import MAX_MARKERS, LivePlot
@@ -111,12 +110,6 @@ class PlotStack(QWidget):
         hint = ElidedLabel("Drag to pan, wheel to zoom the step axis; hover for values.",
                            min_chars=8)
         hint.setObjectName("plot_hint")
-        top = QHBoxLayout()
-        top.setContentsMargins(4, 0, 4, 0)
-        top.addWidget(hint, 1)
-        top.addWidget(self.process_box)
-        top.addWidget(self.follow_button)
-
         splitter = QSplitter()
         splitter.setObjectName("plots_splitter")  # its sizes are remembered by name
         splitter.setOrientation(pg.QtCore.Qt.Vertical)
@@ -129,11 +122,8 @@ class PlotStack(QWidget):
             plot.hover_left.connect(self._on_hover_left)
             plot.theme_changed.connect(self._on_theme_changed)
         splitter.setSizes([400, 220, 220])
-        layout = QVBoxLayout(self)
-        layout.setContentsMargins(0, 0, 0, 0)
-        layout.setSpacing(2)
-        layout.addLayout(top)
-        layout.addWidget(splitter, 1)
+        headed_column(self, hint, [self.process_box, self.follow_button], splitter,
+                      row_margins=(4, 0, 4, 0), body_stretch=1)
         # Hover: rate-limited to the paint rate, per plot (each has its own scene).
         self._hover_proxies = [
             pg.SignalProxy(plot.scene().sigMouseMoved, rateLimit=30,

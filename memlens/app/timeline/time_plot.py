@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from memlens.app.series.run_series import PHASE_MS_COLUMNS, STEP_LINES, RunSeries
-from memlens.app.timeline.live_plot import LivePlot
+from memlens.app.series.run_series import PHASE_MS_COLUMNS, RunSeries
 from memlens.app.timeline.plot_style import PHASE_COLORS, TOTAL_COLOR, legend_row
+from memlens.app.timeline.step_plot import StepPlot
 from memlens.core.records import PHASES
 from memlens.core.units import format_elapsed, format_ms
 
@@ -19,7 +19,7 @@ SPIKE_ROOM = 1.5
 MIN_STEPS_FOR_SPIKES = 8
 
 
-class TimePlot(LivePlot):
+class TimePlot(StepPlot):
     """`curves[phase]` holds the cumulative layer; the last (eval) is the whole step."""
 
     log_floor = 0.01  # ms
@@ -46,19 +46,11 @@ class TimePlot(LivePlot):
                 return
         super().fit_y()
 
-    ghost_x_shift = 0.5  # a step's time belongs to the middle of its interval
+    ghost_key = "whole_step"
 
-    def ghost_line(self, run: RunSeries, x0: float, x1: float, max_points: int
-                   ) -> tuple[np.ndarray, np.ndarray]:
-        xs, lines = run.steps.decimate("lines", run.steps.visible(x0, x1), max_points)
-        return xs, lines[STEP_LINES.index("whole_step")]
-
-    def draw(self, run: RunSeries | None, x0: float, x1: float, max_points: int) -> None:
-        if run is None or run.step_count == 0:
-            self.clear_data()
-            return
-        sl = run.steps.visible(x0 - 0.5, x1 - 0.5)
-        xs, layers = run.steps.decimate("phases", sl, max_points)
+    def draw_steps(self, run: RunSeries, rows: slice, x0: float, x1: float,
+                   max_points: int) -> None:
+        xs, layers = run.steps.decimate("phases", rows, max_points)
         self.area.setData(xs + self.ghost_x_shift, layers)
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:

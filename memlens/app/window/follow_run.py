@@ -4,15 +4,16 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import QObject, QTimer, Signal
+from PySide6.QtCore import QObject, Signal
 
+from memlens.app.poller import Poller
 from memlens.core.runfolder.follow import FINISHED, GONE, RunFollower
 from memlens.core.runfolder.format import RunFolderError
 
 POLL_MS = 100  # a row reaches the plots within one poll and one frame
 
 
-class FollowedRun(QObject):
+class FollowedRun(Poller):
     """Polls the folder on the GUI thread (a poll reads only the bytes appended since the
     last one); stops polling once the writer finished or is gone."""
 
@@ -20,13 +21,9 @@ class FollowedRun(QObject):
     failed = Signal(str)
 
     def __init__(self, folder: str | Path, parent: QObject | None = None) -> None:
-        super().__init__(parent)
+        super().__init__("follow_timer", POLL_MS, parent)
         self.follower = RunFollower(folder)  # RunFolderError for a folder that is not one
         self.polls = 0
-        self._timer = QTimer(self)
-        self._timer.setObjectName("follow_timer")
-        self._timer.setInterval(POLL_MS)
-        self._timer.timeout.connect(self._on_timeout)
 
     @property
     def history(self):
@@ -36,17 +33,8 @@ class FollowedRun(QObject):
     def state(self) -> str:
         return self.follower.state
 
-    @property
-    def active(self) -> bool:
-        return self._timer.isActive()
-
     def start(self) -> None:
-        self._on_timeout()
-        if self.state not in (FINISHED, GONE):
-            self._timer.start()
-
-    def stop(self) -> None:
-        self._timer.stop()
+        self._poll_until(lambda: self.state in (FINISHED, GONE))
 
     def _on_timeout(self) -> None:
         before = self.follower.state, self.follower.meta_reads
@@ -72,29 +60,15 @@ def state_text(state: str, folder: Path) -> str:
     }.get(state, state)
 
 
-class AwaitedFolder(QObject):
+class AwaitedFolder(Poller):
     """A folder that does not exist yet (`app --follow DIR` before the run that makes DIR
     starts): polled until it appears, then `appeared` is emitted once."""
 
     appeared = Signal(object)  # the folder (a Path)
 
     def __init__(self, folder: Path, parent: QObject | None = None) -> None:
-        super().__init__(parent)
+        super().__init__("await_folder_timer", POLL_MS, parent)
         self.folder = Path(folder)
-        self._timer = QTimer(self)
-        self._timer.setObjectName("await_folder_timer")
-        self._timer.setInterval(POLL_MS)
-        self._timer.timeout.connect(self._on_timeout)
-
-    @property
-    def active(self) -> bool:
-        return self._timer.isActive()
-
-    def start(self) -> None:
-        self._timer.start()
-
-    def stop(self) -> None:
-        self._timer.stop()
 
     def _on_timeout(self) -> None:
         if self.folder.is_dir():

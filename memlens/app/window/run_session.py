@@ -10,17 +10,16 @@ exception the loop raises is caught and reported as the `failed` signal.
 from __future__ import annotations
 
 import gc
-import traceback
 from collections.abc import Callable
 from pathlib import Path
 
-from PySide6.QtCore import QObject, Qt, QThread, Signal, Slot
+from PySide6.QtCore import QObject
 
+from memlens.app.worker import Worker, WorkerSession
 from memlens.core.config import RunConfig
 from memlens.core.controls import RunControls
 from memlens.core.history import RunHistory
 from memlens.core.model_file import preset_label
-from memlens.core.options import ConfigError
 from memlens.core.recorder.output import choose_folder
 from memlens.core.records import RunEvent
 from memlens.core.runfolder.header import run_header
@@ -59,25 +58,17 @@ def core_training() -> TrainFn:
     return run_training
 
 
-class RunWorker(QObject):
-    done = Signal(object)  # the summary dict; None when the loop raised
-    failed = Signal(str, str)  # message, traceback text
-
+class RunWorker(Worker):
     def __init__(self, config: RunConfig, controls: RunControls, sink: FanOut,
                  train_fn: TrainFn | None) -> None:
         super().__init__()
         self._config, self._controls, self._sink, self._train_fn = config, controls, sink, train_fn
-        self.summary: dict | None = None
 
-    @Slot()
-    def run(self) -> None:
+    def work(self) -> dict | None:
+        """The run's summary dict."""
         from memlens.core.model_file import one_load_per_run
 
         with one_load_per_run():  # the preflight and the run take one load of a model file
-            self._run()
-
-    def _run(self) -> None:
-        try:
             train = self._train_fn or core_training()
             if self._train_fn is None:  # the preset's memory check, as the CLI's
                 from memlens.core.preflight import check_run
@@ -85,20 +76,12 @@ class RunWorker(QObject):
 
                 check_run(self._config, resolve_device(self._config.device))
             result = train(self._config, self._controls, self._sink, on_error="pause")
-            self.summary = result.to_dict() if hasattr(result, "to_dict") else result
-        except ConfigError as exc:  # bad input (a model file): the message says it all
-            self.failed.emit(str(exc), "")
-        except Exception as exc:  # every failure is reported, none escapes the thread
-            self.failed.emit(f"{type(exc).__name__}: {exc}", traceback.format_exc())
-        finally:
-            self.done.emit(self.summary)
+        return result.to_dict() if hasattr(result, "to_dict") else result
 
 
-class RunSession(QObject):
-    """Owns a run's history, controls, run folder and worker thread."""
-
-    finished = Signal(object)  # summary dict or None; after the thread has ended
-    failed = Signal(str, str)
+class RunSession(WorkerSession):
+    """Owns a run's history, controls, run folder and worker thread; `finished` gives the
+    summary dict or None."""
 
     def __init__(self, config: RunConfig, runs_dir: Path | None = None,
                  train_fn: TrainFn | None = None, parent: QObject | None = None) -> None:
@@ -107,7 +90,6 @@ class RunSession(QObject):
         self.controls = RunControls(config.techniques, config.schedule)
         self.folder: Path | None = None
         self.summary: dict | None = None
-        self.ended = False
         writer, problem, folder = None, None, None
         if runs_dir is not None:
             try:
@@ -130,19 +112,7 @@ class RunSession(QObject):
         self._writer = (GuardedSink(writer, _writer_failed(self.history))
                         if writer is not None else None)
         self.sink = FanOut(self.history, self._writer)
-        self._thread = QThread(self)
-        self._thread.setObjectName("memlens-run")
-        self._worker = RunWorker(config, self.controls, self.sink, train_fn)
-        self._worker.moveToThread(self._thread)
-        self._thread.started.connect(self._worker.run)
-        self._worker.failed.connect(self.failed)
-        # Direct: the worker's own thread ends its event loop, so the thread finishes even
-        # while the GUI thread is blocked in shutdown()'s wait.
-        self._worker.done.connect(self._thread.quit, Qt.DirectConnection)
-        self._thread.finished.connect(self._on_thread_finished)
-
-    def start(self) -> None:
-        self._thread.start()
+        self._run_on_thread(RunWorker(config, self.controls, self.sink, train_fn), "memlens-run")
 
     def stop(self) -> None:
         self.controls.stop()
@@ -154,9 +124,7 @@ class RunSession(QObject):
     def shutdown(self, timeout_ms: int = 10_000) -> bool:
         """Stop and wait for the thread (window closing). True once it has ended."""
         self.controls.stop()
-        if not self._thread.isRunning():
-            return True
-        return self._thread.wait(timeout_ms)
+        return self._wait(timeout_ms)
 
     def abandon(self) -> None:
         """Quit without waiting for a step that does not end (the window's "Quit now"):
@@ -174,11 +142,6 @@ class RunSession(QObject):
         except OSError:
             writer.close()
 
-    @Slot()
-    def _on_thread_finished(self) -> None:
-        if self.ended:
-            return
-        self.ended = True
-        self.summary = self._worker.summary
-        self._worker.deleteLater()
-        self.finished.emit(self.summary)
+    def _on_worker_ended(self) -> None:
+        self.summary = self.worker.result
+        self.worker.deleteLater()

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import torch
 
+import memlens.core.lessons.runner
 import memlens.core.loop
 import memlens.core.recorder.recorder
 from memlens.core.lessons.catalog import LESSONS, Claim
@@ -142,13 +143,18 @@ def test_an_arm_that_finishes_first_holds_its_thread_until_the_other_is_done():
 def _fake_timing(monkeypatch, slower_arm: str, rate: float) -> None:
     """The loop's phase clock replaced: each arm's session gets its own fake clock, the
     `slower_arm` one `rate` times slower (arms run in threads named lesson-<arm>)."""
-    seeds = iter(range(100))
+    made: dict[str, int] = {}  # clocks made per arm: seeds by arm, not by which thread ran first
 
     def timing(device, synchronize=True):
-        slow = threading.current_thread().name == f"lesson-{slower_arm}"
-        return FakeStepClock(rate if slow else 1.0, next(seeds)), "fake clock"
+        name = threading.current_thread().name
+        slow = name == f"lesson-{slower_arm}"
+        made[name] = made.get(name, 0) + 1
+        seed = 1000 * made[name] + (1 if slow else 0)
+        return FakeStepClock(rate if slow else 1.0, seed), "fake clock"
 
     monkeypatch.setattr(memlens.core.recorder.recorder, "phase_clock", timing)
+    # a fake machine, idle: the real one's load (other tests beside this one) is no part of it
+    monkeypatch.setattr(memlens.core.lessons.runner, "load_average", lambda: 0.0)
 
 
 def test_the_runner_finds_a_20_percent_slower_arm_on_a_fake_clock(monkeypatch):

@@ -83,17 +83,19 @@ def test_memory_csv_has_rss_bytes_and_load_run_reads_it_back(tmp_path):
 
 
 @pytest.mark.parametrize("reader", ["load_run", "follow"])
-@pytest.mark.parametrize("dropped", [("rss", "gathered", "buckets"), ("gathered", "buckets")])
+@pytest.mark.parametrize("dropped", [("rss", "gathered", "buckets", "carried"),
+                                     ("gathered", "buckets", "carried"), ("carried",)])
 def test_a_folder_written_before_later_columns_still_opens(tmp_path, reader, dropped):
-    """rss_bytes came last, then the sharded categories: a folder from before either opens,
-    rss as no value (NaN), a category as 0 (nothing was counted as it then)."""
+    """rss_bytes came last, then the sharded categories, then `carried`: a folder from
+    before any opens, rss as no value (NaN), a category as 0 (nothing was counted as it
+    then), carried as 0 (every sample was measured)."""
     folder = tmp_path / "old"
     run("mlp", steps=3, sink=RunWriter(folder))
     new = load_run(folder).samples.rows()
     path = folder / "memory.csv"
     with open(path, newline="") as fh:
         rows = list(csv.reader(fh))
-    assert rows[0][-len(dropped):] == [f"{c}_bytes" for c in dropped]
+    assert rows[0][-len(dropped):] == [c if c == "carried" else f"{c}_bytes" for c in dropped]
     with open(path, "w", newline="") as fh:  # as a memlens before these columns wrote it
         csv.writer(fh).writerows(r[:-len(dropped)] for r in rows)
     if reader == "load_run":

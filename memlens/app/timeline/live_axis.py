@@ -28,6 +28,7 @@ from PySide6.QtCore import QPointF, QRectF, Qt
 from PySide6.QtGui import QColor, QPainter, QPen, QPicture
 
 MEMO_SIZE = 16  # tick value sets kept (a handful of axes, a few ranges each)
+MIN_TICK_GAP_PX = 12  # ticks of a level at least this far apart: one label never on another
 _MEASURE_BOX = QRectF(0, 0, 100, 100)  # where pyqtgraph measures a label (its size only)
 _ALIGN = {
     "left": Qt.AlignmentFlag.AlignRight | Qt.AlignmentFlag.AlignVCenter,
@@ -133,7 +134,12 @@ class LiveAxis(pg.AxisItem):
             if len(self._tick_memo) >= MEMO_SIZE:
                 self._tick_memo.clear()
             self._tick_memo[key] = ticks
-        return [(spacing, list(values)) for spacing, values in ticks]
+        # A level whose ticks stand closer than a label's height is dropped (a short plot:
+        # pyqtgraph's minor level would put one label on another)
+        per_px = size / (hi - lo) if hi > lo else 0.0
+        kept = [(spacing, list(values)) for spacing, values in ticks
+                if spacing * per_px >= MIN_TICK_GAP_PX]
+        return kept or [(spacing, list(values)) for spacing, values in ticks[:1]]
 
     log_floor = 1.0  # in log mode a value v is drawn at log10(v / log_floor) (LivePlot)
 

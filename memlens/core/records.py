@@ -285,14 +285,15 @@ class AllocBlock:
 
 
 def edge_samples(step: int, params: int, buffers: int, rows: list[tuple],
-                 buckets: Buckets = NO_BUCKETS) -> list[MemorySample]:
+                 buckets: Buckets = NO_BUCKETS, carried: bool = False) -> list[MemorySample]:
     """The native LightProbe's edge rows (core.recorder.probe.MemoryProbe.take_rows: code,
     time_s, grads, optimizer, activations, other, heap, rss, gathered) as MemorySamples of
-    `step`, with the probe's parameter, buffer and bucket bytes."""
+    `step`, with the probe's parameter, buffer and bucket bytes; `carried`: the rows are a
+    step without detail's one sample (MemorySample.carried)."""
     return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
                          None, None, heap if heap >= 0 else None, buffers,
                          rss=rss if rss >= 0 else None, gathered=gathered,
-                         buckets=buckets.at(grads))
+                         buckets=buckets.at(grads), carried=carried)
             for code, t, grads, opt, act, other, heap, rss, gathered in rows]
 
 
@@ -305,10 +306,10 @@ def edge_totals(params: int, buffers: int, rows: list[tuple],
 
 
 # The native LightProbe's samples of one step, not yet made MemorySamples: (step, params
-# bytes, buffer bytes, rows as MemoryProbe.take_rows gives them, DDP's buckets:
-# MemoryProbe.edge_block). A watch hands these to the run folder's writer, which makes them
-# samples on its own thread.
-EdgeBlock = tuple[int, int, int, list[tuple], Any]
+# bytes, buffer bytes, rows as MemoryProbe.take_rows gives them, DDP's buckets, whether the
+# rows are carried: MemoryProbe.edge_block). A watch hands these to the run folder's
+# writer, which makes them samples on its own thread.
+EdgeBlock = tuple[int, int, int, list[tuple], Any, bool]
 SampleItem = MemorySample | EdgeBlock
 # An ended step as a producer hands it on: its record and its samples not handed on before.
 StepRow = tuple[StepRecord, "list[SampleItem] | tuple[()]"]

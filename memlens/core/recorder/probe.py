@@ -136,10 +136,10 @@ class MemoryProbe:
         """Each row's total memory, as its MemorySample will say."""
         return edge_totals(self.params.total, self.buffers.total, rows, self.buckets)
 
-    def edge_block(self, step: int, rows: list[tuple]) -> tuple:
+    def edge_block(self, step: int, rows: list[tuple], carried: bool = False) -> tuple:
         """`step`'s rows with this probe's constant figures, as records.edge_samples takes
         them (made MemorySamples later, on the writer's thread)."""
-        return (step, self.params.total, self.buffers.total, rows, self.buckets)
+        return (step, self.params.total, self.buffers.total, rows, self.buckets, carried)
 
     def sample_inside(self, code: int, carried) -> None:
         """An edge (see use_light_probe) inside a phase, at a moment a sharded model's memory

@@ -93,6 +93,7 @@ class StepRecorder:
         self.step = 0
         self.probe = None
         self._native = None  # the probe's native edge, while samples are taken there
+        self._edge_carried = False  # the native edge's rows are a carried sample
         self.python_only = False  # AMP: samples by MemoryProbe.sample (see use_native)
         self.short_steps = False  # until a step shows it is short (SHORT_STEP_MS)
         self.detailed = True  # a sample at each phase's end (else one at the step's end)
@@ -207,8 +208,9 @@ class StepRecorder:
             heap = now - self._heap_at >= self.heap_every_s
             if heap:
                 self._heap_at = now
-        if self._native is not None and not carried:
+        if self._native is not None:  # (a carried one is its step's only row: _flush_native)
             self._native(code, self._carried(), heap)
+            self._edge_carried = carried
             return
         s = self.probe.sample(self.step, SAMPLE_PHASES[code], self.now(), heap=heap)
         s.carried = carried
@@ -274,7 +276,8 @@ class StepRecorder:
         self.last_total, self.step_peak = total, peak
         self.last_figures = (total, last[4], last[5])
         self.run_peak = max(self.run_peak, peak)
-        self._samples.append(probe.edge_block(self.step, rows))
+        self._samples.append(probe.edge_block(self.step, rows, self._edge_carried))
+        self._edge_carried = False
 
     # --- steps ------------------------------------------------------------------------------
     def begin_step(self, step: int) -> None:

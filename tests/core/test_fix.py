@@ -35,6 +35,7 @@ CASES = {  # name: (the files, the script, its arguments, fix's --steps, fix's o
     "multitask": ([SCRIPTS / "multitask.py", SCRIPTS / "losses.py"], ["--steps", "6"], 6, []),
     "dropout_preview": ([SCRIPTS / "dropout_preview.py"], ["--steps", "6"], 6, []),
     "lightning_probe": ([SCRIPTS / "lightning_probe.py"], ["--batches", "4"], 4, []),
+    "cached_activations": ([SCRIPTS / "cached_activations.py"], ["--steps", "6"], 6, []),
     "bug_no_zero_grad": ([ZOO / "bug_no_zero_grad.py", ZOO / "zoo_truth.py"],
                          ["--steps", "4"], 4, []),
     "bug_hidden_no_detach": ([ZOO / "bug_hidden_no_detach.py", ZOO / "zoo_truth.py"],
@@ -252,6 +253,28 @@ def test_a_lightning_modules_probe_forward_gets_no_grad_in_its_training_step(fix
     probe = saved_by_forward(lambda: net(torch.randn(512, 16)))
     before, after = figures(e)
     assert before["saved_bytes"] - after["saved_bytes"] == probe
+
+
+def test_a_module_caching_its_output_gets_detach_where_forward_stores_it(fix_run):
+    r = fix_run("cached_activations")
+    assert r.code == 0, r.err
+    [e] = r.entries
+    assert e["kind"] == "detach_cache" and e["diagnosis_gone"] and e["results_equal"] is True
+    text = r.fixed().read_text()
+    # the line forward stores, not `self.last_out = None` in __init__ (never `None.detach()`)
+    assert "        self.last_out = out.detach()\n" in text
+    assert "        self.last_out = None\n" in text and "None.detach()" not in text
+    # plain torch: the original's blocks keep a graph across steps (whose saved tensors
+    # backward freed: held 0 B), the fixed copy's keep none
+    with contextlib.redirect_stdout(io.StringIO()):
+        model = script_function(r.script, "train")(6)
+        fixed = script_function(r.fixed(), "train")(6)
+    kept = [model.b1.last_out, model.b2.last_out]
+    assert all(t.grad_fn is not None for t in kept)
+    assert all(b.last_out.grad_fn is None for b in (fixed.b1, fixed.b2))
+    before, after = figures(e)
+    assert before["held_bytes"] == saved(kept) and after["held_bytes"] == 0
+    assert after["graph_nodes"] == before["graph_nodes"]
 
 
 def test_zoo_no_zero_grad_clears_before_the_backward(fix_run):

@@ -46,8 +46,18 @@ def test_a_script_the_watch_finds_nothing_in(tmp_path):
     script = tmp_path / "hello.py"
     script.write_text("print('no training here')\n")
     line = refused(*run_cli(tmp_path, "fix", str(script), "--out", "fix")[::2])
-    assert "before it trained" in line or "no model and no optimizer" in line
+    assert "no model call and no optimizer" in line and "exit code 0" in line
     assert script.read_text() == "print('no training here')\n"
+    # nothing trained, so nothing under --out refuses the next try: the same line again
+    assert refused(*run_cli(tmp_path, "fix", str(script), "--out", "fix")[::2]) == line
+
+
+def test_a_script_that_fails_before_it_trains_asks_for_its_arguments(tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text("import sys\nsys.exit('train.py: error: --data is required')\n")
+    line = refused(*run_cli(tmp_path, "fix", str(script), "--out", "fix")[::2])
+    assert "failed before it trained (exit code 1" in line and "--data is required" in line
+    assert "after --" in line
 
 
 def test_a_clean_script_gives_an_empty_list(tmp_path):

@@ -323,3 +323,14 @@ def test_what_a_module_caches_on_itself_is_detached_where_it_is_stored(tmp_path)
     assert [a.strip() for a in added] == ["self.cache.append(h.detach())  # CACHE",
                                           "self.last = (h * 2).detach()  # LAST"]
     assert len(removed) == 2
+
+
+def test_a_cache_pointed_at_where_it_starts_as_none_is_never_detached(tmp_path):
+    """A diagnosis whose line sets the cache to a constant (`self.last = None` in
+    __init__) gets no change and a reason: `None.detach()` would break the copy."""
+    fixes, text = plan(
+        tmp_path, CACHED,
+        (dx.MODULE_CACHE, "self.last = None", "`self.last` of `model.1` keeps 1 tensor ..."))
+    assert text is None
+    [f] = fixes
+    assert not f.applied and "constant" in f.refused

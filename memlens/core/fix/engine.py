@@ -52,15 +52,22 @@ class FixOutcome:
         return text(self.entries, steps, self.new)
 
 
-def fix_folder(out: str | None, script: Path) -> Path:
+def fix_folder(out: str | None, script: Path) -> tuple[Path, bool]:
     """The fix folder: `out` (refused where it holds an earlier fix), else a new
-    runs/<time>-fix-<script>."""
+    runs/<time>-fix-<script>; and whether this call made it."""
+    if out is not None and Path(out).expanduser().is_dir():
+        held = [n for n in FOLDER_PARTS if os.path.lexists(Path(out).expanduser() / n)]
+        if held:
+            raise FixInputError(f"--out {out!r} already holds a fix ({', '.join(held)}): "
+                                "choose another folder (fix never overwrites one; nothing "
+                                "was deleted)")
     try:
         folder = choose_folder(out, f"fix-{script.stem}", force=None, layout=FIX_LAYOUT)
     except ConfigError as exc:  # FolderTaken too: one line, nothing deleted
         raise FixInputError(str(exc)) from None
+    made = not folder.exists()
     folder.mkdir(parents=True, exist_ok=True)
-    return folder
+    return folder, made
 
 
 def fix_script(script: Path, args: list[str], *, out: str | None = None,
@@ -70,12 +77,16 @@ def fix_script(script: Path, args: list[str], *, out: str | None = None,
     say = progress or (lambda *_: None)
     script = script.resolve()
     cwd = Path.cwd()
-    folder = fix_folder(out, script)
+    folder, made = fix_folder(out, script)
     original = script.read_bytes()
     say(1, 3, f"watching {script.name} for {steps} steps")
     before = watch_run(script, args, folder / "before", steps, cwd=cwd,
                        script_dir=script.parent)
-    _check_before(before, script)
+    try:
+        _check_before(before, script)
+    except FixInputError:
+        _forget_before(folder, made)  # nothing trained: the same --out takes the next try
+        raise
     if script.read_bytes() != original:
         raise FixInputError(f"{script} changed while it was watched: run fix again")
     say(2, 3, "planning the fixes")
@@ -103,13 +114,24 @@ def fix_script(script: Path, args: list[str], *, out: str | None = None,
 
 
 def _check_before(before: WatchedRun, script: Path) -> None:
-    if before.doc is None:
-        raise FixInputError(f"{script.name} ended (exit code {before.exit_code}) before it "
-                            f"trained ({before.last_error_line()}); give it the arguments it "
-                            "needs after --")
-    if before.nothing_found:
-        raise FixInputError(f"the watch found no model and no optimizer in {script.name}: "
-                            "nothing to fix")
+    if before.doc is None and before.exit_code != 0:
+        raise FixInputError(f"{script.name} failed before it trained (exit code "
+                            f"{before.exit_code}: {before.last_error_line()}); give it the "
+                            "arguments it needs after --")
+    if before.doc is None or before.nothing_found:
+        raise FixInputError(f"the watch found no model call and no optimizer in "
+                            f"{script.name} (it ran to its end, exit code "
+                            f"{before.exit_code}): nothing to fix")
+
+
+def _forget_before(folder: Path, made: bool) -> None:
+    """A watch that recorded no training leaves no `before/` (and no folder fix made) that
+    would refuse the next try; the script's printed output stays beside it."""
+    before = folder / "before"
+    if before.is_dir() and not any(before.iterdir()):
+        before.rmdir()
+    if made and not any(folder.iterdir()):
+        folder.rmdir()
 
 
 def _accepted(before: WatchedRun, after: WatchedRun | None) -> tuple[bool, str | None]:

@@ -431,6 +431,9 @@ def _accumulated(src: Source, stmt: ast.stmt, holder: str) -> ast.expr:
     if isinstance(stmt, ast.Assign) and any(uses.named(t, holder) for t in stmt.targets):
         v = stmt.value
         if "." in holder and not any(uses.named(n, holder) for n in ast.walk(v)):
+            if isinstance(v, ast.Constant):  # `self.cache = None`: where it starts
+                raise Unfixable(f"line {stmt.lineno} sets `{holder}` to a constant, not to "
+                                "what it keeps: memlens does not know what to detach")
             return v  # `self.cache = h`: what a module keeps on itself, replaced each step
         if isinstance(v, ast.BinOp) and uses.named(v.left, holder):
             return v.right

@@ -81,8 +81,9 @@ def watch_run(script: Path, args: list[str], folder: Path, steps: int, *, cwd: P
               script_dir: Path) -> WatchedRun:
     """Run `script ARGS` under `main.py watch --stop-after steps --out folder` from `cwd`;
     its printed output is kept beside the folder (`<folder>.stdout`, `<folder>.stderr`)."""
+    # every step's detail: a fix's figures are compared step by step, none carried
     cmd = [sys.executable, "-m", "memlens", "watch", "--out", str(folder), "--stop-after",
-           str(steps), str(script), "--", *args]
+           str(steps), "--detail", "every", str(script), "--", *args]
     proc = subprocess.run(cmd, cwd=cwd, env=child_env(script_dir), capture_output=True,
                           text=True, errors="replace")
     for ext, text in (("stdout", proc.stdout), ("stderr", proc.stderr)):

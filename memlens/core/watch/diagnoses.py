@@ -301,7 +301,7 @@ def attribute_site(cls: type, attr: str) -> str:
 def _best_line(source: str, name: str) -> int | None:
     """The line (1-based in `source`) where `name` (a variable, or an attribute of that
     name) grows: `+=`, `append`/`extend`/`insert`, `x = x + ...`, `d[k] = ...`; else where
-    it is plainly assigned."""
+    it is plainly assigned, a value before a constant (`self.last = None`)."""
     import textwrap
 
     try:
@@ -322,7 +322,8 @@ def _best_line(source: str, name: str) -> int | None:
         elif isinstance(node, ast.Assign) and any(_named(t, name) for t in node.targets):
             # `x = x + loss`, `x = torch.cat([x, out])`: an accumulation too
             uses = any(_named(n, name) for n in ast.walk(node.value))
-            rank = 0 if uses else 1
+            # `self.last = None` in __init__ is where it starts, not what it keeps
+            rank = 0 if uses else 2 if isinstance(node.value, ast.Constant) else 1
         if rank is not None and (best is None or (rank, node.lineno) < best):
             best = (rank, node.lineno)
     return None if best is None else best[1]

@@ -124,7 +124,12 @@ class Truth:
         return 0
 
     def grads(self) -> int:
-        return storage_bytes(p.grad for p in self.model.parameters() if p.grad is not None)
+        """The gradients: .grad, and in a backward FSDP1's reduce-scattered shards, which
+        wait in their flat parameter's `_saved_grad_shard` until backward's end."""
+        params = list(self.model.parameters())
+        return storage_bytes([p.grad for p in params if p.grad is not None]
+                             + [g for p in params
+                                if (g := getattr(p, "_saved_grad_shard", None)) is not None])
 
     def note(self, kind: str) -> None:
         figures = {"gathered": self.gathered(), "grads": self.grads()}

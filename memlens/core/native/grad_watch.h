@@ -333,6 +333,14 @@ class LightProbe {
   // Python keeps up to date (the same list object, read at every sample).
   void set_gathered(py::list refs) { gathered_refs_ = std::move(refs); }
 
+  // Objects holding a gradient in an attribute of theirs (FSDP1's flat parameters: the
+  // reduce-scattered shard waits in `_saved_grad_shard` until backward's end makes it the
+  // .grad), as weak references: each one's `attr` counted as a gradient where it is a tensor.
+  void set_grad_holders(py::list refs, const std::string& attr) {
+    grad_holders_ = std::move(refs);
+    grad_attr_ = py::reinterpret_steal<py::object>(PyUnicode_InternFromString(attr.c_str()));
+  }
+
   // --- phase edges: a sample recorded where it is taken, handed to Python at step end ----
   //
   // A phase edge's sample as a MemorySample (a dataclass made in Python, handed to the sink,
@@ -448,6 +456,29 @@ class LightProbe {
         continue;
       }
       total += n;
+    }
+    for (const auto& item : grad_holders_) {
+      PyObject* obj = item.ptr();
+      if (PyWeakref_CheckRef(obj)) {
+        obj = PyWeakref_GetObject(obj);  // borrowed; Py_None once it is gone
+      }
+      if (obj == Py_None || !grad_attr_) {
+        continue;
+      }
+      PyObject* held = PyObject_GetAttr(obj, grad_attr_.ptr());  // new reference or null
+      if (held == nullptr) {
+        PyErr_Clear();  // not there (before backward, after its end): nothing waits
+        continue;
+      }
+      if (THPVariable_Check(held)) {
+        const at::Tensor& g = THPVariable_Unpack(held);
+        int64_t n = 0;
+        const Key key = g.defined() && g.has_storage() ? storage_key_of(g, &n) : Key{};
+        if (key.ptr != 0 && !params.count(key) && grads_.insert(key).second) {
+          total += n;
+        }
+      }
+      Py_DECREF(held);
     }
     return total;
   }
@@ -586,6 +617,8 @@ class LightProbe {
   std::unordered_set<Key, KeyHash> seen_;  // carried storages of this sample
   std::unordered_set<Key, KeyHash> gathered_;  // gathered storages of this sample
   py::list gathered_refs_;
+  py::list grad_holders_;  // set_grad_holders
+  py::object grad_attr_;
   // (tensor object, TensorImpl) of each state tensor at the last scan, and a buffer for now's
   std::vector<std::pair<const void*, const void*>> opt_ids_, ids_now_;
   bool opt_reusable_ = false;

@@ -105,6 +105,7 @@ PYBIND11_MODULE(memlens_native, m) {
       .def("set_rules", &LightProbe::set_rules, py::arg("grads"), py::arg("optimizer"),
            py::arg("heap"), py::arg("preset"), py::arg("t0"))
       .def("set_gathered", &LightProbe::set_gathered, py::arg("refs"))
+      .def("set_grad_holders", &LightProbe::set_grad_holders, py::arg("refs"), py::arg("attr"))
       .def_static("clock", &LightProbe::clock)
       .def("fast_edges", [](py::object self) {
         // (edge, take) as plain C functions: edge runs at every phase edge.

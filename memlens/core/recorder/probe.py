@@ -16,6 +16,7 @@ from memlens.core.recorder.heap import process_heap_bytes, process_rss_bytes
 from memlens.core.recorder.keys import StorageBytes, storage_key
 from memlens.core.recorder.precise import StorageTracker
 from memlens.core.recorder.saved import SavedTensorTracker
+from memlens.core.recorder.sharded import GRAD_HOLDER_ATTR
 from memlens.core.records import (
     NO_BUCKETS,
     SAMPLE_PHASE_CODE,
@@ -124,6 +125,7 @@ class MemoryProbe:
                         _codes(self._HEAP_PHASES), self.preset, native_t0)
         if self.sharding is not None:
             light.set_gathered(self.sharding.gathered_refs)  # the list itself: kept up to date
+            light.set_grad_holders(self.sharding.grad_holders, GRAD_HOLDER_ATTR)
         self.edge, self._take_rows = light.fast_edges()
 
     def take_rows(self) -> list[tuple]:
@@ -172,6 +174,8 @@ class MemoryProbe:
             for t in self.sharding.gathered_tensors():
                 if (g := t.grad) is not None:
                     grads.add(g, pkeys)
+            for g in self.sharding.held_grads():  # FSDP1's shards, until backward's end
+                grads.add(g, pkeys)
         return grads
 
     def _scan_optimizer(self, grads: StorageBytes) -> StorageBytes:

@@ -28,7 +28,11 @@ from torch import Tensor, nn
 
 from memlens.core.records import Buckets
 
+# FSDP1 keeps each flat parameter's reduce-scattered gradient here from its post-backward
+# hook until backward's end makes it the .grad (FlatParamHandle.prepare_gradient_for_optim).
+GRAD_HOLDER_ATTR = "_saved_grad_shard"
 UNEVEN_LISTED = 8  # of the unevenly sharded parameters, named in run.json
+REBUILT_LOOKS = 16  # steps' ends DDP's logging data is read at for its rebuilt buckets
 
 
 def _fsdp2_module_type():
@@ -79,9 +83,14 @@ class Sharding:
         self.gathered_refs: list[weakref.ref] = []
         self._gathered_ids: set[int] = set()
         self._sources: list[weakref.ref] = []  # FSDP2 params / FSDP1 handles to look into
+        # Weak references to what holds a gradient in GRAD_HOLDER_ATTR while backward runs
+        # (FSDP1's flat parameters; the native LightProbe reads this list too).
+        self.grad_holders: list[weakref.ref] = []
         self._waiting = 0  # of those, how many had no gathered storage yet
         self.buckets = Buckets(0, 0)
         self._facts: dict[str, Any] = {"kind": kind}
+        self._ddp_pending = False  # DDP's buckets not rebuilt yet (buckets_rebuilt)
+        self._rebuilt_looks = 0
 
     # --- finding it -----------------------------------------------------------------------
     @classmethod
@@ -147,6 +156,7 @@ class Sharding:
         flats = [(name, m._handle.flat_param) for name, m in modules
                  if isinstance(m, fsdp1) and m._handle is not None]
         s._sources = [weakref.ref(fp) for _, fp in flats]
+        s.grad_holders = list(s._sources)
         s._waiting = len(flats)
         rank, world = _world()
         uneven, full, shard, padded = [], 0, 0, 0
@@ -175,10 +185,14 @@ class Sharding:
         rank, world = _world()
         facts = {"rank": rank, "world_size": world, "bucket_sizes": [],
                  "gradient_as_bucket_view": False, "find_unused_parameters": False,
-                 "static_graph": False}
+                 "static_graph": False,
+                 # DDP rebuilds its buckets at the second step's forward, and lists their
+                 # sizes from a later one: the sizes then (buckets_rebuilt)
+                 "buckets_rebuilt": False, "bucket_sizes_from": "construction"}
+        s._sources = [weakref.ref(ddp) for ddp in wrappers]
         for ddp in wrappers:
             data = ddp._get_ddp_logging_data()
-            sizes = [int(x) for x in str(data.get("bucket_sizes", "")).split(",") if x.strip()]
+            sizes = _bucket_sizes(data)
             as_view = bool(data.get("gradient_as_bucket_view", 0))
             if as_view:
                 views += sum(sizes)
@@ -190,6 +204,7 @@ class Sharding:
             facts["static_graph"] |= bool(data.get("static_graph", 0))
         s.buckets = Buckets(fixed, views)
         s._facts.update(facts)
+        s._ddp_pending = bool(s._sources)
         return s
 
     # --- what it holds ----------------------------------------------------------------------
@@ -235,7 +250,50 @@ class Sharding:
     def gathered_tensors(self) -> list[Tensor]:
         return [t for r in self.gathered_refs if (t := r()) is not None]
 
+    def held_grads(self) -> list[Tensor]:
+        """The gradients waiting in FSDP1's flat parameters (GRAD_HOLDER_ATTR) now."""
+        return [g for r in self.grad_holders if isinstance(
+            g := getattr(r(), GRAD_HOLDER_ATTR, None), Tensor)]
+
     def facts(self) -> dict[str, Any]:
         """What run.json says of it (`sharding`): the kind, the rank's shard and its
-        padding, the parameters sharded unevenly, DDP's buckets and options."""
+        padding, the parameters sharded unevenly, DDP's buckets and options (as they are
+        now: DDP rebuilds its buckets once, in the order the first backward made gradients,
+        at the second step's forward)."""
         return dict(self._facts)
+
+    def buckets_rebuilt(self) -> bool:
+        """At a step's end: DDP's bucket sizes read again once it has rebuilt its buckets
+        (its `_has_rebuilt_buckets`: an attribute check until then, nothing after). DDP's
+        logging data lists the rebuilt sizes at a later step's forward than the rebuild's:
+        it is read at each step's end until it does (REBUILT_LOOKS at most). True when
+        this look found them (facts() changed)."""
+        if not self._ddp_pending:
+            return False
+        try:
+            wrappers = [w for r in self._sources if (w := r()) is not None]
+            if not any(getattr(w, "_has_rebuilt_buckets", False) for w in wrappers):
+                return False
+            data = [w._get_ddp_logging_data() for w in wrappers]
+        except Exception:  # DDP's state changed shape: the sizes it was made with
+            self._ddp_pending = False
+            return False
+        self._rebuilt_looks += 1
+        first = not self._facts["buckets_rebuilt"]
+        self._facts["buckets_rebuilt"] = True
+        if not any(str(d.get("rebuilt_bucket_sizes", "")).strip() for d in data):
+            self._ddp_pending = self._rebuilt_looks < REBUILT_LOOKS
+            return first
+        self._facts["bucket_sizes"] = [n for d in data for n in _bucket_sizes(d)]
+        self._facts["bucket_sizes_from"] = "rebuilt"
+        self._ddp_pending = False
+        return True
+
+
+def _bucket_sizes(data: dict) -> list[int]:
+    """DDP's bucket sizes in bytes: the rebuilt ones once it rebuilt them, else the first."""
+    for key in ("rebuilt_bucket_sizes", "bucket_sizes"):
+        sizes = [int(x) for x in str(data.get(key, "")).split(",") if x.strip()]
+        if sizes:
+            return sizes
+    return []

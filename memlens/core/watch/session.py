@@ -158,7 +158,6 @@ class WatchSession(FrameworkCalls):
         self._closure = False  # the optimizer step under way was given a closure
         self._norm_taken: set[int] = set()  # optimizers whose norm grads_final took this step
         self._eval_loss = math.nan  # this step's, as a framework reported it (note_eval_loss)
-        self._sharding = None  # the models' sharding, once a probe found it (_on_new_probe)
         self.last_record = None  # the last step's StepRecord (a framework's logger reads it)
         # Called with each model found, at its first call (main.py watch: a framework's
         # callback joins the recording, memlens.integrations.attach); a fault costs a note.
@@ -275,7 +274,6 @@ class WatchSession(FrameworkCalls):
         return self.seen.nothing
 
     def _on_new_probe(self, probe) -> None:
-        self._sharding = probe.sharding
         self.hooks.watch_sharding(probe.sharding)  # FSDP's reshard: core.watch.sharding
         self.sink.on_start(header(self))
 
@@ -576,8 +574,8 @@ class WatchSession(FrameworkCalls):
         self.detail.end_step(step, record.step_ms, self._graph_nodes, False)
         if self.detail.policy.chosen != chosen:  # auto has measured: run.json says so
             self.sink.on_start({"detail": self.detail.describe()})
-        if self._sharding is not None and self._sharding.buckets_rebuilt():
-            self.sink.on_start({"sharding": self._sharding.facts()})  # DDP's, rebuilt
+        if (sharding := self.measure.rebuilt_sharding()) is not None:  # DDP's buckets
+            self.sink.on_start({"sharding": sharding})
         self._next_step()
 
     def _next_step(self) -> None:

@@ -53,3 +53,9 @@ class WatchProbe:
             self._amp_seen = True
             self._steps.use_python_samples(True)
         self._rec.note_amp_casts(amp_cast_storages_of_nodes(nodes, self.probe.param_list))
+
+    def rebuilt_sharding(self) -> dict | None:
+        """At a step's end: run.json's `sharding` anew where it changed since (DDP rebuilt
+        its buckets: core.recorder.sharded.Sharding.buckets_rebuilt), else None."""
+        sharding = self.probe.sharding if self.probe is not None else None
+        return sharding.facts() if sharding is not None and sharding.buckets_rebuilt() else None

@@ -77,11 +77,17 @@ def test_file_watch_a_script_toggles_amp_and_zero_grad_live_and_stops_it(qtbot, 
     paused_at = _steps(window)
     window.run_panel.pause_button.click()
     qtbot.waitUntil(lambda: _steps(window) >= max(paused_at, zeros.step) + 11, timeout=WAIT)
-    # the effects, as the lab computes them, in the events list and the effect line
-    texts = [window.events_panel.list.item(i).text()
-             for i in range(window.events_panel.list.count())]
-    amp_row = next(t for t in texts if "amp: off -> bf16" in t)
-    zero_row = next(t for t in texts if "zero_grad: set_to_none -> zeros" in t)
+
+    # the effects, as the lab computes them, in the events list and the effect line: each
+    # comes with a later write of run.json than the steps' rows it is computed from
+    def row(toggle: str) -> str:
+        texts = [window.events_panel.list.item(i).text()
+                 for i in range(window.events_panel.list.count())]
+        return next(t for t in texts if toggle in t)
+
+    qtbot.waitUntil(lambda: "at zero_grad" in row("zero_grad: set_to_none -> zeros"),
+                    timeout=WAIT)
+    amp_row, zero_row = row("amp: off -> bf16"), row("zero_grad: set_to_none -> zeros")
     assert "AMP numerics" in amp_row and "at zero_grad" in zero_row, zero_row
     assert window.effect_label.text().startswith("What just happened: zero_grad:")
 

@@ -28,7 +28,7 @@ import time
 from pathlib import Path
 
 # Steps dropped at the start of each block: a watch finds the models and makes its probe on
-# its first steps, and `auto` detail (core.watch.detail) measures its cost on the next ones;
+# its first steps, and with detail=auto (core.watch.detail) measures its cost on the next;
 # a run's steady state is what a user meets over its minutes.
 SKIP = 12
 WARM_UP = 5

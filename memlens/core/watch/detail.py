@@ -53,9 +53,10 @@ class DetailPolicy:
     `trigger(reason)` makes the next decision yes (something changed)."""
 
     def __init__(self, mode: str | int | None = None) -> None:
-        """`mode`: every, auto or N; None: $MEMLENS_WATCH_DETAIL where set, else auto."""
+        """`mode`: every, auto or N; None: $MEMLENS_WATCH_DETAIL where set, else every
+        (auto misses what steps without detail save and keep: docs/watch.md)."""
         self.mode = parse_detail(mode if mode is not None
-                                 else os.environ.get("MEMLENS_WATCH_DETAIL", "auto"))
+                                 else os.environ.get("MEMLENS_WATCH_DETAIL", "every"))
         self.every = 1 if self.mode == "every" else (
             self.mode if isinstance(self.mode, int) else None)  # None: auto, not chosen yet
         self.why = ("asked for (detail=every)" if self.mode == "every" else

@@ -34,10 +34,10 @@ def add_parser(subparsers) -> None:
                    "drives the run")
     p.add_argument("--detail", default=None, metavar="every|auto|N",
                    help="which steps measure what is saved for backward (activations, AMP "
-                   "casts): every step (the default), auto (every step where it costs under "
-                   "2%% of one, else the first, every Nth and at each change; the others "
-                   "carry it, memory.csv `carried`; what those steps keep is not seen), or "
-                   "every Nth")
+                   "casts): auto (the default: every step where it costs under 2%% of one, "
+                   "else the first, every Nth, at each change and every step once a loop "
+                   "keeps what it saved; the others carry it, memory.csv `carried`), every, "
+                   "or every Nth")
     p.add_argument("--stop-after", type=count, default=0, metavar="N",
                    help="end the script where its step N+1 would begin (exit code 0, the run "
                    "folder complete; 0: run to its end)")

@@ -17,6 +17,7 @@ from memlens.core.watch.detail import (
     CALIBRATION_PAIRS,
     FIRST_DETAILED,
     DetailPolicy,
+    WatchDetail,
     parse_detail,
 )
 from memlens.core.watch.script import run_script
@@ -85,9 +86,9 @@ def test_auto_keeps_every_step_where_the_detail_is_cheap_else_a_schedule():
 
 
 def test_every_nth_step_measures_what_is_saved_and_the_others_carry_it(tmp_path, capsys):
-    """detail=4: steps 0-2, then every 4th, measure every phase; the others have one row,
-    at their end, marked carried, whose parameters, gradients and optimizer state are exact
-    (plain torch's counts); the script's output is unchanged."""
+    """detail=4: steps 0-2, then every 4th, measure every phase; the others have two rows,
+    after zero_grad and at their end, marked carried, whose parameters, gradients and
+    optimizer state are exact (plain torch's counts); the script's output is unchanged."""
     code, out, _ = watched(tmp_path, capsys, ["16", "1000"], detail=4)
     script = tmp_path / "plain.py"
     script.write_text(LOOP)
@@ -103,9 +104,11 @@ def test_every_nth_step_measures_what_is_saved_and_the_others_carry_it(tmp_path,
         by_step.setdefault(int(r["step"]), []).append(r)
     detailed = {s for s, rs in by_step.items() if all(r["carried"] == "0" for r in rs)}
     assert detailed == {0, 1, 2, 6, 10, 14}  # the first 3, then every 4th
-    for s in set(by_step) - detailed:
-        (r,) = by_step[s]
-        assert (r["phase"], r["carried"]) == ("optimizer", "1")
+    for s in set(by_step) - detailed:  # zero_grad's sample (cleared: none) and the end's
+        zero, end = by_step[s]
+        assert [(r["phase"], r["carried"]) for r in (zero, end)] == [
+            ("zero_grad", "1"), ("optimizer", "1")]
+        assert int(zero["grads_bytes"]) == 0
     torch.manual_seed(0)  # the model and Adam as the script makes them: the true bytes
     model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
                                 torch.nn.Linear(32, 4))
@@ -156,3 +159,181 @@ def test_a_script_whose_own_saved_tensor_hooks_are_over_memlenss_keeps_every_ste
     assert code == 0 and "saved-tensor hooks are over memlens's" in doc["summary"]["extra"][
         "detail"]["why"]
     assert {r["carried"] for r in rows(tmp_path / "run", "memory.csv")} == {"0"}
+
+
+KEEPS = """
+import sys
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+kept, steps, leak_from, second_site = [], int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == "1"
+
+def forward(x):
+    return model(x)
+
+for step in range(steps):
+    gen = torch.Generator().manual_seed(step)
+    x, y = torch.randn(8, 16, generator=gen), torch.randint(0, 4, (8,), generator=gen)
+    opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(forward(x), y)
+    loss.backward()
+    opt.step()
+    if step >= leak_from:  # a forward under grad never backwarded, its graph kept
+        kept.append(model(x) if second_site else forward(x))
+    print(f"{step} {loss.item():.6f}")
+"""
+
+
+def saved_by_one_forward() -> int:
+    """What one forward of the script's model on an (8, 16) batch saves for backward, by
+    plain torch's saved_tensors_hooks: each storage once, parameters left out."""
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    seen: dict[int, int] = {}
+
+    def pack(t):
+        st = t.untyped_storage()
+        if st.data_ptr() not in params:
+            seen[st.data_ptr()] = st.nbytes()
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        model(torch.randn(8, 16))
+    return sum(seen.values())
+
+
+@pytest.mark.parametrize("second_site", [True, False])
+def test_graphs_a_step_without_detail_keeps_are_never_left_out_of_a_measured_figure(
+        tmp_path, capsys, second_site):
+    """From step 12 of 30 a forward's graph is kept after each update (never backwarded),
+    the detail every 4th step. From a call site not backwarded the detail comes for that
+    call (what it saves is counted); from the training call's own site the graph is made
+    without the detail: its saved tensors are in no figure, so every sample while it lives
+    is marked carried. Every forward row not marked equals plain torch's count: the kept
+    graphs' and its own."""
+    script = tmp_path / "train.py"
+    script.write_text(KEEPS)
+    leak_from = 12
+    code = run_script(str(script), ["30", str(leak_from), "1" if second_site else "0"],
+                      out=tmp_path / "run", quiet=True, detail=4)
+    capsys.readouterr()
+    assert code == 0
+    one = saved_by_one_forward()
+    measured: dict[int, list[int]] = {}
+    for r in rows(tmp_path / "run", "memory.csv"):
+        if r["phase"] == "forward" and r["carried"] == "0":
+            measured.setdefault(int(r["step"]), []).append(int(r["activations_bytes"]))
+    # Step s (a step ends at the update) first makes the forward kept after update s-1,
+    # alive with those kept before it, then its own forward: each graph its own batch's.
+    want = {s: [one] for s in range(leak_from + 1)}
+    want.update({s: [(s - leak_from) * one, (s - leak_from + 1) * one]
+                 for s in range(leak_from + 1, 30)})
+    want[30] = [(30 - leak_from) * one]
+    assert measured and {s: want[s] for s in measured} == measured
+    doc = json.loads((tmp_path / "run" / "run.json").read_text())
+    later = [s for s in measured if s > leak_from + 1]
+    if second_site:  # the kept forwards' steps measured
+        assert later
+    else:  # what a step without detail kept is alive to the end: nothing measured after it
+        assert not later
+    found = {e["key"] for e in doc["events"]}
+    assert findings.GRAD_NOT_BACKWARDED in found or findings.GRAPH_KEPT in found
+
+
+class _Book:
+    """What WatchDetail asks of a watch's CallBook."""
+
+    def __init__(self) -> None:
+        self.track, self.unbackwarded_sites, self.left = object(), set(), False
+
+    def carried_graphs_alive(self) -> bool:
+        return self.left
+
+
+class _Steps:
+    detailed, incomplete = True, False
+
+
+def _scheduled(book) -> WatchDetail:
+    """A WatchDetail whose auto policy has chosen a schedule (fake step times)."""
+    policy = DetailPolicy("auto")
+    detail = WatchDetail(policy, torch.autograd.graph.saved_tensors_hooks(
+        lambda t: t, lambda t: t), _Steps(), book)
+    for step in range(FIRST_DETAILED + 2 * CALIBRATION_PAIRS):
+        on = policy.want(step)
+        policy.note_step(step, 2.4 if on else 2.0, on)
+    assert policy.every > 1
+    return detail
+
+
+@pytest.mark.parametrize("retained, left, why", [
+    (4096, False, "saved tensors outlived their step"),
+    (0, True, "a step without the detail left its graph alive")])
+def test_auto_takes_the_detail_every_step_once_a_loop_keeps_what_it_saved(retained, left, why):
+    """Saved tensors alive past their step (a detailed step's, or a graph a step without
+    detail made, alive unreleased) would be left out of a later figure by a step without
+    detail: auto takes it every step from then on, and says why; while such a graph lives
+    the samples are marked carried."""
+    book = _Book()
+    detail = _scheduled(book)
+    detail.end_step(20, 2.0, 10, 0)
+    assert detail.policy.every > 1 and not detail._steps.incomplete
+    book.left = left
+    detail.end_step(21, 2.0, 10, retained)
+    assert detail.policy.every == 1 and detail.policy.describe()["why"].startswith(why)
+    assert all(detail.policy.want(s) for s in range(22, 40))
+    assert detail._steps.incomplete == left
+
+
+def test_a_site_whose_forwards_were_not_backwarded_takes_the_detail():
+    book = _Book()
+    detail = _scheduled(book)
+    detail._sites.add("eval.py:3")
+    detail._shapes.add(("Net", (8, 16)))
+    x = torch.randn(8, 16)
+    try:
+        assert not detail.at_call("eval.py:3", "Net", (x,))
+        book.unbackwarded_sites.add("eval.py:3")
+        assert detail.at_call("eval.py:3", "Net", (x,))
+        assert detail.policy.triggered == {"a site whose forwards were not backwarded": 1}
+    finally:
+        detail.stop()  # the saved-tensor hooks it pushed
+
+
+ENDS = """
+import torch
+
+def main():
+    torch.manual_seed(0)
+    model = torch.nn.Linear(16, 8)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    for step in range(14):
+        gen = torch.Generator().manual_seed(step)
+        model(torch.randn(4, 16, generator=gen)).square().mean().backward()
+        opt.step()
+        opt.zero_grad()  # Hugging Face's order: the cleared gradients end the loop
+    with torch.no_grad():
+        model(torch.randn(4, 16))
+    grads = sum(p.grad.nbytes for p in model.parameters() if p.grad is not None)
+    state = sum(t.untyped_storage().nbytes() for st in opt.state.values()
+                for t in st.values() if isinstance(t, torch.Tensor))
+    print(grads, state)
+
+main()
+"""
+
+
+def test_a_run_that_ends_in_a_step_without_detail_ends_with_its_figures(tmp_path, capsys):
+    """The loop's last update, then zero_grad and an evaluation, inside a function whose
+    objects are gone when the script ends: memory.csv's last row (a step without detail)
+    holds what the script itself counts at its end, cleared gradients and Adam's state."""
+    script = tmp_path / "train.py"
+    script.write_text(ENDS)
+    code = run_script(str(script), [], out=tmp_path / "run", quiet=True, detail=50)
+    grads, state = map(int, capsys.readouterr().out.split())
+    assert code == 0 and grads == 0 and state > 0
+    last = rows(tmp_path / "run", "memory.csv")[-1]
+    assert (last["step"], last["phase"], last["carried"]) == ("14", "eval", "1")
+    assert (int(last["grads_bytes"]), int(last["optimizer_bytes"])) == (grads, state)

@@ -17,6 +17,7 @@
 
 struct CallCount {
   std::atomic<int64_t> fired{0};  // backward passes that reached the call
+  std::atomic<int64_t> freed{0};  // of them, those without retain_graph (what they ran through is released)
   std::atomic<int> task{-1};      // the last one's graph task
 };
 
@@ -30,6 +31,9 @@ class CountingPreHook : public torch::autograd::FunctionPreHook {
     const int task = torch::autograd::get_current_graph_task_id();
     if (task < 0 || count_->task.exchange(task, std::memory_order_relaxed) != task) {
       count_->fired.fetch_add(1, std::memory_order_relaxed);
+      if (!torch::autograd::get_current_graph_task_keep_graph()) {
+        count_->freed.fetch_add(1, std::memory_order_relaxed);
+      }
     }
     return grads;
   }
@@ -74,6 +78,9 @@ class CallTracker {
 
   // How many times backward reached one of the call's nodes.
   int64_t fired(int64_t h) const { return at(h).count->fired.load(std::memory_order_relaxed); }
+
+  // How many of those backward passes released what they ran through (no retain_graph).
+  int64_t freed(int64_t h) const { return at(h).count->freed.load(std::memory_order_relaxed); }
 
   // Whether any of the call's nodes is still alive (its graph not freed).
   bool alive(int64_t h) const {

@@ -96,19 +96,21 @@ PyObject* light_sample_fast(PyObject* self, PyObject* const* args, Py_ssize_t na
 // LightProbe.edge(code, carried: list[, heap: int]) as a C function.
 PyObject* light_edge_fast(PyObject* self, PyObject* const* args, Py_ssize_t nargs) {
   return guarded([&]() -> PyObject* {
-    if (nargs < 2 || nargs > 3 || !PyLong_Check(args[0]) || !PyList_Check(args[1]) ||
-        (nargs == 3 && !PyLong_Check(args[2]))) {
-      PyErr_SetString(PyExc_TypeError, "edge(code: int, carried: list[, heap: int])");
+    if (nargs < 2 || nargs > 4 || !PyLong_Check(args[0]) || !PyList_Check(args[1]) ||
+        (nargs >= 3 && !PyLong_Check(args[2])) || (nargs == 4 && !PyLong_Check(args[3]))) {
+      PyErr_SetString(PyExc_TypeError,
+                      "edge(code: int, carried: list[, heap: int[, rescan: int]])");
       return nullptr;
     }
     const long code = PyLong_AsLong(args[0]);
-    const long heap = nargs == 3 ? PyLong_AsLong(args[2]) : -1;
-    if ((code == -1 || heap == -1) && PyErr_Occurred()) {
+    const long heap = nargs >= 3 ? PyLong_AsLong(args[2]) : -1;
+    const long rescan = nargs == 4 ? PyLong_AsLong(args[3]) : 0;
+    if ((code == -1 || heap == -1 || rescan == -1) && PyErr_Occurred()) {
       return nullptr;
     }
     bound_object<LightProbe>(self)->edge(static_cast<int>(code),
                                           py::reinterpret_borrow<py::list>(args[1]),
-                                          static_cast<int>(heap));
+                                          static_cast<int>(heap), static_cast<int>(rescan));
     Py_RETURN_NONE;
   });
 }

@@ -376,9 +376,11 @@ class LightProbe {
 
   // `heap`: -1 reads the process heap where the phase's rule says, 0 never, 1 always (a
   // watch reads it once a step, after the step's first forward, however many it makes).
-  void edge(int code, const py::list& carried, int heap = -1) {
+  // `rescan`: kScanGrads | kScanOptimizer read whatever the phase's rule (a step without
+  // detail: earlier phases that change them took no sample; core.recorder.probe's RESCAN_*).
+  void edge(int code, const py::list& carried, int heap = -1, int rescan = 0) {
     const double t = clock() - t0_;
-    int r = rule(code);
+    int r = rule(code) | (rescan & (kScanGrads | kScanOptimizer));
     if (heap >= 0) {
       r = heap ? (r | kReadHeap) : (r & ~kReadHeap);
     }

@@ -115,6 +115,7 @@ PYBIND11_MODULE(memlens_native, m) {
   py::class_<CallTracker>(m, "CallTracker")
       .def(py::init<>())
       .def("__len__", &CallTracker::size)
+      .def("freed", &CallTracker::freed, py::arg("handle"))
       .def("reaches", &CallTracker::reaches, py::arg("handles"), py::arg("tensor"),
            py::arg("limit"))
       .def("fast_functions", [](py::object self) {

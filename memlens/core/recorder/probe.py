@@ -29,6 +29,14 @@ def _codes(phases) -> list[int]:
     return sorted(SAMPLE_PHASE_CODE[p] for p in phases)
 
 
+# The phases after which a sample reads gradients anew, and optimizer state: what they can
+# change. `rescan` (MemoryProbe.sample, LightProbe.edge) says which a step without detail
+# changed since its last sample (RESCAN_GRADS | RESCAN_OPTIMIZER).
+GRADS_CHANGE = frozenset({"start", "zero_grad", "backward"})
+OPT_CHANGES = frozenset({"start", "optimizer"})
+RESCAN_GRADS, RESCAN_OPTIMIZER = 1, 2
+
+
 class MemoryProbe:
     """Takes MemorySamples for a preset: categories by storage on CPU, allocator on CUDA.
 
@@ -38,8 +46,8 @@ class MemoryProbe:
     last time), carried tensors always.
     """
 
-    _GRADS_CHANGE = frozenset({"start", "zero_grad", "backward"})
-    _OPT_CHANGES = frozenset({"start", "optimizer"})
+    _GRADS_CHANGE = GRADS_CHANGE
+    _OPT_CHANGES = OPT_CHANGES
     # mallinfo2 walks malloc's free lists (tens of microseconds in a busy heap): read the
     # process heap once a step, at the end of forward, when activations are at their height.
     # The resident memory (RSS) is read with it, never more often.
@@ -116,8 +124,8 @@ class MemoryProbe:
         """Take a CPU light-mode sample's gradient, optimizer and carried-tensor figures
         from the native helpers' LightProbe: the same rules as below in one call (a plain C
         function: see bind_fast in core/native/fast_calls.h). The loop's phase edges then call
-        `edge(code, carried[, heap])`, which keeps the figures until take_rows(). `t0`: the run's
-        start on time.perf_counter (a sample's time_s counts from it)."""
+        `edge(code, carried[, heap[, rescan]])`, which keeps the figures until take_rows().
+        `t0`: the run's start on time.perf_counter (a sample's time_s counts from it)."""
         self.light = light.fast_sample()
         # t0 on the native clock: the same instant, whatever origin either clock has.
         native_t0 = t0 + (light.clock() - time.perf_counter())
@@ -200,14 +208,16 @@ class MemoryProbe:
         return opt
 
     def sample(self, step: int, phase: str, time_s: float, carried: list[Tensor] | None = None,
-               heap: bool | None = None) -> MemorySample:
+               heap: bool | None = None, rescan: int = 0) -> MemorySample:
         """`carried`: the preset's carried tensors, where the caller has them already.
-        `heap`: read the process heap (CPU) or not; by default at the phases that read it."""
+        `heap`: read the process heap (CPU) or not; by default at the phases that read it.
+        `rescan`: RESCAN_GRADS | RESCAN_OPTIMIZER, read whatever the phase (a step without
+        detail: earlier phases that change them took no sample)."""
         read_heap = phase in self._HEAP_PHASES if heap is None else heap
-        grads_changed = phase in self._GRADS_CHANGE
+        grads_changed = bool(rescan & RESCAN_GRADS) or phase in self._GRADS_CHANGE
+        opt_changed = bool(rescan & RESCAN_OPTIMIZER) or phase in self._OPT_CHANGES
         if self.light is not None:
-            states = ([o.state for o in self.preset.optimizers]
-                      if phase in self._OPT_CHANGES else None)
+            states = [o.state for o in self.preset.optimizers] if opt_changed else None
             if self.sharding is not None:
                 self.sharding.refresh()
             # heap, rss: read in C, -1 when not asked for or where the system has none
@@ -227,7 +237,7 @@ class MemoryProbe:
             self._grads = self._scan_grads()
         grads = self._grads
         opt_before = self._opt
-        if phase in self._OPT_CHANGES:
+        if opt_changed:
             self._opt = self._scan_optimizer(grads)
         opt = self._opt
         act_bytes, live = self.saved.measure()

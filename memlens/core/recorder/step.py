@@ -22,7 +22,9 @@ of measuring them are here, once:
 - A step without detail (`detailed` False: a watch's schedule, core.watch.detail) takes one
   sample, at its end, named after the last sampled phase it left: its parameters,
   gradients and optimizer state are measured; what is saved for backward is what the
-  detailed steps' tracking still sees, marked `carried`.
+  detailed steps' tracking still sees, marked `carried`; so are a detailed step's while
+  a graph a step without detail made is alive unreleased (`incomplete`: what it saved is
+  in no figure).
 - Peak: a step's peak is the largest sample of the step, and at least where the last step
   ended (memory at the step's start is the step's too).
 - Hand-off: an ended step's row goes to the sink at once where the last hand-off is
@@ -35,6 +37,12 @@ from __future__ import annotations
 import math
 from collections.abc import Callable
 
+from memlens.core.recorder.probe import (
+    GRADS_CHANGE,
+    OPT_CHANGES,
+    RESCAN_GRADS,
+    RESCAN_OPTIMIZER,
+)
 from memlens.core.recorder.recorder import Recorder
 from memlens.core.records import (
     PHASES,
@@ -52,6 +60,13 @@ LONG_STEP_MS = 60.0
 ALLOC_FLUSH_ROWS = 2048  # precise mode: alloc/free rows waiting before they are handed on
 _SAMPLED = {p: SAMPLE_PHASE_CODE[p] for p in PHASES}  # phases whose end is a sample
 _FORWARD = SAMPLE_PHASE_CODE["forward"]
+# A step without detail samples at these too: an evaluation (they are few) and zero_grad
+# (once a step), so a run that ends with them (a framework's last evaluation, zero_grad
+# after the last update) ends with its figures measured while its objects were alive.
+_ALSO_SAMPLED = frozenset({_SAMPLED["eval"], _SAMPLED["zero_grad"]})
+# what each phase can change, read anew by the next sample of a step without detail
+_CHANGES = {SAMPLE_PHASE_CODE[p]: (RESCAN_GRADS if p in GRADS_CHANGE else 0)
+            | (RESCAN_OPTIMIZER if p in OPT_CHANGES else 0) for p in PHASES}
 OTHER = "other"  # the bottom of the phase stack: time in no named phase
 
 
@@ -97,7 +112,10 @@ class StepRecorder:
         self.python_only = False  # AMP: samples by MemoryProbe.sample (see use_native)
         self.short_steps = False  # until a step shows it is short (SHORT_STEP_MS)
         self.detailed = True  # a sample at each phase's end (else one at the step's end)
+        # What a step without detail saved is alive and in no figure: samples marked carried
+        self.incomplete = False
         self._sampled = False  # this step has a sample
+        self._changed = 0  # RESCAN_* of the phases left without a sample since the last
         self._end_code = _SAMPLED["optimizer"]  # the last sampled phase this step left
         self._precise = rec.precise
         self._stack: list[str] = [OTHER]
@@ -188,6 +206,11 @@ class StepRecorder:
                     self._take(code)
                 else:
                     self._end_code = code
+                    self._changed |= _CHANGES[code]  # read by the next sample
+                    if code in _ALSO_SAMPLED:
+                        self._take(code, carried=True)
+                    else:  # the step's end takes its own sample
+                        self._sampled = False
         self.since = self.clock()  # a sample's own cost is no phase's time
         return name
 
@@ -202,6 +225,8 @@ class StepRecorder:
             return
         self._sampled = True
         heap = (code == _FORWARD or carried) and not self._heap_read
+        rescan, self._changed = self._changed, 0
+        carried = carried or self.incomplete
         if heap:  # the heap once a step, after its first forward, at most every heap_every_s
             self._heap_read = True
             now = self.clock()
@@ -209,10 +234,11 @@ class StepRecorder:
             if heap:
                 self._heap_at = now
         if self._native is not None:  # (a carried one is its step's only row: _flush_native)
-            self._native(code, self._carried(), heap)
+            self._native(code, self._carried(), heap, rescan)
             self._edge_carried = carried
             return
-        s = self.probe.sample(self.step, SAMPLE_PHASES[code], self.now(), heap=heap)
+        s = self.probe.sample(self.step, SAMPLE_PHASES[code], self.now(), heap=heap,
+                              rescan=rescan)
         s.carried = carried
         self._account(s)
         if self.short_steps:
@@ -231,8 +257,10 @@ class StepRecorder:
         self._charge(self.clock())
         if self._native is not None:
             self.probe.sample_inside(code, self._carried())
+            self._edge_carried = self.incomplete
         else:
             s = self.probe.sample(self.step, SAMPLE_PHASES[code], self.now(), heap=False)
+            s.carried = self.incomplete
             self._account(s)
             if self.short_steps:
                 self._samples.append(s)
@@ -322,8 +350,8 @@ class StepRecorder:
             peak_seen=self.step_peak, end_total=self.last_total, saved_bytes=saved_bytes,
             eval_loss=eval_loss, stepped=stepped, step_ms=step_ms)
         self._rows.append((record, self._samples))
+        self.tally.add(record)  # (next to the row: a summary counts the rows there are)
         self._samples = []
-        self.tally.add(record)
         self.tune_for_step_length(record.step_ms)
         if self.flush_s <= 0 or now - self._flushed_at >= self.flush_s or (
                 self._precise is not None and self._precise.pending >= ALLOC_FLUSH_ROWS):

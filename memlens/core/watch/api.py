@@ -110,10 +110,11 @@ def watch(models: nn.Module | Iterable[nn.Module] | None = None,
         first step boundary at or after STEP (docs/watch.md); a bad one raises ConfigError
         (a ValueError). Inside a script run by `main.py watch`, give them to its --at.
     detail: which steps measure what is saved for backward (activations, AMP casts; every
-        step measures the rest): "every" (the default, or $MEMLENS_WATCH_DETAIL); "auto":
-        every step where that costs under 2% of a step, else the first steps, every Nth
-        and at every change, the others carrying the last figures (memory.csv `carried`);
-        or N, every Nth. docs/watch.md#what-it-costs.
+        step measures the rest): "auto" (the default, or $MEMLENS_WATCH_DETAIL): every
+        step where that costs under 2% of a step, else the first steps, every Nth, at
+        every change and every step once the loop keeps what it saved, the others carrying
+        the last figures (memory.csv `carried`); "every"; or N, every Nth.
+        docs/watch.md#detail-on-a-schedule.
 
     Use as `with memlens.watch(): train()`, or keep the Watch and call `.close()` at the
     end. Inside a script run by `main.py watch`, it returns that recording (the same type):

@@ -107,6 +107,12 @@ def output_nodes(output: Any) -> list:
     return nodes
 
 
+def tensors_of(tensors) -> list[Tensor]:
+    """The tensors passed to a backward (one, or a sequence of them)."""
+    return [t for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])
+            if isinstance(t, Tensor)]
+
+
 Report = Callable[..., None]  # (key, where, message, explanation, fix, nbytes, phase="")
 
 
@@ -126,6 +132,9 @@ class CallBook:
         self.backward_marks: list[weakref.ref] = []  # losses passed to backward
         self.uncounted = False  # a backward ran under compiled autograd: no counts
         self.graph_kept_reported = False
+        self.unbackwarded_sites: set[str] = set()  # sites of grad forwards not backwarded
+        self._carried: list[int] = []  # this step's forwards without detail (their handles)
+        self._left: list[int] = []  # those whose unreleased graph outlived their step
 
     # --- a forward's output, a backward's roots -----------------------------------------------
     def follow(self, call: Call, output: Any, step: int) -> list:
@@ -146,6 +155,33 @@ class CallBook:
             node.metadata["memlens"] = m
             node.register_prehook(call)
         return nodes
+
+    def follow_carried(self, output: Any) -> bool:
+        """A grad forward of a step without detail (core.watch.detail): followed only to
+        learn whether its graph outlives the step unreleased, holding tensors it saved that
+        no hook counted. False where it cannot be (no native tracker)."""
+        if self.track is None:
+            return False
+        handle = self.track(output)
+        if handle >= 0:
+            self._carried.append(handle)
+        return True
+
+    def carried_graphs_alive(self) -> bool:
+        """At a step's end: whether a graph a step without detail made is still alive
+        unreleased (never backwarded, or only with retain_graph=True): what it saved is in
+        no figure until it dies. Those dead or released are let go."""
+        if not self._carried and not self._left:
+            return False
+        freed, alive, release = self._tracker.freed, self.alive, self.release
+        left = []
+        for h in self._left + self._carried:
+            if freed(h) == 0 and alive(h):
+                left.append(h)
+            else:
+                release(h)
+        self._carried, self._left = [], left
+        return bool(left)
 
     def mark_loss(self, root: Tensor, step: int, where: str) -> None:
         fn = root.grad_fn
@@ -178,6 +214,8 @@ class CallBook:
         for c in self.pending:
             if not c.grad:
                 continue
+            if not c.reached():  # its site takes the detail from now on (core.watch.detail)
+                self.unbackwarded_sites.add(c.site)
             if c.reached():  # kept while its graph lives: a second backward (diagnosis 4)
                 if c.alive():
                     reached.append(c)

@@ -53,10 +53,9 @@ class DetailPolicy:
     `trigger(reason)` makes the next decision yes (something changed)."""
 
     def __init__(self, mode: str | int | None = None) -> None:
-        """`mode`: every, auto or N; None: $MEMLENS_WATCH_DETAIL where set, else every
-        (auto misses what steps without detail save and keep: docs/watch.md)."""
+        """`mode`: every, auto or N; None: $MEMLENS_WATCH_DETAIL where set, else auto."""
         self.mode = parse_detail(mode if mode is not None
-                                 else os.environ.get("MEMLENS_WATCH_DETAIL", "every"))
+                                 else os.environ.get("MEMLENS_WATCH_DETAIL", "auto"))
         self.every = 1 if self.mode == "every" else (
             self.mode if isinstance(self.mode, int) else None)  # None: auto, not chosen yet
         self.why = ("asked for (detail=every)" if self.mode == "every" else
@@ -84,6 +83,14 @@ class DetailPolicy:
         growth the cheap figures show): the next step takes the detail."""
         if self.every != 1 and self._pending is None:
             self._pending = reason
+
+    def keep_every(self, reason: str) -> None:
+        """Auto: every step takes the detail from now on (a loop that keeps what it saved past
+        its step: a step without the detail would leave it out of every later figure)."""
+        if self.mode == "auto" and self.every != 1:
+            self.every = 1
+            self.why = f"{reason}: every step from then on"
+            self.triggered[reason] = self.triggered.get(reason, 0) + 1
 
     def want(self, step: int) -> bool:
         """Whether step `step` (about to start) takes the detail."""
@@ -136,10 +143,12 @@ class WatchDetail:
     context of the script's own pushed over them (`save_on_cpu`) is never popped; the detail
     then stays on (said in run.json's `detail`)."""
 
-    def __init__(self, policy: DetailPolicy, hooks, steps) -> None:
+    def __init__(self, policy: DetailPolicy, hooks, steps, book) -> None:
+        """`book`: the watch's CallBook (core.watch.calls): sites whose grad forwards were
+        not backwarded, and the graphs of steps without detail followed to their end."""
         import torch
 
-        self.policy, self._ctx, self._steps = policy, hooks, steps
+        self.policy, self._ctx, self._steps, self._book = policy, hooks, steps, book
         self._pack = getattr(hooks, "pack_hook", None)
         self._top = torch._C._autograd._top_saved_tensors_default_hooks
         self.on = False  # the hooks are pushed, samples at every phase's end
@@ -148,6 +157,8 @@ class WatchDetail:
         self._shapes: set[tuple] = set()  # (model, its first input's shape) seen
         self._nodes = 0  # the last step's graph nodes
         self.stuck = False  # the script's own saved-tensor hooks are over ours
+        if book.track is None:  # (the Python build): steps without detail go unfollowed
+            policy.keep_every("no native call tracker to follow steps without detail")
 
     def start(self) -> None:
         """Recording starts: step 0 with the detail."""
@@ -188,7 +199,10 @@ class WatchDetail:
         graph is followed, its saved tensors counted)."""
         shape = (model, next((tuple(a.shape) for a in args if hasattr(a, "shape")), ()))
         reason = ("new call site" if site not in self._sites else
-                  "new input shape" if shape not in self._shapes else None)
+                  "new input shape" if shape not in self._shapes else
+                  # (its graph may be kept: what it saves must be counted)
+                  "a site whose forwards were not backwarded"
+                  if site in self._book.unbackwarded_sites else None)
         if reason is not None:
             self._sites.add(site)
             if len(self._shapes) < MAX_SHAPES:  # (a sequence model's many lengths: bounded)
@@ -198,15 +212,24 @@ class WatchDetail:
                 self._set(True)
         return self.on
 
-    def end_step(self, step: int, step_ms: float, nodes: int, old_graphs: bool) -> None:
-        """The step ended: calibration, and growth the cheap figures show (more graph nodes
-        behind backward than the step before; an earlier step's graph still alive)."""
+    def end_step(self, step: int, step_ms: float, nodes: int, retained: int) -> None:
+        """The step ended: calibration, and what makes the detail come early (more graph
+        nodes behind backward than the step before) or stay: tensors saved for backward
+        that outlive their step (`retained` bytes of a detailed step's; a graph of a step
+        without detail alive unreleased), which only every step's detail counts. While such
+        a graph is alive the figures leave it out: its samples are marked carried."""
         self.policy.note_step(step, step_ms, self.on)
-        if nodes > self._nodes > 0:
+        left = self._book.carried_graphs_alive()
+        if retained:
+            self.policy.keep_every("saved tensors outlived their step")
+        elif left:
+            self.policy.keep_every("a step without the detail left its graph alive")
+        elif nodes > self._nodes > 0:
             self.policy.trigger("graph grows")
-        elif old_graphs:
-            self.policy.trigger("an earlier step's graph alive")
+        self._steps.incomplete = left
         self._nodes = nodes
+
+
 
     def describe(self) -> dict:
         out = self.policy.describe()

@@ -54,7 +54,8 @@ def summary(w: WatchSession, error: BaseException | None) -> RunSummary:
     failed = error is not None or (w.exit_code or 0) != 0
     tally = w.steps.tally
     return RunSummary(
-        steps_done=w.step_index,
+        # (the rows made: a signal inside a step's end comes after its row, before the next)
+        steps_done=tally.done,
         stopped_by="stopped" if isinstance(error, WatchStopped) or limit else "error" if failed
         else "completed",
         wall_s=w.steps.now(), final_loss=tally.final_loss, peak_bytes=tally.peak,

@@ -37,7 +37,7 @@ from memlens.core.runfolder.writer import RunWriter
 from memlens.core.sinks import FanOut, GuardedSink
 from memlens.core.watch import diagnoses as dx
 from memlens.core.watch.active import ACTIVE
-from memlens.core.watch.calls import Call, CallBook, output_nodes
+from memlens.core.watch.calls import Call, CallBook, output_nodes, tensors_of
 from memlens.core.watch.captures import EveryNCaptures
 from memlens.core.watch.detail import DetailPolicy, WatchDetail
 from memlens.core.watch.events import Events
@@ -146,13 +146,10 @@ class WatchSession(FrameworkCalls):
         self._joined = 0  # memlens.watch() calls inside a script this watch records
         self.captures = EveryNCaptures(
             capture_every, lambda: self.rec.begin_capture(self.seen.models_by_name()),
-            self.sink.on_graph, lambda text: self.log.note("info", "graph capture", text,
-                                                           once=True))
+            self.sink.on_graph, lambda t: self.log.note("info", "graph capture", t, once=True))
         self.in_forward = False  # a root module call is running (TorchHooks reads it)
         self._root: tuple | None = None
-        self._backward_depth = 0
-        self._stepped: set[int] = set()
-        self._after_backward = False
+        self._backward_depth, self._stepped, self._after_backward = 0, set(), False
         self.losses = StepLosses()  # this step's backwards' losses
         self._graph_nodes = 0
         self._closure = False  # the optimizer step under way was given a closure
@@ -167,7 +164,7 @@ class WatchSession(FrameworkCalls):
     def _listen(self) -> None:
         """The run's header written, step 0 begun, torch's hooks on: recording starts."""
         self.detail = WatchDetail(DetailPolicy(self._detail_mode), self.saved.hooks(),
-                                  self.steps)
+                                  self.steps, self.book)
         self.steps.begin_step(0)
         self.sink.on_start(header(self))
         if self.interventions is not None:
@@ -365,7 +362,7 @@ class WatchSession(FrameworkCalls):
         (what a sample counts as `other`), not its graph."""
         self.found.note_inputs(self.step_index, args, kwargs)
         self.steps.enter("forward" if grad else "eval")
-        self._root = None
+        self._root = () if grad else None
         return True
 
     def _model_found(self, module: nn.Module) -> None:
@@ -378,7 +375,9 @@ class WatchSession(FrameworkCalls):
 
     def _forward_post(self, module: nn.Module, output: Any) -> None:
         root, self._root = self._root, None
-        if root is None:  # a forward without detail
+        if not root:  # a forward without detail (a grad one's graph followed: WatchDetail)
+            if root is not None:
+                self.book.follow_carried(output)
             self.steps.leave()
             return
         if root[0] is not module:
@@ -440,7 +439,7 @@ class WatchSession(FrameworkCalls):
             return call()
         except RuntimeError as exc:
             self._guard(self.book.explain_backward_error, exc, self.step_index,
-                        _tensors(tensors), self.growth.carried)
+                        tensors_of(tensors), self.growth.carried)
             if self.interventions is not None:  # no graph where memlens ran no_grad?
                 self.interventions.backward_failed(exc)
             raise
@@ -460,7 +459,7 @@ class WatchSession(FrameworkCalls):
         if not training:
             self.steps.enter("backward")
             return
-        roots = _tensors(tensors)
+        roots = tensors_of(tensors)
         if self.captures.open and roots:  # before the loss is marked (see there)
             self.captures.at_backward(roots[0], self.step_index)
         self._note_roots(roots)
@@ -566,12 +565,13 @@ class WatchSession(FrameworkCalls):
         book.end_step()
         self.captures.at_step_end()
         book.settle(step, final=False)
-        if not closing:  # at the program's end its last loss may well be alive: no step ends
-            retained = self.saved.retained_bytes
+        # at the program's end its last loss may well be alive: no step ends
+        retained = 0 if closing else self.saved.retained_bytes
+        if not closing:
             book.check_graph_kept(step, retained)
             self.growth.end_step(step, self._graph_nodes, retained, record.backward_ms)
         chosen = self.detail.policy.chosen
-        self.detail.end_step(step, record.step_ms, self._graph_nodes, False)
+        self.detail.end_step(step, record.step_ms, self._graph_nodes, retained)
         if self.detail.policy.chosen != chosen:  # auto has measured: run.json says so
             self.sink.on_start({"detail": self.detail.describe()})
         if (sharding := self.measure.rebuilt_sharding()) is not None:  # DDP's buckets
@@ -592,9 +592,3 @@ class WatchSession(FrameworkCalls):
         self.caches.new_step(self.step_index)
         self._norm_taken = set()
         self._eval_loss = math.nan
-
-
-def _tensors(tensors) -> list[Tensor]:
-    """The tensors passed to a backward (one, or a sequence of them)."""
-    return [t for t in (tensors if isinstance(tensors, (list, tuple)) else [tensors])
-            if isinstance(t, Tensor)]

@@ -417,7 +417,8 @@ class MainWindow(QMainWindow):
     def _refresh_text(self, spread: bool = False) -> None:
         # spread: the periodic refresh sets one legend now and the others on the next frames
         self.plots.refresh_legends(spread=spread)
-        self.effects.update(self.history, self.running)
+        # (a followed run, a watched script's: measured while its windows fill, as a lab's)
+        self.effects.update(self.history, self.running or self.following)
         series = self.series
         if series is not None:
             total = series.last_total if series.sample_count else None

@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
+from memlens.core.recorder.probe import RESCAN_GRADS, RESCAN_OPTIMIZER
 from memlens.core.recorder.recorder import Recorder
 from memlens.core.recorder.step import LONG_STEP_MS, SHORT_STEP_MS, StepRecorder
 from memlens.core.records import MemorySample
@@ -28,10 +29,12 @@ class Probe:
     def __init__(self) -> None:
         self.total = 1000
         self.heap_reads = 0
+        self.rescans: list[tuple[str, int]] = []  # (phase, rescan) of each sample
 
-    def sample(self, step, phase, time_s, carried=None, heap=None):
+    def sample(self, step, phase, time_s, carried=None, heap=None, rescan=0):
         if heap:
             self.heap_reads += 1
+        self.rescans.append((phase, rescan))
         return MemorySample(step, phase, time_s, self.total, 0, 0, 0, 0,
                             heap=1 if heap else None)
 
@@ -185,3 +188,26 @@ def test_samples_reach_the_sink_in_step_order_when_a_long_step_follows_short_one
             end(sr)
     sr.flush()
     assert steps == [0, 1, 2, 3]
+
+
+def test_a_step_without_detail_samples_at_zero_grad_evaluations_and_its_end_reading_what_changed():
+    """A step without detail (a watch's schedule) samples as zero_grad and an evaluation end,
+    and at its end: each sample reads anew the gradients (RESCAN_GRADS) and optimizer state
+    (RESCAN_OPTIMIZER) that the phases left since the last sample can have changed, whatever
+    its own phase; all of them are marked carried."""
+    sr, clock, _, probe = recorder()
+    sr.detailed = False
+    sr.begin_step(0)
+    for phase in ("zero_grad", "forward", "backward", "optimizer", "eval", "forward"):
+        sr.enter(phase)
+        clock.t += 0.001
+        sr.leave()
+    end(sr)
+    assert probe.rescans == [("zero_grad", RESCAN_GRADS),
+                             ("eval", RESCAN_GRADS | RESCAN_OPTIMIZER),
+                             ("forward", 0)]  # the end: named after the last phase left
+    sr.begin_step(1)
+    sr.enter("backward")
+    sr.leave()
+    end(sr)  # nothing sampled since: the end's own sample reads the gradients
+    assert probe.rescans[-1] == ("backward", RESCAN_GRADS)

@@ -46,8 +46,6 @@ class MemoryProbe:
     last time), carried tensors always.
     """
 
-    _GRADS_CHANGE = GRADS_CHANGE
-    _OPT_CHANGES = OPT_CHANGES
     # mallinfo2 walks malloc's free lists (tens of microseconds in a busy heap): read the
     # process heap once a step, at the end of forward, when activations are at their height.
     # The resident memory (RSS) is read with it, never more often.
@@ -129,7 +127,7 @@ class MemoryProbe:
         self.light = light.fast_sample()
         # t0 on the native clock: the same instant, whatever origin either clock has.
         native_t0 = t0 + (light.clock() - time.perf_counter())
-        light.set_rules(_codes(self._GRADS_CHANGE), _codes(self._OPT_CHANGES),
+        light.set_rules(_codes(GRADS_CHANGE), _codes(OPT_CHANGES),
                         _codes(self._HEAP_PHASES), self.preset, native_t0)
         if self.sharding is not None:
             light.set_gathered(self.sharding.gathered_refs)  # the list itself: kept up to date
@@ -214,8 +212,8 @@ class MemoryProbe:
         `rescan`: RESCAN_GRADS | RESCAN_OPTIMIZER, read whatever the phase (a step without
         detail: earlier phases that change them took no sample)."""
         read_heap = phase in self._HEAP_PHASES if heap is None else heap
-        grads_changed = bool(rescan & RESCAN_GRADS) or phase in self._GRADS_CHANGE
-        opt_changed = bool(rescan & RESCAN_OPTIMIZER) or phase in self._OPT_CHANGES
+        grads_changed = bool(rescan & RESCAN_GRADS) or phase in GRADS_CHANGE
+        opt_changed = bool(rescan & RESCAN_OPTIMIZER) or phase in OPT_CHANGES
         if self.light is not None:
             states = [o.state for o in self.preset.optimizers] if opt_changed else None
             if self.sharding is not None:

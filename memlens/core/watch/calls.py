@@ -156,16 +156,12 @@ class CallBook:
             node.register_prehook(call)
         return nodes
 
-    def follow_carried(self, output: Any) -> bool:
+    def follow_carried(self, output: Any) -> None:
         """A grad forward of a step without detail (core.watch.detail): followed only to
         learn whether its graph outlives the step unreleased, holding tensors it saved that
-        no hook counted. False where it cannot be (no native tracker)."""
-        if self.track is None:
-            return False
-        handle = self.track(output)
-        if handle >= 0:
+        no hook counted. (Without the native tracker auto keeps the detail every step.)"""
+        if self.track is not None and (handle := self.track(output)) >= 0:
             self._carried.append(handle)
-        return True
 
     def carried_graphs_alive(self) -> bool:
         """At a step's end: whether a graph a step without detail made is still alive
@@ -214,14 +210,14 @@ class CallBook:
         for c in self.pending:
             if not c.grad:
                 continue
-            if not c.reached():  # its site takes the detail from now on (core.watch.detail)
-                self.unbackwarded_sites.add(c.site)
             if c.reached():  # kept while its graph lives: a second backward (diagnosis 4)
                 if c.alive():
                     reached.append(c)
                 else:
                     c.release()
-            elif (c.tried or (self.uncounted and c.handle >= 0)  # no diagnosis 1 unknowing
+                continue
+            self.unbackwarded_sites.add(c.site)  # it takes the detail now (core.watch.detail)
+            if (c.tried or (self.uncounted and c.handle >= 0)  # no diagnosis 1 unknowing
                     or c.site in self.kept.reported):  # its site's kept graphs were reported
                 c.release()
             elif c.alive():

@@ -229,8 +229,6 @@ class WatchDetail:
         self._steps.incomplete = left
         self._nodes = nodes
 
-
-
     def describe(self) -> dict:
         out = self.policy.describe()
         if self.stuck:

@@ -215,6 +215,7 @@ class RunSeries:
         self._cat_cols = [s_idx[c] for c in MEMORY_CATEGORIES]
         self._alloc_cols = [s_idx["allocated"], s_idx["reserved"]]
         self._process_cols = [s_idx[c] for c in PROCESS_LINES]
+        self._carried_col = s_idx["carried"]
         self._phase_cols = [t_idx[c] for c in PHASE_MS_COLUMNS]
         self._line_cols = [t_idx[c] for c in STEP_LINES[:3]]
         self._x_col = t_idx["step"]
@@ -233,6 +234,7 @@ class RunSeries:
         self.evals = Growing(2, np.float64)
         self.has_reserved = False
         self.has_process = False  # some sample read the process's RSS or heap
+        self.has_carried = False  # some sample carries its saved-for-backward figures
         self.peak = 0.0  # highest per-step peak so far
         self.last_total = math.nan  # the newest sample's total bytes
 
@@ -262,6 +264,9 @@ class RunSeries:
     def _process(self, rows: np.ndarray) -> np.ndarray:
         return rows[:, self._process_cols].T
 
+    def _carried(self, rows: np.ndarray) -> np.ndarray:
+        return (rows[:, self._carried_col] == 1)[None, :].astype(np.float32)
+
     # --- pulling ------------------------------------------------------------------------
     def pull(self) -> tuple[int, int]:
         """Take rows added since the last pull. Returns (new samples, new steps)."""
@@ -278,6 +283,9 @@ class RunSeries:
         if not self.has_process and np.isfinite(rows[:, self._process_cols]).any():
             self.has_process = True
             self.samples.add_group("process", (len(PROCESS_LINES), MIN_MAX, self._process))
+        if not self.has_carried and (rows[:, self._carried_col] == 1).any():
+            self.has_carried = True  # a watch's steps without detail (core.watch.detail)
+            self.samples.add_group("carried", (1, MAX, self._carried))
 
     def _on_step_rows(self, rows: np.ndarray) -> None:
         evals = rows[:, self._eval_col]
@@ -384,6 +392,27 @@ class RunSeries:
             if len(read):
                 out[name] = float(read[-1])
         return out
+
+    def carried_spans(self, x0: float, x1: float, max_points: int
+                      ) -> tuple[np.ndarray, np.ndarray]:
+        """(starts, ends) on the step axis of what the carried samples between x0 and x1
+        stand for, adjacent ones merged: the whole step of each carried sample, or where
+        the view holds more samples than `max_points`, each bin that holds one."""
+        if not self.has_carried:
+            return np.empty(0), np.empty(0)
+        sl = self.samples.visible(x0, x1)
+        xs, flags = self.samples.decimate("carried", sl, max_points)
+        marked = flags[0] > 0
+        if len(xs) == sl.stop - sl.start:  # every sample: its step
+            starts = np.floor(xs[marked])
+            ends = starts + 1.0
+        else:  # bins, each from its first sample to the next bin's
+            after = np.append(xs[1:], max(self.x_end, float(xs[-1]) + 1.0))
+            starts, ends = xs[marked], after[marked]
+        if not len(starts):
+            return starts, ends
+        breaks = np.flatnonzero(starts[1:] > ends[:-1]) + 1  # a gap: a new span
+        return starts[np.r_[0, breaks]], ends[np.r_[breaks - 1, len(ends) - 1]]
 
     def total_at(self, i: int) -> float:
         """Total bytes of sample row i."""

@@ -9,6 +9,7 @@ from PySide6.QtCore import Qt
 
 from memlens.app.series.run_series import PROCESS_LINES, STEP_LINES, RunSeries
 from memlens.app.timeline.bytes_axis import BytesAxis
+from memlens.app.timeline.carried_spans import CARRIED_HATCH, CarriedSpans
 from memlens.app.timeline.live_plot import LivePlot
 from memlens.app.timeline.plot_style import (
     CATEGORY_COLORS,
@@ -72,6 +73,10 @@ class MemoryPlot(LivePlot):
             self.add_curve(key, PROCESS_COLORS[key], width=1.5, style=Qt.DashLine, z=13,
                            finite=False).setVisible(False)
         self.process_shown = False
+        # A watch's steps without detail: their saved-for-backward bytes are carried
+        self.carried = CarriedSpans()
+        self.carried.setZValue(12)  # over the bands, under the lines
+        self.getPlotItem().addItem(self.carried)
         # Before any data: an axis in MiB rather than "0 B .. 1 B"; data rescales it.
         self.getPlotItem().setYRange(0, 1, padding=0)
         # The legend (the title row) says what each band holds.
@@ -109,6 +114,7 @@ class MemoryPlot(LivePlot):
             for key, values in zip(PROCESS_LINES, rows, strict=True):
                 read = np.isfinite(values)  # only the samples that read it: one line
                 self.curves[key].setData(xr[read], values[read] / Y_UNIT)
+        self.carried.set_spans(*run.carried_spans(x0, x1, max_points))
         if run.step_count:
             xp, lines = run.steps.decimate("lines", run.steps.visible(x0 - 1, x1), max_points)
             peak = lines[STEP_LINES.index("peak_bytes")] / Y_UNIT
@@ -128,6 +134,7 @@ class MemoryPlot(LivePlot):
 
     def clear_data(self) -> None:
         super().clear_data()
+        self.carried.set_spans(np.empty(0), np.empty(0))
         self.peak_area.setData(np.empty(0), np.empty((len(MEMORY_CATEGORIES), 0)))
 
     def legend_at(self, run: RunSeries | None, x: float | None, pins) -> str:
@@ -167,6 +174,10 @@ class MemoryPlot(LivePlot):
         first = [f"<i>{head}</i>" if head else "", self.swatch(TOTAL_COLOR, "total", total),
                  self.swatch(PEAK_COLOR, "peak", peak),
                  self.pin_legend(pins, None if x is None else lambda s: _ghost_total(s, x))]
+        if run is not None and run.has_carried:
+            first.append(f'<span style="color:{self.legend_color(CARRIED_HATCH)}">&#9636;'
+                         "</span>&nbsp;hatched:&nbsp;steps&nbsp;without&nbsp;detail "
+                         "(activations&nbsp;carried,&nbsp;not&nbsp;measured)")
         if self.process_shown:
             i = None if row is None else run.sample_row_at(x if x is not None
                                                            else run.samples.last_x)

@@ -1,0 +1,73 @@
+"""A watched run's steps without detail (core.watch.detail) on the memory plot: hatched,
+step by step as memory.csv marks them, and the legend says what the hatch means, so their
+activations are never read as measured."""
+
+from __future__ import annotations
+
+import csv
+
+import numpy as np
+import pyqtgraph as pg
+
+from memlens.core.watch.script import run_script
+from tests.app.drive import wait_frames
+from tests.core.test_watch_detail import LOOP
+
+
+def _carried_steps(folder) -> set[int]:
+    """The steps memory.csv marks carried, read from the file."""
+    with open(folder / "memory.csv", newline="") as fh:
+        return {int(r["step"]) for r in csv.DictReader(fh) if r["carried"] == "1"}
+
+
+def _hatched_steps(spans: tuple[np.ndarray, np.ndarray]) -> set[int]:
+    out: set[int] = set()
+    for a, b in zip(*spans, strict=True):
+        assert a == int(a) and b == int(b)  # whole steps, at full resolution
+        out.update(range(int(a), int(b)))
+    return out
+
+
+def test_steps_without_detail_are_hatched_on_the_memory_plot(qtbot, window, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(LOOP)
+    folder = tmp_path / "run"
+    assert run_script(str(script), ["24", "1000"], out=folder, quiet=True, detail=4) == 0
+    carried = _carried_steps(folder)
+    assert carried and 0 not in carried  # the first steps take the detail
+
+    assert window.open_run(folder)
+    memory = window.findChild(pg.PlotWidget, "memory_plot")
+    qtbot.waitUntil(lambda: window.series is not None
+                    and window.series.step_count == 24, timeout=10_000)
+    wait_frames(qtbot, window, 3)
+    hatch = memory.carried
+    assert hatch.isVisible()
+    assert _hatched_steps((hatch.starts, hatch.ends)) == carried
+    window.plots.refresh_legends()
+    legend = memory.getPlotItem().titleLabel.text.replace("&nbsp;", " ")
+    assert "hatched: steps without detail" in legend
+
+    # the hover over a carried step says its activations are carried; over a detailed one not
+    step = min(carried)
+    text = memory.legend_at(window.series, step + 0.99, []).replace("&nbsp;", " ")
+    assert "carried, not measured at this step" in text
+    text = memory.legend_at(window.series, 0.99, []).replace("&nbsp;", " ")
+    assert "not measured at this step" not in text
+
+
+def test_a_run_with_every_step_detailed_has_no_hatch(qtbot, window, tmp_path):
+    script = tmp_path / "train.py"
+    script.write_text(LOOP)
+    folder = tmp_path / "run"
+    assert run_script(str(script), ["8", "1000"], out=folder, quiet=True,
+                      detail="every") == 0
+    assert not _carried_steps(folder)
+    assert window.open_run(folder)
+    qtbot.waitUntil(lambda: window.series is not None
+                    and window.series.step_count == 8, timeout=10_000)
+    wait_frames(qtbot, window, 3)
+    memory = window.findChild(pg.PlotWidget, "memory_plot")
+    assert not len(memory.carried.starts)
+    window.plots.refresh_legends()
+    assert "hatched" not in memory.getPlotItem().titleLabel.text

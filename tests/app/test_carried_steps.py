@@ -46,7 +46,7 @@ def test_steps_without_detail_are_hatched_on_the_memory_plot(qtbot, window, tmp_
     assert _hatched_steps((hatch.starts, hatch.ends)) == carried
     window.plots.refresh_legends()
     legend = memory.getPlotItem().titleLabel.text.replace("&nbsp;", " ")
-    assert "hatched: steps without detail" in legend
+    assert "&#9636;</span> hatched: steps without detail" in legend
 
     # the hover over a carried step says its activations are carried; over a detailed one not
     step = min(carried)

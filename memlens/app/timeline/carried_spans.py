@@ -15,6 +15,7 @@ from PySide6.QtGui import QBrush, QColor
 
 CARRIED_HATCH = "#5A5A5A"  # the hatch lines, at CARRIED_ALPHA
 CARRIED_ALPHA = 110
+HATCH_GLYPH = "&#9636;"  # the legend's swatch for it: a hatched square
 
 
 class CarriedSpans(pg.GraphicsObject):
@@ -42,6 +43,10 @@ class CarriedSpans(pg.GraphicsObject):
             return 0.0, 1.0
         _x, (y0, y1) = view.viewRange()
         return y0, y1
+
+    def viewRangeChanged(self) -> None:
+        """The spans reach the view's top and bottom: a new y range is a new shape."""
+        self.prepareGeometryChange()
 
     def boundingRect(self) -> QRectF:
         if not len(self.starts):

@@ -413,9 +413,9 @@ class LivePlot(pg.PlotWidget):
             return self._total_line
         return readable(color, self._background)
 
-    def swatch(self, color: str, text: str, value: str = "") -> str:
+    def swatch(self, color: str, text: str, value: str = "", glyph: str = "&#9632;") -> str:
         """A legend entry (plot_style.swatch) in the colour its curve is drawn in."""
-        return swatch(self.legend_color(color), text, value)
+        return swatch(self.legend_color(color), text, value, glyph)
 
     def pin_legend(self, pins, value_at=None) -> str:
         """An entry for each visible pinned run, by its name, in its ghost line's colour;

@@ -9,7 +9,7 @@ from PySide6.QtCore import Qt
 
 from memlens.app.series.run_series import PROCESS_LINES, STEP_LINES, RunSeries
 from memlens.app.timeline.bytes_axis import BytesAxis
-from memlens.app.timeline.carried_spans import CARRIED_HATCH, CarriedSpans
+from memlens.app.timeline.carried_spans import CARRIED_HATCH, HATCH_GLYPH, CarriedSpans
 from memlens.app.timeline.live_plot import LivePlot
 from memlens.app.timeline.plot_style import (
     CATEGORY_COLORS,
@@ -175,9 +175,8 @@ class MemoryPlot(LivePlot):
                  self.swatch(PEAK_COLOR, "peak", peak),
                  self.pin_legend(pins, None if x is None else lambda s: _ghost_total(s, x))]
         if run is not None and run.has_carried:
-            first.append(f'<span style="color:{self.legend_color(CARRIED_HATCH)}">&#9636;'
-                         "</span>&nbsp;hatched:&nbsp;steps&nbsp;without&nbsp;detail "
-                         "(activations&nbsp;carried,&nbsp;not&nbsp;measured)")
+            first.append(self.swatch(CARRIED_HATCH, "hatched: steps without detail "
+                                     "(activations carried, not measured)", glyph=HATCH_GLYPH))
         if self.process_shown:
             i = None if row is None else run.sample_row_at(x if x is not None
                                                            else run.samples.last_x)

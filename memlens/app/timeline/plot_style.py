@@ -47,13 +47,14 @@ def event_color(kind: str) -> str:
     return {"toggle": TOGGLE_COLOR, "error": ERROR_COLOR}.get(kind, INFO_COLOR)
 
 
-def swatch(color: str, text: str, value: str = "") -> str:
-    """A legend entry as rich text: a coloured square, the name, and a value if any (one
-    unbreakable piece: a wrapped legend breaks between entries only)."""
+def swatch(color: str, text: str, value: str = "", glyph: str = "&#9632;") -> str:
+    """A legend entry as rich text: a coloured square (or `glyph`: a hatch's), the name,
+    and a value if any (one unbreakable piece: a wrapped legend breaks between entries
+    only)."""
     # the spaces inside a name ("grad norm") or a value ("5.05 MiB") must not break either
     text, value = text.replace(" ", "&nbsp;"), value.replace(" ", "&nbsp;")
     tail = f"&nbsp;<b>{value}</b>" if value else ""
-    return f'<span style="color:{color}">&#9632;</span>&nbsp;{text}{tail}'
+    return f'<span style="color:{color}">{glyph}</span>&nbsp;{text}{tail}'
 
 
 def legend_row(parts) -> str:

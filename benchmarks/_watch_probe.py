@@ -8,8 +8,8 @@ next one's for reasons of its own (its heap's page-fault regime, the core it lan
         [-- SCRIPT_ARGS...]
 
 Prints one JSON object: {"plain": [[wall ms, ...] per block], "watched": [...],
-"toggles": [...], and each with "_cpu"}, the first steps of each block left out (a watch
-finds the models and makes its probe on its first steps). "toggles" is a watch given a
+"toggles": [...], and each with "_cpu"}: STEPS_PER_BLOCK steps of each block, after its
+first ones (see SKIP) are left out. "toggles" is a watch given a
 technique change that never comes due (`at=[IDLE_AT]`): its interventions are made and
 consulted at every hook, and nothing is overridden, the cost of toggles being possible;
 "watched" has none (the attribute the hooks check is None). With --out, writes it to FILE
@@ -27,10 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
+from memlens.core.watch.detail import FIRST_DETAILED, MAX_CALIBRATION_PAIRS
+
 # Steps dropped at the start of each block: a watch finds the models and makes its probe on
-# its first steps, and with detail=auto (core.watch.detail) measures its cost on the next;
-# a run's steady state is what a user meets over its minutes.
+# its first steps; and a watched block goes on dropping steps until detail=auto
+# (core.watch.detail) has measured its cost and chosen (Watch.detail): a run's steady state
+# is what a user meets over its minutes, calibration its first few dozen steps.
 SKIP = 12
+CALIBRATING = FIRST_DETAILED + 2 * MAX_CALIBRATION_PAIRS + 2  # steps at most
 WARM_UP = 5
 IDLE_AT = "1000000000:zero_grad=script"
 SIDES = ("plain", "watched", "toggles")
@@ -49,6 +53,8 @@ def main(argv: list[str]) -> None:
 
     import memlens
 
+    # ranks in step (their collectives): each skips as many steps, the most calibration takes
+    sharded = int(os.environ.get("WORLD_SIZE", "1")) > 1
     step = 0
     for _ in range(WARM_UP):
         train_step(step)
@@ -61,6 +67,12 @@ def main(argv: list[str]) -> None:
                 w = (None if side == "plain" else
                      memlens.watch(out=Path(tmp) / f"{side}{b}", quiet=True,
                                    at=[IDLE_AT] if side == "toggles" else []))
+                skip = 0
+                while skip < SKIP or (w is not None and skip < CALIBRATING and (
+                        sharded or w.detail["chosen"] == "measuring")):
+                    train_step(step)
+                    step += 1
+                    skip += 1
                 wall, cpu = [], []
                 for _ in range(per_block):
                     t0, c0 = time.perf_counter(), time.thread_time()
@@ -70,8 +82,8 @@ def main(argv: list[str]) -> None:
                     step += 1
                 if w is not None:
                     w.close()
-                out[side].append(wall[SKIP:])
-                out[f"{side}_cpu"].append(cpu[SKIP:])
+                out[side].append(wall)
+                out[f"{side}_cpu"].append(cpu)
     if out_file is None:
         print(json.dumps(out))
     else:

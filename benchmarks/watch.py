@@ -23,7 +23,6 @@ import time
 from pathlib import Path
 
 from benchmarks._common import ROOT, Figure, Settings, percentile
-from benchmarks._watch_probe import SKIP
 from memlens.core.stats import median_pair_ratio
 
 # (example, its arguments, has the target): the examples at their own sizes (PyTorch's
@@ -73,7 +72,7 @@ def in_process(s: Settings) -> list[Figure]:
     for name, extra, target in CASES:
         if s.quick and not target:
             continue  # the smoke run: the targets only
-        per_block = SKIP + (12 if set(TOY_SIZES) & set(extra) else 8)
+        per_block = 12 if set(TOY_SIZES) & set(extra) else 8
         cmd = [sys.executable, "-m", "benchmarks._watch_probe",
                str(ROOT / "examples" / f"{name}.py"), str(blocks), str(per_block), "--", *extra]
         done = subprocess.run(cmd, cwd=ROOT, env=_env(s.threads), check=True,
@@ -90,7 +89,7 @@ def in_process(s: Settings) -> list[Figure]:
                 f"watch: {name} at {size}, {what}, watched / plain (one process)", ci.ratio,
                 "x", OVERHEAD_LIMIT if target and not key else None,
                 note=f"95% CI {ci.low:.3f}-{ci.high:.3f} over {blocks} pairs of blocks of "
-                     f"{per_block - SKIP} steps; median plain {pa:.2f} ms, watched {pb:.2f} ms "
+                     f"{per_block} steps; median plain {pa:.2f} ms, watched {pb:.2f} ms "
                      f"({(pb - pa) * 1e3:+.0f} us a step)"))
             if not key:
                 out.append(_toggles_figure(times, label, name, size, blocks, per_block))
@@ -110,14 +109,14 @@ def _toggles_figure(times: dict, label: str, name: str, size: str, blocks: int,
         f"watch: {name} at {size}, step time, toggles possible / none (one process)",
         ci.ratio, "x", None,
         note=f"95% CI {ci.low:.3f}-{ci.high:.3f} over {blocks} pairs of blocks of "
-             f"{per_block - SKIP} steps; median {pa:.2f} ms without, {pb:.2f} ms with "
+             f"{per_block} steps; median {pa:.2f} ms without, {pb:.2f} ms with "
              f"({(pb - pa) * 1e3:+.0f} us a step)")
 
 
 def sharded(s: Settings) -> list[Figure]:
     """examples/fsdp.py under torchrun, each rank in alternating blocks in its own process
     (benchmarks/_watch_probe.py --out); a figure per rank, its ratio with its interval."""
-    blocks, per_block = (6, SKIP + 10) if s.quick else (max(24, 2 * s.reps), SKIP + 10)
+    blocks, per_block = (6, 10) if s.quick else (max(24, 2 * s.reps), 10)
     with tempfile.TemporaryDirectory(prefix="memlens-sharded-bench-") as tmp:
         probe = Path(tmp) / "probe"
         torchrun = Path(sys.executable).parent / "torchrun"
@@ -139,7 +138,7 @@ def sharded(s: Settings) -> list[Figure]:
             f"watch: FSDP2 at the tests' sizes, rank {rank} of {SHARDED_RANKS}, watched / plain",
             ci.ratio, "x", SHARDED_LIMIT,
             note=f"95% CI {ci.low:.3f}-{ci.high:.3f} over {blocks} pairs of blocks of "
-                 f"{per_block - SKIP} steps, one process per rank (gloo); median plain "
+                 f"{per_block} steps, one process per rank (gloo); median plain "
                  f"{pa:.2f} ms, watched {pb:.2f} ms ({(pb - pa) * 1e3:+.0f} us a step)"))
     return out
 

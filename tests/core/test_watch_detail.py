@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 
 import pytest
 import torch
@@ -16,6 +17,8 @@ from memlens.core.watch.detail import (
     AUTO_EVERY_BELOW,
     CALIBRATION_PAIRS,
     FIRST_DETAILED,
+    MAX_CALIBRATION_PAIRS,
+    SCHEDULE_SHARE,
     DetailPolicy,
     WatchDetail,
     parse_detail,
@@ -83,6 +86,76 @@ def test_auto_keeps_every_step_where_the_detail_is_cheap_else_a_schedule():
     assert later.count(True) == 2 and later[19] and later[39]  # every 20th step
     policy.trigger("a toggle")
     assert policy.want(start + 40) and policy.triggered == {"a toggle": 1}
+
+
+def _calibrate(policy: DetailPolicy, times, steps: int) -> list[bool]:
+    """Drive `policy` over `steps` steps, each taking times(step, on) ms; its decisions."""
+    wants = []
+    for step in range(steps):
+        on = policy.want(step)
+        wants.append(on)
+        policy.note_step(step, times(step, on), on)
+    return wants
+
+
+@pytest.mark.parametrize("cost", [0.03, 0.01])
+def test_auto_measures_more_pairs_while_the_cost_is_too_close_to_call(cost):
+    """A cost near AUTO_EVERY_BELOW on a noisy machine (steps +-15%, a pair sharing its
+    moment's speed): CALIBRATION_PAIRS pairs cannot tell, so calibration goes on, up to
+    MAX_CALIBRATION_PAIRS, and the median of the pairs' differences decides: what the
+    numbers say, computed here with numpy."""
+    import numpy as np
+
+    rng = np.random.default_rng(7)
+    speed = 2.0 * (1 + 0.15 * rng.standard_normal(200))  # the machine's, step by step
+    jitter = 0.03 * rng.standard_normal(200)  # a step's own
+    pair_speed = {s: speed[(s - 1) // 2 * 2] for s in range(200)}  # a pair's two steps
+
+    def times(step, on):
+        return float(pair_speed[step] * (1 + (cost if on else 0.0)) + jitter[step])
+
+    policy = DetailPolicy("auto")
+    start = FIRST_DETAILED + 2 * CALIBRATION_PAIRS
+    _calibrate(policy, times, start)
+    assert policy.every is None and policy.chosen == "measuring"  # too close to call
+    step = start
+    while policy.every is None and step < FIRST_DETAILED + 2 * MAX_CALIBRATION_PAIRS:
+        assert policy.want(step) == (step - FIRST_DETAILED) % 2  # off, on, off, on...
+        policy.note_step(step, times(step, bool((step - FIRST_DETAILED) % 2)),
+                         bool((step - FIRST_DETAILED) % 2))
+        step += 1
+    n = (step - FIRST_DETAILED) // 2  # the pairs it took
+    assert policy.every is not None and CALIBRATION_PAIRS < n <= MAX_CALIBRATION_PAIRS
+    off = [times(s, False) for s in range(FIRST_DETAILED, step, 2)]
+    on = [times(s, True) for s in range(FIRST_DETAILED + 1, step, 2)]
+    share = max(0.0, float(np.median(np.subtract(on, off)))) / float(np.median(off))
+    expected = 1 if share < AUTO_EVERY_BELOW else math.ceil(share / SCHEDULE_SHARE)
+    assert policy.every == expected, policy.why
+    assert f"over {n} pairs" in policy.why
+
+
+def test_auto_decides_at_once_where_the_cost_is_clear_of_the_noise():
+    """A detail costing 20% of a step, steps +-15% noisy: the interval is far above
+    AUTO_EVERY_BELOW after CALIBRATION_PAIRS pairs, so the schedule is chosen then; a step
+    the detail came to early (a change) is no pair's: calibration counts one pair more."""
+    import numpy as np
+
+    rng = np.random.default_rng(3)
+    speed = 2.0 * (1 + 0.15 * rng.standard_normal(100))
+
+    def times(step, on):
+        return float(speed[(step - 1) // 2 * 2] * (1.2 if on else 1.0))
+
+    policy = DetailPolicy("auto")
+    wants = []
+    for step in range(FIRST_DETAILED + 2 * CALIBRATION_PAIRS + 2):
+        on = policy.want(step) or step == FIRST_DETAILED + 2  # a new input shape, say
+        wants.append(on)
+        policy.note_step(step, times(step, on), on)
+        if policy.every is not None:
+            break
+    assert len(wants) == FIRST_DETAILED + 2 * CALIBRATION_PAIRS + 2  # one pair lost
+    assert policy.every > 1 and f"over {CALIBRATION_PAIRS} pairs" in policy.why
 
 
 def test_every_nth_step_measures_what_is_saved_and_the_others_carry_it(tmp_path, capsys):
@@ -278,10 +351,10 @@ def test_auto_takes_the_detail_every_step_once_a_loop_keeps_what_it_saved(retain
     the samples are marked carried."""
     book = _Book()
     detail = _scheduled(book)
-    detail.end_step(20, 2.0, 10, 0)
+    detail.end_step(10, 0)
     assert detail.policy.every > 1 and not detail._steps.incomplete
     book.left = left
-    detail.end_step(21, 2.0, 10, retained)
+    detail.end_step(10, retained)
     assert detail.policy.every == 1 and detail.policy.describe()["why"].startswith(why)
     assert all(detail.policy.want(s) for s in range(22, 40))
     assert detail._steps.incomplete == left

@@ -89,6 +89,12 @@ class Watch:
     def write_error(self) -> BaseException | None:
         return self._session.write_error
 
+    @property
+    def detail(self) -> dict:
+        """Which steps take the saved-tensor detail, as run.json's `detail` says it: mode,
+        chosen ("measuring" while auto calibrates), why."""
+        return self._session.detail.describe()
+
 
 def watch(models: nn.Module | Iterable[nn.Module] | None = None,
           optimizers: Optimizer | Iterable[Optimizer] | None = None, *,

@@ -12,8 +12,12 @@ memory.csv (`carried`), and is drawn so.
 `auto` (the default) measures the detail's cost in the first steps, alternating steps with
 and without it, and keeps it on every step where it costs under AUTO_EVERY_BELOW of a step
 (long steps: the usual case on a GPU), else takes it every Nth step, N chosen so that its
-share stays near SCHEDULE_SHARE. `every` forces it on every step (the figures of a watch
-before this schedule existed); an integer N forces every Nth.
+share stays near SCHEDULE_SHARE. The cost is the median of neighbouring steps' differences
+(a pair shares the machine's speed of that moment), with an interval from their spread:
+where the interval straddles AUTO_EVERY_BELOW (a cost near it, measured on a noisy machine)
+more pairs are measured, up to MAX_CALIBRATION_PAIRS, and then the median decides. `every`
+forces the detail on every step (the figures of a watch before this schedule existed); an
+integer N forces every Nth.
 """
 
 from __future__ import annotations
@@ -21,9 +25,12 @@ from __future__ import annotations
 import math
 import os
 import statistics
+from collections.abc import Sequence
 
 FIRST_DETAILED = 3  # the first steps: the models, their inputs and their graphs are found
-CALIBRATION_PAIRS = 4  # then steps without and with detail, alternately, to measure it
+CALIBRATION_PAIRS = 6  # then pairs of steps without and with detail, to measure it
+MAX_CALIBRATION_PAIRS = 16  # more while the cost's interval straddles AUTO_EVERY_BELOW
+INTERVAL_Z = 2.0  # the interval: the median difference +- INTERVAL_Z standard errors
 AUTO_EVERY_BELOW = 0.02  # detail's share of a step under which every step takes it
 SCHEDULE_SHARE = 0.01  # the share of the step time a schedule aims to spend on detail
 MAX_EVERY = 50  # a schedule takes detail at least every MAX_EVERY steps
@@ -61,8 +68,10 @@ class DetailPolicy:
         self.why = ("asked for (detail=every)" if self.mode == "every" else
                     f"asked for (detail={self.mode})" if isinstance(self.mode, int) else
                     "measuring the detail's cost")
-        self._on: list[float] = []  # calibration: step times with and without detail
-        self._off: list[float] = []
+        # calibration: neighbouring steps' times (without, with the detail); a step the
+        # detail came to early (a change: `at_call`) is no pair's
+        self._pairs: list[tuple[float, float]] = []
+        self._off_ms: float | None = None
         self._pending: str | None = None  # a change seen: the next step takes the detail
         self._since = 0  # steps since the last detailed one
         self.triggered: dict[str, int] = {}  # reason -> times it took the detail early
@@ -111,26 +120,54 @@ class DetailPolicy:
         return False
 
     def note_step(self, step: int, step_ms: float, detailed: bool) -> None:
-        """A step ended: during auto's calibration its time is kept; once enough are, the
+        """A step ended, taking `step_ms` with memlens's own work for it: during auto's
+        calibration its time is kept; once enough pairs are (see the module doc), the
         schedule is chosen."""
         if self.every is not None or step < FIRST_DETAILED:
             return
-        (self._on if detailed else self._off).append(step_ms)
-        if min(len(self._on), len(self._off)) < CALIBRATION_PAIRS:
+        if not detailed:
+            self._off_ms = step_ms
             return
-        on, off = statistics.median(self._on), statistics.median(self._off)
-        share = max(0.0, on - off) / off if off > 0 else 0.0
+        off_ms, self._off_ms = self._off_ms, None
+        if off_ms is None:
+            return
+        self._pairs.append((off_ms, step_ms))
+        n = len(self._pairs)
+        if n < CALIBRATION_PAIRS:
+            return
+        share, low, high, off = calibrated_share(*zip(*self._pairs, strict=True))
+        if low < AUTO_EVERY_BELOW <= high and n < MAX_CALIBRATION_PAIRS:
+            return  # too close to call at this noise: another pair
+        measured = (f"the detail costs {share:.1%} (about {max(0.0, low):.1%}-{high:.1%}) "
+                    f"of a {off:.2f} ms step, measured over {n} pairs of steps")
         if share < AUTO_EVERY_BELOW:
             self.every = 1
-            self.why = (f"the detail costs {share:.1%} of a {off:.2f} ms step (measured "
-                        f"over {2 * CALIBRATION_PAIRS} steps): under "
-                        f"{AUTO_EVERY_BELOW:.0%}, so every step")
+            self.why = f"{measured}: under {AUTO_EVERY_BELOW:.0%}, so every step"
         else:
             self.every = max(2, min(MAX_EVERY, math.ceil(share / SCHEDULE_SHARE)))
-            self.why = (f"the detail costs {share:.1%} of a {off:.2f} ms step (measured "
-                        f"over {2 * CALIBRATION_PAIRS} steps): every {self.every} steps "
-                        f"and at every change keeps it near {SCHEDULE_SHARE:.0%}")
+            self.why = (f"{measured}: every {self.every} steps and at every change keeps "
+                        f"it near {SCHEDULE_SHARE:.0%}")
         self._since = 0
+
+
+def calibrated_share(off: Sequence[float],
+                     on: Sequence[float]) -> tuple[float, float, float, float]:
+    """(share, low, high, step ms): the detail's cost as a share of a step without it, from
+    pairs of neighbouring steps (off[i], on[i]): the median of their differences over the
+    median step, and an interval of INTERVAL_Z standard errors of that median (from the
+    differences' median absolute deviation: robust to a step a page fault or another
+    process stretched)."""
+    diffs = [b - a for a, b in zip(off, on, strict=True)]
+    base = statistics.median(off)
+    if base <= 0:
+        return 0.0, 0.0, 0.0, base
+    mid = statistics.median(diffs)
+    mad = statistics.median(abs(d - mid) for d in diffs)
+    # 1.4826: a MAD as a standard deviation (normal noise); 1.2533: the median's standard
+    # error over the mean's
+    se = 1.2533 * 1.4826 * mad / math.sqrt(len(diffs))
+    return (max(0.0, mid) / base, (mid - INTERVAL_Z * se) / base,
+            (mid + INTERVAL_Z * se) / base, base)
 
 
 class WatchDetail:
@@ -212,13 +249,12 @@ class WatchDetail:
                 self._set(True)
         return self.on
 
-    def end_step(self, step: int, step_ms: float, nodes: int, retained: int) -> None:
-        """The step ended: calibration, and what makes the detail come early (more graph
-        nodes behind backward than the step before) or stay: tensors saved for backward
-        that outlive their step (`retained` bytes of a detailed step's; a graph of a step
-        without detail alive unreleased), which only every step's detail counts. While such
-        a graph is alive the figures leave it out: its samples are marked carried."""
-        self.policy.note_step(step, step_ms, self.on)
+    def end_step(self, nodes: int, retained: int) -> None:
+        """The step ended: what makes the detail come early (more graph nodes behind
+        backward than the step before) or stay: tensors saved for backward that outlive
+        their step (`retained` bytes of a detailed step's; a graph of a step without detail
+        alive unreleased), which only every step's detail counts. While such a graph is
+        alive the figures leave it out: its samples are marked carried."""
         left = self._book.carried_graphs_alive()
         if retained:
             self.policy.keep_every("saved tensors outlived their step")
@@ -228,6 +264,15 @@ class WatchDetail:
             self.policy.trigger("graph grows")
         self._steps.incomplete = left
         self._nodes = nodes
+
+    def timed(self, step: int, period_ms: float, detailed: bool) -> bool:
+        """Step `step` and all memlens did for it took `period_ms` (from the end of the
+        bookkeeping of the step before to the end of its own: the detail's samples and
+        hooks, which no phase's time holds, included): auto's calibration. True where the
+        policy has just chosen."""
+        measuring = self.policy.every is None
+        self.policy.note_step(step, period_ms, detailed)
+        return measuring and self.policy.every is not None
 
     def describe(self) -> dict:
         out = self.policy.describe()

@@ -166,6 +166,7 @@ class WatchSession(FrameworkCalls):
         self.detail = WatchDetail(DetailPolicy(self._detail_mode), self.saved.hooks(),
                                   self.steps, self.book)
         self.steps.begin_step(0)
+        self._period_t0 = self.steps.clock()  # (step 0 is detailed: not calibration's)
         self.sink.on_start(header(self))
         if self.interventions is not None:
             self.interventions.boundary(0)
@@ -570,13 +571,17 @@ class WatchSession(FrameworkCalls):
         if not closing:
             book.check_graph_kept(step, retained)
             self.growth.end_step(step, self._graph_nodes, retained, record.backward_ms)
-        chosen = self.detail.policy.chosen
-        self.detail.end_step(step, record.step_ms, self._graph_nodes, retained)
-        if self.detail.policy.chosen != chosen:  # auto has measured: run.json says so
-            self.sink.on_start({"detail": self.detail.describe()})
+        detailed = self.detail.on
+        self.detail.end_step(self._graph_nodes, retained)
         if (sharding := self.measure.rebuilt_sharding()) is not None:  # DDP's buckets
             self.sink.on_start({"sharding": sharding})
         self._next_step()
+        # auto's calibration: the step with all memlens did for it (a detail's samples
+        # are no phase's time), up to here
+        now = self.steps.clock()
+        period_ms, self._period_t0 = (now - self._period_t0) * 1e3, now
+        if self.detail.timed(step, period_ms, detailed):  # it has chosen: run.json says so
+            self.sink.on_start({"detail": self.detail.describe()})
 
     def _next_step(self) -> None:
         if self.interventions is not None:  # changes, the channel, a pause: between steps

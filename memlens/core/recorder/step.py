@@ -180,6 +180,8 @@ class StepRecorder:
             self.custom_ms[name] = self.custom_ms.get(name, 0.0) + spent
             self.custom_step_ms += spent
 
+    # enter and leave run at every phase edge, between kernels: the charge of the phase
+    # under way is written out in them where it is a step's phase (a frame costs there)
     def enter(self, name: str) -> None:
         """A phase begins (inside the one running, if any)."""
         self.activity = True
@@ -187,8 +189,15 @@ class StepRecorder:
         if self._idle:
             self._idle = False
             self._step_t0 = self.since = now
-        self._charge(now)
-        self._stack.append(name)
+        stack = self._stack
+        top = stack[-1]
+        if top in self.ms:
+            self.ms[top] += (now - self.since) * 1e3
+        elif top == OTHER:
+            self.other_ms += (now - self.since) * 1e3
+        else:
+            self._charge(now)
+        stack.append(name)
         self.since = now
         if self._precise is not None:
             self.rec.begin_phase(self.step, name)  # new storages filed under the phase
@@ -196,22 +205,29 @@ class StepRecorder:
     def leave(self, sample: bool = True) -> str:
         """The innermost phase ends; its sample is taken (where it is one of PHASES and
         `sample`: else the driver takes it later with `sample`). Returns its name."""
-        self._charge(self.clock())
+        now = self.clock()
         stack = self._stack
+        top = stack[-1]
+        if top in self.ms:
+            self.ms[top] += (now - self.since) * 1e3
+        elif top == OTHER:
+            self.other_ms += (now - self.since) * 1e3
+        else:
+            self._charge(now)
         name = stack.pop() if len(stack) > 1 else OTHER
-        if sample:
-            code = _SAMPLED.get(name)
-            if code is not None:
-                if self.detailed:
-                    self._take(code)
-                else:
-                    self._end_code = code
-                    self._changed |= _CHANGES[code]  # read by the next sample
-                    if code in _ALSO_SAMPLED:
-                        self._take(code, carried=True)
-                    else:  # the step's end takes its own sample
-                        self._sampled = False
-        self.since = self.clock()  # a sample's own cost is no phase's time
+        self.since = now
+        code = _SAMPLED.get(name) if sample else None
+        if code is not None:
+            if self.detailed:
+                self._take(code)
+            else:
+                self._end_code = code
+                self._changed |= _CHANGES[code]  # read by the next sample
+                if code not in _ALSO_SAMPLED:
+                    self._sampled = False  # the step's end takes its own sample
+                    return name
+                self._take(code, carried=True)
+            self.since = self.clock()  # a sample's own cost is no phase's time
         return name
 
     def sample(self, phase: str) -> None:

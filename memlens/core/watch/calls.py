@@ -286,10 +286,11 @@ class CallBook:
             return
         # A graph in a reference cycle waits for the collector: not a holder. (Asked without
         # keeping the answer: a list of the old marks here would keep them alive through it.)
-        if self._old_marks(step) or self._old_calls(step):
-            import gc
+        if not (self._old_marks(step) or self._old_calls(step)):
+            return  # (the usual step: no graph of two steps back alive)
+        import gc
 
-            gc.collect()
+        gc.collect()
         old, calls = self._old_marks(step), self._old_calls(step)
         steps = {m.step for m in old} | {c.step for c in calls}
         if not steps or (len(steps) < 2 and not retained_bytes):

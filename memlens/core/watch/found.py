@@ -161,7 +161,8 @@ class Discovery:
         self.found.candidates = self._held
         self.models_seen: dict[str, dict] = {}  # kept after the models are gone
         self.optimizers_seen: dict[int, str] = {}
-        self._active_ids: dict[int, weakref.ref] = {}  # optimizers measured, by id
+        # optimizers measured, by id (none a wrapper: add_optimizer files the one wrapped)
+        self.active_ids: dict[int, weakref.ref] = {}
         self._required: set[int] = set()  # required_optimizers' answer for _required_key
         self._required_key: tuple | None = None
         self.probe_stale = True  # a model or an optimizer was found since the probe was made
@@ -206,7 +207,7 @@ class Discovery:
         inner = o.__dict__.get("optimizer")
         if isinstance(inner, torch.optim.Optimizer):
             o = inner
-        known = self._active_ids.get(id(o))
+        known = self.active_ids.get(id(o))
         if known is not None and known() is o:
             return  # the usual case, every step: measured already (so a candidate too)
         if all(r() is not o for r in self._candidates):
@@ -216,7 +217,7 @@ class Discovery:
             self._held.append(weakref.ref(o))
             self.probe_stale = True  # its parameters count from now on
         if active:
-            self._active_ids[id(o)] = ref = weakref.ref(o)
+            self.active_ids[id(o)] = ref = weakref.ref(o)
             self.found.optimizers_refs.append(ref)
             self.probe_stale = True
             self.optimizers_seen[id(o)] = type(o).__name__
@@ -287,9 +288,6 @@ class Discovery:
         if id(module) not in self.called_models:
             self.called_models.add(id(module))
             self.called_params |= info.param_ids
-
-    def stepped(self, opt) -> None:
-        self.ever_stepped.add(id(opt))
 
     def new_step(self) -> None:
         self.called_params = set()

@@ -34,7 +34,8 @@ class TorchHooks:
     The listener has: root_call(original, module, args, kwargs) (a module called outside
     any other's forward; it must call `original(module, *args, **kwargs)` and return what it
     returns), the flags `in_forward` (a root call is running: nested calls go straight
-    through) and `broken`, optimizer_pre(opt, args, kwargs), optimizer_post(opt),
+    through), `broken`, `backward_depth` (backwards running: a nested one, with no
+    `interventions`, goes straight through), optimizer_pre(opt, args, kwargs), optimizer_post(opt),
     optimizer_created(opt), backward(call, tensors, inputs=None, returns_grads=False) where
     `call()` runs the original (`call(t)` with `t` for its first tensor, a loss scaled by
     AMP's scaler; `inputs`: what torch.autograd.grad takes the gradients of, where given as
@@ -109,6 +110,9 @@ class TorchHooks:
 
         @functools.wraps(original)
         def backward(*args, **kwargs):
+            if lst.backward_depth and lst.interventions is None:
+                # inside a backward recorded already (Tensor.backward calls this one)
+                return original(*args, **kwargs)
             tensors = args[0] if args else kwargs.get("tensors", kwargs.get("self"))
 
             def call(*first):

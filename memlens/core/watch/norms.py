@@ -58,10 +58,6 @@ class GradNorms:
         self._last_grad[opt] = weakref.ref(first)
         self._check_growing(opt, math.sqrt(sq), where)
 
-    def stepped(self) -> None:
-        """An optimizer step ended: clearing is asked for again before the next one."""
-        self.cleared = False
-
     def check_none(self, optimizers) -> None:
         """Cleared without zero_grad: a first gradient set to None by hand."""
         for o in optimizers:

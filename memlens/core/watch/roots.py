@@ -27,7 +27,8 @@ def root_loss(root: Tensor) -> float:
     """The value a backward was given, as the script's `loss.item()` reads it, less
     GradScaler's scale: `scaler.scale(loss)` multiplies by a tensor holding a power of two,
     and the loss is the one before it."""
-    value = _item(root)
+    v = root.item()
+    value = float(v.real if isinstance(v, complex) else v)
     fn = root.grad_fn
     if fn is None or type(fn).__name__ != _MUL:
         return value
@@ -79,7 +80,3 @@ def trains(inputs, parameters: Callable[[], Iterable[Tensor]]) -> bool:
     known = {id(p) for p in parameters()}
     return any(id(t) in known for t in tensors)
 
-
-def _item(t: Tensor) -> float:
-    v = t.item()
-    return float(v.real if isinstance(v, complex) else v)

@@ -41,7 +41,7 @@ from memlens.core.watch.calls import Call, CallBook, output_nodes, tensors_of
 from memlens.core.watch.captures import EveryNCaptures
 from memlens.core.watch.detail import DetailPolicy, WatchDetail
 from memlens.core.watch.events import Events
-from memlens.core.watch.found import Discovery, statistics_pass
+from memlens.core.watch.found import Discovery, ModelInfo, statistics_pass
 from memlens.core.watch.framework import FrameworkCalls
 from memlens.core.watch.growth import GraphGrowth
 from memlens.core.watch.hooks import TorchHooks
@@ -149,7 +149,7 @@ class WatchSession(FrameworkCalls):
             self.sink.on_graph, lambda t: self.log.note("info", "graph capture", t, once=True))
         self.in_forward = False  # a root module call is running (TorchHooks reads it)
         self._root: tuple | None = None
-        self._backward_depth, self._stepped, self._after_backward = 0, set(), False
+        self.backward_depth, self._stepped, self._after_backward = 0, set(), False
         self.losses = StepLosses()  # this step's backwards' losses
         self._graph_nodes = 0
         self._closure = False  # the optimizer step under way was given a closure
@@ -260,7 +260,7 @@ class WatchSession(FrameworkCalls):
             partial = crashed and bool(required) and not required <= self._stepped
             self._end_step(closing=True, partial=partial)
         self.book.end_step()
-        self.book.settle(self.step_index, final=True)
+        self.book.settle(self.steps.step, final=True)
 
     @property
     def write_error(self) -> BaseException | None:
@@ -285,7 +285,7 @@ class WatchSession(FrameworkCalls):
             # traced by torch.compile (add nothing to the user's graph), or another thread's
             # call (a background evaluation: not this training loop's phases)
             return original(module, *args, **kwargs)
-        if self._backward_depth:  # inside backward: activation checkpointing recomputes
+        if self.backward_depth:  # inside backward: activation checkpointing recomputes
             return self._recompute(original, module, args, kwargs)
         info = self.seen.modules.get(id(module))  # (written out: every root call)
         if self.interventions is not None:  # toggles act around the call (interventions)
@@ -296,7 +296,7 @@ class WatchSession(FrameworkCalls):
             started = False
             if info is None or info.is_model or info.ref() is not module:  # else a loss module
                 try:
-                    started = self._forward_pre(module, args, kwargs)
+                    started = self._forward_pre(module, args, kwargs, info)
                 except Exception as exc:
                     self._fail(exc)
             if not started:
@@ -322,34 +322,38 @@ class WatchSession(FrameworkCalls):
             self.in_forward = False
             self._guard(self.steps.leave)
 
-    def _forward_pre(self, module: nn.Module, args: tuple, kwargs: dict) -> bool:
+    def _forward_pre(self, module: nn.Module, args: tuple, kwargs: dict,
+                     info: ModelInfo | None) -> bool:
         """A root call begins: True where it is a model's forward, recorded."""
         if self.broken:
             return False
         if self.model_found is not None and id(module) not in self.seen.modules:
             self._model_found(module)  # first: a callback names the model it trains
-        info = self.seen.module(module)
+        if info is None or info.ref() is not module:  # (root_call's look-up, if it holds)
+            info = self.seen.module(module)
         if not info.is_model:  # a loss module or another parameter-free callable
             return False
         grad = torch.is_grad_enabled() and not torch.is_inference_mode_enabled()
         if grad and self._after_backward and not self._manual_steps and (
                 not self.seen.required_optimizers()):
             self._end_step()
-        check_step_limit(self.step_index, self.stop_after)  # before the next step's work
+        if self.stop_after:  # before the next step's work
+            check_step_limit(self.steps.step, self.stop_after)
         if self.seen.probe_stale:
-            self.measure.ensure(self.step_index)
+            self.measure.ensure(self.steps.step)
         if grad:
-            self.seen.note_called(module, info)
+            if id(module) not in self.seen.called_models:
+                self.seen.note_called(module, info)
             if self.caches.pending:  # before this forward runs: what earlier steps cached
-                self.caches.scan(self.seen.models_by_name(), self.step_index)
+                self.caches.scan(self.seen.models_by_name(), self.steps.step)
         site = dx.call_site(3)
         if not (self.detail.at_call(site, info.name, args) if grad else self.detail.on):
             return self._cheap_forward(grad, args, kwargs)
-        call = Call(self.book, self.step_index, info.name, site, grad,
+        call = Call(self.book, self.steps.step, info.name, site, grad,
                     info.eval_layers and module.training)
         if grad:
-            self.captures.at_forward(self.step_index)
-        self.found.note_inputs(self.step_index, args, kwargs)
+            self.captures.at_forward(self.steps.step)
+        self.found.note_inputs(self.steps.step, args, kwargs)
         if grad and self.growth.looking:
             self.growth.note_inputs(args, kwargs, info.name, call.site)
         evaluation = not grad or (self.interventions is not None  # a known evaluation site:
@@ -361,7 +365,7 @@ class WatchSession(FrameworkCalls):
     def _cheap_forward(self, grad: bool, args: tuple, kwargs: dict) -> bool:
         """A forward of a step without detail (core.watch.detail): its time and its inputs
         (what a sample counts as `other`), not its graph."""
-        self.found.note_inputs(self.step_index, args, kwargs)
+        self.found.note_inputs(self.steps.step, args, kwargs)
         self.steps.enter("forward" if grad else "eval")
         self._root = () if grad else None
         return True
@@ -387,7 +391,7 @@ class WatchSession(FrameworkCalls):
         # a forward's time, moved to eval at the step's end if it is never backwarded
         call.ms = (self.steps.clock() - t_start) * 1e3 if self.steps.phase == "forward" else 0.0
         if call.grad:
-            nodes = self.book.follow(call, output, self.step_index)
+            nodes = self.book.follow(call, output, self.steps.step)
             if call.grad and torch.is_autocast_enabled(self.measure.device.type):
                 self.measure.note_amp_casts(nodes or output_nodes(output))
         self.book.calls.append(call)
@@ -398,25 +402,33 @@ class WatchSession(FrameworkCalls):
             self.book.eval_in_train(call)
 
     def zero_grad(self, original, owner, args: tuple, kwargs: dict) -> Any:
+        """(The guards are written out, as in root_call: this runs every step.)"""
         if self.broken:  # (a stopped recording's toggles stop with it)
             return original(owner, *args, **kwargs)
+        call = None
         if self.interventions is not None:  # zero_grad=...: forced or skipped
             call = self.interventions.zero_grad(original, owner, args, kwargs)
-        else:
-            def call():
-                return original(owner, *args, **kwargs)
-        started = self._guard(self._before_zero_grad, owner)
         try:
-            return call()
+            self._before_zero_grad(owner)
+            started = True
+        except Exception as exc:
+            self._fail(exc)
+            started = False
+        try:
+            return original(owner, *args, **kwargs) if call is None else call()
         finally:
-            if started:
-                self._guard(self.steps.leave)
+            if started and not self.broken:
+                try:
+                    self.steps.leave()
+                except Exception as exc:
+                    self._fail(exc)
 
     def _before_zero_grad(self, owner) -> None:
         if (self._after_backward and not self.seen.required_optimizers()
                 and not self._manual_steps):
             self._end_step()
-        check_step_limit(self.step_index, self.stop_after)
+        if self.stop_after:
+            check_step_limit(self.steps.step, self.stop_after)
         if isinstance(owner, torch.optim.Optimizer):
             self.seen.add_optimizer(owner, active=False)
         self.norms.cleared = True
@@ -427,19 +439,24 @@ class WatchSession(FrameworkCalls):
             call = self.interventions.before_backward(call, tensors, returns_grads)
         if self.broken:
             return call()
-        self._backward_depth += 1
-        if self._backward_depth > 1:
+        self.backward_depth += 1
+        if self.backward_depth > 1:
             try:
                 return call()
             finally:
-                self._backward_depth -= 1
+                self.backward_depth -= 1
         # a gradient of tensors that are no parameters (a saliency map) trains nothing
         training = inputs is None or trains(inputs, self.found.parameters)
-        started = self._guard(self._before_backward, tensors, training)
+        try:  # (the guards written out, as in root_call: this runs every step)
+            self._before_backward(tensors, training)
+            started = True
+        except Exception as exc:
+            self._fail(exc)
+            started = False
         try:
             return call()
         except RuntimeError as exc:
-            self._guard(self.book.explain_backward_error, exc, self.step_index,
+            self._guard(self.book.explain_backward_error, exc, self.steps.step,
                         tensors_of(tensors), self.growth.carried)
             if self.interventions is not None:  # no graph where memlens ran no_grad?
                 self.interventions.backward_failed(exc)
@@ -448,9 +465,13 @@ class WatchSession(FrameworkCalls):
             self._guard(self.book.backward_failed)
             raise
         finally:
-            self._backward_depth -= 1
-            if started:
-                self._guard(self._after_backward_call, training)
+            self.backward_depth -= 1
+            if started and not self.broken:
+                try:
+                    self.steps.leave()
+                    self._after_backward = self._after_backward or training
+                except Exception as exc:
+                    self._fail(exc)
 
     def _before_backward(self, tensors, training: bool) -> None:
         ca = sys.modules.get("torch._dynamo.compiled_autograd")
@@ -462,15 +483,11 @@ class WatchSession(FrameworkCalls):
             return
         roots = tensors_of(tensors)
         if self.captures.open and roots:  # before the loss is marked (see there)
-            self.captures.at_backward(roots[0], self.step_index)
+            self.captures.at_backward(roots[0], self.steps.step)
         self._note_roots(roots)
         if not self.norms.cleared:  # cleared without zero_grad (p.grad = None)?
             self.norms.check_none(self.found.optimizers)
         self.steps.enter("backward")
-
-    def _after_backward_call(self, training: bool) -> None:
-        self.steps.leave()
-        self._after_backward = self._after_backward or training
 
     def _note_roots(self, roots: list[Tensor]) -> None:
         where = None
@@ -480,7 +497,7 @@ class WatchSession(FrameworkCalls):
             if t.numel() == 1:  # the loss as the user's own loss.item() reads it
                 self.losses.add(t)
             where = where or dx.call_site(1)
-            self.book.mark_loss(t, self.step_index, where)
+            self.book.mark_loss(t, self.steps.step, where)
         self._graph_nodes = self.rec.count_nodes(roots, GRAPH_NODE_LIMIT)
 
     # --- a fault of memlens's own stops the recording, never the user's program --------------
@@ -506,19 +523,30 @@ class WatchSession(FrameworkCalls):
         self._guard(self.seen.add_optimizer, opt, False)
 
     def optimizer_pre(self, opt, args, kwargs) -> None:
-        self._guard(self._optimizer_pre, opt, args, kwargs)
+        if not self.broken:  # (the guard written out: every step)
+            try:
+                self._optimizer_pre(opt, args, kwargs)
+            except Exception as exc:
+                self._fail(exc)
 
     def optimizer_post(self, opt) -> None:
-        self._guard(self._optimizer_post, opt)
+        if not self.broken:
+            try:
+                self._optimizer_post(opt)
+            except Exception as exc:
+                self._fail(exc)
 
     def _optimizer_pre(self, opt, args, kwargs) -> None:
-        if self.seen.is_wrapper(opt):  # accelerate's: the optimizer it wraps steps, or not
+        known = self.seen.active_ids.get(id(opt))  # the usual case: measured, no wrapper
+        new = known is None or known() is not opt
+        if new and self.seen.is_wrapper(opt):  # accelerate's: the one it wraps steps, or not
             return
         if self.interventions is not None:  # amp: the span closed, the gradients unscaled
             self.interventions.before_step(opt)
-        self.seen.add_optimizer(opt, active=True)
+        if new:
+            self.seen.add_optimizer(opt, active=True)
         if self.seen.probe_stale:
-            self.measure.ensure(self.step_index)
+            self.measure.ensure(self.steps.step)
         if not self._manual_steps and id(opt) in self._stepped:
             self._end_step()  # it steps again: the step before ended without the others
         closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
@@ -531,7 +559,8 @@ class WatchSession(FrameworkCalls):
         self.steps.enter("optimizer")
 
     def _optimizer_post(self, opt) -> None:
-        if self.seen.is_wrapper(opt):
+        known = self.seen.active_ids.get(id(opt))
+        if (known is None or known() is not opt) and self.seen.is_wrapper(opt):
             return
         self.steps.leave()
         if self._closure:
@@ -539,14 +568,14 @@ class WatchSession(FrameworkCalls):
         if self._closure and id(opt) not in self._norm_taken:
             self.norms.measure(opt, optimizer_site)
         self._stepped.add(id(opt))
-        self.norms.stepped()
-        self.seen.stepped(opt)
+        self.norms.cleared = False  # clearing is asked for again before the next step
+        self.seen.ever_stepped.add(id(opt))
         if not self._manual_steps and self.seen.required_optimizers() <= self._stepped:
             self._end_step()
 
     # --- steps -----------------------------------------------------------------------------------
     def _end_step(self, closing: bool = False, partial: bool = False) -> None:
-        step = self.step_index
+        step = self.steps.step
         if partial:
             self.steps.abandon_step()
             self.log.note("info", "step cut short",
@@ -585,15 +614,15 @@ class WatchSession(FrameworkCalls):
 
     def _next_step(self) -> None:
         if self.interventions is not None:  # changes, the channel, a pause: between steps
-            self.interventions.boundary(self.step_index + 1)
-        self.steps.begin_step(self.step_index + 1)
-        self.detail.begin_step(self.step_index)
+            self.interventions.boundary(self.steps.step + 1)
+        self.steps.begin_step(self.steps.step + 1)
+        self.detail.begin_step(self.steps.step)
         self._stepped = set()
         self.seen.new_step()
         self.norms.new_step()
         self.growth.new_step()
         self._after_backward = False
         self.losses.reset()
-        self.caches.new_step(self.step_index)
+        self.caches.new_step(self.steps.step)
         self._norm_taken = set()
         self._eval_loss = math.nan

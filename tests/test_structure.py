@@ -122,7 +122,8 @@ def test_the_public_api_is_typed_and_listed():
     assert memlens.watch is watch and memlens.Watch is Watch
     # the user's API only: what torch's hooks and the frameworks call is the session's
     public = {n for n in dir(Watch) if not n.startswith("_")}
-    assert public == {"phase", "step", "close", "folder", "step_index", "events", "write_error"}
+    assert public == {"phase", "step", "close", "folder", "step_index", "events", "write_error",
+                      "detail"}
     hints = watch.__annotations__
     assert {"models", "optimizers", "out", "precise", "capture_every", "return"} <= set(hints)
 

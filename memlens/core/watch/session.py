@@ -52,12 +52,12 @@ from memlens.core.watch.meta import (
     error_text,
     header,
     launcher_rank,
-    optimizer_site,
     run_folder,
     summary,
 )
 from memlens.core.watch.module_cache import ModuleCaches
 from memlens.core.watch.norms import GradNorms
+from memlens.core.watch.optimizer_calls import OptimizerCalls
 from memlens.core.watch.report import print_summary
 from memlens.core.watch.roots import StepLosses, trains
 from memlens.core.watch.toggles import parse_changes
@@ -85,7 +85,7 @@ def _run_sink(folder: Path, precise: bool, history: RunHistory | None, fail):
     return writer, sink
 
 
-class WatchSession(FrameworkCalls):
+class WatchSession(FrameworkCalls, OptimizerCalls):
     """A recording of the program's training into a run folder (see the module doc)."""
 
     def __init__(self, models=None, optimizers=None, *, out: str | Path | None = None,
@@ -517,61 +517,6 @@ class WatchSession(FrameworkCalls):
             self.log.note("info", "memlens stopped recording",
                         f"memlens stopped recording after an error of its own: "
                         f"{error_text(exc)}. The script runs on unchanged.")
-
-    # --- optimizers ------------------------------------------------------------------------------
-    def optimizer_created(self, opt) -> None:
-        self._guard(self.seen.add_optimizer, opt, False)
-
-    def optimizer_pre(self, opt, args, kwargs) -> None:
-        if not self.broken:  # (the guard written out: every step)
-            try:
-                self._optimizer_pre(opt, args, kwargs)
-            except Exception as exc:
-                self._fail(exc)
-
-    def optimizer_post(self, opt) -> None:
-        if not self.broken:
-            try:
-                self._optimizer_post(opt)
-            except Exception as exc:
-                self._fail(exc)
-
-    def _optimizer_pre(self, opt, args, kwargs) -> None:
-        known = self.seen.active_ids.get(id(opt))  # the usual case: measured, no wrapper
-        new = known is None or known() is not opt
-        if new and self.seen.is_wrapper(opt):  # accelerate's: the one it wraps steps, or not
-            return
-        if self.interventions is not None:  # amp: the span closed, the gradients unscaled
-            self.interventions.before_step(opt)
-        if new:
-            self.seen.add_optimizer(opt, active=True)
-        if self.seen.probe_stale:
-            self.measure.ensure(self.steps.step)
-        if not self._manual_steps and id(opt) in self._stepped:
-            self._end_step()  # it steps again: the step before ended without the others
-        closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
-        self._closure = closure is not None
-        if self._closure:
-            self.losses.closure_begins()
-        if not self._closure and id(opt) not in self._norm_taken:
-            # else after the step: the closure's backward comes inside it
-            self.norms.measure(opt, optimizer_site)
-        self.steps.enter("optimizer")
-
-    def _optimizer_post(self, opt) -> None:
-        known = self.seen.active_ids.get(id(opt))
-        if (known is None or known() is not opt) and self.seen.is_wrapper(opt):
-            return
-        self.steps.leave()
-        if self._closure:
-            self.losses.closure_ends()
-        if self._closure and id(opt) not in self._norm_taken:
-            self.norms.measure(opt, optimizer_site)
-        self._stepped.add(id(opt))
-        self.norms.cleared = False  # clearing is asked for again before the next step
-        self.seen.ever_stepped.add(id(opt))
-        if not self._manual_steps and self.seen.required_optimizers() <= self._stepped:
-            self._end_step()
 
     # --- steps -----------------------------------------------------------------------------------
     def _end_step(self, closing: bool = False, partial: bool = False) -> None:

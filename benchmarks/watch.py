@@ -28,11 +28,13 @@ from memlens.core.stats import median_pair_ratio
 # (example, its arguments, has the target): the examples at their own sizes (PyTorch's
 # word_language_model's, and a DCGAN at CIFAR's size), and at toy sizes (--tiny: steps of
 # a few ms; rnn_lm --micro: about 2 ms), where memlens's fixed cost a step shows most:
-# reported, no target.
+# reported, no target; and `mlp`, benchmarks/_mlp_step.py: a 2 ms step of the tutorials'
+# loop (an MLP, Adam, a loss module), the shape most scripts have.
 CASES = [("rnn_lm", [], True), ("dcgan", ["--sample-every", "10"], True),
          ("rnn_lm", ["--tiny"], False), ("dcgan", ["--sample-every", "10", "--tiny"], False),
-         ("rnn_lm", ["--micro"], False)]
+         ("rnn_lm", ["--micro"], False), ("mlp", [], False)]
 TOY_SIZES = {"--tiny": "toy sizes (--tiny)", "--micro": "a 2 ms step (--micro)"}
+SCRIPTS = {"mlp": ROOT / "benchmarks" / "_mlp_step.py"}  # else examples/NAME.py
 OVERHEAD_LIMIT = 1.05
 FOLLOW_LIMIT_MS = 250.0
 # A sharded job (examples/fsdp.py at the sizes of the sharded tests: FSDP2 on 2 processes,
@@ -62,6 +64,8 @@ def _label(name: str, extra: list[str]) -> tuple[str, str]:
     for flag, size in TOY_SIZES.items():
         if flag in extra:
             return f"{name}_{flag[2:]}", size
+    if name in SCRIPTS:
+        return f"{name}_2ms", "a 2 ms step (an MLP with Adam)"
     return name, "own sizes"
 
 
@@ -72,9 +76,11 @@ def in_process(s: Settings) -> list[Figure]:
     for name, extra, target in CASES:
         if s.quick and not target:
             continue  # the smoke run: the targets only
-        per_block = 12 if set(TOY_SIZES) & set(extra) else 8
-        cmd = [sys.executable, "-m", "benchmarks._watch_probe",
-               str(ROOT / "examples" / f"{name}.py"), str(blocks), str(per_block), "--", *extra]
+        short = name in SCRIPTS or set(TOY_SIZES) & set(extra)
+        per_block = 12 if short else 8
+        script = SCRIPTS.get(name, ROOT / "examples" / f"{name}.py")
+        cmd = [sys.executable, "-m", "benchmarks._watch_probe", str(script), str(blocks),
+               str(per_block), "--", *extra]
         done = subprocess.run(cmd, cwd=ROOT, env=_env(s.threads), check=True,
                               capture_output=True, text=True)
         times = json.loads(done.stdout.strip().splitlines()[-1])

@@ -118,6 +118,8 @@ def test_auto_measures_more_pairs_while_the_cost_is_too_close_to_call(cost):
     start = FIRST_DETAILED + 2 * CALIBRATION_PAIRS
     _calibrate(policy, times, start)
     assert policy.every is None and policy.chosen == "measuring"  # too close to call
+    # (what run.json says of a run that ends here)
+    assert f"{CALIBRATION_PAIRS} pairs of steps so far" in policy.describe()["why"]
     step = start
     while policy.every is None and step < FIRST_DETAILED + 2 * MAX_CALIBRATION_PAIRS:
         assert policy.want(step) == (step - FIRST_DETAILED) % 2  # off, on, off, on...
@@ -156,6 +158,20 @@ def test_auto_decides_at_once_where_the_cost_is_clear_of_the_noise():
             break
     assert len(wants) == FIRST_DETAILED + 2 * CALIBRATION_PAIRS + 2  # one pair lost
     assert policy.every > 1 and f"over {CALIBRATION_PAIRS} pairs" in policy.why
+
+
+def test_a_run_that_ends_while_auto_measures_says_how_far_it_got(tmp_path, capsys):
+    """A script shorter than auto's calibration: the steps after the first ones alternate
+    without and with the detail (memory.csv's carried rows show which), and run.json says
+    it was still measuring and over how many pairs, not "0 pairs" from its start."""
+    pairs = CALIBRATION_PAIRS - 2
+    steps = FIRST_DETAILED + 2 * pairs + 1  # ends on a step without the detail
+    code, _, doc = watched(tmp_path, capsys, [str(steps), "1000"], detail="auto")
+    carried = {int(r["step"]) for r in rows(tmp_path / "run", "memory.csv")
+               if r["carried"] == "1"}
+    assert code == 0 and carried == set(range(FIRST_DETAILED, steps, 2))
+    assert doc["detail"]["chosen"] == "measuring"
+    assert f"{len(carried) - 1} pairs of steps so far" in doc["detail"]["why"]
 
 
 def test_every_nth_step_measures_what_is_saved_and_the_others_carry_it(tmp_path, capsys):

@@ -84,8 +84,12 @@ class DetailPolicy:
         return "every step" if self.every == 1 else f"every {self.every} steps"
 
     def describe(self) -> dict:
+        why = self.why
+        if self.every is None:  # (a run may end before it has chosen: said as it stands)
+            why = (f"measuring the detail's cost: {len(self._pairs)} pairs of steps so far "
+                   f"(at least {CALIBRATION_PAIRS}), a step without it, then one with it")
         return {"mode": self.mode if isinstance(self.mode, str) else int(self.mode),
-                "chosen": self.chosen, "why": self.why, "triggered": dict(self.triggered)}
+                "chosen": self.chosen, "why": why, "triggered": dict(self.triggered)}
 
     def trigger(self, reason: str) -> None:
         """Something changed (a new input shape, a toggle, a model called from a new site,

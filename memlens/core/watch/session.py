@@ -237,6 +237,8 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
                         NOTHING_FOUND_HELP)
         if exit_code is not None:
             self.exit_code = exit_code
+        if self.detail.policy.every is None:  # ended while auto measured: how far it got
+            self._guard(self.sink.on_start, {"detail": self.detail.describe()})
         self._finish_files(summary(self, error))
         atexit.unregister(self._at_exit)
         if self.announce:

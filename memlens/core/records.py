@@ -301,10 +301,6 @@ def edge_totals(params: int, buffers: int, rows: list[tuple],
                 buckets: Buckets = NO_BUCKETS) -> list[int]:
     """Each edge row's total (edge_samples' MemorySample.total), without making samples."""
     base = params + buffers
-    if not buckets.views:  # (no DDP views: Buckets.at is `fixed` for every row)
-        base += buckets.fixed
-        return [base + grads + opt + act + other + gathered
-                for _, _, grads, opt, act, other, _, _, gathered in rows]
     return [base + grads + opt + act + other + gathered + buckets.at(grads)
             for _, _, grads, opt, act, other, _, _, gathered in rows]
 

@@ -180,8 +180,6 @@ class StepRecorder:
             self.custom_ms[name] = self.custom_ms.get(name, 0.0) + spent
             self.custom_step_ms += spent
 
-    # enter and leave run at every phase edge, between kernels: the charge of the phase
-    # under way is written out in them where it is a step's phase (a frame costs there)
     def enter(self, name: str) -> None:
         """A phase begins (inside the one running, if any)."""
         self.activity = True
@@ -189,15 +187,8 @@ class StepRecorder:
         if self._idle:
             self._idle = False
             self._step_t0 = self.since = now
-        stack = self._stack
-        top = stack[-1]
-        if top in self.ms:
-            self.ms[top] += (now - self.since) * 1e3
-        elif top == OTHER:
-            self.other_ms += (now - self.since) * 1e3
-        else:
-            self._charge(now)
-        stack.append(name)
+        self._charge(now)
+        self._stack.append(name)
         self.since = now
         if self._precise is not None:
             self.rec.begin_phase(self.step, name)  # new storages filed under the phase
@@ -206,14 +197,8 @@ class StepRecorder:
         """The innermost phase ends; its sample is taken (where it is one of PHASES and
         `sample`: else the driver takes it later with `sample`). Returns its name."""
         now = self.clock()
+        self._charge(now)
         stack = self._stack
-        top = stack[-1]
-        if top in self.ms:
-            self.ms[top] += (now - self.since) * 1e3
-        elif top == OTHER:
-            self.other_ms += (now - self.since) * 1e3
-        else:
-            self._charge(now)
         name = stack.pop() if len(stack) > 1 else OTHER
         self.since = now
         code = _SAMPLED.get(name) if sample else None

@@ -161,8 +161,7 @@ class Discovery:
         self.found.candidates = self._held
         self.models_seen: dict[str, dict] = {}  # kept after the models are gone
         self.optimizers_seen: dict[int, str] = {}
-        # optimizers measured, by id (none a wrapper: add_optimizer files the one wrapped)
-        self.active_ids: dict[int, weakref.ref] = {}
+        self._active_ids: dict[int, weakref.ref] = {}  # optimizers measured, by id
         self._required: set[int] = set()  # required_optimizers' answer for _required_key
         self._required_key: tuple | None = None
         self.probe_stale = True  # a model or an optimizer was found since the probe was made
@@ -207,7 +206,7 @@ class Discovery:
         inner = o.__dict__.get("optimizer")
         if isinstance(inner, torch.optim.Optimizer):
             o = inner
-        known = self.active_ids.get(id(o))
+        known = self._active_ids.get(id(o))
         if known is not None and known() is o:
             return  # the usual case, every step: measured already (so a candidate too)
         if all(r() is not o for r in self._candidates):
@@ -217,7 +216,7 @@ class Discovery:
             self._held.append(weakref.ref(o))
             self.probe_stale = True  # its parameters count from now on
         if active:
-            self.active_ids[id(o)] = ref = weakref.ref(o)
+            self._active_ids[id(o)] = ref = weakref.ref(o)
             self.found.optimizers_refs.append(ref)
             self.probe_stale = True
             self.optimizers_seen[id(o)] = type(o).__name__

@@ -3,8 +3,7 @@
 where every optimizer it waits for has stepped.
 
 A part of `WatchSession` (its base class), kept apart as FrameworkCalls is; it uses the
-session's state (`seen`, `norms`, `losses`, `steps`, `_guard`, `_fail`, the step's
-bookkeeping).
+session's state (`seen`, `norms`, `losses`, `steps`, `_guard`, the step's bookkeeping).
 """
 
 from __future__ import annotations
@@ -17,28 +16,17 @@ class OptimizerCalls:
         self._guard(self.seen.add_optimizer, opt, False)
 
     def optimizer_pre(self, opt, args, kwargs) -> None:
-        if not self.broken:  # (the guard written out: every step)
-            try:
-                self._optimizer_pre(opt, args, kwargs)
-            except Exception as exc:
-                self._fail(exc)
+        self._guard(self._optimizer_pre, opt, args, kwargs)
 
     def optimizer_post(self, opt) -> None:
-        if not self.broken:
-            try:
-                self._optimizer_post(opt)
-            except Exception as exc:
-                self._fail(exc)
+        self._guard(self._optimizer_post, opt)
 
     def _optimizer_pre(self, opt, args, kwargs) -> None:
-        known = self.seen.active_ids.get(id(opt))  # the usual case: measured, no wrapper
-        new = known is None or known() is not opt
-        if new and self.seen.is_wrapper(opt):  # accelerate's: the one it wraps steps, or not
+        if self.seen.is_wrapper(opt):  # accelerate's: the optimizer it wraps steps, or not
             return
         if self.interventions is not None:  # amp: the span closed, the gradients unscaled
             self.interventions.before_step(opt)
-        if new:
-            self.seen.add_optimizer(opt, active=True)
+        self.seen.add_optimizer(opt, active=True)
         if self.seen.probe_stale:
             self.measure.ensure(self.steps.step)
         if not self._manual_steps and id(opt) in self._stepped:
@@ -53,8 +41,7 @@ class OptimizerCalls:
         self.steps.enter("optimizer")
 
     def _optimizer_post(self, opt) -> None:
-        known = self.seen.active_ids.get(id(opt))
-        if (known is None or known() is not opt) and self.seen.is_wrapper(opt):
+        if self.seen.is_wrapper(opt):
             return
         self.steps.leave()
         if self._closure:

@@ -339,13 +339,11 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         if grad and self._after_backward and not self._manual_steps and (
                 not self.seen.required_optimizers()):
             self._end_step()
-        if self.stop_after:  # before the next step's work
-            check_step_limit(self.steps.step, self.stop_after)
+        check_step_limit(self.steps.step, self.stop_after)  # before the next step's work
         if self.seen.probe_stale:
             self.measure.ensure(self.steps.step)
         if grad:
-            if id(module) not in self.seen.called_models:
-                self.seen.note_called(module, info)
+            self.seen.note_called(module, info)
             if self.caches.pending:  # before this forward runs: what earlier steps cached
                 self.caches.scan(self.seen.models_by_name(), self.steps.step)
         site = dx.call_site(3)
@@ -404,33 +402,23 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
             self.book.eval_in_train(call)
 
     def zero_grad(self, original, owner, args: tuple, kwargs: dict) -> Any:
-        """(The guards are written out, as in root_call: this runs every step.)"""
         if self.broken:  # (a stopped recording's toggles stop with it)
             return original(owner, *args, **kwargs)
         call = None
         if self.interventions is not None:  # zero_grad=...: forced or skipped
             call = self.interventions.zero_grad(original, owner, args, kwargs)
-        try:
-            self._before_zero_grad(owner)
-            started = True
-        except Exception as exc:
-            self._fail(exc)
-            started = False
+        started = self._guard(self._before_zero_grad, owner)
         try:
             return original(owner, *args, **kwargs) if call is None else call()
         finally:
-            if started and not self.broken:
-                try:
-                    self.steps.leave()
-                except Exception as exc:
-                    self._fail(exc)
+            if started:
+                self._guard(self.steps.leave)
 
     def _before_zero_grad(self, owner) -> None:
         if (self._after_backward and not self.seen.required_optimizers()
                 and not self._manual_steps):
             self._end_step()
-        if self.stop_after:
-            check_step_limit(self.steps.step, self.stop_after)
+        check_step_limit(self.steps.step, self.stop_after)
         if isinstance(owner, torch.optim.Optimizer):
             self.seen.add_optimizer(owner, active=False)
         self.norms.cleared = True
@@ -449,12 +437,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
                 self.backward_depth -= 1
         # a gradient of tensors that are no parameters (a saliency map) trains nothing
         training = inputs is None or trains(inputs, self.found.parameters)
-        try:  # (the guards written out, as in root_call: this runs every step)
-            self._before_backward(tensors, training)
-            started = True
-        except Exception as exc:
-            self._fail(exc)
-            started = False
+        started = self._guard(self._before_backward, tensors, training)
         try:
             return call()
         except RuntimeError as exc:
@@ -468,12 +451,8 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
             raise
         finally:
             self.backward_depth -= 1
-            if started and not self.broken:
-                try:
-                    self.steps.leave()
-                    self._after_backward = self._after_backward or training
-                except Exception as exc:
-                    self._fail(exc)
+            if started:
+                self._guard(self._after_backward_call, training)
 
     def _before_backward(self, tensors, training: bool) -> None:
         ca = sys.modules.get("torch._dynamo.compiled_autograd")
@@ -490,6 +469,10 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         if not self.norms.cleared:  # cleared without zero_grad (p.grad = None)?
             self.norms.check_none(self.found.optimizers)
         self.steps.enter("backward")
+
+    def _after_backward_call(self, training: bool) -> None:
+        self.steps.leave()
+        self._after_backward = self._after_backward or training
 
     def _note_roots(self, roots: list[Tensor]) -> None:
         where = None

@@ -377,15 +377,24 @@ class LessonRunner:
                     writers[i].close()
             finally:
                 turns.finish(i)
-                turns.wait_all_finished()
+                if lesson.interleaved:
+                    turns.wait_all_finished()
 
-        jobs = [pool.submit(work, i, a) for i, a in enumerate(arms)]
+        # Interleaved arms take turns, each in a thread of its own. Arms that run one after
+        # the other (a process figure, the heap) do not overlap at all: the next arm builds
+        # its model once the last has ended and let go of its own, where a model built or
+        # freed during the other arm's steps moved that arm's heap under load.
+        batches = ([list(enumerate(arms))] if lesson.interleaved
+                   else [[(i, a)] for i, a in enumerate(arms)])
         try:
-            while not all(j.done() for j in jobs):  # timed waits: Ctrl-C reaches us
-                wait(jobs, timeout=0.2)
-        except KeyboardInterrupt:
-            self.stop()
-            wait(jobs)
+            for batch in batches:
+                jobs = [pool.submit(work, i, a) for i, a in batch]
+                try:
+                    while not all(j.done() for j in jobs):  # timed waits: Ctrl-C reaches us
+                        wait(jobs, timeout=0.2)
+                except KeyboardInterrupt:  # the arms still to run start stopped
+                    self.stop()
+                    wait(jobs)
         finally:
             with self._lock:
                 self._live = None

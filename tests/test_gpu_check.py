@@ -64,7 +64,7 @@ def test_dry_run_imports_collects_and_summarises_without_qt_or_plugins(bare_env,
     checks = summary["checks"]
     assert summary["result"] == "passed" and summary["qt_modules_loaded"] == []
     assert {n: c["status"] for n, c in checks.items()
-            if n not in ("watch", "watch_amp", "fsdp")} == dict.fromkeys(
+            if n not in ("watch", "watch_sync", "watch_amp", "fsdp")} == dict.fromkeys(
         ("pytest", "allocator", "snapshot", "amp"), "pass")
     # Every test of the two CUDA files is collected, counted here independently of pytest's
     # own output: test functions in the files, with test_cuda's 5-preset parametrisation.
@@ -77,6 +77,8 @@ def test_dry_run_imports_collects_and_summarises_without_qt_or_plugins(bare_env,
         "pass" if watch else "skip")
     toggles = (ROOT / "memlens" / "core" / "watch" / "amp_override.py").exists()
     assert checks["watch_amp"]["status"] == ("pass" if toggles else "skip")
+    deferred = (ROOT / "memlens" / "core" / "watch" / "device_reads.py").exists()
+    assert checks["watch_sync"]["status"] == ("pass" if deferred else "skip")
     # the FSDP case's CPU side: a watched 1-rank FSDP2 job on gloo, its figures checked
     fsdp = checks["fsdp"]["figures"]
     assert (fsdp["sharding"], fsdp["steps_rows"], fsdp["device"]) == ("fsdp2", 3, "cpu")
@@ -96,7 +98,7 @@ def test_arguments(bare_env, tmp_path):
     listed = run_check(bare_env, "--list")
     assert listed.returncode == 0
     assert [ln.split()[0] for ln in listed.stdout.splitlines()] == [
-        "pytest", "allocator", "snapshot", "amp", "watch", "watch_amp", "fsdp"]
+        "pytest", "allocator", "snapshot", "amp", "watch", "watch_sync", "watch_amp", "fsdp"]
     bad = run_check(bare_env, "--only", "nope", "--out", str(tmp_path))
     assert bad.returncode == 2 and "invalid choice" in bad.stderr
     assert not (tmp_path / "gpu_check.json").exists()

@@ -364,6 +364,83 @@ def check_watch(out: Path, dry_run: bool) -> dict | None:
     return figures
 
 
+WATCH_SYNC_SCRIPT = """\
+import json
+import warnings
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(64, 128), torch.nn.ReLU(),
+                            torch.nn.Linear(128, 1)).cuda()
+opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+x = torch.randn(32, 64, device="cuda")
+losses = []
+torch.cuda.set_sync_debug_mode("warn")  # every op that makes the CPU wait for the GPU
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    for step in range(8):
+        opt.zero_grad()
+        loss = model(x).pow(2).mean()
+        loss.backward()
+        opt.step()
+        losses.append(loss.detach())
+torch.cuda.set_sync_debug_mode(0)
+print("syncs", json.dumps(sorted({f"{w.filename}:{w.lineno}" for w in caught
+                                  if "synchroniz" in str(w.message)})))
+print("losses", json.dumps(torch.stack(losses).tolist()))
+"""
+
+
+def _printed(stdout: str, key: str):
+    line = next((x for x in stdout.splitlines() if x.startswith(key + " ")), None)
+    return None if line is None else json.loads(line[len(key) + 1:])
+
+
+def check_watch_sync(out: Path, dry_run: bool) -> dict | None:
+    """`main.py watch` never makes a step wait for the GPU: a script whose steps queue their
+    work without reading anything back runs under torch.cuda.set_sync_debug_mode("warn"),
+    and no synchronizing op is made from memlens's files (it reads a step's loss and grad
+    norm from pinned copies at the step's end: core/watch/device_reads.py); steps.csv's
+    losses are the script's own, and its result is the plain run's, bit for bit."""
+    if not (ROOT / "memlens" / "core" / "watch" / "device_reads.py").exists():
+        return None
+    work = out / "gpu_check_watch_sync"
+    work.mkdir(parents=True, exist_ok=True)
+    script = work / "train_sync.py"
+    script.write_text(WATCH_SYNC_SCRIPT)
+    if dry_run:  # the script at least parses
+        compile(WATCH_SYNC_SCRIPT, str(script), "exec")
+        return {"script": str(script)}
+    plain = _run([sys.executable, str(script)], 300, cwd=work)
+    watched = _run([sys.executable, str(ROOT / "main.py"), "watch", str(script), "--out",
+                    str(work / "run")], 600, cwd=work)
+    figures = {"plain_exit": plain.returncode, "watch_exit": watched.returncode,
+               "plain_syncs": _printed(plain.stdout, "syncs"),
+               "watched_syncs": _printed(watched.stdout, "syncs")}
+    if plain.returncode != 0 or watched.returncode != 0:
+        raise CheckFailed(f"exit {plain.returncode} plain, {watched.returncode} watched:\n"
+                          f"{_tail(watched.stderr)}", figures)
+    package = str(ROOT / "memlens") + os.sep  # a sync made from memlens's own code
+    ours = [s for s in figures["watched_syncs"] or [] if s.startswith(package)]
+    figures["memlens_syncs"] = ours
+    if ours:
+        raise CheckFailed("memlens made the script wait for the GPU inside its steps", figures)
+    losses = _printed(plain.stdout, "losses")
+    if losses != _printed(watched.stdout, "losses"):
+        raise CheckFailed("the watched script's losses differ from the plain run's", figures)
+    steps = next((work / "run").rglob("steps.csv"), None)
+    if steps is None:
+        raise CheckFailed("watch wrote no steps.csv", figures)
+    import csv
+
+    with steps.open(newline="") as f:
+        recorded = [float(r["loss"]) for r in csv.DictReader(f)]
+    figures["losses"], figures["recorded"] = losses, recorded
+    if len(recorded) != len(losses) or any(
+            not math.isclose(a, b, rel_tol=1e-5) for a, b in zip(recorded, losses, strict=True)):
+        raise CheckFailed("steps.csv's losses are not the script's", figures)
+    return figures
+
+
 def check_watch_amp(out: Path, dry_run: bool) -> dict | None:
     """`main.py watch --at 3:amp=fp16` on the CUDA script: CUDA autocast fp16 with memlens's
     GradScaler around backward and the optimizer step (core/watch/amp_override.py), which
@@ -477,7 +554,8 @@ def check_fsdp(out: Path, dry_run: bool) -> dict | None:
 
 
 CHECKS = {"pytest": check_pytest, "allocator": check_allocator, "snapshot": check_snapshot,
-          "amp": check_amp, "watch": check_watch, "watch_amp": check_watch_amp,
+          "amp": check_amp, "watch": check_watch, "watch_sync": check_watch_sync,
+          "watch_amp": check_watch_amp,
           "fsdp": check_fsdp}
 
 

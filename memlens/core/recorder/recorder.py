@@ -66,14 +66,22 @@ def sum_of_squares(grads: list[Tensor]) -> float:
         return total
     with torch.no_grad():
         try:
-            norms = torch._foreach_norm([g.detach() for g in grads])
-            return float(torch.linalg.vector_norm(
-                torch.stack([n.float().to(norms[0].device) for n in norms]))) ** 2
+            return float(device_sum_of_squares(grads))
         except (RuntimeError, NotImplementedError):  # sparse gradients: their values
             return float(sum(
                 float(torch.linalg.vector_norm(
                     (g.coalesce().values() if g.is_sparse else g).detach().float())) ** 2
                 for g in grads))
+
+
+def device_sum_of_squares(grads: list[Tensor]) -> Tensor:
+    """sum_of_squares as a float64 tensor on the first gradient's device, not read (on a GPU:
+    queued, no wait). One foreach kernel; raises on sparse gradients."""
+    with torch.no_grad():
+        norms = torch._foreach_norm([g.detach() for g in grads])
+        norm = torch.linalg.vector_norm(torch.stack([n.float().to(norms[0].device)
+                                                     for n in norms]))
+        return norm.double() ** 2  # the float32 norm squared in double, as float(norm) ** 2
 
 
 def phase_clock(device: torch.device, synchronize: bool = True

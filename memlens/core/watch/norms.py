@@ -7,7 +7,9 @@ closure runs zero_grad, forward and backward inside it (the session decides whic
 the native GradWatch takes each gradient's sum of squares as autograd writes it (a
 post-accumulate-grad hook, while it is in cache); a gradient changed since is read again.
 A sharded model's (FSDP2: DTensor gradients) is the norm of this rank's shards: the full
-norm would take a collective, and memlens never issues one.
+norm would take a collective, and memlens never issues one. On a GPU the norm is queued on
+the device and read at the step's end (core.watch.device_reads), diagnosis 3 with it: read
+before the optimizer step, it made the script wait for backward to finish.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from collections.abc import Callable
 
 from memlens.core.findings import GRADS_NOT_CLEARED, fix_of
 from memlens.core.recorder.keys import local_tensor
-from memlens.core.recorder.recorder import sum_of_squares
+from memlens.core.recorder.recorder import device_sum_of_squares, sum_of_squares
+from memlens.core.watch.device_reads import DeviceRead
 
 GROWING_STEPS = 3  # optimizer steps without clearing, each with a larger grad norm
 
@@ -33,13 +36,22 @@ class GradNorms:
         self.norm_sq = math.nan  # this step's, over every optimizer measured
         self.cleared = True  # zero_grad (or grads set to None, or replaced) since last step
         self._growing: list[float] = []
+        # a GPU's sums of squares, read at the step's end: (optimizer's type, read, cleared
+        # as it was, where diagnosis 3 would point or None)
+        self._queued: list[tuple[str, DeviceRead, bool, str | None]] = []
 
     def new_step(self) -> None:
         self.norm_sq = math.nan
+        self._queued = []
 
     @property
     def norm(self) -> float:
+        if self._queued:
+            self._read_queued()
         return math.sqrt(self.norm_sq) if self.norm_sq == self.norm_sq else math.nan
+
+    def _add(self, sq: float) -> None:
+        self.norm_sq = sq if self.norm_sq != self.norm_sq else self.norm_sq + sq
 
     def measure(self, opt, where) -> None:
         """Add `opt`'s gradients to the step's norm and check they were cleared. `where()`:
@@ -48,15 +60,30 @@ class GradNorms:
         if first is None:
             return
         sq = self._native_sum_of_squares(opt)
+        queued = None
         if sq < 0:  # a DTensor's gradient (FSDP2): its local shard's, as the native read
-            sq = sum_of_squares([t for g in opt.param_groups for p in g["params"]
-                                 if p.grad is not None and (t := local_tensor(p.grad)) is not None])
-        self.norm_sq = sq if self.norm_sq != self.norm_sq else self.norm_sq + sq
+            grads = [t for g in opt.param_groups for p in g["params"]
+                     if p.grad is not None and (t := local_tensor(p.grad)) is not None]
+            queued = _queue_on_gpu(grads)
+            if queued is None:
+                sq = sum_of_squares(grads)
         seen = self._last_grad.get(opt)
         if seen is None or seen() is not first:  # a new tensor: set, not accumulated into
             self.cleared = True
         self._last_grad[opt] = weakref.ref(first)
-        self._check_growing(opt, math.sqrt(sq), where)
+        name = type(opt).__name__
+        if queued is not None:  # where is found now, while the script's line is on the stack
+            self._queued.append((name, queued, self.cleared, None if self.cleared else where()))
+            return
+        self._add(sq)
+        self._check_growing(name, math.sqrt(sq), where, self.cleared)
+
+    def _read_queued(self) -> None:
+        queued, self._queued = self._queued, []
+        for name, read, cleared, site in queued:
+            sq = read.values()[0]
+            self._add(sq)
+            self._check_growing(name, math.sqrt(sq), lambda site=site: site, cleared)
 
     def check_none(self, optimizers) -> None:
         """Cleared without zero_grad: a first gradient set to None by hand."""
@@ -67,15 +94,16 @@ class GradNorms:
                         self.cleared = True
                     break
 
-    def _check_growing(self, opt, norm: float, where) -> None:
-        if self.cleared:
+    def _check_growing(self, name: str, norm: float, where, cleared: bool) -> None:
+        """`cleared`: as it was when the optimizer stepped."""
+        if cleared:
             self._growing = [norm]
             return
         self._growing.append(norm)
         norms = self._growing[-(GROWING_STEPS + 1):]
         if len(norms) > GROWING_STEPS and all(b > a for a, b in itertools.pairwise(norms)):
             self._report(GRADS_NOT_CLEARED, where(), (
-                f"{len(self._growing) - 1} optimizer steps of {type(opt).__name__} with no "
+                f"{len(self._growing) - 1} optimizer steps of {name} with no "
                 f"zero_grad between them; the grad norm grew {norms[0]:.3g} -> {norms[-1]:.3g}"),
                 "backward adds into .grad: without clearing, each step's gradient is the sum of "
                 "all the steps before, and the updates grow.",
@@ -104,6 +132,17 @@ class GradNorms:
     def close(self) -> None:
         for _n, _sum, watch in list(self._watches.values()):
             watch.uninstall()  # only the hooks still memlens's own
+
+
+def _queue_on_gpu(grads: list) -> DeviceRead | None:
+    """The gradients' sum of squares queued on their GPU, or None where they are not all on
+    one (read at once, sum_of_squares) or one is sparse."""
+    if not grads or (grads[0].device.type != "cuda" and not DeviceRead.defer_on_cpu):
+        return None
+    device = grads[0].device
+    if any(g.device != device or g.is_sparse for g in grads):
+        return None
+    return DeviceRead([device_sum_of_squares(grads)])
 
 
 def _first_grad(opt):

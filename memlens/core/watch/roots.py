@@ -9,7 +9,8 @@ apart in one step (a GAN's D and G) add up. An optimizer that evaluates its clos
 times in one step (LBFGS) counts the first evaluation once: the loss `step(closure)`
 returns. A gradient taken with respect to tensors that are no parameters (a saliency map,
 a gradient penalty's `autograd.grad(d_out, inputs)`) trains nothing: not a loss, and no
-step of its own.
+step of its own. On a GPU the values are read at the step's end, not at backward, where
+reading one would make the script wait for its forward (core.watch.device_reads).
 """
 
 from __future__ import annotations
@@ -19,32 +20,39 @@ from collections.abc import Callable, Iterable
 
 from torch import Tensor, nn
 
+from memlens.core.watch.device_reads import DeviceRead
+
 _MUL = "MulBackward0"  # GradScaler's `loss * scale` at a backward's root
 _SCALER_MIN = 2.0**8  # GradScaler's scale: a power of two, 2**16 at first
 
 
-def root_loss(root: Tensor) -> float:
+def root_loss(root: Tensor) -> DeviceRead:
     """The value a backward was given, as the script's `loss.item()` reads it, less
-    GradScaler's scale: `scaler.scale(loss)` multiplies by a tensor holding a power of two,
-    and the loss is the one before it."""
-    v = root.item()
-    value = float(v.real if isinstance(v, complex) else v)
+    GradScaler's scale (loss_value): read now on the CPU, at its first use on a GPU."""
     fn = root.grad_fn
-    if fn is None or type(fn).__name__ != _MUL:
-        return value
-    other = getattr(fn, "_saved_other", None)
-    if isinstance(other, Tensor) and other.numel() == 1 and not other.requires_grad:
-        factor = float(other.item())
+    if fn is not None and type(fn).__name__ == _MUL:
+        other = getattr(fn, "_saved_other", None)
+        if isinstance(other, Tensor) and other.numel() == 1 and not other.requires_grad:
+            return DeviceRead([root, other])
+    return DeviceRead([root])
+
+
+def loss_value(read: DeviceRead) -> float:
+    """`scaler.scale(loss)` multiplies by a tensor holding a power of two: the loss is the
+    one before it."""
+    values = read.values()
+    if len(values) == 2:
+        value, factor = values
         if factor >= _SCALER_MIN and math.log2(factor).is_integer():
             return value / factor
-    return value
+    return values[0]
 
 
 class StepLosses:
     """The losses of the step under way (see the module doc)."""
 
     def __init__(self) -> None:
-        self.values: list[float] = []
+        self.values: list[DeviceRead] = []
         self._closure_at: int | None = None  # len(values) where a closure's step began
 
     def add(self, root: Tensor) -> None:
@@ -61,7 +69,7 @@ class StepLosses:
 
     def value(self) -> float:
         """The step's loss: the sum of its backwards' values (NaN where none ran)."""
-        return math.fsum(self.values) if self.values else math.nan
+        return math.fsum(map(loss_value, self.values)) if self.values else math.nan
 
     def reset(self) -> None:
         self.values = []

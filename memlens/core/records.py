@@ -261,13 +261,15 @@ ALLOC_FRAME_COLUMN = 8
 class AllocBlock:
     """Precise mode's alloc/free events as one block: `table` is a float64 array with the
     columns of memlens.core.history.ALLOC_COLUMNS, its `frame` column an index into `frames` (the
-    recorder's stack texts, "file:line:function|...", shared and growing) or -1 for none.
+    recorder's stack texts, "file:line:function|...") or -1 for none. `shared`: `frames` is
+    the recorder's own list, the same object in each of its blocks, only ever appended to
+    (the native recorder's; a consumer may then keep its mapping from one block to the next).
     Sinks may take it as it is (RunHistory, the allocations file) or as rows (`tuples()`)."""
 
-    __slots__ = ("frames", "table")
+    __slots__ = ("frames", "shared", "table")
 
-    def __init__(self, table: Any, frames: list[str]) -> None:
-        self.table, self.frames = table, frames
+    def __init__(self, table: Any, frames: list[str], shared: bool = False) -> None:
+        self.table, self.frames, self.shared = table, frames, shared
 
     def __len__(self) -> int:
         return len(self.table)

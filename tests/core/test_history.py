@@ -120,3 +120,34 @@ def test_an_alloc_block_reads_its_stacks_from_the_frame_column():
     assert block.frame_texts() == ["b.py:2:g", ""]
     assert [r[ALLOC_COLUMNS.index("bytes")] for r in block.tuples()] == [512, 64]
     assert [r[-1] for r in block.tuples()] == ["b.py:2:g", ""]
+
+
+def test_a_recorders_shared_frames_map_to_the_same_texts_block_after_block():
+    """The native recorder's blocks share one growing list of stack texts; a consumer maps
+    their stack ids with a table kept between blocks. Each row must name the text it named
+    in the block (read with frame_texts, which maps nothing), the consumer's frames must be
+    each distinct text once, and a second consumer mapping the same blocks without the
+    table must end with the same frames and rows."""
+    from memlens.core.history import ALLOC_COLUMNS
+    from memlens.core.records import ALLOC_FRAME_COLUMN, AllocBlock
+
+    rng = np.random.default_rng(0)
+    frames: list[str] = []  # the recorder's, grown as new stacks appear
+    kept, plain = RunHistory(), RunHistory()
+    texts = []
+    for _ in range(12):
+        for _ in range(int(rng.integers(0, 4))):  # a text may repeat under a new stack id
+            frames.append(f"f{int(rng.integers(0, 8))}.py:1:g")
+        table = np.zeros((40, len(ALLOC_COLUMNS)))
+        table[:, ALLOC_FRAME_COLUMN] = rng.integers(-1, len(frames), 40) if frames else -1
+        shared = AllocBlock(table, frames, shared=True)
+        texts += shared.frame_texts()
+        kept.on_allocations(shared)
+        plain.on_allocations(AllocBlock(table, list(frames)))  # a fresh list each block
+    for history in (kept, plain):
+        column = history.allocs.column("frame").astype(int)
+        named = ["" if i < 0 else history.frames[i] for i in column]
+        assert named == texts
+        assert sorted(history.frames) == sorted(set(texts))
+    assert kept.frames == plain.frames
+    assert np.array_equal(kept.allocs.column("frame"), plain.allocs.column("frame"))

@@ -117,7 +117,7 @@ class NativeStorageTracker:
         """Pending alloc/free events as one block (StorageTracker gives the same as rows)."""
         table, texts = self._rec.drain()
         self._frames.extend(text for _id, text in texts)  # ids come in order
-        return AllocBlock(table, self._frames)
+        return AllocBlock(table, self._frames, shared=True)
 
 
 def make_precise_tracker(t0: float, device, with_frames: bool = True):

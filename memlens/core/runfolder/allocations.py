@@ -106,6 +106,7 @@ class AllocationsStream:
         self._frames_fh = open(folder / FRAMES_JSONL, "w", encoding="utf-8")  # noqa: SIM115
         _write_all(self._fh.fileno(), _header(0))
         self._frame_ids: dict[str, int] = {}
+        self._frame_luts: dict = {}  # remap_frames's, by recorder
         self.rows = 0
 
     def append(self, rows: list[tuple] | AllocBlock) -> None:
@@ -113,7 +114,7 @@ class AllocationsStream:
         values with a frames string last)."""
         if not len(rows):
             return
-        table, new = remap_frames(as_alloc_block(rows), self._frame_ids)
+        table, new = remap_frames(as_alloc_block(rows), self._frame_ids, self._frame_luts)
         self._write_frames(new)
         self._write_rows(records(table).tobytes(), len(table))
 

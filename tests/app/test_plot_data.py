@@ -575,3 +575,44 @@ def test_memory_plot_draws_the_buffers_band_and_its_legend_says_what_each_band_h
     assert "buffers" in legend and "amp_casts" not in legend  # listed where it holds bytes
     tip = plot.getPlotItem().titleLabel.toolTip()
     assert all(c in tip and CATEGORY_HELP[c] in tip for c in MEMORY_CATEGORIES)
+
+
+def test_the_layers_bins_keep_only_the_categories_a_run_has_and_stay_exact():
+    """A run has bytes in a few of the ten categories; the layers' bins keep those only (a
+    category with none is the layer below it), and a category that first shows late (AMP
+    switched on at step 3000) has the rows before it binned anew. What the chart draws stays
+    the stack decimated from the full rows, before and after."""
+    from memlens.core.records import MemorySample
+
+    h = RunHistory()
+    series = RunSeries(h)
+    rng = np.random.default_rng(11)
+    cats = list(MEMORY_CATEGORIES)
+
+    def add(steps, amp: bool):
+        for step in steps:
+            for i, phase in enumerate(("zero_grad", "forward", "backward", "optimizer")):
+                acts = int(rng.integers(1, 1 << 20)) if phase == "forward" else 0
+                h.add_sample(MemorySample(step, phase, step + i / 4, 4096, 2048 * (i > 1),
+                                          8192, acts, int(rng.integers(0, 512)),
+                                          amp_casts=acts // 2 if amp else 0))
+
+    def check():
+        x, rows = h.samples.column("x"), h.samples.rows()
+        full = np.cumsum(rows[:, [h.samples.index[c] for c in cats]], axis=1).T
+        had = [c for c in cats if (h.samples.column(c) != 0).any()]  # counted here
+        assert series.samples.pyramids["layers"].channels == len(had)
+        for x0, x1, points in ((-1, 1e9, 400), (-1, 1e9, 60), (100, 2900, 200),
+                               (2500, 3600, 2000), (1234.5, 1290, 20)):
+            sl = series.samples.visible(x0, x1)
+            got = series.samples.decimate("layers", sl, points)
+            want = stacked_moments(x, full, sl, points)
+            np.testing.assert_array_equal(got[0], want[0])
+            np.testing.assert_allclose(got[1], want[1], rtol=1e-6)
+
+    add(range(3000), amp=False)
+    series.pull()
+    check()  # params, grads, optimizer, activations, other: 5 of 10
+    add(range(3000, 4000), amp=True)
+    series.pull()
+    check()  # amp_casts from step 3000

@@ -52,18 +52,54 @@ class PlottedTable:
         self.pyramids: dict[str, BinPyramid] = {}
         self.starts = Growing(1, np.float64)  # x of the first row of every level-0 bin
         self.n = 0
+        # a stacked group's bins keep only these channels (set_kept), and where each of the
+        # group's channels is read from among them (-1: zero)
+        self._kept: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self.last_x = math.nan
         for name, group in groups.items():
             self.add_group(name, group)
 
     def add_group(self, name: str, group: tuple[int, str, Channels]) -> None:
         """Start keeping a group; rows already pulled are read back from the history."""
-        channels, kind, values = group
         self.groups[name] = group
-        pyramid = self.pyramids[name] = BinPyramid(channels, kind == MIN_MAX,
-                                                   moments=kind == MOMENTS)
+        self._rebin(name)
+
+    def _rebin(self, name: str) -> None:
+        channels, kind, values = self.groups[name]
+        kept = self._kept.get(name)
+        pyramid = self.pyramids[name] = BinPyramid(
+            channels if kept is None else len(kept[0]), kind == MIN_MAX,
+            moments=kind == MOMENTS)
         for start in range(0, self.n, PULL_ROWS):
-            pyramid.append(values(self.table.rows(start, min(start + PULL_ROWS, self.n))))
+            pyramid.append(self._binned(name, values(
+                self.table.rows(start, min(start + PULL_ROWS, self.n)))))
+
+    def set_kept(self, name: str, kept: list[int]) -> None:
+        """A stacked group (cumulative layers: a channel whose own rows are all zero equals
+        the one below it) keeps in its bins only the channels `kept`, in order, the last of
+        them its top: the others are read from the nearest kept one below (or are zero).
+        Rows already pulled are binned anew from the history (a rare event: a run's memory
+        categories show in its first steps)."""
+        channels = self.groups[name][0]
+        source = np.full(channels, -1)
+        for j, c in enumerate(kept):
+            source[c:] = j
+        self._kept[name] = (np.asarray(kept), source)
+        self._rebin(name)
+
+    def _binned(self, name: str, values: np.ndarray) -> np.ndarray:
+        kept = self._kept.get(name)
+        return values if kept is None else values[kept[0]]
+
+    def _unbinned(self, name: str, binned: np.ndarray | None) -> np.ndarray | None:
+        """A group's bins (kept channels) as all of its channels."""
+        kept = self._kept.get(name)
+        if kept is None or binned is None:
+            return binned
+        source = kept[1]
+        out = binned[np.maximum(source, 0)]
+        out[source < 0] = 0
+        return out
 
     # --- pulling ----------------------------------------------------------------------------
     def pull(self, on_rows: Callable[[np.ndarray], None] | None = None) -> int:
@@ -78,7 +114,7 @@ class PlottedTable:
             x = rows[:, self._x]
             self.starts.append(x[(-self.n) % BASE :: BASE][None, :])
             for name, (_c, _lines, values) in self.groups.items():
-                self.pyramids[name].append(values(rows))
+                self.pyramids[name].append(self._binned(name, values(rows)))
             self.n += len(rows)
             self.last_x = float(x[-1])
             taken += len(rows)
@@ -133,7 +169,9 @@ class PlottedTable:
         else:
             pyramid = self.pyramids[group]
             level = level_of(k)
-            hi, lo = pyramid.peaks(level, b0, b1) if b1 > b0 else _empty(channels, kind)
+            hi, lo = pyramid.peaks(level, b0, b1) if b1 > b0 else _empty(pyramid.channels,
+                                                                          kind)
+            hi, lo = self._unbinned(group, hi), self._unbinned(group, lo)
             per = k // BASE
             xs = self.starts.view[0][b0 * per : b1 * per : per]
             tail, tail_x = self._tail(group, b1 * k, i1)
@@ -161,7 +199,7 @@ class PlottedTable:
         parts = []
         if c1 > c0:
             hi, lo = self.pyramids[group].peaks(0, c0, c1)
-            parts.append(_peaks_of(hi, lo, kind))
+            parts.append(_peaks_of(self._unbinned(group, hi), self._unbinned(group, lo), kind))
         if c1 * BASE < t1:
             parts.append(_peaks(self.rows(group, c1 * BASE, t1)[1], kind))
         his = np.stack([p[0] for p in parts], axis=-1)
@@ -237,6 +275,9 @@ class RunSeries:
         self.has_carried = False  # some sample carries its saved-for-backward figures
         self.peak = 0.0  # highest per-step peak so far
         self.last_total = math.nan  # the newest sample's total bytes
+        # The categories some sample had bytes in: the layers' bins keep only those (a run
+        # has 5 or 6 of the 10; 10 layers were two thirds of a long run's plot data)
+        self._categories: list[int] = []
 
     def _layers(self, rows: np.ndarray) -> np.ndarray:
         # Two groups of a table read the same stacked sums of one chunk: made once.
@@ -277,6 +318,10 @@ class RunSeries:
 
     def _on_sample_rows(self, rows: np.ndarray) -> None:
         self.last_total = float(np.sum(rows[-1, self._cat_cols]))
+        seen = np.flatnonzero((rows[:, self._cat_cols] != 0).any(axis=0))  # NaN: seen
+        if len(seen) and not set(seen.tolist()) <= set(self._categories):
+            self._categories = sorted(set(self._categories) | set(seen.tolist()))
+            self.samples.set_kept("layers", self._categories)
         if not self.has_reserved and np.isfinite(rows[:, self._alloc_cols[1]]).any():
             self.has_reserved = True  # a CUDA run: keep allocated and reserved from now on
             self.samples.add_group("allocator", (2, MIN_MAX, self._allocator))

@@ -580,8 +580,10 @@ def test_memory_plot_draws_the_buffers_band_and_its_legend_says_what_each_band_h
 def test_the_layers_bins_keep_only_the_categories_a_run_has_and_stay_exact():
     """A run has bytes in a few of the ten categories; the layers' bins keep those only (a
     category with none is the layer below it), and a category that first shows late (AMP
-    switched on at step 3000) has the rows before it binned anew. What the chart draws stays
-    the stack decimated from the full rows, before and after."""
+    switched on at step 3000) gets bins for the rows before it from the layer below's,
+    without reading them again (a long run's history is mostly on disk, and the window
+    pulls on the GUI thread). What the chart draws stays the stack decimated from the full
+    rows, before and after."""
     from memlens.core.records import MemorySample
 
     h = RunHistory()
@@ -614,5 +616,10 @@ def test_the_layers_bins_keep_only_the_categories_a_run_has_and_stay_exact():
     series.pull()
     check()  # params, grads, optimizer, activations, other: 5 of 10
     add(range(3000, 4000), amp=True)
+    pulled, starts, rows = series.sample_count, [], h.samples.rows
+    h.samples.rows = lambda start=0, *a, **k: starts.append(start) or rows(start, *a, **k)
     series.pull()
+    del h.samples.rows
+    # the new layer's earlier bins come from the bins there were: no old row read again
+    assert starts and min(starts) >= pulled
     check()  # amp_casts from step 3000

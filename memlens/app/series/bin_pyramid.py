@@ -39,6 +39,12 @@ class Growing:
     def view(self) -> np.ndarray:
         return self._data[:, : self.n]
 
+    def select(self, rows: np.ndarray) -> None:
+        """Keep channels `rows` of the old ones, in that order (-1: a channel of zeros)."""
+        data = self._data[np.maximum(rows, 0)]
+        data[rows < 0] = 0
+        self._data = data
+
     @property
     def nbytes(self) -> int:
         return self._data.nbytes
@@ -111,6 +117,14 @@ class BinPyramid:
             self.hi[lv].append(_pairs(np.fmax, self.hi[lv - 1].view[:, start:stop]))
             if self.with_min:
                 self.lo[lv].append(_pairs(np.fmin, self.lo[lv - 1].view[:, start:stop]))
+
+    def select(self, rows: np.ndarray) -> None:
+        """Keep channels `rows` of the old ones in every bin, in that order (-1: zeros)."""
+        for g in (*self.hi, *self.lo):
+            g.select(rows)
+        carry = self._carry[np.maximum(rows, 0)]
+        carry[rows < 0] = 0
+        self._carry, self.channels = carry, len(rows)
 
     def _level(self, level: int) -> Growing:
         while level >= len(self.hi):

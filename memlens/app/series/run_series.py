@@ -61,31 +61,28 @@ class PlottedTable:
 
     def add_group(self, name: str, group: tuple[int, str, Channels]) -> None:
         """Start keeping a group; rows already pulled are read back from the history."""
+        channels, kind, values = group
         self.groups[name] = group
-        self._rebin(name)
-
-    def _rebin(self, name: str) -> None:
-        channels, kind, values = self.groups[name]
-        kept = self._kept.get(name)
-        pyramid = self.pyramids[name] = BinPyramid(
-            channels if kept is None else len(kept[0]), kind == MIN_MAX,
-            moments=kind == MOMENTS)
+        pyramid = self.pyramids[name] = BinPyramid(channels, kind == MIN_MAX,
+                                                   moments=kind == MOMENTS)
         for start in range(0, self.n, PULL_ROWS):
-            pyramid.append(self._binned(name, values(
-                self.table.rows(start, min(start + PULL_ROWS, self.n)))))
+            pyramid.append(values(self.table.rows(start, min(start + PULL_ROWS, self.n))))
 
     def set_kept(self, name: str, kept: list[int]) -> None:
         """A stacked group (cumulative layers: a channel whose own rows are all zero equals
         the one below it) keeps in its bins only the channels `kept`, in order, the last of
         them its top: the others are read from the nearest kept one below (or are zero).
-        Rows already pulled are binned anew from the history (a rare event: a run's memory
-        categories show in its first steps)."""
+        `kept` only grows, before the rows that made it grow are binned: a channel kept from
+        now on had no bytes of its own in the rows binned so far, so its bins are made from
+        those of the channel below it, never by reading the history again."""
         channels = self.groups[name][0]
+        old = self._kept.get(name)
+        old_source = np.arange(channels) if old is None else old[1]
         source = np.full(channels, -1)
         for j, c in enumerate(kept):
             source[c:] = j
         self._kept[name] = (np.asarray(kept), source)
-        self._rebin(name)
+        self.pyramids[name].select(old_source[kept])
 
     def _binned(self, name: str, values: np.ndarray) -> np.ndarray:
         kept = self._kept.get(name)

@@ -166,7 +166,14 @@ class Recorder : public c10::MemoryReportingInfoBase {
   // internal: substrings (or, ending in '*', prefixes) of the file names whose frames are
   // left out of stacks. with_frames false: no stacks at all.
   Recorder(int64_t t0_us, bool with_frames, std::vector<std::string> internal)
-      : t0_us_(t0_us), with_frames_(with_frames), internal_(std::move(internal)) {}
+      : t0_us_(t0_us), with_frames_(with_frames), internal_(std::move(internal)) {
+    // A step makes a few hundred events: no rehash or regrowth once the first steps have
+    // sized them (each allocation of the user's is one of these, inside c10's allocator)
+    live_.reserve(4096);
+    records_.reserve(4096);
+    events_.reserve(1024);
+    frames_.reserve(kStackFrames);
+  }
 
   ~Recorder() override {
     // The code objects stacks refer to are released by clear() (the Python wrapper calls
@@ -304,6 +311,7 @@ class Recorder : public c10::MemoryReportingInfoBase {
     {
       std::lock_guard<std::mutex> lock(mu_);
       events.swap(events_);
+      events_.swap(spare_);  // the buffer of the drain before, emptied, its capacity kept
     }
     const auto n = static_cast<py::ssize_t>(events.size());
     py::array_t<double> rows({n, static_cast<py::ssize_t>(9)});
@@ -328,6 +336,8 @@ class Recorder : public c10::MemoryReportingInfoBase {
           records_.erase(it);
         }
       }
+      events.clear();
+      spare_.swap(events);  // the next drain's buffer for events_
     }
     py::list texts;
     for (; texts_done_ < stacks_.size(); ++texts_done_) {
@@ -418,8 +428,8 @@ class Recorder : public c10::MemoryReportingInfoBase {
 
   // GIL held, owner thread. The id of the current Python stack.
   int64_t capture_stack() {
-    std::vector<Frame> frames;
-    frames.reserve(kStackFrames);
+    std::vector<Frame>& frames = frames_;  // looked up as it is, copied only when new
+    frames.clear();
     PyFrameObject* f = PyThreadState_GetFrame(PyThreadState_Get());
     while (f != nullptr && static_cast<int>(frames.size()) < kStackFrames) {
       PyCodeObject* code = PyFrame_GetCode(f);
@@ -438,7 +448,7 @@ class Recorder : public c10::MemoryReportingInfoBase {
     }
     const auto id = static_cast<int64_t>(stacks_.size());
     stack_ids_.emplace(frames, id);  // code objects already held by internal_code_
-    stacks_.push_back(std::move(frames));
+    stacks_.push_back(frames);
     return id;
   }
 
@@ -480,6 +490,8 @@ class Recorder : public c10::MemoryReportingInfoBase {
   std::unordered_map<Key, int64_t, KeyHash> live_;
   std::unordered_map<int64_t, Record> records_;
   std::vector<Event> events_;
+  std::vector<Event> spare_;  // drain's: events_'s next buffer
+  std::vector<Frame> frames_;  // capture_stack's, GIL held
   int64_t live_bytes_ = 0;
   int64_t peak_bytes_ = 0;
   int64_t next_id_ = 0;

@@ -26,33 +26,43 @@ _MUL = "MulBackward0"  # GradScaler's `loss * scale` at a backward's root
 _SCALER_MIN = 2.0**8  # GradScaler's scale: a power of two, 2**16 at first
 
 
-def root_loss(root: Tensor) -> DeviceRead:
+def root_loss(root: Tensor) -> float | DeviceRead:
     """The value a backward was given, as the script's `loss.item()` reads it, less
-    GradScaler's scale (loss_value): read now on the CPU, at its first use on a GPU."""
+    GradScaler's scale (`scaler.scale(loss)` multiplies by a tensor holding a power of two,
+    and the loss is the one before it): on the CPU the value, on a GPU its read (loss_value
+    reads it, at the step's end)."""
     fn = root.grad_fn
+    other = None
     if fn is not None and type(fn).__name__ == _MUL:
-        other = getattr(fn, "_saved_other", None)
-        if isinstance(other, Tensor) and other.numel() == 1 and not other.requires_grad:
-            return DeviceRead([root, other])
-    return DeviceRead([root])
+        saved = getattr(fn, "_saved_other", None)
+        if isinstance(saved, Tensor) and saved.numel() == 1 and not saved.requires_grad:
+            other = saved
+    if root.is_cuda or DeviceRead.defer_on_cpu:
+        return DeviceRead([root] if other is None else [root, other])
+    v = root.item()  # (written out: once a backward, on every CPU step)
+    value = float(v.real if isinstance(v, complex) else v)
+    return value if other is None else _unscaled(value, float(other.item()))
 
 
-def loss_value(read: DeviceRead) -> float:
-    """`scaler.scale(loss)` multiplies by a tensor holding a power of two: the loss is the
-    one before it."""
+def loss_value(read: float | DeviceRead) -> float:
+    """A value root_loss gave, read."""
+    if isinstance(read, float):
+        return read
     values = read.values()
-    if len(values) == 2:
-        value, factor = values
-        if factor >= _SCALER_MIN and math.log2(factor).is_integer():
-            return value / factor
-    return values[0]
+    return values[0] if len(values) == 1 else _unscaled(*values)
+
+
+def _unscaled(value: float, factor: float) -> float:
+    if factor >= _SCALER_MIN and math.log2(factor).is_integer():
+        return value / factor
+    return value
 
 
 class StepLosses:
     """The losses of the step under way (see the module doc)."""
 
     def __init__(self) -> None:
-        self.values: list[DeviceRead] = []
+        self.values: list[float | DeviceRead] = []
         self._closure_at: int | None = None  # len(values) where a closure's step began
 
     def add(self, root: Tensor) -> None:

@@ -577,13 +577,14 @@ def test_memory_plot_draws_the_buffers_band_and_its_legend_says_what_each_band_h
     assert all(c in tip and CATEGORY_HELP[c] in tip for c in MEMORY_CATEGORIES)
 
 
-def test_the_layers_bins_keep_only_the_categories_a_run_has_and_stay_exact():
+@pytest.mark.parametrize("params", [4096, 0])  # 0: the bottom layers have no bytes
+def test_the_layers_bins_keep_only_the_categories_a_run_has_and_stay_exact(params):
     """A run has bytes in a few of the ten categories; the layers' bins keep those only (a
-    category with none is the layer below it), and a category that first shows late (AMP
-    switched on at step 3000) gets bins for the rows before it from the layer below's,
-    without reading them again (a long run's history is mostly on disk, and the window
-    pulls on the GUI thread). What the chart draws stays the stack decimated from the full
-    rows, before and after."""
+    category with none is the layer below it, or zero at the bottom), and a category that
+    first shows late (AMP switched on at step 3000) gets bins for the rows before it from
+    the layer below's, without reading them again (a long run's history is mostly on disk,
+    and the window pulls on the GUI thread). What the chart draws stays the stack decimated
+    from the full rows, before and after."""
     from memlens.core.records import MemorySample
 
     h = RunHistory()
@@ -595,7 +596,7 @@ def test_the_layers_bins_keep_only_the_categories_a_run_has_and_stay_exact():
         for step in steps:
             for i, phase in enumerate(("zero_grad", "forward", "backward", "optimizer")):
                 acts = int(rng.integers(1, 1 << 20)) if phase == "forward" else 0
-                h.add_sample(MemorySample(step, phase, step + i / 4, 4096, 2048 * (i > 1),
+                h.add_sample(MemorySample(step, phase, step + i / 4, params, 2048 * (i > 0),
                                           8192, acts, int(rng.integers(0, 512)),
                                           amp_casts=acts // 2 if amp else 0))
 

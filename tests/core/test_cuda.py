@@ -46,3 +46,22 @@ def test_cuda_fp16_with_grad_scaler_and_bf16_run():
 def test_cuda_precise_peak_is_exact_and_bounded_by_the_allocator_peak():
     history, _ = run("mlp", steps=3, device="cuda", precise=True)
     assert np.all(steps_col(history, "peak_bytes") >= steps_col(history, "allocated_bytes"))
+
+
+def test_a_gpu_value_read_at_the_steps_end_is_the_one_it_had():
+    """core/watch/device_reads.py on a GPU: pinned copies made as the GPU gets to them, read
+    later, equal what .item() read at once, even after the tensors change on the stream."""
+    from memlens.core.recorder.recorder import device_sum_of_squares, sum_of_squares
+    from memlens.core.watch.device_reads import DeviceRead
+
+    loss = torch.randn(64, device="cuda").pow(2).mean()
+    scale = torch.full((), 2.0**16, device="cuda")
+    want = [loss.item(), scale.item()]
+    read = DeviceRead([loss, scale])
+    loss.add_(1.0)  # queued after the copy: the read keeps the value it was given
+    assert read.values() == want
+    grads = [torch.randn(300, 7, device="cuda"), torch.randn(5, device="cuda")]
+    norm = DeviceRead([device_sum_of_squares(grads)])
+    assert norm.values()[0] == pytest.approx(sum_of_squares(grads), rel=1e-6)
+    cpu = sum(float((g.double() ** 2).sum()) for g in grads)  # counted here
+    assert norm.values()[0] == pytest.approx(cpu, rel=1e-5)

@@ -61,7 +61,8 @@ class GradNorms:
             return
         sq = self._native_sum_of_squares(opt)
         queued = None
-        if sq < 0:  # a DTensor's gradient (FSDP2): its local shard's, as the native read
+        if sq < 0:  # one the native read does not take: a GPU's (queued), a DTensor's
+            # (FSDP2: its local shard's, as the native read)
             grads = [t for g in opt.param_groups for p in g["params"]
                      if p.grad is not None and (t := local_tensor(p.grad)) is not None]
             queued = _queue_on_gpu(grads)

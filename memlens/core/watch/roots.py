@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 
 from torch import Tensor, nn
 
-from memlens.core.watch.device_reads import DeviceRead
+from memlens.core.watch.device_reads import DeviceRead, item_value
 
 _MUL = "MulBackward0"  # GradScaler's `loss * scale` at a backward's root
 _SCALER_MIN = 2.0**8  # GradScaler's scale: a power of two, 2**16 at first
@@ -39,9 +39,8 @@ def root_loss(root: Tensor) -> float | DeviceRead:
             other = saved
     if root.is_cuda or DeviceRead.defer_on_cpu:
         return DeviceRead([root] if other is None else [root, other])
-    v = root.item()  # (written out: once a backward, on every CPU step)
-    value = float(v.real if isinstance(v, complex) else v)
-    return value if other is None else _unscaled(value, float(other.item()))
+    value = item_value(root)
+    return value if other is None else _unscaled(value, item_value(other))
 
 
 def loss_value(read: float | DeviceRead) -> float:

@@ -137,33 +137,27 @@ def remap_frames(block: AllocBlock, ids: dict[str, int], luts: dict | None = Non
     took 150 us with a sort and a text look-up per stack)."""
     table = block.table
     sids = table[:, ALLOC_FRAME_COLUMN].astype(np.int64)
+    size = len(block.frames) + 1  # lut[sid + 1]: the consumer's index (sid -1: no stack)
     if luts is None or not block.shared:
-        stack_ids, where = np.unique(sids, return_inverse=True)
-        where = where.reshape(-1)
-        lut, first = np.full(len(stack_ids), _UNMAPPED), stack_ids
-        offset = None
-    else:  # lut[sid + 1] (sid -1: no stack); where = sids + 1
+        lut = np.full(size, _UNMAPPED)
+    else:
         entry = luts.get(id(block.frames))
         if entry is None or entry[0] is not block.frames:
             entry = luts[id(block.frames)] = [block.frames, np.full(1, _UNMAPPED)]
+        if len(entry[1]) < size:
+            entry[1] = np.concatenate([entry[1], np.full(size - len(entry[1]), _UNMAPPED)])
         lut = entry[1]
-        if len(lut) < len(block.frames) + 1:
-            lut = entry[1] = np.concatenate(
-                [lut, np.full(len(block.frames) + 1 - len(lut), _UNMAPPED)])
-        where = sids + 1
-        offset = 1
-        first = None
+    where = sids + 1
     mapped = lut[where]
     new: list[str] = []
     if (mapped == _UNMAPPED).any():  # texts this consumer has not numbered: in stack order
-        todo = first if offset is None else np.unique(sids[mapped == _UNMAPPED])
-        for j, sid in enumerate(todo.tolist()):
+        for sid in np.unique(sids[mapped == _UNMAPPED]).tolist():
             text = "" if sid < 0 else block.frames[sid]
             fid = ids.get(text)
             if fid is None:
                 fid = ids[text] = len(ids)
                 new.append(text)
-            lut[j if offset is None else sid + offset] = fid
+            lut[sid + 1] = fid
         mapped = lut[where]
     out = table.copy()  # a block can go to several sinks: never change it
     out[:, ALLOC_FRAME_COLUMN] = mapped

@@ -41,13 +41,18 @@ class Growing:
 
     def select(self, rows: np.ndarray) -> None:
         """Keep channels `rows` of the old ones, in that order (-1: a channel of zeros)."""
-        data = self._data[np.maximum(rows, 0)]
-        data[rows < 0] = 0
-        self._data = data
+        self._data = channels_of(self._data, rows)
 
     @property
     def nbytes(self) -> int:
         return self._data.nbytes
+
+
+def channels_of(a: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """Channels (first axis) `rows` of `a`, in that order, -1 a channel of zeros: a copy."""
+    out = a[np.maximum(rows, 0)]
+    out[rows < 0] = 0
+    return out
 
 
 def moment_of(block: np.ndarray, larger: bool) -> np.ndarray:
@@ -122,9 +127,7 @@ class BinPyramid:
         """Keep channels `rows` of the old ones in every bin, in that order (-1: zeros)."""
         for g in (*self.hi, *self.lo):
             g.select(rows)
-        carry = self._carry[np.maximum(rows, 0)]
-        carry[rows < 0] = 0
-        self._carry, self.channels = carry, len(rows)
+        self._carry, self.channels = channels_of(self._carry, rows), len(rows)
 
     def _level(self, level: int) -> Growing:
         while level >= len(self.hi):

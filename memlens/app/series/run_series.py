@@ -15,7 +15,14 @@ from collections.abc import Callable
 
 import numpy as np
 
-from memlens.app.series.bin_pyramid import BASE, BinPyramid, Growing, level_of, moment_of
+from memlens.app.series.bin_pyramid import (
+    BASE,
+    BinPyramid,
+    Growing,
+    channels_of,
+    level_of,
+    moment_of,
+)
 from memlens.app.series.decimate import bin_size
 from memlens.core.history import PHASES_PER_STEP, ColumnTable, RunHistory
 from memlens.core.records import MEMORY_CATEGORIES, PHASES
@@ -91,12 +98,7 @@ class PlottedTable:
     def _unbinned(self, name: str, binned: np.ndarray | None) -> np.ndarray | None:
         """A group's bins (kept channels) as all of its channels."""
         kept = self._kept.get(name)
-        if kept is None or binned is None:
-            return binned
-        source = kept[1]
-        out = binned[np.maximum(source, 0)]
-        out[source < 0] = 0
-        return out
+        return binned if kept is None or binned is None else channels_of(binned, kept[1])
 
     # --- pulling ----------------------------------------------------------------------------
     def pull(self, on_rows: Callable[[np.ndarray], None] | None = None) -> int:

@@ -1,14 +1,17 @@
 """A watched run's steps without detail (core.watch.detail) on the memory plot: hatched,
 step by step as memory.csv marks them, and the legend says what the hatch means, so their
-activations are never read as measured."""
+activations are never read as measured; on the loss plot the grad norm, taken with the
+detail, is a line through the steps that have one."""
 
 from __future__ import annotations
 
 import csv
+import re
 
 import numpy as np
 import pyqtgraph as pg
 
+from memlens.core.units import format_number
 from memlens.core.watch.script import run_script
 from tests.app.drive import wait_frames
 from tests.core.test_watch_detail import LOOP
@@ -71,3 +74,34 @@ def test_a_run_with_every_step_detailed_has_no_hatch(qtbot, window, tmp_path):
     assert not len(memory.carried.starts)
     window.plots.refresh_legends()
     assert "hatched" not in memory.getPlotItem().titleLabel.text
+
+
+def test_the_grad_norm_is_a_line_through_the_steps_that_took_it(qtbot, window, tmp_path):
+    """detail=4: steps.csv has a grad norm on the detailed steps only; the loss plot's grad
+    norm line goes through exactly those (the loss line's x at those rows, the file's
+    values), and the hover over a step without one shows no number for it."""
+    script = tmp_path / "train.py"
+    script.write_text(LOOP)
+    folder = tmp_path / "run"
+    assert run_script(str(script), ["24", "1000"], out=folder, quiet=True, detail=4) == 0
+    with open(folder / "steps.csv", newline="") as fh:
+        norms = {int(r["step"]): float(r["grad_norm"]) for r in csv.DictReader(fh)
+                 if r["grad_norm"] != ""}
+    assert 2 <= len(norms) < 24
+    assert window.open_run(folder)
+    qtbot.waitUntil(lambda: window.series is not None
+                    and window.series.step_count == 24, timeout=10_000)
+    wait_frames(qtbot, window, 3)
+    loss = window.findChild(pg.PlotWidget, "loss_plot")
+    loss_x, _ = loss.curves["loss"].getData()
+    x, y = loss.curves["grad_norm"].getData()
+    steps = sorted(norms)
+    assert np.array_equal(x, loss_x[steps])
+    assert np.allclose(y, [norms[s] for s in steps], rtol=1e-6)
+
+    def shown(step: int) -> str:  # the grad norm's entry of the hover legend
+        text = loss.legend_at(window.series, step + 0.5, []).replace("&nbsp;", " ")
+        return re.sub(r"<[^>]+>", "", text.split("grad norm", 1)[1]).split()[0]
+
+    assert shown(steps[-1]) == format_number(norms[steps[-1]])
+    assert shown(min(set(range(24)) - set(norms))) == "n/a"

@@ -1,7 +1,8 @@
-"""A watch's detail on a schedule (core.watch.detail): every step records its phases, loss,
-grad norm and parameters, gradients and optimizer state; what is saved for backward is
-measured on the detailed steps and marked carried on the others; a change between detailed
-steps brings the detail at once; `every` is every step."""
+"""A watch's detail on a schedule (core.watch.detail): every step records its phases, loss
+and parameters, gradients and optimizer state; what is saved for backward and the grad norm
+are measured on the detailed steps (the others carry the saved bytes, marked so, and leave
+the norm empty); a change between detailed steps brings the detail at once; `every` is every
+step."""
 
 from __future__ import annotations
 
@@ -216,6 +217,84 @@ def test_every_nth_step_measures_what_is_saved_and_the_others_carry_it(tmp_path,
     assert len(steps) == 16
     for r, line in zip(steps, plain.splitlines(), strict=True):  # steps.csv: 6 digits
         assert float(r["loss"]) == pytest.approx(float(line.split()[1]), rel=1e-5)
+
+
+def _norms_by_hand(steps: int, clear_until: int | None = None) -> list[float]:
+    """LOOP's gradients' 2-norm at each optimizer step, on plain torch, counted in double."""
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(),
+                                torch.nn.Linear(32, 4))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    norms = []
+    for step in range(steps):
+        gen = torch.Generator().manual_seed(step)
+        x, y = torch.randn(8, 16, generator=gen), torch.randint(0, 4, (8,), generator=gen)
+        opt.zero_grad()
+        torch.nn.functional.cross_entropy(model(x), y).backward()
+        norms.append(math.sqrt(sum(float((p.grad.double() ** 2).sum())
+                                   for p in model.parameters())))
+        opt.step()
+    return norms
+
+
+def test_the_grad_norm_is_taken_on_the_detailed_steps_and_left_empty_on_the_others(
+        tmp_path, capsys):
+    """detail=4: steps.csv's grad_norm on the detailed steps (0-2, then every 4th) equals the
+    norm counted by hand on plain torch, also on those after steps without it (the native
+    hooks were off in between); the others' is empty, not a carried figure."""
+    code, _, _ = watched(tmp_path, capsys, ["16", "1000"], detail=4)
+    assert code == 0
+    by_hand = _norms_by_hand(16)
+    steps = rows(tmp_path / "run", "steps.csv")
+    taken = {int(r["step"]) for r in steps if r["grad_norm"] != ""}
+    assert taken == {0, 1, 2, 6, 10, 14}
+    for r in steps:
+        if r["grad_norm"] != "":
+            assert float(r["grad_norm"]) == pytest.approx(by_hand[int(r["step"])], rel=1e-5)
+    (tmp_path / "every").mkdir()
+    code, _, _ = watched(tmp_path / "every", capsys, ["16", "1000"], detail="every")
+    assert code == 0
+    steps = rows(tmp_path / "every" / "run", "steps.csv")
+    assert [float(r["grad_norm"]) for r in steps] == pytest.approx(by_hand, rel=1e-5)
+
+
+NOT_CLEARED_FROM = """
+import sys
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Linear(16, 32), torch.nn.ReLU(), torch.nn.Linear(32, 4))
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+x, y = torch.randn(8, 16), torch.randint(0, 4, (8,))
+for step in range(60):
+    if step < int(sys.argv[1]):
+        opt.zero_grad()
+    loss = torch.nn.functional.cross_entropy(model(x), y)
+    loss.backward()
+    opt.step()  # STEP
+"""
+
+
+@pytest.mark.parametrize("detail", [5, "auto"])
+def test_gradients_no_longer_cleared_from_a_step_without_detail_are_found_within_a_step(
+        tmp_path, detail):
+    """zero_grad stops at step 40 of 60, between detailed steps: diagnosis 3 is found at the
+    optimizer's line as under every-step detail, at most one step later (the cleared step
+    before, without the detail, has no norm to count from)."""
+    found = {}
+    for mode in ("every", detail):
+        script = tmp_path / f"train_{mode}.py"
+        script.write_text(NOT_CLEARED_FROM)
+        folder = tmp_path / f"run_{mode}"
+        assert run_script(str(script), ["40"], out=folder, quiet=True, detail=mode) == 0
+        doc = json.loads((folder / "run.json").read_text())
+        found[mode] = [e for e in doc["events"] if e["key"] == findings.GRADS_NOT_CLEARED]
+    assert len(found["every"]) == 1 and len(found[detail]) == 1
+    line = NOT_CLEARED_FROM.strip().splitlines().index(
+        "    opt.step()  # STEP") + 1 + 1  # (the script starts with a blank line)
+    assert found["every"][0]["where"].endswith(f"train_every.py:{line}")
+    assert found[detail][0]["where"].endswith(f"train_{detail}.py:{line}")
+    assert 40 <= found["every"][0]["step"] <= found[detail][0]["step"] <= (
+        found["every"][0]["step"] + 1)
 
 
 def test_a_leak_that_starts_between_detailed_steps_is_found_within_a_few_steps(

@@ -20,7 +20,8 @@ from memlens.core.units import format_number
 class LossPlot(StepPlot):
     """`curves["loss"]` on the left axis with `curves["eval_loss"]` (a point at each step a
     validation run followed: steps.csv's eval_loss); `curves["grad_norm"]` in `grad_view`,
-    right axis."""
+    right axis, a line through the steps that have one (a watch takes it with its detail:
+    core.watch.norms)."""
 
     log_floor = 1e-4
 
@@ -57,7 +58,13 @@ class LossPlot(StepPlot):
         xs, lines = run.steps.decimate("lines", rows, max_points)
         xs = xs + self.ghost_x_shift
         self.curves["loss"].setData(xs, lines[0])
-        self.curves["grad_norm"].setData(xs, lines[1])
+        norm = lines[1]
+        taken = np.isfinite(norm)
+        if not taken.all():  # steps without one (a watch's without detail): joined over
+            xs_norm, norm = xs[taken], norm[taken]
+        else:
+            xs_norm = xs
+        self.curves["grad_norm"].setData(xs_norm, norm)
         steps, evals = run.eval_points(x0, x1)
         self.curves["eval_loss"].setData(steps + self.ghost_x_shift, evals)
 

@@ -1,10 +1,11 @@
 """Which steps of a watch take the saved-tensor detail: every step where it is cheap, else the
 first steps, every Nth, and at once whenever something changes.
 
-Every step records its phases, times, loss, grad norm and node count, and at its end the
-parameters, gradients and optimizer state: cheap, exact. The detail (activations and AMP
-casts saved for backward, counted by torch's saved-tensor hooks, a memory sample at every
-phase's end, each forward followed to its backward) costs a fixed time a step that a short
+Every step records its phases, times, loss and node count, and at its end the parameters,
+gradients and optimizer state: cheap, exact. The detail (activations and AMP casts saved for
+backward, counted by torch's saved-tensor hooks, a memory sample at every phase's end, each
+forward followed to its backward, and the grad norm, which reads every gradient: see
+core.watch.norms) costs a fixed time a step that a short
 step feels (torch's own hook machinery alone is about 0.1 ms a step of a small model). A
 step without it carries the last figures of what the detailed steps saved, marked so in
 memory.csv (`carried`), and is drawn so.
@@ -184,12 +185,15 @@ class WatchDetail:
     context of the script's own pushed over them (`save_on_cpu`) is never popped; the detail
     then stays on (said in run.json's `detail`)."""
 
-    def __init__(self, policy: DetailPolicy, hooks, steps, book) -> None:
+    def __init__(self, policy: DetailPolicy, hooks, steps, book, norms=None) -> None:
         """`book`: the watch's CallBook (core.watch.calls): sites whose grad forwards were
-        not backwarded, and the graphs of steps without detail followed to their end."""
+        not backwarded, and the graphs of steps without detail followed to their end.
+        `norms`: the watch's GradNorms (core.watch.norms), which take the norm with the
+        detail."""
         import torch
 
         self.policy, self._ctx, self._steps, self._book = policy, hooks, steps, book
+        self._norms = norms
         self._pack = getattr(hooks, "pack_hook", None)
         self._top = torch._C._autograd._top_saved_tensors_default_hooks
         self.on = False  # the hooks are pushed, samples at every phase's end
@@ -230,6 +234,8 @@ class WatchDetail:
             self._entered = on
         self.on = on
         self._steps.detailed = on
+        if self._norms is not None:
+            self._norms.take(on)
 
     def begin_step(self, step: int) -> None:
         self._set(self.stuck or self.policy.want(step))
@@ -238,7 +244,12 @@ class WatchDetail:
         """A model's forward under grad: whether it is recorded with detail. A site or an
         input shape not seen before turns the detail on at once (from this call on: its
         graph is followed, its saved tensors counted)."""
-        shape = (model, next((tuple(a.shape) for a in args if hasattr(a, "shape")), ()))
+        first = ()  # the first input's shape (a loop, not a generator: every forward)
+        for a in args:
+            if hasattr(a, "shape"):
+                first = tuple(a.shape)
+                break
+        shape = (model, first)
         reason = ("new call site" if site not in self._sites else
                   "new input shape" if shape not in self._shapes else
                   # (its graph may be kept: what it saves must be counted)

@@ -35,7 +35,8 @@ class TorchHooks:
     any other's forward; it must call `original(module, *args, **kwargs)` and return what it
     returns), the flags `in_forward` (a root call is running: nested calls go straight
     through), `broken`, `backward_depth` (backwards running: a nested one, with no
-    `interventions`, goes straight through), optimizer_pre(opt, args, kwargs), optimizer_post(opt),
+    `interventions`, goes straight through), optimizer_pre(opt, args, kwargs),
+    optimizer_post(opt, args, kwargs) (torch's step hooks, registered as they are),
     optimizer_created(opt), backward(call, tensors, inputs=None, returns_grads=False) where
     `call()` runs the original (`call(t)` with `t` for its first tensor, a loss scaled by
     AMP's scaler; `inputs`: what torch.autograd.grad takes the gradients of, where given as
@@ -54,8 +55,7 @@ class TorchHooks:
         lst = self.listener
         self._handles = [
             _optimizer.register_optimizer_step_pre_hook(lst.optimizer_pre),
-            _optimizer.register_optimizer_step_post_hook(
-                lambda opt, _a, _k: lst.optimizer_post(opt)),
+            _optimizer.register_optimizer_step_post_hook(lst.optimizer_post),
         ]
         self._patch(torch.nn.Module, "__call__",
                     self._wrap_module_call(torch.nn.Module.__dict__["__call__"]))

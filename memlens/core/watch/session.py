@@ -164,7 +164,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
     def _listen(self) -> None:
         """The run's header written, step 0 begun, torch's hooks on: recording starts."""
         self.detail = WatchDetail(DetailPolicy(self._detail_mode), self.saved.hooks(),
-                                  self.steps, self.book)
+                                  self.steps, self.book, self.norms)
         self.steps.begin_step(0)
         self._period_t0 = self.steps.clock()  # (step 0 is detailed: not calibration's)
         self.sink.on_start(header(self))
@@ -407,12 +407,20 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         call = None
         if self.interventions is not None:  # zero_grad=...: forced or skipped
             call = self.interventions.zero_grad(original, owner, args, kwargs)
-        started = self._guard(self._before_zero_grad, owner)
+        started = False
+        try:  # (_guard written out here and in backward: frames cost, every step)
+            self._before_zero_grad(owner)
+            started = True
+        except Exception as exc:
+            self._fail(exc)
         try:
             return original(owner, *args, **kwargs) if call is None else call()
         finally:
-            if started:
-                self._guard(self.steps.leave)
+            if started and not self.broken:
+                try:
+                    self.steps.leave()
+                except Exception as exc:
+                    self._fail(exc)
 
     def _before_zero_grad(self, owner) -> None:
         if (self._after_backward and not self.seen.required_optimizers()
@@ -437,7 +445,12 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
                 self.backward_depth -= 1
         # a gradient of tensors that are no parameters (a saliency map) trains nothing
         training = inputs is None or trains(inputs, self.found.parameters)
-        started = self._guard(self._before_backward, tensors, training)
+        started = False
+        try:
+            self._before_backward(tensors, training)
+            started = True
+        except Exception as exc:
+            self._fail(exc)
         try:
             return call()
         except RuntimeError as exc:
@@ -451,8 +464,12 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
             raise
         finally:
             self.backward_depth -= 1
-            if started:
-                self._guard(self._after_backward_call, training)
+            if started and not self.broken:
+                try:
+                    self.steps.leave()
+                    self._after_backward = self._after_backward or training
+                except Exception as exc:
+                    self._fail(exc)
 
     def _before_backward(self, tensors, training: bool) -> None:
         ca = sys.modules.get("torch._dynamo.compiled_autograd")
@@ -469,10 +486,6 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         if not self.norms.cleared:  # cleared without zero_grad (p.grad = None)?
             self.norms.check_none(self.found.optimizers)
         self.steps.enter("backward")
-
-    def _after_backward_call(self, training: bool) -> None:
-        self.steps.leave()
-        self._after_backward = self._after_backward or training
 
     def _note_roots(self, roots: list[Tensor]) -> None:
         where = None
@@ -515,9 +528,9 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         book = self.book
         if self.interventions is not None:  # what the script did this step
             self.interventions.end_step(book, bool(self._stepped))
-        # a forward never backwarded was an eval
-        self.steps.move_time("forward", "eval",
-                             sum(c.ms for c in book.calls if c.grad and not c.reached()))
+        if book.calls:  # a forward never backwarded was an eval (a step without detail has none)
+            self.steps.move_time("forward", "eval",
+                                 sum(c.ms for c in book.calls if c.grad and not c.reached()))
         record = self.last_record = self.steps.end_step(
             loss=self.losses.value(), grad_norm=self.norms.norm,
             eval_loss=self._eval_loss, nodes=self._graph_nodes, stepped=bool(self._stepped))

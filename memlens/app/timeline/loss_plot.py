@@ -74,6 +74,8 @@ class LossPlot(StepPlot):
         if found is not None:
             step, values = found
             loss, grad = format_number(values["loss"]), format_number(values["grad_norm"])
+            if values["grad_norm"] != values["grad_norm"] and values["loss"] == values["loss"]:
+                grad = "not taken at this step"  # (a watch's step without detail)
             evaluated = format_number(values["eval_loss"])
             head = f"<i>step {step}</i>"
         has_evals = run is not None and run.evals.n > 0

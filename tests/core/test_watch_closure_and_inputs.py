@@ -228,3 +228,40 @@ def test_checkpoint_recompute_is_a_phase_and_its_saving_shows(tmp_path, capsys):
 
 def diagnoses_of(doc) -> list:
     return [e["key"] for e in doc["events"] if e["kind"] == "diagnosis"]
+
+
+LBFGS_LOOP = HEAD + """
+import json
+model = nn.Sequential(nn.Linear(8, 16), nn.Tanh(), nn.Linear(16, 1))
+opt = torch.optim.LBFGS(model.parameters(), lr=0.5, max_iter=4)
+x, y = torch.randn(32, 8), torch.randn(32, 1)
+first = []  # each step's first evaluation: (its loss, its gradients' norm, in double)
+for step in range(6):
+    calls = []
+    def closure():
+        opt.zero_grad()
+        loss = nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        if not calls:
+            norm = sum(float((p.grad.double() ** 2).sum()) for p in model.parameters()) ** 0.5
+            first.append((loss.item(), norm))
+        calls.append(1)
+        return loss
+    opt.step(closure)
+    assert len(calls) > 1  # the line search evaluated the closure again
+print(json.dumps(first))
+"""
+
+
+def test_lbfgs_steps_norm_is_its_first_evaluations_as_its_loss_is(tmp_path, capsys):
+    """LBFGS evaluates its closure several times a step, the gradients changing each time:
+    steps.csv's loss is the first evaluation's (what step(closure) returns) and so is its
+    grad norm, counted by the script in double after that evaluation's backward."""
+    plain(tmp_path, LBFGS_LOOP)
+    truth = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    code, doc, folder = watch_script(tmp_path, LBFGS_LOOP)
+    assert code == 0 and json.loads(capsys.readouterr().out.strip().splitlines()[-1]) == truth
+    steps = load_run(folder).steps
+    assert steps.column("loss").tolist() == pytest.approx([t[0] for t in truth], rel=1e-5)
+    assert steps.column("grad_norm").tolist() == pytest.approx([t[1] for t in truth], rel=1e-5)
+    assert [e for e in doc["events"] if e["kind"] == "diagnosis"] == []

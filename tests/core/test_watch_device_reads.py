@@ -93,3 +93,15 @@ def test_gradients_never_cleared_are_found_at_the_same_line_when_read_late(tmp_p
 def test_cleared_gradients_raise_nothing_when_read_late(tmp_path, gpu_path):
     code, doc, _ = watch_script(tmp_path, MLP + CLEARING.format(zero="opt.zero_grad()"))
     assert code == 0 and gpu_path and diagnoses(doc) == []
+
+
+def test_on_cpu_the_norm_of_a_scaled_backward_is_the_unscaled_gradients(tmp_path, capsys):
+    """The same script on the CPU's own path (the native hooks' sums): GradScaler's unscale
+    changes the gradients in place without a new version, so the sums the hooks took at
+    backward are the scaled gradients'; steps.csv's norm is the one the optimizer stepped
+    with, the script's own, at every step."""
+    code, _, folder = watch_script(tmp_path, "import json\n" + SCALED)
+    assert code == 0
+    seen = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    steps = load_run(folder).steps
+    assert steps.column("grad_norm").tolist() == pytest.approx([s[1] for s in seen], rel=1e-5)

@@ -200,6 +200,15 @@ class GradWatch {
 
   const std::unordered_set<Key, KeyHash>& param_keys() const { return param_keys_; }
 
+  // Drops the sums the hooks took: the next read reads every gradient. GradScaler's unscale
+  // (torch._amp_foreach_non_finite_check_and_unscale_) changes gradients in place on CPU
+  // without a new version, so a sum taken at backward would be the scaled gradients'.
+  void forget() {
+    for (auto& slot : slots_->slots) {
+      slot = GradSlot{};
+    }
+  }
+
   // Sum of squares of every gradient now, or -1 where one is of a kind handled in Python.
   double sum_of_squares_now() {
     double total = 0.0;

@@ -89,6 +89,7 @@ PYBIND11_MODULE(memlens_native, m) {
   py::class_<GradWatch>(m, "GradWatch")
       .def(py::init<const py::list&>())
       .def("uninstall", &GradWatch::uninstall)
+      .def("forget", &GradWatch::forget)
       .def("set_param_keys", &GradWatch::set_param_keys)
       .def("grad_storages", &GradWatch::grad_storages)
       .def("fast_functions", [](py::object self) {

@@ -2,8 +2,10 @@
 
 The norm is taken where the gradients the optimizer uses are final: just before
 `clip_grad_norm_` clips them (the norm Lightning and Hugging Face log), else at its step's
-pre-hook, or, for `optimizer.step(closure)` (LBFGS, Lightning), after the step, since the
-closure runs zero_grad, forward and backward inside it (the session decides which). On CPU
+pre-hook, or, for `optimizer.step(closure)` (LBFGS, Lightning), at the end of the closure's
+first backward, since the closure runs zero_grad, forward and backward inside the step
+(LBFGS evaluates it again as it searches: the first is the one the step's loss counts; the
+session decides which). On CPU
 the native GradWatch takes each gradient's sum of squares as autograd writes it (a
 post-accumulate-grad hook); a gradient changed since is read again.
 
@@ -47,6 +49,7 @@ class GradNorms:
         self._queued: list[tuple[str, DeviceRead, bool, str | None]] = []
         self.taking = True  # this step takes the norm (it has the detail: `take`)
         self._skipped = False  # an optimizer's norm was not taken this step: no step norm
+        self._rescaled = False  # this step's gradients are unscaled in place (see rescaled)
 
     def take(self, on: bool) -> None:
         """Whether the steps from now on take the norm (they have the watch's detail): the
@@ -63,6 +66,13 @@ class GradNorms:
         self.norm_sq = math.nan
         self._queued = []
         self._skipped = False
+        self._rescaled = False
+
+    def rescaled(self) -> None:
+        """A backward of this step was given a scaled loss (GradScaler's): its gradients are
+        unscaled in place before the optimizer step, on CPU without a new version, so the
+        native hooks' sums (of the scaled gradients) are not read; the gradients are."""
+        self._rescaled = True
 
     @property
     def norm(self) -> float:
@@ -157,6 +167,8 @@ class GradNorms:
             if self.taking:
                 install()
             entry = self._watches[opt] = (n, sum_sq, watch, install)
+        if self._rescaled:
+            entry[2].forget()
         return entry[1]()
 
     def close(self) -> None:

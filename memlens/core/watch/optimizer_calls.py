@@ -46,6 +46,7 @@ class OptimizerCalls:
         self._closure = closure is not None
         if self._closure:
             self.losses.closure_begins()
+            self._closure_opt = opt  # its norm: at its closure's first backward's end
         if not self._closure and id(opt) not in self._norm_taken:
             # else after the step: the closure's backward comes inside it
             self.norms.measure(opt, optimizer_site)
@@ -57,10 +58,20 @@ class OptimizerCalls:
         self.steps.leave()
         if self._closure:
             self.losses.closure_ends()
-        if self._closure and id(opt) not in self._norm_taken:
+            self._closure_opt = None
+        if self._closure and id(opt) not in self._norm_taken:  # a closure without a backward
             self.norms.measure(opt, optimizer_site)
         self._stepped.add(id(opt))
         self.norms.cleared = False  # clearing is asked for again before the next step
         self.seen.ever_stepped.add(id(opt))
         if not self._manual_steps and self.seen.required_optimizers() <= self._stepped:
             self._end_step()
+
+    def _closure_backward(self) -> None:
+        """A training backward inside an optimizer's closure ended: the gradients the step
+        starts from, whose norm goes with the loss it counts (the first evaluation: LBFGS
+        evaluates its closure again at each point of its line search)."""
+        opt = self._closure_opt
+        if opt is not None and id(opt) not in self._norm_taken:
+            self._norm_taken.add(id(opt))
+            self.norms.measure(opt, optimizer_site)

@@ -26,17 +26,22 @@ _MUL = "MulBackward0"  # GradScaler's `loss * scale` at a backward's root
 _SCALER_MIN = 2.0**8  # GradScaler's scale: a power of two, 2**16 at first
 
 
-def root_loss(root: Tensor) -> float | DeviceRead:
-    """The value a backward was given, as the script's `loss.item()` reads it, less
-    GradScaler's scale (`scaler.scale(loss)` multiplies by a tensor holding a power of two,
-    and the loss is the one before it): on the CPU the value, on a GPU its read (loss_value
-    reads it, at the step's end)."""
+def scale_of(root: Tensor) -> Tensor | None:
+    """The tensor a backward's root was multiplied by where it may be GradScaler's scale
+    (`scaler.scale(loss)`: `loss * scale`, one value, no grad), else None."""
     fn = root.grad_fn
-    other = None
     if fn is not None and type(fn).__name__ == _MUL:
         saved = getattr(fn, "_saved_other", None)
         if isinstance(saved, Tensor) and saved.numel() == 1 and not saved.requires_grad:
-            other = saved
+            return saved
+    return None
+
+
+def root_loss(root: Tensor, other: Tensor | None) -> float | DeviceRead:
+    """The value a backward was given, as the script's `loss.item()` reads it, less
+    GradScaler's scale (`scaler.scale(loss)` multiplies by a tensor holding a power of two,
+    and the loss is the one before it; `other`: scale_of(root)): on the CPU the value, on a
+    GPU its read (loss_value reads it, at the step's end)."""
     if root.is_cuda or DeviceRead.defer_on_cpu:
         return DeviceRead([root] if other is None else [root, other])
     value = item_value(root)
@@ -63,9 +68,13 @@ class StepLosses:
     def __init__(self) -> None:
         self.values: list[float | DeviceRead] = []
         self._closure_at: int | None = None  # len(values) where a closure's step began
+        self.scaled = False  # a backward of this step was given a loss times a scale
 
     def add(self, root: Tensor) -> None:
-        self.values.append(root_loss(root))
+        other = scale_of(root)
+        if other is not None:
+            self.scaled = True
+        self.values.append(root_loss(root, other))
 
     def closure_begins(self) -> None:
         """An optimizer step given a closure begins: its evaluations count once."""
@@ -83,6 +92,7 @@ class StepLosses:
     def reset(self) -> None:
         self.values = []
         self._closure_at = None
+        self.scaled = False
 
 
 def trains(inputs, parameters: Callable[[], Iterable[Tensor]]) -> bool:

@@ -153,6 +153,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         self.losses = StepLosses()  # this step's backwards' losses
         self._graph_nodes = 0
         self._closure = False  # the optimizer step under way was given a closure
+        self._closure_opt = None  # that optimizer, until its closure's first backward
         self._norm_taken: set[int] = set()  # optimizers whose norm grads_final took this step
         self._eval_loss = math.nan  # this step's, as a framework reported it (note_eval_loss)
         self.last_record = None  # the last step's StepRecord (a framework's logger reads it)
@@ -339,7 +340,8 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         if grad and self._after_backward and not self._manual_steps and (
                 not self.seen.required_optimizers()):
             self._end_step()
-        check_step_limit(self.steps.step, self.stop_after)  # before the next step's work
+        if self.stop_after:  # before the next step's work
+            check_step_limit(self.steps.step, self.stop_after)
         if self.seen.probe_stale:
             self.measure.ensure(self.steps.step)
         if grad:
@@ -426,7 +428,8 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         if (self._after_backward and not self.seen.required_optimizers()
                 and not self._manual_steps):
             self._end_step()
-        check_step_limit(self.steps.step, self.stop_after)
+        if self.stop_after:
+            check_step_limit(self.steps.step, self.stop_after)
         if isinstance(owner, torch.optim.Optimizer):
             self.seen.add_optimizer(owner, active=False)
         self.norms.cleared = True
@@ -468,6 +471,8 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
                 try:
                     self.steps.leave()
                     self._after_backward = self._after_backward or training
+                    if self._closure and training:
+                        self._closure_backward()
                 except Exception as exc:
                     self._fail(exc)
 
@@ -494,6 +499,8 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
                 continue
             if t.numel() == 1:  # the loss as the user's own loss.item() reads it
                 self.losses.add(t)
+                if self.losses.scaled:
+                    self.norms.rescaled()
             where = where or dx.call_site(1)
             self.book.mark_loss(t, self.steps.step, where)
         self._graph_nodes = self.rec.count_nodes(roots, GRAPH_NODE_LIMIT)

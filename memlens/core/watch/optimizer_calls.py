@@ -48,7 +48,7 @@ class OptimizerCalls:
             self.losses.closure_begins()
             self._closure_opt = opt  # its norm: at its closure's first backward's end
         if not self._closure and id(opt) not in self._norm_taken:
-            # else after the step: the closure's backward comes inside it
+            # else at its closure's first backward's end, inside the step (_closure_backward)
             self.norms.measure(opt, optimizer_site)
         self.steps.enter("optimizer")
 

@@ -454,15 +454,18 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
             started = True
         except Exception as exc:
             self._fail(exc)
+        failed = False
         try:
             return call()
         except RuntimeError as exc:
+            failed = True
             self._guard(self.book.explain_backward_error, exc, self.steps.step,
                         tensors_of(tensors), self.growth.carried)
             if self.interventions is not None:  # no graph where memlens ran no_grad?
                 self.interventions.backward_failed(exc)
             raise
         except BaseException:
+            failed = True
             self._guard(self.book.backward_failed)
             raise
         finally:
@@ -471,7 +474,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
                 try:
                     self.steps.leave()
                     self._after_backward = self._after_backward or training
-                    if self._closure and training:
+                    if self._closure and training and not failed:
                         self._closure_backward()
                 except Exception as exc:
                     self._fail(exc)

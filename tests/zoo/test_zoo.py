@@ -16,8 +16,9 @@ with what the scripts count themselves:
                once, parameters and buffers left out, whole where only the graph holds it,
                else the bytes the saved tensors reach (a batch sliced out of a dataset)
   grad_norm    steps.csv grad_norm is the 2-norm of the gradients the step's optimizers
-               stepped (read by a step post-hook: a closure makes them inside the step);
-               a step without detail (its samples carried) may leave it empty, never wrong
+               stepped (read by a step post-hook; with a closure, where it first returns
+               inside the step: LBFGS's first evaluation, as its loss is); a step without
+               detail (its samples carried) may leave it empty, never wrong
   diagnoses    the expected diagnoses (docs/watch.md keys) are reported, and no others
 
 Known defects are `xfail(strict=True)`: the suite passes today and flips when one is fixed

@@ -135,19 +135,43 @@ def _post_step(opt, args, kwargs) -> None:
         return  # accelerate's wrapper: the optimizer it wraps steps (or not)
     _seen_optimizer(opt)
     _state["opt_steps"] += 1
-    # The gradients it stepped: read after the step, as a closure (LBFGS, Lightning) makes
-    # them inside it (the zoo's optimizers never change .grad in place), or before a
-    # clip_grad_norm_ (or clip_grads_with_norm_) since the last step clipped them (the norm
-    # frameworks log).
+    # The gradients it stepped: read after the step (the zoo's optimizers never change
+    # .grad in place), or where a closure (LBFGS, Lightning) first returned inside it (LBFGS
+    # evaluates it again as it searches: the first evaluation's, as its loss is), or before
+    # a clip_grad_norm_ (or clip_grads_with_norm_) since the last step clipped them (the
+    # norm frameworks log).
     params = [p for g in opt.param_groups for p in g["params"]]
     clipped = _state.pop("clipped", None)
+    first = _state.pop("closure_sq", None)
     if clipped is not None and {id(p) for p in params} <= set(clipped):
         sq = sum(clipped[id(p)] for p in params if clipped[id(p)] is not None)
+    elif first is not None:
+        sq = first
     else:
         sq = _sum_sq(params)
     print(f"GNORM {_state['opt_steps']} sq={sq!r}", flush=True)
     p, g, o, _b = counts()
     print(f"TRUTH {_state['opt_steps']} params={p} grads={g} optimizer={o}", flush=True)
+
+
+def _pre_step(opt, args, kwargs):
+    """A step given a closure: the closure wrapped to read the gradients when it first
+    returns (what it returns, and raises, unchanged)."""
+    closure = args[1] if len(args) > 1 else kwargs.get("closure")  # args[0]: the optimizer
+    if closure is None or isinstance(opt.__dict__.get("optimizer"), torch.optim.Optimizer):
+        return None
+    params = [p for g in opt.param_groups for p in g["params"]]
+    _state.pop("closure_sq", None)
+
+    def first_read(*a, **k):
+        out = closure(*a, **k)
+        if "closure_sq" not in _state:
+            _state["closure_sq"] = _sum_sq(params)
+        return out
+
+    if len(args) > 1:
+        return (args[0], first_read, *args[2:]), kwargs
+    return args, {**kwargs, "closure": first_read}
 
 
 def _wrap_clip(original):
@@ -167,8 +191,12 @@ torch.nn.utils.clip_grad_norm_ = _wrap_clip(torch.nn.utils.clip_grad_norm_)
 if hasattr(torch.nn.utils, "clip_grads_with_norm_"):
     torch.nn.utils.clip_grads_with_norm_ = _wrap_clip(torch.nn.utils.clip_grads_with_norm_)
 
-from torch.optim.optimizer import register_optimizer_step_post_hook  # noqa: E402
+from torch.optim.optimizer import (  # noqa: E402
+    register_optimizer_step_post_hook,
+    register_optimizer_step_pre_hook,
+)
 
+register_optimizer_step_pre_hook(_pre_step)
 register_optimizer_step_post_hook(_post_step)
 
 

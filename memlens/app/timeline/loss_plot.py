@@ -58,13 +58,8 @@ class LossPlot(StepPlot):
         xs, lines = run.steps.decimate("lines", rows, max_points)
         xs = xs + self.ghost_x_shift
         self.curves["loss"].setData(xs, lines[0])
-        norm = lines[1]
-        taken = np.isfinite(norm)
-        if not taken.all():  # steps without one (a watch's without detail): joined over
-            xs_norm, norm = xs[taken], norm[taken]
-        else:
-            xs_norm = xs
-        self.curves["grad_norm"].setData(xs_norm, norm)
+        taken = np.isfinite(lines[1])  # steps without one (a watch's without detail): joined over
+        self.curves["grad_norm"].setData(xs[taken], lines[1][taken])
         steps, evals = run.eval_points(x0, x1)
         self.curves["eval_loss"].setData(steps + self.ghost_x_shift, evals)
 

@@ -168,8 +168,6 @@ class StepRecorder:
         return self._native is not None
 
     # --- phases -----------------------------------------------------------------------------
-    # (enter and leave charge one of PHASES written out, _charge the rest: they run at every
-    # phase's edge, where a Python call costs microseconds)
     def _charge(self, now: float) -> None:
         name = self._stack[-1]
         ms = self.ms
@@ -189,15 +187,8 @@ class StepRecorder:
         if self._idle:
             self._idle = False
             self._step_t0 = self.since = now
-        stack, ms = self._stack, self.ms
-        top = stack[-1]
-        if top in ms:
-            ms[top] += (now - self.since) * 1e3
-        elif top == OTHER:
-            self.other_ms += (now - self.since) * 1e3
-        else:
-            self._charge(now)
-        stack.append(name)
+        self._charge(now)
+        self._stack.append(name)
         self.since = now
         if self._precise is not None:
             self.rec.begin_phase(self.step, name)  # new storages filed under the phase
@@ -206,12 +197,8 @@ class StepRecorder:
         """The innermost phase ends; its sample is taken (where it is one of PHASES and
         `sample`: else the driver takes it later with `sample`). Returns its name."""
         now = self.clock()
-        stack, ms = self._stack, self.ms
-        top = stack[-1]
-        if top in ms:
-            ms[top] += (now - self.since) * 1e3
-        else:
-            self._charge(now)
+        self._charge(now)
+        stack = self._stack
         name = stack.pop() if len(stack) > 1 else OTHER
         self.since = now
         code = _SAMPLED.get(name) if sample else None

@@ -244,12 +244,7 @@ class WatchDetail:
         """A model's forward under grad: whether it is recorded with detail. A site or an
         input shape not seen before turns the detail on at once (from this call on: its
         graph is followed, its saved tensors counted)."""
-        first = ()  # the first input's shape (a loop, not a generator: every forward)
-        for a in args:
-            if hasattr(a, "shape"):
-                first = tuple(a.shape)
-                break
-        shape = (model, first)
+        shape = (model, next((tuple(a.shape) for a in args if hasattr(a, "shape")), ()))
         reason = ("new call site" if site not in self._sites else
                   "new input shape" if shape not in self._shapes else
                   # (its graph may be kept: what it saves must be counted)

@@ -78,10 +78,7 @@ def _frame(depth: int):
 def call_site(depth: int = 2) -> str:
     """file:line of the innermost user frame (the line that called into torch), looked for
     from `depth` calls up (memlens's and torch's own frames are passed over anyway)."""
-    try:  # (_frame's usual case written out: this runs at every forward and backward)
-        f = sys._getframe(depth)
-    except ValueError:
-        f = _frame(depth)
+    f = _frame(depth)
     known = _USER_CODE
     while f is not None:
         code = f.f_code

@@ -340,8 +340,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         if grad and self._after_backward and not self._manual_steps and (
                 not self.seen.required_optimizers()):
             self._end_step()
-        if self.stop_after:  # before the next step's work
-            check_step_limit(self.steps.step, self.stop_after)
+        check_step_limit(self.steps.step, self.stop_after)  # before the next step's work
         if self.seen.probe_stale:
             self.measure.ensure(self.steps.step)
         if grad:
@@ -409,27 +408,18 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         call = None
         if self.interventions is not None:  # zero_grad=...: forced or skipped
             call = self.interventions.zero_grad(original, owner, args, kwargs)
-        started = False
-        try:  # (_guard written out here and in backward: frames cost, every step)
-            self._before_zero_grad(owner)
-            started = True
-        except Exception as exc:
-            self._fail(exc)
+        started = self._guard(self._before_zero_grad, owner)
         try:
             return original(owner, *args, **kwargs) if call is None else call()
         finally:
-            if started and not self.broken:
-                try:
-                    self.steps.leave()
-                except Exception as exc:
-                    self._fail(exc)
+            if started:
+                self._guard(self.steps.leave)
 
     def _before_zero_grad(self, owner) -> None:
         if (self._after_backward and not self.seen.required_optimizers()
                 and not self._manual_steps):
             self._end_step()
-        if self.stop_after:
-            check_step_limit(self.steps.step, self.stop_after)
+        check_step_limit(self.steps.step, self.stop_after)
         if isinstance(owner, torch.optim.Optimizer):
             self.seen.add_optimizer(owner, active=False)
         self.norms.cleared = True
@@ -448,12 +438,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
                 self.backward_depth -= 1
         # a gradient of tensors that are no parameters (a saliency map) trains nothing
         training = inputs is None or trains(inputs, self.found.parameters)
-        started = False
-        try:
-            self._before_backward(tensors, training)
-            started = True
-        except Exception as exc:
-            self._fail(exc)
+        started = self._guard(self._before_backward, tensors, training)
         failed = False
         try:
             return call()
@@ -470,14 +455,8 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
             raise
         finally:
             self.backward_depth -= 1
-            if started and not self.broken:
-                try:
-                    self.steps.leave()
-                    self._after_backward = self._after_backward or training
-                    if self._closure and training and not failed:
-                        self._closure_backward()
-                except Exception as exc:
-                    self._fail(exc)
+            if started:
+                self._guard(self._after_backward_call, training, not failed)
 
     def _before_backward(self, tensors, training: bool) -> None:
         ca = sys.modules.get("torch._dynamo.compiled_autograd")
@@ -494,6 +473,12 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         if not self.norms.cleared:  # cleared without zero_grad (p.grad = None)?
             self.norms.check_none(self.found.optimizers)
         self.steps.enter("backward")
+
+    def _after_backward_call(self, training: bool, returned: bool) -> None:
+        self.steps.leave()
+        self._after_backward = self._after_backward or training
+        if self._closure and training and returned:  # the gradients a closure's step starts from
+            self._closure_backward()
 
     def _note_roots(self, roots: list[Tensor]) -> None:
         where = None
@@ -538,9 +523,9 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         book = self.book
         if self.interventions is not None:  # what the script did this step
             self.interventions.end_step(book, bool(self._stepped))
-        if book.calls:  # a forward never backwarded was an eval (a step without detail has none)
-            self.steps.move_time("forward", "eval",
-                                 sum(c.ms for c in book.calls if c.grad and not c.reached()))
+        # a forward never backwarded was an eval
+        self.steps.move_time("forward", "eval",
+                             sum(c.ms for c in book.calls if c.grad and not c.reached()))
         record = self.last_record = self.steps.end_step(
             loss=self.losses.value(), grad_norm=self.norms.norm,
             eval_loss=self._eval_loss, nodes=self._graph_nodes, stepped=bool(self._stepped))

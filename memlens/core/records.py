@@ -289,14 +289,25 @@ class AllocBlock:
 def edge_samples(step: int, params: int, buffers: int, rows: list[tuple],
                  buckets: Buckets = NO_BUCKETS, carried: bool = False) -> list[MemorySample]:
     """The native LightProbe's edge rows (core.recorder.probe.MemoryProbe.take_rows: code,
-    time_s, grads, optimizer, activations, other, heap, rss, gathered) as MemorySamples of
-    `step`, with the probe's parameter, buffer and bucket bytes; `carried`: the rows are a
-    step without detail's one sample (MemorySample.carried)."""
+    time_s, grads, optimizer, activations, other, heap, rss, gathered, tracked) as
+    MemorySamples of `step`, with the probe's parameter, buffer and bucket bytes; `carried`:
+    the rows are a step without detail's one sample (MemorySample.carried)."""
     return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
                          None, None, heap if heap >= 0 else None, buffers,
+                         temporaries=_temporaries(params + buffers, grads, opt, act, other,
+                                                  buckets.at(grads), tracked),
                          rss=rss if rss >= 0 else None, gathered=gathered,
                          buckets=buckets.at(grads), carried=carried)
-            for code, t, grads, opt, act, other, heap, rss, gathered in rows]
+            for code, t, grads, opt, act, other, heap, rss, gathered, tracked in rows]
+
+
+def _temporaries(base: int, grads: int, opt: int, act: int, other: int, buckets: int,
+                 tracked: int) -> int:
+    """Precise mode (`tracked`: every storage the allocator recorder sees alive, else -1):
+    what no category holds, as MemoryProbe.sample counts it."""
+    if tracked < 0:
+        return 0
+    return max(0, tracked - (base + grads + opt + act + buckets) - other)
 
 
 def edge_totals(params: int, buffers: int, rows: list[tuple],
@@ -304,7 +315,9 @@ def edge_totals(params: int, buffers: int, rows: list[tuple],
     """Each edge row's total (edge_samples' MemorySample.total), without making samples."""
     base = params + buffers
     return [base + grads + opt + act + other + gathered + buckets.at(grads)
-            for _, _, grads, opt, act, other, _, _, gathered in rows]
+            + (_temporaries(base, grads, opt, act, other, buckets.at(grads), tracked)
+               if tracked >= 0 else 0)
+            for _, _, grads, opt, act, other, _, _, gathered, tracked in rows]
 
 
 # The native LightProbe's samples of one step, not yet made MemorySamples: (step, params

@@ -49,23 +49,50 @@ class LiveStorages(TorchDispatchMode):
 
 
 class _Totals(RunHistory):
-    """A run's history that notes, as each sample is taken (its probe's sample wrapped: a
-    short step hands its samples on at its end), what the count above says."""
+    """A run's history that notes, as each sample is taken, what the count above says: a
+    Python sample (MemoryProbe.sample) and a native phase edge alike (short steps take
+    theirs on the LightProbe's edge, made samples at the step's end), each in the order
+    taken; `pairs` matches them with the samples the history holds, in the same order."""
 
     def __init__(self, count: LiveStorages, monkeypatch) -> None:
         super().__init__()
         self.count = count
-        self.pairs: list[tuple[int, str, int, int]] = []
+        self.counted: list[int] = []
+        self.edges = 0
         from memlens.core.recorder.probe import MemoryProbe
 
-        original = MemoryProbe.sample
+        original, use_light = MemoryProbe.sample, MemoryProbe.use_light_probe
 
         def sample(probe, *args, **kwargs):
             s = original(probe, *args, **kwargs)
-            self.pairs.append((s.step, s.phase, s.total, self.count.bytes))
+            self.counted.append(self.count.bytes)
             return s
 
+        def use_light_probe(probe, *args, **kwargs):
+            use_light(probe, *args, **kwargs)
+            edge = probe.edge
+
+            def noted(*a):
+                edge(*a)
+                self.counted.append(self.count.bytes)
+                self.edges += 1
+
+            probe.edge = noted
+
         monkeypatch.setattr(MemoryProbe, "sample", sample)
+        monkeypatch.setattr(MemoryProbe, "use_light_probe", use_light_probe)
+
+    @property
+    def pairs(self) -> list[tuple[int, str, int, int]]:
+        from memlens.core.records import SAMPLE_PHASES
+
+        rows, idx = self.samples.rows(), self.samples.index
+        assert len(rows) == len(self.counted)  # every sample noted, none twice
+        out = []
+        for row, counted in zip(rows, self.counted, strict=True):
+            phase = SAMPLE_PHASES[int(row[idx["phase"]])]
+            out.append((int(row[idx["step"]]), phase, int(row[idx["total"]]), counted))
+        return out
 
 
 @pytest.mark.parametrize("preset", ["mlp", "cnn", "lstm", "transformer"])
@@ -189,3 +216,35 @@ def test_a_batch_the_step_made_and_slices_counts_whole_as_saved_in_precise_mode(
     held = sum(t.untyped_storage().nbytes() for t in (result.report_loss, *result.outputs))
     if helpers == "native":
         assert list(samples_at(history, "forward", "temporaries")) == [held] * 2
+
+
+@pytest.mark.parametrize("preset", ["mlp", "cnn", "lstm", "transformer", "gan"])
+def test_precise_samples_on_the_native_edge_are_the_python_samples(preset, monkeypatch):
+    """Short steps take precise mode's samples on the LightProbe's edge (C: the storages
+    filed under their categories in the allocator recorder, its live bytes in the row);
+    the same run with every sample taken by MemoryProbe.sample must give the same figures,
+    category by category, at every phase of every step."""
+    from memlens.core.recorder.probe import MemoryProbe
+
+    def figures(history) -> list[tuple]:
+        rows, idx = history.samples.rows(), history.samples.index
+        skip = {"x", "time_s", "heap", "rss"}  # when, and the process's own figures
+        return [tuple((c, r[idx[c]]) for c in idx if c not in skip) for r in rows]
+
+    cfg = tiny_config(preset, steps=4, precise=True, eval_every=2)
+    edges = _Totals(LiveStorages(), monkeypatch)
+    run_training(cfg, RunControls(cfg.techniques), edges)
+    assert edges.edges >= 4  # a short step (after the first) samples on the edge
+    monkeypatch.setattr(MemoryProbe, "use_light_probe", lambda *a, **k: None)
+    python = RunHistory()
+    run_training(cfg, RunControls(cfg.techniques), python)
+    # (NaN where a figure is not taken: allocated, reserved on CPU; the same in both)
+    assert [[(c, v) for c, v in row if v == v] for row in figures(edges)] == [
+        [(c, v) for c, v in row if v == v] for row in figures(python)]
+
+    def filed(history) -> list[tuple]:  # each alloc and free: its bytes, category, when
+        rows, idx = history.allocs.rows(), history.allocs.index
+        return [tuple(int(r[idx[c]]) for c in ("action", "bytes", "category", "step", "phase"))
+                for r in rows]
+
+    assert filed(edges) == filed(python)

@@ -350,6 +350,20 @@ class LightProbe {
     grad_attr_ = py::reinterpret_steal<py::object>(PyUnicode_InternFromString(attr.c_str()));
   }
 
+  // Precise mode on the allocator recorder (core.native.tracker.NativeStorageTracker): each
+  // edge also files the storages its sample found under their categories there and keeps
+  // the recorder's live bytes in its row (a sample's temporaries are those no category
+  // holds: records.edge_samples), and activations count whole a storage saved tensors
+  // reach only part of where the run made it and the loop does not carry it. The rules of
+  // MemoryProbe.sample's precise branch (found, classify, _kept_whole), in one C call.
+  void set_precise(py::object recorder, int activations, int grads, int optimizer) {
+    precise_obj_ = std::move(recorder);
+    precise_ = precise_obj_.cast<std::shared_ptr<Recorder>>();
+    cat_activations_ = activations;
+    cat_grads_ = grads;
+    cat_optimizer_ = optimizer;
+  }
+
   // --- phase edges: a sample recorded where it is taken, handed to Python at step end ----
   //
   // A phase edge's sample as a MemorySample (a dataclass made in Python, handed to the sink,
@@ -401,12 +415,25 @@ class LightProbe {
       }
       states = std::move(list);
     }
-    const auto v = sample((r & kScanGrads) != 0, states, carried, (r & kReadHeap) != 0);
-    rows_.push_back(EdgeRow{code, t, v});
+    auto v = sample((r & kScanGrads) != 0, states, carried, (r & kReadHeap) != 0);
+    int64_t tracked = -1;
+    if (precise_) {
+      v[2] += kept_whole(carried);
+      precise_->classify(saved_->keys(), cat_activations_);  // (a vector: counted whole)
+      if (r & kScanGrads) {
+        precise_->classify(grads_, cat_grads_);
+      }
+      if (r & kScanOptimizer) {
+        precise_->classify(opt_, cat_optimizer_);
+      }
+      tracked = precise_->live_bytes();
+    }
+    rows_.push_back(EdgeRow{code, t, v, tracked});
   }
 
   // The rows since the last take, as (code, time_s, grads, optimizer, activations, other,
-  // heap, rss, gathered) tuples; the buffer is emptied.
+  // heap, rss, gathered, tracked) tuples, `tracked` the precise recorder's live bytes or -1;
+  // the buffer is emptied.
   PyObject* take() {
     PyObject* out = PyList_New(static_cast<Py_ssize_t>(rows_.size()));
     if (out == nullptr) {
@@ -415,10 +442,11 @@ class LightProbe {
     for (size_t i = 0; i < rows_.size(); ++i) {
       const EdgeRow& row = rows_[i];
       PyObject* item = Py_BuildValue(
-          "(idLLLLLLL)", row.code, row.t, static_cast<long long>(row.v[0]),
+          "(idLLLLLLLL)", row.code, row.t, static_cast<long long>(row.v[0]),
           static_cast<long long>(row.v[1]), static_cast<long long>(row.v[2]),
           static_cast<long long>(row.v[3]), static_cast<long long>(row.v[4]),
-          static_cast<long long>(row.v[5]), static_cast<long long>(row.v[6]));
+          static_cast<long long>(row.v[5]), static_cast<long long>(row.v[6]),
+          static_cast<long long>(row.tracked));
       if (item == nullptr) {
         Py_DECREF(out);
         return nullptr;
@@ -435,7 +463,34 @@ class LightProbe {
     int code;
     double t;
     std::array<int64_t, 7> v;
+    int64_t tracked;
   };
+
+  // Precise mode: the rest of each storage saved tensors reach only part of, where the
+  // recorder saw the run make it and the loop does not carry it (autograd alone keeps all
+  // of it; a data set's rest stays the loop's). After sample(): its live_bytes() refreshed
+  // the parts.
+  int64_t kept_whole(const py::list& carried) {
+    const auto parts = saved_->partial_storages();
+    if (parts.empty()) {
+      return 0;
+    }
+    std::unordered_set<Key, KeyHash> held;
+    for (const auto& item : carried) {
+      const at::Tensor* tp = tensor_of(item.ptr());
+      if (tp != nullptr && tp->defined() && tp->has_storage()) {
+        int64_t n = 0;
+        held.insert(storage_key_of(*tp, &n));
+      }
+    }
+    int64_t whole = 0;
+    for (const auto& [device, ptr, counted, nbytes] : parts) {
+      if (!held.count(Key{device, ptr}) && precise_->contains(device, ptr)) {
+        whole += nbytes - counted;
+      }
+    }
+    return whole;
+  }
 
   // The tensor of a list item: a tensor, or a live weak reference to one; else nullptr.
   static const at::Tensor* tensor_of(PyObject* obj) {
@@ -620,7 +675,9 @@ class LightProbe {
     return true;
   }
 
-  py::object watch_obj_, saved_obj_;  // keep both alive
+  py::object watch_obj_, saved_obj_, precise_obj_;  // keep them alive
+  std::shared_ptr<Recorder> precise_;  // set_precise's, else null
+  int cat_activations_ = 0, cat_grads_ = 0, cat_optimizer_ = 0;
   GradWatch* watch_;
   std::shared_ptr<SavedTracker> saved_;
   std::unordered_set<Key, KeyHash> grads_, opt_;

@@ -107,6 +107,8 @@ PYBIND11_MODULE(memlens_native, m) {
            py::arg("heap"), py::arg("preset"), py::arg("t0"))
       .def("set_gathered", &LightProbe::set_gathered, py::arg("refs"))
       .def("set_grad_holders", &LightProbe::set_grad_holders, py::arg("refs"), py::arg("attr"))
+      .def("set_precise", &LightProbe::set_precise, py::arg("recorder"),
+           py::arg("activations"), py::arg("grads"), py::arg("optimizer"))
       .def_static("clock", &LightProbe::clock)
       .def("fast_edges", [](py::object self) {
         // (edge, take) as plain C functions: edge runs at every phase edge.
@@ -183,7 +185,8 @@ PYBIND11_MODULE(memlens_native, m) {
       .def_property_readonly("live_bytes", &Recorder::live_bytes)
       .def_property_readonly("peak_bytes", &Recorder::peak_bytes)
       .def_property_readonly("pending", &Recorder::pending)
-      .def("classify", &Recorder::classify)
+      .def("classify", py::overload_cast<const std::vector<std::pair<int64_t, int64_t>>&, int>(
+                           &Recorder::classify))
       .def("drain", &Recorder::drain)
       .def("clear", &Recorder::clear);
 }

@@ -302,6 +302,17 @@ class Recorder : public c10::MemoryReportingInfoBase {
     }
   }
 
+  // The same for a set of keys (precise mode's native edges: LightProbe.set_precise).
+  void classify(const std::unordered_set<Key, KeyHash>& keys, int category) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& k : keys) {
+      auto it = live_.find(k);
+      if (it != live_.end()) {
+        records_[it->second].category = category;
+      }
+    }
+  }
+
   // Pending events as a float64 array of rows (t_us, action, id, ptr, nbytes, category,
   // step, phase, stack id or -1), the category as of now for storages still live, as of
   // their free otherwise; and the text of each stack first seen since the last drain, as

@@ -88,6 +88,11 @@ class NativeStorageTracker:
     def begin_phase(self, step: int, phase: str, category: str) -> None:
         self._rec.begin_phase(step, SAMPLE_PHASE_CODE[phase], CATEGORY_CODE[category])
 
+    @property
+    def recorder(self):
+        """The native Recorder (a LightProbe's edges file their samples' storages there)."""
+        return self._rec
+
     def tracks(self, key) -> bool:
         """Whether storage `key` (device, ptr) is live and was made or registered in the run."""
         return self._rec.contains(*key)

@@ -13,7 +13,7 @@ import torch
 from torch import Tensor
 
 from memlens.core.recorder.heap import process_heap_bytes, process_rss_bytes
-from memlens.core.recorder.keys import StorageBytes, storage_key
+from memlens.core.recorder.keys import CATEGORY_CODE, StorageBytes, storage_key
 from memlens.core.recorder.precise import StorageTracker
 from memlens.core.recorder.saved import SavedTensorTracker
 from memlens.core.recorder.sharded import GRAD_HOLDER_ATTR
@@ -129,6 +129,9 @@ class MemoryProbe:
         native_t0 = t0 + (light.clock() - time.perf_counter())
         light.set_rules(_codes(GRADS_CHANGE), _codes(OPT_CHANGES),
                         _codes(self._HEAP_PHASES), self.preset, native_t0)
+        if self.precise is not None:  # the allocator recorder's (Recorder.make_probe)
+            light.set_precise(self.precise.recorder, *(CATEGORY_CODE[c] for c in (
+                "activations", "grads", "optimizer")))
         if self.sharding is not None:
             light.set_gathered(self.sharding.gathered_refs)  # the list itself: kept up to date
             light.set_grad_holders(self.sharding.grad_holders, GRAD_HOLDER_ATTR)
@@ -136,8 +139,8 @@ class MemoryProbe:
 
     def take_rows(self) -> list[tuple]:
         """The rows edge() recorded since the last take, in order, as LightProbe.take gives
-        them (code, time_s, grads, optimizer, activations, other, heap, rss, gathered): for a
-        caller that makes them samples later (edge_block)."""
+        them (code, time_s, grads, optimizer, activations, other, heap, rss, gathered,
+        tracked): for a caller that makes them samples later (edge_block)."""
         return self._take_rows()
 
     def row_totals(self, rows: list[tuple]) -> list[int]:
@@ -214,7 +217,7 @@ class MemoryProbe:
         read_heap = phase in self._HEAP_PHASES if heap is None else heap
         grads_changed = bool(rescan & RESCAN_GRADS) or phase in GRADS_CHANGE
         opt_changed = bool(rescan & RESCAN_OPTIMIZER) or phase in OPT_CHANGES
-        if self.light is not None:
+        if self.light is not None and self.precise is None:  # (precise: its edges only)
             states = [o.state for o in self.preset.optimizers] if opt_changed else None
             if self.sharding is not None:
                 self.sharding.refresh()

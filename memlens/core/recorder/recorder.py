@@ -154,13 +154,16 @@ class Recorder:
         buffers, optimizers, carried tensors). On CPU the native helpers scan gradients
         (GradWatch) and, with `light` and no precise mode, take each phase edge's figures
         in one C call (LightProbe: the same rules as MemoryProbe.sample)."""
-        from memlens.core.native.tracker import NativeSavedTracker
+        from memlens.core.native.tracker import NativeSavedTracker, NativeStorageTracker
 
         probe = MemoryProbe(source, self.device, self.saved, self.precise)
         if self.native is not None and not self.cuda:
             grads = self.native.GradWatch(probe.param_list)
             probe.use_grad_watch(grads)
-            if light and self.precise is None and isinstance(self.saved, NativeSavedTracker):
+            # precise mode's edges too where the allocator recorder is native (not the
+            # dispatch mode's: its storages are in Python)
+            edges = self.precise is None or isinstance(self.precise, NativeStorageTracker)
+            if light and edges and isinstance(self.saved, NativeSavedTracker):
                 probe.use_light_probe(self.native.LightProbe(grads, self.saved.native), self.t0)
         if self.precise is not None:
             for p in probe.param_list:

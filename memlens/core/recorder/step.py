@@ -162,6 +162,9 @@ class StepRecorder:
         if native is not self._native:
             self._flush_native()
             self._native = native
+            if native is not None:  # its scans may be older than the last sample's (precise
+                # mode's are in Python): the first edge reads gradients and state anew
+                self._changed |= RESCAN_GRADS | RESCAN_OPTIMIZER
 
     @property
     def native_edges(self) -> bool:

@@ -118,6 +118,8 @@ def run_training(
     stopped_by, error, step = "completed", None, 0
     try:
         while step < config.steps:
+            if controls.paused:  # what is measured is all there while the user looks
+                session.flush()
             if not controls.wait_while_paused() or controls.stop_requested:
                 stopped_by = "stopped"
                 break

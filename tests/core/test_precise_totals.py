@@ -248,3 +248,73 @@ def test_precise_samples_on_the_native_edge_are_the_python_samples(preset, monke
                 for r in rows]
 
     assert filed(edges) == filed(python)
+
+
+def test_short_steps_hand_their_allocation_rows_on_a_block_at_a_time_and_all_of_them(
+        monkeypatch):
+    """Precise mode's alloc/free rows go to the sink once ALLOC_FLUSH_S old (on the phase
+    clock, faked here at 1 ms a read: steps of a few ms), not each step: fewer hand-offs than
+    steps, yet at the run's end every step's rows are there, each once."""
+    import memlens.core.recorder.recorder as recorder_module
+    from memlens.core.recorder.step import ALLOC_FLUSH_S
+
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(recorder_module, "phase_clock",
+                        lambda device, synchronize=True: (lambda: next(ticks) * 1e-3, "fake"))
+
+    class Counted(RunHistory):
+        def __init__(self) -> None:
+            super().__init__()
+            self.handed: list[tuple[int, int]] = []  # (steps handed on so far, rows)
+
+        def on_allocations(self, rows) -> None:
+            self.handed.append((len(self.steps), len(rows.table)))
+            super().on_allocations(rows)
+
+    cfg = tiny_config("mlp", steps=40, precise=True)
+    history = Counted()
+    run_training(cfg, RunControls(cfg.techniques), history)
+    steps_per_hand_off = ALLOC_FLUSH_S / 0.02  # (a step reads the clock under 20 times)
+    assert 1 < len(history.handed) < 40 / steps_per_hand_off + 2
+    # every row the recorder saw, each once: a plain count of the steps' allocations
+    rows, idx = history.allocs.rows(), history.allocs.index
+    assert len(rows) == sum(n for _, n in history.handed)
+    assert set(rows[:, idx["step"]].astype(int).tolist()) == set(range(40))
+    ids = rows[:, idx["storage"]][rows[:, idx["action"]] == 0]
+    assert len(set(ids.tolist())) == len(ids)  # each allocation once
+
+
+def test_a_paused_run_has_handed_on_every_allocation_it_made(monkeypatch):
+    """Paused (the app's pause button), the allocation rows still waiting for their block
+    go to the sink: the timeline the user looks at has every step measured so far."""
+    import threading
+
+    import memlens.core.recorder.recorder as recorder_module
+
+    ticks = iter(range(10**9))  # 1 ms a clock read: rows wait for ALLOC_FLUSH_S
+    monkeypatch.setattr(recorder_module, "phase_clock",
+                        lambda device, synchronize=True: (lambda: next(ticks) * 1e-3, "fake"))
+    cfg = tiny_config("mlp", steps=12, precise=True)
+    controls = RunControls(cfg.techniques)
+    while_paused = threading.Event()
+
+    class PauseAfterFive(RunHistory):
+        def on_steps(self, rows) -> None:
+            super().on_steps(rows)
+            if len(self.steps) == 5:
+                controls.pause()
+
+        def on_allocations(self, rows) -> None:
+            super().on_allocations(rows)
+            if controls.paused:
+                self.steps_then = len(self.steps)
+                self.last_step = int(self.allocs.rows()[-1, self.allocs.index["step"]])
+                while_paused.set()
+
+    history = PauseAfterFive()
+    resumer = threading.Thread(target=lambda: (while_paused.wait(60), controls.resume()))
+    resumer.start()
+    run_training(cfg, controls, history)
+    resumer.join()
+    assert while_paused.is_set()  # handed on while paused, not at the resume
+    assert (history.steps_then, history.last_step) == (5, 4)

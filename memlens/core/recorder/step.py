@@ -28,8 +28,10 @@ of measuring them are here, once:
 - Peak: a step's peak is the largest sample of the step, and at least where the last step
   ended (memory at the step's start is the step's too).
 - Hand-off: an ended step's row goes to the sink at once where the last hand-off is
-  `flush_s` old (0: every step), else with the next; precise mode's allocation rows go with
-  the rows, or sooner where ALLOC_FLUSH_ROWS are waiting. `flush()` hands on everything.
+  `flush_s` old (0: every step), else with the next; precise mode's allocation rows go at a
+  step's end once ALLOC_FLUSH_ROWS are waiting or the last went ALLOC_FLUSH_S ago (a few
+  hundred rows a short step: handed on each step, their blocks cost more than the rows).
+  `flush()` hands on everything.
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ from memlens.core.sinks import RunSink
 SHORT_STEP_MS = 30.0  # steps shorter than this are short until one takes LONG_STEP_MS
 LONG_STEP_MS = 60.0
 ALLOC_FLUSH_ROWS = 2048  # precise mode: alloc/free rows waiting before they are handed on
+ALLOC_FLUSH_S = 0.1  # or once they are this old at a step's end (a live view draws at 30 Hz)
 _SAMPLED = {p: SAMPLE_PHASE_CODE[p] for p in PHASES}  # phases whose end is a sample
 _FORWARD = SAMPLE_PHASE_CODE["forward"]
 # A step without detail samples at these too: an evaluation (they are few) and zero_grad
@@ -134,7 +137,7 @@ class StepRecorder:
         self.run_peak = 0  # the largest sample total of the run (measured_peak)
         self._heap_read, self._heap_at = False, -math.inf
         self._rows: list[StepRow] = []
-        self._flushed_at = self.since
+        self._flushed_at = self._allocs_at = self.since
         self.tally = RunTally()
 
     def now(self) -> float:
@@ -357,10 +360,15 @@ class StepRecorder:
         self.tally.add(record)  # (next to the row: a summary counts the rows there are)
         self._samples = []
         self.tune_for_step_length(record.step_ms)
-        if self.flush_s <= 0 or now - self._flushed_at >= self.flush_s or (
-                self._precise is not None and self._precise.pending >= ALLOC_FLUSH_ROWS):
-            self.flush(now)
+        allocs = self._allocs_due(now)
+        if allocs or self.flush_s <= 0 or now - self._flushed_at >= self.flush_s:
+            self.flush(now, allocations=allocs)
         return record
+
+    def _allocs_due(self, now: float) -> bool:
+        precise = self._precise
+        return precise is not None and precise.pending > 0 and (
+            precise.pending >= ALLOC_FLUSH_ROWS or now - self._allocs_at >= ALLOC_FLUSH_S)
 
     def tune_for_step_length(self, step_ms: float) -> None:
         """Short steps keep their samples to the step's end (on the native edge where there
@@ -382,11 +390,12 @@ class StepRecorder:
             self.sink.on_samples(items)
         return items
 
-    def flush(self, now: float | None = None) -> None:
-        """Hand on the ended steps' rows and precise mode's allocation rows."""
+    def flush(self, now: float | None = None, allocations: bool = True) -> None:
+        """Hand on the ended steps' rows, and precise mode's allocation rows (`allocations`)."""
         self._flushed_at = self.clock() if now is None else now
         precise = self._precise
-        if precise is not None and precise.pending:
+        if allocations and precise is not None and precise.pending:
+            self._allocs_at = self._flushed_at
             self.sink.on_allocations(precise.drain())
         if self._rows:
             rows, self._rows = self._rows, []

@@ -152,8 +152,9 @@ class Recorder:
     def make_probe(self, source: Any, *, light: bool = True) -> MemoryProbe:
         """The memory probe over `source` (a preset, or what a watch found: parameters,
         buffers, optimizers, carried tensors). On CPU the native helpers scan gradients
-        (GradWatch) and, with `light` and no precise mode, take each phase edge's figures
-        in one C call (LightProbe: the same rules as MemoryProbe.sample)."""
+        (GradWatch) and, with `light`, take each phase edge's figures in one C call
+        (LightProbe: the same rules as MemoryProbe.sample), precise mode's too where its
+        allocator recorder is the native one."""
         from memlens.core.native.tracker import NativeSavedTracker, NativeStorageTracker
 
         probe = MemoryProbe(source, self.device, self.saved, self.precise)

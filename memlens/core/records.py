@@ -295,7 +295,8 @@ def edge_samples(step: int, params: int, buffers: int, rows: list[tuple],
     return [MemorySample(step, SAMPLE_PHASES[code], t, params, grads, opt, act, other,
                          None, None, heap if heap >= 0 else None, buffers,
                          temporaries=_temporaries(params + buffers, grads, opt, act, other,
-                                                  buckets.at(grads), tracked),
+                                                  buckets.at(grads), tracked)
+                         if tracked >= 0 else 0,
                          rss=rss if rss >= 0 else None, gathered=gathered,
                          buckets=buckets.at(grads), carried=carried)
             for code, t, grads, opt, act, other, heap, rss, gathered, tracked in rows]
@@ -303,10 +304,8 @@ def edge_samples(step: int, params: int, buffers: int, rows: list[tuple],
 
 def _temporaries(base: int, grads: int, opt: int, act: int, other: int, buckets: int,
                  tracked: int) -> int:
-    """Precise mode (`tracked`: every storage the allocator recorder sees alive, else -1):
-    what no category holds, as MemoryProbe.sample counts it."""
-    if tracked < 0:
-        return 0
+    """Precise mode (`tracked`: the bytes of every storage the allocator recorder sees
+    alive): what no category holds, as MemoryProbe.sample counts it."""
     return max(0, tracked - (base + grads + opt + act + buckets) - other)
 
 

@@ -12,6 +12,7 @@ from memlens.core.config import RunConfig, TechniqueToggles
 from memlens.core.controls import RunControls, StopRequested
 from memlens.core.excerpt import safe_str
 from memlens.core.explain import error_title, explain_error
+from memlens.core.recorder.step import HEAP_EVERY_S
 from memlens.core.records import NATIVE_BUILD_EVENT, RunEvent, RunSummary
 from memlens.core.sinks import FanOut, RunSink
 from memlens.core.training import TrainingSession, resolve_device
@@ -106,15 +107,18 @@ def run_training(
     sink: RunSink | None = None,
     *,
     on_error: str = "stop",
+    heap_every_s: float = HEAP_EVERY_S,
 ) -> RunSummary:
     """Run `config.steps` steps.
 
     on_error: "stop" ends the run at a training error; "pause" records it, pauses the controls
     and waits (the GUI); "continue" records it and goes on with the next step.
+    heap_every_s: the process heap and RSS at most this often (TrainingSession's; 0: every
+    step's forward).
     """
     controls = controls or RunControls(config.techniques, config.schedule)
     sink = sink if sink is not None else FanOut()
-    session = _start(config, controls, sink)
+    session = _start(config, controls, sink, heap_every_s)
     stopped_by, error, step = "completed", None, 0
     try:
         while step < config.steps:
@@ -158,12 +162,13 @@ def run_training(
     return summary
 
 
-def _start(config: RunConfig, controls: RunControls, sink: RunSink) -> TrainingSession:
+def _start(config: RunConfig, controls: RunControls, sink: RunSink,
+           heap_every_s: float) -> TrainingSession:
     """The session, its run.json header, its first notes and its "start" sample."""
     _announce_native_build(config, sink)
     _announce_cuda_only(config, sink)
     try:
-        session = TrainingSession(config, controls, sink)
+        session = TrainingSession(config, controls, sink, heap_every_s=heap_every_s)
     except (MemoryError, RuntimeError) as exc:  # torch.OutOfMemoryError is a RuntimeError
         from memlens.core.preflight import is_out_of_memory, setup_out_of_memory
 

@@ -22,7 +22,7 @@ from memlens.core.presets import Preset
 from memlens.core.recorder.amp_casts import amp_cast_storages
 from memlens.core.recorder.keys import StorageBytes
 from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, Recorder
-from memlens.core.recorder.step import StepRecorder
+from memlens.core.recorder.step import HEAP_EVERY_S, StepRecorder
 from memlens.core.records import RunEvent, StepRecord
 from memlens.core.runfolder.header import run_header
 from memlens.core.sinks import RunSink
@@ -64,9 +64,11 @@ class TrainingSession:
     """A preset plus its recording; runs steps. Use run_training() unless you need steps."""
 
     def __init__(self, config: RunConfig, controls: RunControls, sink: RunSink,
-                 preset: Preset | None = None) -> None:
+                 preset: Preset | None = None, heap_every_s: float = HEAP_EVERY_S) -> None:
         """`preset`: an already built preset for this config (the benchmarks time several
-        ways of running one model); by default the session builds its own."""
+        ways of running one model); by default the session builds its own. `heap_every_s`:
+        the process heap and RSS are read after a step's forward at most this often (0:
+        every step, as a lesson that measures the heap's growth a step asks)."""
         self.config, self.controls, self.sink = config, controls, sink
         self.device = resolve_device(config.device)
         use_threads(config.threads)
@@ -83,9 +85,9 @@ class TrainingSession:
         self.saved, self.precise = rec.saved, rec.precise
         # The lab's loop has no code of the user's between phases (only memlens's own
         # bookkeeping): a step's time is its phases'. The GUI's history takes every step as
-        # it ends, and the heap is read at every step's forward.
+        # it ends.
         self.steps = StepRecorder(rec, sink, self.preset.carried_tensors, other_is_step=False,
-                                  heap_every_s=0.0, flush_s=0.0)
+                                  heap_every_s=heap_every_s, flush_s=0.0)
         self.steps.use_probe(self.probe)
         # The probe's native grad scan also sums each gradient's squares as autograd writes
         # it (core/native/grad_watch.h): put on at each step (a no-op while on), off at close.

@@ -26,12 +26,15 @@ def tiny_config(preset: str = "mlp", steps: int = 6, at: tuple[str, ...] = (), *
     return cfg.with_schedule([ScheduledChange.parse(a) for a in at]) if at else cfg
 
 
-def run(preset: str = "mlp", steps: int = 6, at: tuple[str, ...] = (), sink=None, **values):
-    """Run a tiny config; returns (history, summary)."""
+def run(preset: str = "mlp", steps: int = 6, at: tuple[str, ...] = (), sink=None,
+        heap_every_s: float | None = None, **values):
+    """Run a tiny config; returns (history, summary). `heap_every_s`: run_training's (its
+    default where None)."""
     cfg = tiny_config(preset, steps, at, **values)
     history = RunHistory()
     sinks = history if sink is None else _Both(history, sink)
-    summary = run_training(cfg, RunControls(cfg.techniques, cfg.schedule), sinks)
+    more = {} if heap_every_s is None else {"heap_every_s": heap_every_s}
+    summary = run_training(cfg, RunControls(cfg.techniques, cfg.schedule), sinks, **more)
     return history, summary
 
 

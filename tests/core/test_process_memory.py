@@ -1,5 +1,6 @@
-"""The process's resident memory (RSS) recorded beside the heap, once a step, read back from
-memory.csv, and old folders without the column still open."""
+"""The process's resident memory (RSS) recorded beside the heap, after a step's forward at
+most every HEAP_EVERY_S (every step where asked: a lesson), read back from memory.csv, and
+old folders without the column still open."""
 
 from __future__ import annotations
 
@@ -56,7 +57,7 @@ class AllocateAfterStep(Sink):
 @linux_only
 def test_a_run_records_rss_where_it_reads_the_heap_and_sees_an_allocation_between_steps():
     sink = AllocateAfterStep(at=2)
-    history, _ = run("mlp", steps=5, sink=sink)
+    history, _ = run("mlp", steps=5, sink=sink, heap_every_s=0.0)  # every step (a lesson's)
     table = history.samples
     rss, heap = table.column("rss"), table.column("heap")
     # The same cadence as the heap: at start and after each forward, never elsewhere.
@@ -69,9 +70,38 @@ def test_a_run_records_rss_where_it_reads_the_heap_and_sees_an_allocation_betwee
     assert abs(forward[3] - sink.rss_around[1]) <= 64 * 2**20
 
 
+def test_the_lab_reads_the_heap_and_rss_after_a_forward_at_most_every_heap_every_s(
+        monkeypatch):
+    """On a phase clock faked at 1 ms a read (steps of a few ms), the lab reads the process
+    heap and RSS at the run's start, then at the first forward at least HEAP_EVERY_S after
+    the last read: never twice within it, never at another phase."""
+    import memlens.core.recorder.recorder as recorder_module
+    from memlens.core.recorder.step import HEAP_EVERY_S
+    from memlens.core.records import SAMPLE_PHASE_CODE
+
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(recorder_module, "phase_clock",
+                        lambda device, synchronize=True: (lambda: next(ticks) * 1e-3, "fake"))
+    history, _ = run("mlp", steps=60)
+    table = history.samples
+    heap, rss = table.column("heap"), table.column("rss")
+    np.testing.assert_array_equal(np.isfinite(rss), np.isfinite(heap))
+    read = np.isfinite(heap)
+    phases = table.column("phase")[read].astype(int).tolist()
+    assert phases[0] == SAMPLE_PHASE_CODE["start"]
+    assert set(phases[1:]) == {SAMPLE_PHASE_CODE["forward"]}
+    # as often as the rule allows on the fake clock's whole run: a read at the first forward
+    # after each HEAP_EVERY_S (a step here reads the clock a few dozen times at most)
+    run_s = next(ticks) * 1e-3
+    step_s = run_s / 60
+    assert step_s < HEAP_EVERY_S / 4  # (the premise: several steps between reads)
+    forwards = len(phases) - 1
+    assert run_s / (HEAP_EVERY_S + step_s) - 1 <= forwards <= run_s / HEAP_EVERY_S + 1
+
+
 def test_memory_csv_has_rss_bytes_and_load_run_reads_it_back(tmp_path):
     folder = tmp_path / "run"
-    history, _ = run("mlp", steps=3, sink=RunWriter(folder))
+    history, _ = run("mlp", steps=3, sink=RunWriter(folder), heap_every_s=0.0)
     with open(folder / "memory.csv", newline="") as fh:
         rows = list(csv.DictReader(fh))
     assert "rss_bytes" in rows[0]

@@ -370,7 +370,9 @@ class LessonRunner:
             sink = FanOut(arm.history, writers[i],
                           TurnSink(turns, i, block, arm.config.steps, stepped, on_block))
             try:
-                arm.summary = run_training(arm.config, controls[i], sink, on_error="continue")
+                # the heap at every step: a lesson's heap growth a step (catalog) reads it
+                arm.summary = run_training(arm.config, controls[i], sink, on_error="continue",
+                                           heap_every_s=0.0)
             except BaseException as exc:  # a bug or a bad setting: reported with the row
                 arm.error = exc
                 if writers[i] is not None:

@@ -61,6 +61,10 @@ SHORT_STEP_MS = 30.0  # steps shorter than this are short until one takes LONG_S
 LONG_STEP_MS = 60.0
 ALLOC_FLUSH_ROWS = 2048  # precise mode: alloc/free rows waiting before they are handed on
 ALLOC_FLUSH_S = 0.1  # or once they are this old at a step's end (a live view draws at 30 Hz)
+# The process heap (mallinfo2, memory.csv's heap_bytes) and RSS after a step's first forward,
+# at most this often: mallinfo2 walks malloc's free chunks, scattered over the arena and cold
+# after the forward's kernels (~70 us a gan step in a real step, 1 us called in a loop).
+HEAP_EVERY_S = 0.2
 _SAMPLED = {p: SAMPLE_PHASE_CODE[p] for p in PHASES}  # phases whose end is a sample
 _FORWARD = SAMPLE_PHASE_CODE["forward"]
 # A step without detail samples at these too: an evaluation (they are few) and zero_grad

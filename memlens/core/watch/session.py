@@ -31,7 +31,7 @@ from torch import Tensor, nn
 
 from memlens.core.history import RunHistory
 from memlens.core.recorder.recorder import GRAPH_NODE_LIMIT, Recorder
-from memlens.core.recorder.step import StepRecorder
+from memlens.core.recorder.step import HEAP_EVERY_S, StepRecorder
 from memlens.core.records import RunEvent, RunSummary
 from memlens.core.runfolder.writer import RunWriter
 from memlens.core.sinks import FanOut, GuardedSink
@@ -66,10 +66,6 @@ from memlens.core.watch.watch_probe import WatchProbe
 # A step's rows are handed to the writer at most this long after the step ends, a batch at
 # a time (a follower draws at 30 Hz anyway).
 FLUSH_S = 0.1
-# The process heap (mallinfo2, memory.csv's heap_bytes) after a step's first forward, at
-# most this often: mallinfo2 walks malloc's free lists, tens of microseconds in a training
-# process.
-HEAP_EVERY_S = 0.2
 RECOMPUTE = "recompute"  # a checkpointed block run again during backward
 _compiling = torch.compiler.is_compiling  # a constant True while torch.compile traces
 

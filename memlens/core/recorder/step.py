@@ -370,9 +370,9 @@ class StepRecorder:
         return record
 
     def _allocs_due(self, now: float) -> bool:
-        precise = self._precise
-        return precise is not None and precise.pending > 0 and (
-            precise.pending >= ALLOC_FLUSH_ROWS or now - self._allocs_at >= ALLOC_FLUSH_S)
+        pending = self._precise.pending if self._precise is not None else 0  # (a C call)
+        return pending > 0 and (
+            pending >= ALLOC_FLUSH_ROWS or now - self._allocs_at >= ALLOC_FLUSH_S)
 
     def tune_for_step_length(self, step_ms: float) -> None:
         """Short steps keep their samples to the step's end (on the native edge where there

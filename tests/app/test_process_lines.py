@@ -25,6 +25,7 @@ from memlens.app.timeline.plot_style import (
     TOGGLE_COLOR,
     TOTAL_COLOR,
 )
+from memlens.core.units import format_bytes
 from tests.app.drive import click, wait_frames
 from tests.app.test_main_window import plot, run_to_end
 
@@ -49,9 +50,11 @@ def test_process_rss_and_heap_lines_hold_memory_csv_columns(qtbot, window):
     wait_frames(qtbot, window, 2)
     path = window.session.folder / "memory.csv"
     x_all = window.history.samples.column("x")
+    last_read = {}
     for key, column in (("rss", "rss_bytes"), ("heap", "heap_bytes")):
         recorded = csv_column(path, column)
         read = np.isfinite(recorded)
+        last_read[key] = recorded[read][-1]
         # the run's start, and forwards at most every HEAP_EVERY_S (as a watch reads them)
         phases = csv_phases(path)
         assert read[0] and {phases[i] for i in np.flatnonzero(read)[1:]} <= {"forward"}
@@ -62,6 +65,9 @@ def test_process_rss_and_heap_lines_hold_memory_csv_columns(qtbot, window):
     window.plots.refresh_legends()
     legend = memory.getPlotItem().titleLabel.text.replace("&nbsp;", " ")
     assert "process RSS" in legend and "malloc heap (CPU)" in legend
+    # the read-out at the run's last sample: the last read, however many steps back it was
+    for key in ("rss", "heap"):
+        assert f"<b>{format_bytes(last_read[key])}</b>" in legend
     click(qtbot, box)  # off again: hidden, and out of the y range
     assert not memory.curves["rss"].isVisible() and not memory.curves["heap"].isVisible()
 

@@ -429,12 +429,18 @@ class RunSeries:
         PROCESS_LINES name (those never read there left out)."""
         if not self.has_process:
             return {}
-        _x, rows = self.samples.rows("process", max(0, i - 2 * PHASES_PER_STEP), i + 1)
-        out = {}
-        for name, values in zip(PROCESS_LINES, rows, strict=True):
-            read = values[np.isfinite(values)]
-            if len(read):
-                out[name] = float(read[-1])
+        # read at most every HEAP_EVERY_S (a short step's many rows apart): look back in
+        # windows twice as long each time, never reading a row twice
+        out: dict[str, float] = {}
+        end, span = i + 1, 2 * PHASES_PER_STEP
+        while end > 0 and len(out) < len(PROCESS_LINES):
+            start = max(0, end - span)
+            _x, rows = self.samples.rows("process", start, end)
+            for name, values in zip(PROCESS_LINES, rows, strict=True):
+                read = values[np.isfinite(values)]
+                if len(read) and name not in out:
+                    out[name] = float(read[-1])
+            end, span = start, span * 2
         return out
 
     def carried_spans(self, x0: float, x1: float, max_points: int

@@ -38,6 +38,10 @@ def is_user_file(filename: str) -> bool:
 
 
 _USER_CODE: dict[Any, bool] = {}  # code object -> is_user_file(its file): asked at every call
+# (id of a user's code object, instruction) -> (that code, call_site's file:line). By id:
+# code objects compare by content, and two files may hold the same code (the code is held,
+# so its id is no other's while it is here).
+_SITES: dict[tuple[int, int], tuple[Any, str]] = {}
 
 
 def user_frames(depth: int = 1) -> Iterator[Any]:
@@ -86,9 +90,14 @@ def call_site(depth: int = 2) -> str:
         if user is None:
             if len(known) > 50_000:  # code made at run time (exec, compile) stays bounded
                 known.clear()
+                _SITES.clear()
             user = known[code] = is_user_file(code.co_filename)
-        if user:
-            return f"{code.co_filename}:{f.f_lineno}"
+        if user:  # an instruction of a code object is on one line: its text made once
+            key = (id(code), f.f_lasti)
+            known_site = _SITES.get(key)
+            if known_site is None or known_site[0] is not code:
+                known_site = _SITES[key] = (code, f"{code.co_filename}:{f.f_lineno}")
+            return known_site[1]
         f = f.f_back
     return ""
 

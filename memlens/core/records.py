@@ -288,7 +288,7 @@ class AllocBlock:
 
 def edge_samples(step: int, params: int, buffers: int, rows: list[tuple],
                  buckets: Buckets = NO_BUCKETS, carried: bool = False) -> list[MemorySample]:
-    """The native LightProbe's edge rows (core.recorder.probe.MemoryProbe.take_rows: code,
+    """The native LightProbe's edge rows (core.recorder.probe.MemoryProbe.take_block: code,
     time_s, grads, optimizer, activations, other, heap, rss, gathered, tracked) as
     MemorySamples of `step`, with the probe's parameter, buffer and bucket bytes; `carried`:
     the rows are a step without detail's one sample (MemorySample.carried)."""
@@ -320,8 +320,8 @@ def edge_totals(params: int, buffers: int, rows: list[tuple],
 
 
 # The native LightProbe's samples of one step, not yet made MemorySamples: (step, params
-# bytes, buffer bytes, rows as MemoryProbe.take_rows gives them, DDP's buckets, whether the
-# rows are carried: MemoryProbe.edge_block). A watch hands these to the run folder's
+# bytes, buffer bytes, rows as LightProbe.take gives them, DDP's buckets, whether the
+# rows are carried: MemoryProbe.take_block). A watch hands these to the run folder's
 # writer, which makes them samples on its own thread.
 EdgeBlock = tuple[int, int, int, list[tuple], Any, bool]
 SampleItem = MemorySample | EdgeBlock

@@ -122,7 +122,7 @@ class MemoryProbe:
         """Take a CPU light-mode sample's gradient, optimizer and carried-tensor figures
         from the native helpers' LightProbe: the same rules as below in one call (a plain C
         function: see bind_fast in core/native/fast_calls.h). The loop's phase edges then call
-        `edge(code, carried[, heap[, rescan]])`, which keeps the figures until take_rows().
+        `edge(code, carried[, heap[, rescan]])`, which keeps the figures until take_block().
         `t0`: the run's start on time.perf_counter (a sample's time_s counts from it)."""
         self.light = light.fast_sample()
         # t0 on the native clock: the same instant, whatever origin either clock has.
@@ -137,20 +137,18 @@ class MemoryProbe:
             light.set_grad_holders(self.sharding.grad_holders, GRAD_HOLDER_ATTR)
         self.edge, self._take_rows = light.fast_edges()
 
-    def take_rows(self) -> list[tuple]:
-        """The rows edge() recorded since the last take, in order, as LightProbe.take gives
-        them (code, time_s, grads, optimizer, activations, other, heap, rss, gathered,
-        tracked): for a caller that makes them samples later (edge_block)."""
-        return self._take_rows()
-
-    def row_totals(self, rows: list[tuple]) -> list[int]:
-        """Each row's total memory, as its MemorySample will say."""
-        return edge_totals(self.params.total, self.buffers.total, rows, self.buckets)
-
-    def edge_block(self, step: int, rows: list[tuple], carried: bool = False) -> tuple:
-        """`step`'s rows with this probe's constant figures, as records.edge_samples takes
-        them (made MemorySamples later, on the writer's thread)."""
-        return (step, self.params.total, self.buffers.total, rows, self.buckets, carried)
+    def take_block(self, step: int, carried: bool = False) -> tuple[tuple, list[int]] | None:
+        """The rows edge() recorded since the last take (LightProbe.take's tuples: code,
+        time_s, grads, optimizer, activations, other, heap, rss, gathered, tracked) as `step`'s
+        block with this probe's constant figures (records.edge_samples makes them samples
+        later, on the writer's thread), and each row's total as its MemorySample will say;
+        None where there are none. One call a step: it runs right after the step's kernels."""
+        rows = self._take_rows()
+        if not rows:
+            return None
+        params, buffers, buckets = self.params.total, self.buffers.total, self.buckets
+        return ((step, params, buffers, rows, buckets, carried),
+                edge_totals(params, buffers, rows, buckets))
 
     def sample_inside(self, code: int, carried) -> None:
         """An edge (see use_light_probe) inside a phase, at a moment a sharded model's memory

@@ -179,17 +179,21 @@ class StepRecorder:
 
     # --- phases -----------------------------------------------------------------------------
     def _charge(self, now: float) -> None:
-        name = self._stack[-1]
+        """The time since the last edge, to the phase the program is in."""
+        self._charge_to(self._stack[-1], (now - self.since) * 1e3)
+
+    def _charge_to(self, name: str, spent: float) -> None:
         ms = self.ms
         if name in ms:
-            ms[name] += (now - self.since) * 1e3
+            ms[name] += spent
         elif name == OTHER:
-            self.other_ms += (now - self.since) * 1e3
+            self.other_ms += spent
         else:
-            spent = (now - self.since) * 1e3
             self.custom_ms[name] = self.custom_ms.get(name, 0.0) + spent
             self.custom_step_ms += spent
 
+    # enter and leave run at every phase edge, a dozen times a short step, with the
+    # interpreter cold after the kernels: _charge's common case is written out in them
     def enter(self, name: str) -> None:
         """A phase begins (inside the one running, if any)."""
         self.activity = True
@@ -197,8 +201,13 @@ class StepRecorder:
         if self._idle:
             self._idle = False
             self._step_t0 = self.since = now
-        self._charge(now)
-        self._stack.append(name)
+        stack = self._stack
+        top, ms = stack[-1], self.ms
+        if top in ms:
+            ms[top] += (now - self.since) * 1e3
+        else:
+            self._charge_to(top, (now - self.since) * 1e3)
+        stack.append(name)
         self.since = now
         if self._precise is not None:
             self.rec.begin_phase(self.step, name)  # new storages filed under the phase
@@ -207,9 +216,14 @@ class StepRecorder:
         """The innermost phase ends; its sample is taken (where it is one of PHASES and
         `sample`: else the driver takes it later with `sample`). Returns its name."""
         now = self.clock()
-        self._charge(now)
-        stack = self._stack
-        name = stack.pop() if len(stack) > 1 else OTHER
+        stack, ms = self._stack, self.ms
+        name = stack[-1]
+        if name in ms:
+            ms[name] += (now - self.since) * 1e3
+        else:
+            self._charge_to(name, (now - self.since) * 1e3)
+        if len(stack) > 1:
+            stack.pop()
         self.since = now
         code = _SAMPLED.get(name) if sample else None
         if code is not None:
@@ -303,19 +317,17 @@ class StepRecorder:
         samples (made MemorySamples where they are read: records.samples_of)."""
         if self._native is None:
             return
-        probe = self.probe
-        rows = probe.take_rows()
-        if not rows:
+        taken = self.probe.take_block(self.step, self._edge_carried)
+        if taken is None:
             return
-        peak, total = self.step_peak, 0
-        for total in probe.row_totals(rows):
-            if total > peak:
-                peak = total
-        last = rows[-1]  # code, time_s, grads, optimizer, activations, other, ...
+        block, totals = taken
+        total, peak = totals[-1], max(self.step_peak, max(totals))
+        last = block[3][-1]  # its last row: code, time_s, grads, optimizer, activations, other, ...
         self.last_total, self.step_peak = total, peak
         self.last_figures = (total, last[4], last[5])
-        self.run_peak = max(self.run_peak, peak)
-        self._samples.append(probe.edge_block(self.step, rows, self._edge_carried))
+        if peak > self.run_peak:
+            self.run_peak = peak
+        self._samples.append(block)
         self._edge_carried = False
 
     # --- steps ------------------------------------------------------------------------------
@@ -363,8 +375,9 @@ class StepRecorder:
         self._rows.append((record, self._samples))
         self.tally.add(record)  # (next to the row: a summary counts the rows there are)
         self._samples = []
-        self.tune_for_step_length(record.step_ms)
-        allocs = self._allocs_due(now)
+        if (step_ms > LONG_STEP_MS) if self.short_steps else (step_ms < SHORT_STEP_MS):
+            self.tune_for_step_length(step_ms)
+        allocs = self._precise is not None and self._allocs_due(now)
         if allocs or self.flush_s <= 0 or now - self._flushed_at >= self.flush_s:
             self.flush(now, allocations=allocs)
         return record
@@ -376,7 +389,8 @@ class StepRecorder:
 
     def tune_for_step_length(self, step_ms: float) -> None:
         """Short steps keep their samples to the step's end (on the native edge where there
-        is one); long ones hand each on at once."""
+        is one); long ones hand each on at once (end_step asks where a step's length may
+        change it)."""
         if step_ms < SHORT_STEP_MS and not self.short_steps:
             self.short_steps = True
             self._choose_edges()

@@ -244,7 +244,12 @@ class WatchDetail:
         """A model's forward under grad: whether it is recorded with detail. A site or an
         input shape not seen before turns the detail on at once (from this call on: its
         graph is followed, its saved tensors counted)."""
-        shape = (model, next((tuple(a.shape) for a in args if hasattr(a, "shape")), ()))
+        first = ()
+        for a in args:  # (a loop, not a generator: this runs at every model call)
+            if hasattr(a, "shape"):
+                first = tuple(a.shape)
+                break
+        shape = (model, first)
         reason = ("new call site" if site not in self._sites else
                   "new input shape" if shape not in self._shapes else
                   # (its graph may be kept: what it saves must be counted)

@@ -206,8 +206,7 @@ class Discovery:
         inner = o.__dict__.get("optimizer")
         if isinstance(inner, torch.optim.Optimizer):
             o = inner
-        known = self._active_ids.get(id(o))
-        if known is not None and known() is o:
+        if self.known_active(o):
             return  # the usual case, every step: measured already (so a candidate too)
         if all(r() is not o for r in self._candidates):
             self._candidates.append(weakref.ref(o))
@@ -306,6 +305,12 @@ class Discovery:
                 or any(id(p) in called for g in o.param_groups for p in g["params"][:1])}
             self._required_key = key
         return self._required
+
+    def known_active(self, o) -> bool:
+        """Whether `o` is an optimizer measured already (add_optimizer's usual case: never a
+        wrapper, whose inner optimizer is the one added)."""
+        known = self._active_ids.get(id(o))
+        return known is not None and known() is o
 
     @staticmethod
     def is_wrapper(o) -> bool:

@@ -15,18 +15,32 @@ class OptimizerCalls:
     def optimizer_created(self, opt) -> None:
         self._guard(self.seen.add_optimizer, opt, False)
 
+    # (the guards are written out, as root_call's: these run at every step)
     def optimizer_pre(self, opt, args, kwargs) -> None:
-        self._guard(self._optimizer_pre, opt, args, kwargs)
+        if self.broken:
+            return
+        try:
+            self._optimizer_pre(opt, args, kwargs)
+        except Exception as exc:
+            self._fail(exc)
 
     def optimizer_post(self, opt, _args=None, _kwargs=None) -> None:
-        self._guard(self._optimizer_post, opt)
+        if self.broken:
+            return
+        try:
+            self._optimizer_post(opt)
+        except Exception as exc:
+            self._fail(exc)
 
     def _optimizer_pre(self, opt, args, kwargs) -> None:
-        if self.seen.is_wrapper(opt):  # accelerate's: the optimizer it wraps steps, or not
+        seen = self.seen
+        known = seen.known_active(opt)  # (the usual case: no wrapper, measured already)
+        if not known and seen.is_wrapper(opt):  # accelerate's: the one it wraps steps, or not
             return
         if self.interventions is not None:  # amp: the span closed, the gradients unscaled
             self.interventions.before_step(opt)
-        self.seen.add_optimizer(opt, active=True)
+        if not known:
+            seen.add_optimizer(opt, active=True)
         if self.seen.probe_stale:
             self.measure.ensure(self.steps.step)
         if not self._manual_steps and id(opt) in self._stepped:
@@ -42,7 +56,7 @@ class OptimizerCalls:
         self.steps.enter("optimizer")
 
     def _optimizer_post(self, opt) -> None:
-        if self.seen.is_wrapper(opt):
+        if not self.seen.known_active(opt) and self.seen.is_wrapper(opt):
             return
         self.steps.leave()
         if self._closure:

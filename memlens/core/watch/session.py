@@ -336,7 +336,8 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         if grad and self._after_backward and not self._manual_steps and (
                 not self.seen.required_optimizers()):
             self._end_step()
-        check_step_limit(self.steps.step, self.stop_after)  # before the next step's work
+        if self.stop_after:  # before the next step's work
+            check_step_limit(self.steps.step, self.stop_after)
         if self.seen.probe_stale:
             self.measure.ensure(self.steps.step)
         if grad:
@@ -404,18 +405,27 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         call = None
         if self.interventions is not None:  # zero_grad=...: forced or skipped
             call = self.interventions.zero_grad(original, owner, args, kwargs)
-        started = self._guard(self._before_zero_grad, owner)
+        try:  # (the guards written out, as root_call's)
+            self._before_zero_grad(owner)
+            started = True
+        except Exception as exc:
+            self._fail(exc)
+            started = False
         try:
             return original(owner, *args, **kwargs) if call is None else call()
         finally:
-            if started:
-                self._guard(self.steps.leave)
+            if started and not self.broken:
+                try:
+                    self.steps.leave()
+                except Exception as exc:
+                    self._fail(exc)
 
     def _before_zero_grad(self, owner) -> None:
         if (self._after_backward and not self.seen.required_optimizers()
                 and not self._manual_steps):
             self._end_step()
-        check_step_limit(self.steps.step, self.stop_after)
+        if self.stop_after:
+            check_step_limit(self.steps.step, self.stop_after)
         if isinstance(owner, torch.optim.Optimizer):
             self.seen.add_optimizer(owner, active=False)
         self.norms.cleared = True
@@ -434,7 +444,12 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
                 self.backward_depth -= 1
         # a gradient of tensors that are no parameters (a saliency map) trains nothing
         training = inputs is None or trains(inputs, self.found.parameters)
-        started = self._guard(self._before_backward, tensors, training)
+        try:  # (the guards written out, as root_call's)
+            self._before_backward(tensors, training)
+            started = True
+        except Exception as exc:
+            self._fail(exc)
+            started = False
         failed = False
         try:
             return call()
@@ -451,8 +466,11 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
             raise
         finally:
             self.backward_depth -= 1
-            if started:
-                self._guard(self._after_backward_call, training, not failed)
+            if started and not self.broken:
+                try:
+                    self._after_backward_call(training, not failed)
+                except Exception as exc:
+                    self._fail(exc)
 
     def _before_backward(self, tensors, training: bool) -> None:
         ca = sys.modules.get("torch._dynamo.compiled_autograd")
@@ -519,9 +537,10 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         book = self.book
         if self.interventions is not None:  # what the script did this step
             self.interventions.end_step(book, bool(self._stepped))
-        # a forward never backwarded was an eval
-        self.steps.move_time("forward", "eval",
-                             sum(c.ms for c in book.calls if c.grad and not c.reached()))
+        if book.calls:  # a forward never backwarded was an eval (steps without detail have
+            # no calls: their forwards are followed by handle only)
+            self.steps.move_time("forward", "eval",
+                                 sum(c.ms for c in book.calls if c.grad and not c.reached()))
         record = self.last_record = self.steps.end_step(
             loss=self.losses.value(), grad_norm=self.norms.norm,
             eval_loss=self._eval_loss, nodes=self._graph_nodes, stepped=bool(self._stepped))

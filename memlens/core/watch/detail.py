@@ -14,11 +14,17 @@ memory.csv (`carried`), and is drawn so.
 and without it, and keeps it on every step where it costs under AUTO_EVERY_BELOW of a step
 (long steps: the usual case on a GPU), else takes it every Nth step, N chosen so that its
 share stays near SCHEDULE_SHARE. The cost is the median of neighbouring steps' differences
-(a pair shares the machine's speed of that moment), with an interval from their spread:
-where the interval straddles AUTO_EVERY_BELOW (a cost near it, measured on a noisy machine)
-more pairs are measured, up to MAX_CALIBRATION_PAIRS, and then the median decides. `every`
-forces the detail on every step (the figures of a watch before this schedule existed); an
-integer N forces every Nth.
+(a pair shares the machine's speed of that moment), held at zero, with the median's
+interval from their order (calibrated_share). Where the interval straddles
+AUTO_EVERY_BELOW (a cost near it, measured on a noisy machine) more pairs are measured, up
+to MAX_CALIBRATION_PAIRS; if it still straddles, the schedule is chosen, its N sized by the
+interval's top: every step might cost that much of each step for the whole run (the costly
+mistake), where too few detailed steps cost only detail, and every change brings it at
+once. The first WARM_UP_PAIRS pairs count for nothing: a watch's first steps run its code
+for the first time and are slow by milliseconds, at random (a 3 ms mlp step took 4-8 ms
+up to about its 12th step), which made the median of six pairs negative in some runs, and
+every step then took a detail that cost 5% of each. `every` forces the detail on every
+step (the figures of a watch before this schedule existed); an integer N forces every Nth.
 """
 
 from __future__ import annotations
@@ -29,9 +35,10 @@ import statistics
 from collections.abc import Sequence
 
 FIRST_DETAILED = 3  # the first steps: the models, their inputs and their graphs are found
-CALIBRATION_PAIRS = 6  # then pairs of steps without and with detail, to measure it
-MAX_CALIBRATION_PAIRS = 16  # more while the cost's interval straddles AUTO_EVERY_BELOW
-INTERVAL_Z = 2.0  # the interval: the median difference +- INTERVAL_Z standard errors
+WARM_UP_PAIRS = 4  # then pairs of steps without and with the detail that count for nothing
+CALIBRATION_PAIRS = 8  # then the pairs that measure it
+MAX_CALIBRATION_PAIRS = 32  # more while the cost's interval straddles AUTO_EVERY_BELOW
+INTERVAL_Z = 2.0  # the median's interval: this many of a binomial's standard deviations
 AUTO_EVERY_BELOW = 0.02  # detail's share of a step under which every step takes it
 SCHEDULE_SHARE = 0.01  # the share of the step time a schedule aims to spend on detail
 MAX_EVERY = 50  # a schedule takes detail at least every MAX_EVERY steps
@@ -72,6 +79,7 @@ class DetailPolicy:
         # calibration: neighbouring steps' times (without, with the detail); a step the
         # detail came to early (a change: `at_call`) is no pair's
         self._pairs: list[tuple[float, float]] = []
+        self._warming = WARM_UP_PAIRS  # pairs still to come that count for nothing
         self._off_ms: float | None = None
         self._pending: str | None = None  # a change seen: the next step takes the detail
         self._since = 0  # steps since the last detailed one
@@ -88,7 +96,8 @@ class DetailPolicy:
         why = self.why
         if self.every is None:  # (a run may end before it has chosen: said as it stands)
             why = (f"measuring the detail's cost: {len(self._pairs)} pairs of steps so far "
-                   f"(at least {CALIBRATION_PAIRS}), a step without it, then one with it")
+                   f"(at least {CALIBRATION_PAIRS}, after {WARM_UP_PAIRS} to warm up), a step "
+                   "without it, then one with it")
         return {"mode": self.mode if isinstance(self.mode, str) else int(self.mode),
                 "chosen": self.chosen, "why": why, "triggered": dict(self.triggered)}
 
@@ -136,16 +145,26 @@ class DetailPolicy:
         off_ms, self._off_ms = self._off_ms, None
         if off_ms is None:
             return
+        if self._warming:
+            self._warming -= 1
+            return
         self._pairs.append((off_ms, step_ms))
         n = len(self._pairs)
         if n < CALIBRATION_PAIRS:
             return
         share, low, high, off = calibrated_share(*zip(*self._pairs, strict=True))
-        if low < AUTO_EVERY_BELOW <= high and n < MAX_CALIBRATION_PAIRS:
+        undecided = low < AUTO_EVERY_BELOW <= high
+        if undecided and n < MAX_CALIBRATION_PAIRS:
             return  # too close to call at this noise: another pair
         measured = (f"the detail costs {share:.1%} (about {max(0.0, low):.1%}-{high:.1%}) "
                     f"of a {off:.2f} ms step, measured over {n} pairs of steps")
-        if share < AUTO_EVERY_BELOW:
+        if undecided:  # still: every step might cost up to `high` of each, for the whole
+            # run; a schedule sized by that keeps the detail's share near SCHEDULE_SHARE
+            self.every = max(2, min(MAX_EVERY, math.ceil(high / SCHEDULE_SHARE)))
+            self.why = (f"{measured}: too close to {AUTO_EVERY_BELOW:.0%} to call, so every "
+                        f"{self.every} steps (sized by the top of the interval) and at every "
+                        f"change keeps it near {SCHEDULE_SHARE:.0%} or under")
+        elif share < AUTO_EVERY_BELOW:
             self.every = 1
             self.why = f"{measured}: under {AUTO_EVERY_BELOW:.0%}, so every step"
         else:
@@ -159,20 +178,19 @@ def calibrated_share(off: Sequence[float],
                      on: Sequence[float]) -> tuple[float, float, float, float]:
     """(share, low, high, step ms): the detail's cost as a share of a step without it, from
     pairs of neighbouring steps (off[i], on[i]): the median of their differences over the
-    median step, and an interval of INTERVAL_Z standard errors of that median (from the
-    differences' median absolute deviation: robust to a step a page fault or another
-    process stretched)."""
-    diffs = [b - a for a, b in zip(off, on, strict=True)]
+    median step, held at zero (the detail costs no less than nothing: a negative median is
+    noise), and the median's distribution-free interval: the differences k-th from either
+    end, k where a binomial's INTERVAL_Z standard deviations fall (about 95%). Robust to a
+    step a page fault or another process stretched, and never collapsed to a point where
+    many differences are alike (a MAD's interval was: zero wide, with half of them equal)."""
+    diffs = sorted(b - a for a, b in zip(off, on, strict=True))
     base = statistics.median(off)
     if base <= 0:
         return 0.0, 0.0, 0.0, base
-    mid = statistics.median(diffs)
-    mad = statistics.median(abs(d - mid) for d in diffs)
-    # 1.4826: a MAD as a standard deviation (normal noise); 1.2533: the median's standard
-    # error over the mean's
-    se = 1.2533 * 1.4826 * mad / math.sqrt(len(diffs))
-    return (max(0.0, mid) / base, (mid - INTERVAL_Z * se) / base,
-            (mid + INTERVAL_Z * se) / base, base)
+    n = len(diffs)
+    k = max(0, math.floor((n - INTERVAL_Z * math.sqrt(n)) / 2))
+    mid = max(0.0, statistics.median(diffs))
+    return mid / base, diffs[k] / base, max(0.0, diffs[n - 1 - k]) / base, base
 
 
 class WatchDetail:

@@ -27,14 +27,14 @@ import tempfile
 import time
 from pathlib import Path
 
-from memlens.core.watch.detail import FIRST_DETAILED, MAX_CALIBRATION_PAIRS
+from memlens.core.watch.detail import FIRST_DETAILED, MAX_CALIBRATION_PAIRS, WARM_UP_PAIRS
 
 # Steps dropped at the start of each block: a watch finds the models and makes its probe on
 # its first steps; and a watched block goes on dropping steps until detail=auto
 # (core.watch.detail) has measured its cost and chosen (Watch.detail): a run's steady state
 # is what a user meets over its minutes, calibration its first few dozen steps.
 SKIP = 12
-CALIBRATING = FIRST_DETAILED + 2 * MAX_CALIBRATION_PAIRS + 2  # steps at most
+CALIBRATING = FIRST_DETAILED + 2 * (WARM_UP_PAIRS + MAX_CALIBRATION_PAIRS) + 2  # at most
 WARM_UP = 5
 IDLE_AT = "1000000000:zero_grad=script"
 SIDES = ("plain", "watched", "toggles")

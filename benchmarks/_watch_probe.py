@@ -34,7 +34,9 @@ from memlens.core.watch.detail import FIRST_DETAILED, MAX_CALIBRATION_PAIRS, WAR
 # (core.watch.detail) has measured its cost and chosen (Watch.detail): a run's steady state
 # is what a user meets over its minutes, calibration its first few dozen steps.
 SKIP = 12
-CALIBRATING = FIRST_DETAILED + 2 * (WARM_UP_PAIRS + MAX_CALIBRATION_PAIRS) + 2  # at most
+# steps at most; a step the detail came to early (a change) is no pair's: dcgan's sampling
+# every 10 steps took 93 where the pairs alone take 75
+CALIBRATING = FIRST_DETAILED + 2 * (WARM_UP_PAIRS + MAX_CALIBRATION_PAIRS) + 40
 WARM_UP = 5
 IDLE_AT = "1000000000:zero_grad=script"
 SIDES = ("plain", "watched", "toggles")

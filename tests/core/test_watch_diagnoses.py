@@ -191,3 +191,25 @@ def test_5_validation_in_train_mode(tmp_path):
 def test_5_clean_with_eval(tmp_path):
     code, doc, _ = watch_script(tmp_path, TRAIN_MODE.format(mode="model.eval()"))
     assert code == 0 and diagnoses(doc) == []
+
+
+def test_call_site_names_each_files_own_line_however_often_asked(tmp_path):
+    """call_site (the file:line a diagnosis names) keeps each site's text once made: two
+    files of the same code (which compare equal as code objects) each get their own path,
+    and two lines of one function their own lines, on every call."""
+    import importlib.util
+
+    from memlens.core.watch.diagnoses import call_site
+
+    source = "def where(ask):\n    first = ask(1)\n    second = ask(1)\n    return first, second\n"
+    sites = {}
+    for name in ("a", "b"):
+        path = tmp_path / name / "same.py"
+        path.parent.mkdir()
+        path.write_text(source)
+        spec = importlib.util.spec_from_file_location(f"same_{name}", path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        sites[str(path)] = [module.where(call_site) for _ in range(3)]
+    for path, asked in sites.items():
+        assert asked == [(f"{path}:2", f"{path}:3")] * 3

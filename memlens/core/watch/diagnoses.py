@@ -96,6 +96,8 @@ def call_site(depth: int = 2) -> str:
             key = (id(code), f.f_lasti)
             known_site = _SITES.get(key)
             if known_site is None or known_site[0] is not code:
+                if len(_SITES) > 50_000:  # (bounded as the code objects are)
+                    _SITES.clear()
                 known_site = _SITES[key] = (code, f"{code.co_filename}:{f.f_lineno}")
             return known_site[1]
         f = f.f_back

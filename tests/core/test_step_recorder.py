@@ -115,6 +115,35 @@ def test_long_steps_hand_each_sample_on_short_ones_with_their_row():
     assert sink.calls == [("steps", [(1, ["forward"])])]
 
 
+def test_a_long_step_without_detail_hands_its_samples_on_with_its_row_and_in_order():
+    """A long step without detail (a watch's schedule) keeps its few carried samples to its
+    row (each handed on at once woke the writer's thread, several times a step); where
+    the detail comes mid-step (a model
+    called from a new site), what it held goes on first, before the detailed samples."""
+    sr, clock, sink, _ = recorder()
+    sr.detailed = False
+    sr.begin_step(0)
+    for phase in ("zero_grad", "forward", "eval"):
+        sr.enter(phase)
+        clock.t += LONG_STEP_MS / 1e3
+        sr.leave()
+    end(sr)
+    assert sink.calls == [("steps", [(0, ["zero_grad", "eval"])])]  # (eval: its end's too)
+    sink.calls.clear()
+    sr.begin_step(1)
+    sr.enter("zero_grad")
+    clock.t += LONG_STEP_MS / 1e3
+    sr.leave()
+    sr.detailed = True  # the detail from here on
+    for phase in ("forward", "backward"):
+        sr.enter(phase)
+        clock.t += LONG_STEP_MS / 1e3
+        sr.leave()
+    end(sr)
+    assert sink.calls == [("samples", ["zero_grad", "forward"]), ("samples", ["backward"]),
+                          ("steps", [(1, [])])]
+
+
 def test_rows_go_on_at_most_flush_s_apart_and_all_at_flush():
     sr, clock, sink, _ = recorder(flush_s=0.125)
     for step in range(4):  # steps of 1/32 s: the 4th ends 0.125 s after the last hand-off

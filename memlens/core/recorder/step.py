@@ -28,9 +28,13 @@ of measuring them are here, once:
 - Peak: a step's peak is the largest sample of the step, and at least where the last step
   ended (memory at the step's start is the step's too).
 - Hand-off: an ended step's row goes to the sink at once where the last hand-off is
-  `flush_s` old (0: every step), else with the next; precise mode's allocation rows go at a
-  step's end once ALLOC_FLUSH_ROWS are waiting or the last went ALLOC_FLUSH_S ago (a few
-  hundred rows a short step: handed on each step, their blocks cost more than the rows).
+  `flush_s` old (0: every step), else with the next; a step without detail's samples (at
+  most a few, carried: no live view waits for them) go with its row however long the step,
+  not each at once (on a 50 ms dcgan step each of four or five posts a step woke the
+  writer's thread: py-spy put 0.47% of the step in RunWriter._post); precise mode's
+  allocation rows go at a step's end once ALLOC_FLUSH_ROWS are waiting or the last went
+  ALLOC_FLUSH_S ago (a few hundred rows a short step: handed on each step, their blocks
+  cost more than the rows).
   `flush()` hands on everything.
 """
 
@@ -266,12 +270,13 @@ class StepRecorder:
                               rescan=rescan)
         s.carried = carried
         self._account(s)
-        if self.short_steps:
+        if self.short_steps or not self.detailed:  # (see the module doc's hand-off)
             self._samples.append(s)
         else:
             if any(items for _, items in self._rows):  # short steps' samples before it
                 self.flush()
-            self.sink.on_samples([s])
+            held, self._samples = self._samples, []  # this step's before its detail came
+            self.sink.on_samples([*held, s])
 
     def sample_inside(self) -> None:
         """A sample inside the phase under way, named as it (a sharded model's memory at its

@@ -184,9 +184,7 @@ class StepRecorder:
     # --- phases -----------------------------------------------------------------------------
     def _charge(self, now: float) -> None:
         """The time since the last edge, to the phase the program is in."""
-        self._charge_to(self._stack[-1], (now - self.since) * 1e3)
-
-    def _charge_to(self, name: str, spent: float) -> None:
+        name, spent = self._stack[-1], (now - self.since) * 1e3
         ms = self.ms
         if name in ms:
             ms[name] += spent
@@ -196,8 +194,6 @@ class StepRecorder:
             self.custom_ms[name] = self.custom_ms.get(name, 0.0) + spent
             self.custom_step_ms += spent
 
-    # enter and leave run at every phase edge, a dozen times a short step, with the
-    # interpreter cold after the kernels: _charge's common case is written out in them
     def enter(self, name: str) -> None:
         """A phase begins (inside the one running, if any)."""
         self.activity = True
@@ -205,13 +201,8 @@ class StepRecorder:
         if self._idle:
             self._idle = False
             self._step_t0 = self.since = now
-        stack = self._stack
-        top, ms = stack[-1], self.ms
-        if top in ms:
-            ms[top] += (now - self.since) * 1e3
-        else:
-            self._charge_to(top, (now - self.since) * 1e3)
-        stack.append(name)
+        self._charge(now)
+        self._stack.append(name)
         self.since = now
         if self._precise is not None:
             self.rec.begin_phase(self.step, name)  # new storages filed under the phase
@@ -220,12 +211,9 @@ class StepRecorder:
         """The innermost phase ends; its sample is taken (where it is one of PHASES and
         `sample`: else the driver takes it later with `sample`). Returns its name."""
         now = self.clock()
-        stack, ms = self._stack, self.ms
+        self._charge(now)
+        stack = self._stack
         name = stack[-1]
-        if name in ms:
-            ms[name] += (now - self.since) * 1e3
-        else:
-            self._charge_to(name, (now - self.since) * 1e3)
         if len(stack) > 1:
             stack.pop()
         self.since = now

@@ -15,22 +15,11 @@ class OptimizerCalls:
     def optimizer_created(self, opt) -> None:
         self._guard(self.seen.add_optimizer, opt, False)
 
-    # (the guards are written out, as root_call's: these run at every step)
     def optimizer_pre(self, opt, args, kwargs) -> None:
-        if self.broken:
-            return
-        try:
-            self._optimizer_pre(opt, args, kwargs)
-        except Exception as exc:
-            self._fail(exc)
+        self._guard(self._optimizer_pre, opt, args, kwargs)
 
     def optimizer_post(self, opt, _args=None, _kwargs=None) -> None:
-        if self.broken:
-            return
-        try:
-            self._optimizer_post(opt)
-        except Exception as exc:
-            self._fail(exc)
+        self._guard(self._optimizer_post, opt)
 
     def _optimizer_pre(self, opt, args, kwargs) -> None:
         seen = self.seen

@@ -405,20 +405,12 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         call = None
         if self.interventions is not None:  # zero_grad=...: forced or skipped
             call = self.interventions.zero_grad(original, owner, args, kwargs)
-        try:  # (the guards written out, as root_call's)
-            self._before_zero_grad(owner)
-            started = True
-        except Exception as exc:
-            self._fail(exc)
-            started = False
+        started = self._guard(self._before_zero_grad, owner)
         try:
             return original(owner, *args, **kwargs) if call is None else call()
         finally:
-            if started and not self.broken:
-                try:
-                    self.steps.leave()
-                except Exception as exc:
-                    self._fail(exc)
+            if started:
+                self._guard(self.steps.leave)
 
     def _before_zero_grad(self, owner) -> None:
         if (self._after_backward and not self.seen.required_optimizers()
@@ -444,12 +436,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
                 self.backward_depth -= 1
         # a gradient of tensors that are no parameters (a saliency map) trains nothing
         training = inputs is None or trains(inputs, self.found.parameters)
-        try:  # (the guards written out, as root_call's)
-            self._before_backward(tensors, training)
-            started = True
-        except Exception as exc:
-            self._fail(exc)
-            started = False
+        started = self._guard(self._before_backward, tensors, training)
         failed = False
         try:
             return call()
@@ -466,11 +453,8 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
             raise
         finally:
             self.backward_depth -= 1
-            if started and not self.broken:
-                try:
-                    self._after_backward_call(training, not failed)
-                except Exception as exc:
-                    self._fail(exc)
+            if started:
+                self._guard(self._after_backward_call, training, not failed)
 
     def _before_backward(self, tensors, training: bool) -> None:
         ca = sys.modules.get("torch._dynamo.compiled_autograd")

@@ -224,6 +224,7 @@ def test_precise_samples_on_the_native_edge_are_the_python_samples(preset, monke
     filed under their categories in the allocator recorder, its live bytes in the row);
     the same run with every sample taken by MemoryProbe.sample must give the same figures,
     category by category, at every phase of every step."""
+    import memlens.core.recorder.step as step_module
     from memlens.core.recorder.probe import MemoryProbe
 
     def figures(history) -> list[tuple]:
@@ -231,6 +232,10 @@ def test_precise_samples_on_the_native_edge_are_the_python_samples(preset, monke
         skip = {"x", "time_s", "heap", "rss"}  # when, and the process's own figures
         return [tuple((c, r[idx[c]]) for c in idx if c not in skip) for r in rows]
 
+    # every step short, however loaded the machine (a tiny transformer's precise steps
+    # took over SHORT_STEP_MS beside two busy loops, and no sample went on the edge)
+    monkeypatch.setattr(step_module, "SHORT_STEP_MS", 1e9)
+    monkeypatch.setattr(step_module, "LONG_STEP_MS", 2e9)
     cfg = tiny_config(preset, steps=4, precise=True, eval_every=2)
     edges = _Totals(LiveStorages(), monkeypatch)
     run_training(cfg, RunControls(cfg.techniques), edges)

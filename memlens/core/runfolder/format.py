@@ -77,17 +77,16 @@ class RunFolderError(ValueError):
 
 
 # --- writing: a record's values to text ---------------------------------------------------------
-def _cell(value: float, as_int: bool) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return ""
-    if as_int:
-        return str(int(value))
-    return f"{value:.6g}"
+_STEP_AS_INT = tuple(c in INT_STEP_COLUMNS for c in STEP_COLUMNS)
 
 
 def steps_row(values: Any) -> list[str]:
-    """A row of STEP_COLUMNS values as steps.csv's cells."""
-    return [_cell(v, c in INT_STEP_COLUMNS) for c, v in zip(STEP_COLUMNS, values, strict=True)]
+    """A row of STEP_COLUMNS values as steps.csv's cells: an integer column's as an integer,
+    another's to 6 significant digits, a missing value (None, NaN) empty. (One comprehension,
+    no call a cell: the writer's thread runs it for every step, and its Python holds the GIL
+    the training thread waits for between kernels; see RunWriter.)"""
+    return ["" if v is None or v != v else str(int(v)) if as_int else f"{v:.6g}"
+            for v, as_int in zip(values, _STEP_AS_INT, strict=True)]
 
 
 def memory_row(values: Any) -> list[str]:

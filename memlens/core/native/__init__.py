@@ -29,7 +29,8 @@ from pathlib import Path
 
 SOURCE = Path(__file__).with_name("memlens_native.cpp")
 # The parts SOURCE includes (one translation unit): a change to any of them is a new build.
-PARTS = ("recorder.h", "saved_tracker.h", "grad_watch.h", "fast_calls.h", "call_tracker.h")
+PARTS = ("recorder.h", "saved_tracker.h", "grad_watch.h", "fast_calls.h", "call_tracker.h",
+         "csv_rows.h")
 MODULE = "memlens_native"
 BUILD_TIMEOUT_S = 300
 DISABLE_ENV = "MEMLENS_NO_NATIVE"  # set to 1 to force the pure-Python precise mode
@@ -219,6 +220,12 @@ def load(build: bool = True):
             _reason = str(exc) or type(exc).__name__
             _module = None
         return _module
+
+
+def loaded():
+    """The module where load() has loaded it already, else None: never builds, never waits
+    (a writer's thread asks, while the training thread may be building it)."""
+    return _module
 
 
 def needs_build() -> bool:

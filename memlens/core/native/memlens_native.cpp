@@ -6,11 +6,12 @@
 //                 storages in one pass
 //   count_graph_nodes  the autograd graph's size without a Python object per node
 //   CallTracker   a watch's forward calls: reached by backward (how often), still alive
+//   format_rows   a run folder's CSV rows as text, formatted with the GIL let go
 //
 // One translation unit in several files, by concern, each included below inside the
 // anonymous namespace: recorder.h (Recorder), saved_tracker.h (SavedTracker), grad_watch.h
 // (GradWatch, LightProbe, count_graph_nodes), fast_calls.h (the phase edges' C calls),
-// call_tracker.h (CallTracker); this
+// call_tracker.h (CallTracker), csv_rows.h (format_rows); this
 // file holds the includes and the Python module.
 //
 // Built by core/native/__init__.py against the installed torch; core/ has the same code in
@@ -73,6 +74,7 @@ namespace {
 #include "saved_tracker.h"
 #include "grad_watch.h"
 #include "fast_calls.h"
+#include "csv_rows.h"
 #include "call_tracker.h"
 
 }  // namespace
@@ -85,6 +87,7 @@ PYBIND11_MODULE(memlens_native, m) {
     throw py::error_already_set();
   }
   m.add_object("count_graph_nodes", py::reinterpret_steal<py::object>(count));
+  m.def("format_rows", &format_rows, py::arg("rows"), py::arg("kinds"), py::arg("names"));
 
   py::class_<GradWatch>(m, "GradWatch")
       .def(py::init<const py::list&>())

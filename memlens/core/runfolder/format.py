@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from memlens.core.history import SAMPLE_COLUMNS, STEP_COLUMNS, spread_x
+from memlens.core.native import loaded as loaded_native
 from memlens.core.records import (
     FIRST_CATEGORIES,
     LATER_CATEGORIES,
@@ -92,9 +93,37 @@ def steps_row(values: Any) -> list[str]:
 def memory_row(values: Any) -> list[str]:
     """A row of SAMPLE_COLUMNS values (step, phase code, x, time_s, categories, ...) as
     memory.csv's cells (x is not written: a reader spreads it again)."""
-    step, phase, _x, time_s, *rest = values  # _cell(v, True) inlined: a row per phase edge
+    step, phase, _x, time_s, *rest = values
     return [str(int(step)), SAMPLE_PHASES[int(phase)], f"{time_s:.6f}",
             *["" if v is None or v != v else str(int(v)) for v in rest]]
+
+
+# The row codecs above as the native format_rows' column kinds (core/native/csv_rows.h)
+_STEP_KINDS = "".join("i" if as_int else "g" for as_int in _STEP_AS_INT)
+_MEMORY_KINDS = "ip-f" + "i" * (len(SAMPLE_COLUMNS) - 4)
+
+
+def steps_text(rows: list) -> str:
+    """STEP_COLUMNS value rows as steps.csv's lines (steps_row's cells, "\r\n" after each,
+    as the csv module writes them)."""
+    return _lines(rows, _STEP_KINDS, steps_row)
+
+
+def memory_text(rows: list) -> str:
+    """SAMPLE_COLUMNS value rows as memory.csv's lines (memory_row's cells)."""
+    return _lines(rows, _MEMORY_KINDS, memory_row)
+
+
+def _lines(rows: list, kinds: str, cells) -> str:
+    """The rows' lines, formatted by the native helpers without the GIL where they are loaded
+    and read every value (a run's writer thread: its Python is the training thread's time,
+    see RunWriter), else by the row codec, which is the definition (the two agree cell for
+    cell: tests/core/test_csv_rows.py)."""
+    native = loaded_native()
+    text = native.format_rows(rows, kinds, SAMPLE_PHASES) if native is not None else None
+    if text is None:
+        text = "".join([",".join(cells(r)) + "\r\n" for r in rows])
+    return text
 
 
 def alloc_row(values: Any, frames: str) -> list[str]:

@@ -110,6 +110,18 @@ def test_a_phase_index_out_of_range_goes_to_the_codec():
     assert memory_text([row]).split(",")[1] == SAMPLE_PHASES[-1]
 
 
+@needs_native
+def test_a_time_too_long_for_the_native_buffer_goes_to_the_codec():
+    """"%.6f" writes every integer digit: a time past 1e40 s is the codec's to write (the
+    native buffer is 64 characters); one just under it is written natively, alike."""
+    rest = [1] * (len(SAMPLE_COLUMNS) - 4)
+    huge, large = (1, 2.0, 0.0, 1e300, *rest), (1, 2.0, 0.0, 9.9e39, *rest)
+    assert native.format_rows([huge], fmt._MEMORY_KINDS, SAMPLE_PHASES) is None
+    assert memory_text([huge]) == ",".join(memory_row(huge)) + "\r\n"
+    assert native.format_rows([large], fmt._MEMORY_KINDS, SAMPLE_PHASES) == \
+        ",".join(memory_row(large)) + "\r\n"
+
+
 def _watched_files(folder: Path) -> dict[str, list[list[str]]]:
     torch.manual_seed(0)
     model = nn.Sequential(nn.Linear(8, 16), nn.ReLU(), nn.Linear(16, 2))

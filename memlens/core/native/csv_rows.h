@@ -10,7 +10,11 @@
 // overlapping a 1.07 ms batch of Python took 1.1 ms longer; yielding every 50 us changed
 // nothing). Here the values are read with the GIL held (a few microseconds a batch) and
 // formatted without it. core/runfolder/format.py's steps_row and memory_row are the
-// definition and the fallback: the same text, cell for cell (tests/test_csv_rows.py).
+// definition and the fallback: the same text, cell for cell (tests/core/test_csv_rows.py).
+
+// 'f' values at least this large go to Python: "%.6f" of one writes all its integer digits,
+// more than format_rows' buffer holds (a step's time_s is seconds: far below it)
+constexpr double kMaxFixed = 1e40;
 
 struct CsvCell {
   double d;
@@ -23,7 +27,8 @@ struct CsvCell {
 // an index into `names`, '-' a column left out; None or NaN is an empty cell ('f': "nan").
 // Each row ends in "\r\n" (the csv module's default). None where a value is of another
 // type or cannot be written so (a row of another length, an integer column's infinity or
-// a float past 2**63, a name's index out of range): the caller formats those rows in
+// a float past 2**63, a 6-decimal column's value past kMaxFixed, a name's index out of
+// range): the caller formats those rows in
 // Python, which writes or raises what it does.
 py::object format_rows(const py::list& rows, const std::string& kinds, const py::tuple& names) {
   const size_t width = kinds.size();
@@ -58,6 +63,9 @@ py::object format_rows(const py::list& rows, const std::string& kinds, const py:
         }
         if (kind == 'f' && cell.tag == 'n') {
           cell.tag = 'd';  // Python writes "nan" with 6 decimals
+        }
+        if (kind == 'f' && std::fabs(cell.d) >= kMaxFixed) {
+          ok = false;  // (its integer digits alone would not fit the buffer below)
         }
       } else {
         ok = false;

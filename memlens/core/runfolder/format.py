@@ -106,21 +106,21 @@ _MEMORY_KINDS = "ip-f" + "i" * (len(SAMPLE_COLUMNS) - 4)
 def steps_text(rows: list) -> str:
     """STEP_COLUMNS value rows as steps.csv's lines (steps_row's cells, "\r\n" after each,
     as the csv module writes them)."""
-    return _lines(rows, _STEP_KINDS, steps_row)
+    return _lines(rows, _STEP_KINDS, (), steps_row)
 
 
 def memory_text(rows: list) -> str:
     """SAMPLE_COLUMNS value rows as memory.csv's lines (memory_row's cells)."""
-    return _lines(rows, _MEMORY_KINDS, memory_row)
+    return _lines(rows, _MEMORY_KINDS, SAMPLE_PHASES, memory_row)
 
 
-def _lines(rows: list, kinds: str, cells) -> str:
+def _lines(rows: list, kinds: str, names: tuple[str, ...], cells) -> str:
     """The rows' lines, formatted by the native helpers without the GIL where they are loaded
     and read every value (a run's writer thread: its Python is the training thread's time,
     see RunWriter), else by the row codec, which is the definition (the two agree cell for
     cell: tests/core/test_csv_rows.py)."""
     native = loaded_native()
-    text = native.format_rows(rows, kinds, SAMPLE_PHASES) if native is not None else None
+    text = native.format_rows(rows, kinds, names) if native is not None else None
     if text is None:
         text = "".join([",".join(cells(r)) + "\r\n" for r in rows])
     return text

@@ -30,7 +30,7 @@ from pathlib import Path
 SOURCE = Path(__file__).with_name("memlens_native.cpp")
 # The parts SOURCE includes (one translation unit): a change to any of them is a new build.
 PARTS = ("recorder.h", "saved_tracker.h", "grad_watch.h", "fast_calls.h", "call_tracker.h",
-         "csv_rows.h")
+         "csv_rows.h", "module_attrs.h")
 MODULE = "memlens_native"
 BUILD_TIMEOUT_S = 300
 DISABLE_ENV = "MEMLENS_NO_NATIVE"  # set to 1 to force the pure-Python precise mode

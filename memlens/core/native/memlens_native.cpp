@@ -7,12 +7,13 @@
 //   count_graph_nodes  the autograd graph's size without a Python object per node
 //   CallTracker   a watch's forward calls: reached by backward (how often), still alive
 //   format_rows   a run folder's CSV rows as text, formatted with the GIL let go
+//   held_attributes  the models' attributes a module-cache scan looks at
 //
 // One translation unit in several files, by concern, each included below inside the
 // anonymous namespace: recorder.h (Recorder), saved_tracker.h (SavedTracker), grad_watch.h
 // (GradWatch, LightProbe, count_graph_nodes), fast_calls.h (the phase edges' C calls),
-// call_tracker.h (CallTracker), csv_rows.h (format_rows); this
-// file holds the includes and the Python module.
+// call_tracker.h (CallTracker), csv_rows.h (format_rows), module_attrs.h
+// (held_attributes); this file holds the includes and the Python module.
 //
 // Built by core/native/__init__.py against the installed torch; core/ has the same code in
 // Python for where no compiler is found, and tests/core/test_native.py holds the two to the
@@ -75,6 +76,7 @@ namespace {
 #include "grad_watch.h"
 #include "fast_calls.h"
 #include "csv_rows.h"
+#include "module_attrs.h"
 #include "call_tracker.h"
 
 }  // namespace
@@ -88,6 +90,7 @@ PYBIND11_MODULE(memlens_native, m) {
   }
   m.add_object("count_graph_nodes", py::reinterpret_steal<py::object>(count));
   m.def("format_rows", &format_rows, py::arg("rows"), py::arg("kinds"), py::arg("names"));
+  m.def("held_attributes", &held_attributes, py::arg("roots"));
 
   py::class_<GradWatch>(m, "GradWatch")
       .def(py::init<const py::list&>())

@@ -6,7 +6,11 @@ or loss of the loop holds it, so the other diagnoses do not see it. At the start
 (its first forward under grad, before that forward runs) whatever a module's attributes hold
 with a graph was made by an earlier step: that is what is looked for, in every module of
 the models found. Looked at on a schedule (SCAN_FIRST steps, then two steps in every
-SCAN_EVERY): a scan walks every module's attributes, which a step need not pay for.
+SCAN_EVERY): a scan walks every module's attributes, which a step need not pay for. Its cost
+grows with the model (a 65-module transformer's took 0.5 ms, a quarter of a short step's
+time spread over eight), so the scans after the first are also held to SCAN_SHARE of the
+run's time: a large model's pairs come fewer than every SCAN_EVERY steps, never at a cost
+the steps would show.
 
 Left out on purpose: a single value (a loss kept on a LightningModule is diagnosis 2's), a
 `_private` attribute (a library's own state: torchmetrics' `_forward_cache`), and an
@@ -15,6 +19,7 @@ attribute a forward pre-hook recomputes at each call (`weight_norm`'s `weight`).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 from torch import Tensor, nn
@@ -25,7 +30,9 @@ from memlens.core.watch import diagnoses as dx
 
 SCAN_FIRST = 4  # steps 1..SCAN_FIRST are looked at
 SCAN_EVERY = 8  # then the steps k * SCAN_EVERY and the one after
+SCAN_SHARE = 0.01  # of the run's time, at most, the scans after the first take
 ITEMS = 4096  # of a cached list or dict's items looked at
+_HOLDERS = (Tensor, list, tuple, dict)  # what an attribute holding activations is
 
 
 def _cached(value) -> list[Tensor]:
@@ -65,38 +72,86 @@ def _recomputed(module: nn.Module) -> set[str]:
             if isinstance(name := getattr(h, "name", None), str)}
 
 
+def held_attributes(roots: list) -> tuple[list, list]:
+    """The modules under each of `roots` (their `_modules` dicts, depth first in
+    named_modules()'s order, each module once over all the roots) and, in that order, the
+    attributes a kept activation could be in: a name not starting with '_' whose value is a
+    tensor, a list, a tuple or a dict, as (index into the modules, name, value). The
+    definition; the native helpers' held_attributes (core/native/module_attrs.h) does the same
+    in C, where a scan's walk cost 7 us a module in Python."""
+    looked: set[int] = set()
+    modules: list = []
+    held: list = []
+    for root in roots:
+        stack = [root]
+        while stack:
+            module = stack.pop()
+            if id(module) in looked:
+                continue
+            looked.add(id(module))
+            index = len(modules)
+            modules.append(module)
+            attrs = getattr(module, "__dict__", None)
+            if not isinstance(attrs, dict):
+                continue
+            held += [(index, name, value) for name, value in list(attrs.items())
+                     if isinstance(name, str) and name[:1] != "_"
+                     and isinstance(value, _HOLDERS)]
+            children = attrs.get("_modules")
+            if isinstance(children, dict):
+                stack += reversed([m for m in list(children.values()) if m is not None])
+    return modules, held
+
+
+def _names(models: dict[str, nn.Module]) -> dict[int, str]:
+    """Each module's name as a scan reports it (`model.0.attn`), by id."""
+    names: dict[int, str] = {}
+    for model_name, model in models.items():
+        for path, module in model.named_modules():
+            names.setdefault(id(module), f"{model_name}.{path}" if path else model_name)
+    return names
+
+
 class ModuleCaches:
-    def __init__(self, report: Callable[..., None]) -> None:
+    def __init__(self, report: Callable[..., None], native=None,
+                 clock: Callable[[], float] = time.perf_counter) -> None:
+        """`native`: the native helpers (their held_attributes), or None."""
         self._report = report
+        self._held = getattr(native, "held_attributes", None) or held_attributes
+        self._clock = clock
+        self._start = clock()
+        self._spent = 0.0  # seconds the scans after the first SCAN_FIRST steps took
+        self._scanned = -1  # the step last looked at
         self.pending = False  # this step's first forward under grad looks
         # (module id, attribute) -> (step, bytes, tensors) when first seen
         self._first: dict[tuple[int, str], tuple[int, int, int]] = {}
         self._reported: set[tuple[int, str]] = set()
 
     def new_step(self, step: int) -> None:
-        self.pending = 0 < step <= SCAN_FIRST or (step > 0 and step % SCAN_EVERY in (0, 1))
+        if step <= SCAN_FIRST:
+            self.pending = step > 0
+        elif step % SCAN_EVERY == 1:  # the one after a step looked at
+            self.pending = self._scanned == step - 1
+        else:  # where the scans so far cost at most SCAN_SHARE of the run's time
+            self.pending = step % SCAN_EVERY == 0 and (
+                self._spent <= SCAN_SHARE * (self._clock() - self._start))
 
     def scan(self, models: dict[str, nn.Module], step: int) -> None:
         """Look at the models' modules before this step's first forward runs."""
         self.pending = False
-        looked: set[int] = set()
-        for model_name, model in models.items():
-            for path, module in model.named_modules():
-                if id(module) in looked:
-                    continue
-                looked.add(id(module))
-                self._look(module, f"{model_name}.{path}" if path else model_name, step)
-
-    def _look(self, module: nn.Module, name: str, step: int) -> None:
-        skip: set[str] | None = None
-        for attr, value in list(vars(module).items()):
-            if attr[0] == "_" or not isinstance(value, (Tensor, list, tuple, dict)):
-                continue
+        self._scanned = step
+        t = self._clock()
+        modules, held = self._held(list(models.values()))
+        names: dict[int, str] | None = None
+        skips: dict[int, set[str]] = {}
+        for index, attr, value in held:
             tensors = _cached(value)
             if not tensors:
                 continue
+            module = modules[index]
+            skip = skips.get(index)
             if skip is None:
-                skip = _recomputed(module)
+                skip = skips[index] = _recomputed(module)
             key = (id(module), attr)
             if attr in skip or key in self._reported:
                 continue
@@ -108,7 +163,11 @@ class ModuleCaches:
                 self._first[key] = (step, nbytes, len(tensors))
             else:
                 self._reported.add(key)
-                self._report_cache(module, name, attr, first, (step, nbytes, len(tensors)))
+                names = names if names is not None else _names(models)
+                self._report_cache(module, names.get(id(module), ""), attr, first,
+                                   (step, nbytes, len(tensors)))
+        if step > SCAN_FIRST:
+            self._spent += self._clock() - t
 
     def _report_cache(self, module: nn.Module, name: str, attr: str,
                       first: tuple[int, int, int], now: tuple[int, int, int]) -> None:

@@ -133,7 +133,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
                              lambda: self.steps.last_figures[1])
         self.norms = GradNorms(self.rec.native, self.log.report)
         self.growth = GraphGrowth(self.log.report)
-        self.caches = ModuleCaches(self.log.report)
+        self.caches = ModuleCaches(self.log.report, self.rec.native)
         self.measure = WatchProbe(self.rec, self.seen, self.steps, self._on_new_probe)
         # The training thread (the one that starts it): other threads' calls pass through.
         self._thread = threading.get_ident()

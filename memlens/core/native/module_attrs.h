@@ -1,0 +1,65 @@
+// Part of memlens_native.cpp, included inside its anonymous namespace (one translation
+// unit, built as one module): a module-cache scan's walk over the models' attributes.
+// Not a standalone header: it relies on the includes before it.
+
+// --- the attributes a module-cache scan looks at ---------------------------------------------
+//
+// core/watch/module_cache.py looks, at the start of some steps, at every attribute of every
+// module of the models for activations kept with their graph. Most attributes are nn.Module's
+// own (`_parameters`, `_forward_hooks`, ...) or plain numbers: in Python, walking them cost
+// 7 us a module (a 65-module transformer's scan 0.45 ms). module_cache.held_attributes is the
+// definition and the fallback: the same modules, the same attributes, in the same order
+// (tests/core/test_module_caches.py).
+
+// The modules under each of `roots` (their `_modules` dicts, depth first in named_modules()'s
+// order, each module once over all the roots, a None child skipped) and, in that order, the
+// attributes of each one's __dict__ a kept activation could be in: a str name not starting
+// with '_' whose value is a tensor, list, tuple or dict. Returns (modules, held), held's items
+// (index into modules, name, value).
+py::tuple held_attributes(const py::list& roots) {
+  std::unordered_set<PyObject*> looked;
+  std::vector<PyObject*> stack;  // borrowed: each is held by its parent's dict or by roots
+  py::list modules, held;
+  for (const py::handle& root : roots) {
+    stack.push_back(root.ptr());
+    while (!stack.empty()) {
+      PyObject* module = stack.back();
+      stack.pop_back();
+      if (!looked.insert(module).second) {
+        continue;
+      }
+      const Py_ssize_t index = PyList_GET_SIZE(modules.ptr());
+      modules.append(py::handle(module));  // (holds it from here on)
+      PyObject** dict_ptr = _PyObject_GetDictPtr(module);
+      PyObject* dict = dict_ptr != nullptr ? *dict_ptr : nullptr;
+      if (dict == nullptr || !PyDict_Check(dict)) {
+        continue;
+      }
+      PyObject *key, *value;
+      Py_ssize_t i = 0;
+      while (PyDict_Next(dict, &i, &key, &value)) {
+        if (!PyUnicode_Check(key) ||
+            (PyUnicode_GET_LENGTH(key) > 0 && PyUnicode_READ_CHAR(key, 0) == '_')) {
+          continue;
+        }
+        if (THPVariable_Check(value) || PyList_Check(value) || PyTuple_Check(value) ||
+            PyDict_Check(value)) {
+          held.append(py::make_tuple(index, py::handle(key), py::handle(value)));
+        }
+      }
+      PyObject* children = PyDict_GetItemString(dict, "_modules");  // borrowed
+      if (children == nullptr || !PyDict_Check(children)) {
+        continue;
+      }
+      const size_t first = stack.size();
+      i = 0;
+      while (PyDict_Next(children, &i, &key, &value)) {
+        if (value != Py_None) {
+          stack.push_back(value);
+        }
+      }
+      std::reverse(stack.begin() + static_cast<std::ptrdiff_t>(first), stack.end());
+    }
+  }
+  return py::make_tuple(modules, held);
+}

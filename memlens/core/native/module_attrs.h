@@ -30,9 +30,14 @@ py::tuple held_attributes(const py::list& roots) {
       }
       const Py_ssize_t index = PyList_GET_SIZE(modules.ptr());
       modules.append(py::handle(module));  // (holds it from here on)
-      PyObject** dict_ptr = _PyObject_GetDictPtr(module);
-      PyObject* dict = dict_ptr != nullptr ? *dict_ptr : nullptr;
-      if (dict == nullptr || !PyDict_Check(dict)) {
+      // its __dict__ (vars()), a new reference; none for an object without one
+      auto attrs = py::reinterpret_steal<py::object>(PyObject_GenericGetDict(module, nullptr));
+      if (!attrs) {
+        PyErr_Clear();
+        continue;
+      }
+      PyObject* dict = attrs.ptr();
+      if (!PyDict_Check(dict)) {
         continue;
       }
       PyObject *key, *value;

@@ -227,3 +227,22 @@ def test_clean_kept_outputs_under_no_grad(tmp_path, keep):
     code, doc, _ = watch_script(tmp_path, VALIDATION.format(ctx="with torch.no_grad():",
                                                             keep=keep))
     assert code == 0 and diagnoses(doc) == []
+
+
+def test_a_parametrized_weight_built_outside_a_forward_is_no_model_call(tmp_path):
+    """spectral_norm's parametrization computes the weight at construction, a root call of
+    its ParametrizationList under grad: no forward of a model, never backwarded or not."""
+    source = HEAD + """
+from torch.nn.utils import parametrizations as P
+model = nn.Sequential(nn.Linear(10, 20), nn.ReLU(), P.spectral_norm(nn.Linear(20, 1)))
+opt = torch.optim.SGD(model.parameters(), lr=0.01)
+x, y = torch.randn(16, 10), torch.randn(16, 1)
+print(float(model[2].weight.sum()))
+for step in range(6):
+    opt.zero_grad()
+    nn.functional.mse_loss(model(x), y).backward()
+    opt.step()
+"""
+    code, doc, _ = watch_script(tmp_path, source)
+    assert code == 0 and diagnoses(doc) == []
+    assert [m["class"] for m in doc["models"]] == ["Sequential"]

@@ -11,6 +11,7 @@ import weakref
 
 import torch
 from torch import Tensor, nn
+from torch.nn.utils.parametrize import ParametrizationList
 
 from memlens.core.recorder.sharded import Sharding
 from memlens.core.watch import diagnoses as dx
@@ -256,8 +257,12 @@ class Discovery:
     def module(self, module: nn.Module) -> ModelInfo:
         info = self.modules.get(id(module))
         if info is None or info.ref() is not module:
+            # A parametrized weight read outside a forward (spectral_norm at construction, a
+            # log of `layer.weight`) calls its ParametrizationList at the root: the
+            # parametrization computing the weight, never a model's forward.
             is_model = next(module.parameters(), None) is not None and (
-                not self.explicit_models or id(module) in self.names)
+                not self.explicit_models or id(module) in self.names) and (
+                not isinstance(module, ParametrizationList))
             info = self.modules[id(module)] = ModelInfo(module, is_model)
             if is_model:
                 info.name = self._part_of_model(module, info) or self.add_model(module)

@@ -6,6 +6,8 @@ while a cache a large model keeps is still found."""
 
 from __future__ import annotations
 
+import collections
+
 import pytest
 import torch
 from torch import nn
@@ -34,6 +36,8 @@ def _models() -> list[nn.Module]:
     shared.shape = (3, 3)
     shared._private = torch.ones(1)
     shared.plain = 4
+    shared.ring = collections.deque([torch.ones(1)], maxlen=4)
+    shared.by_name = collections.defaultdict(list)
     shared.__dict__[""] = []  # an empty name: not private
     shared.__dict__[7] = torch.ones(1)  # a key that is no name
     block = nn.Sequential(shared, nn.ReLU(), nn.Sequential(shared, nn.Tanh()))
@@ -52,8 +56,8 @@ def _independent(roots: list[nn.Module]) -> tuple[list[int], list[tuple[int, str
     held = []
     for i, mid in enumerate(order):
         for name, value in vars(by_id[mid]).items():
-            if (isinstance(name, str) and not name.startswith("_")
-                    and isinstance(value, (torch.Tensor, list, tuple, dict))):
+            if (isinstance(name, str) and not name.startswith("_") and isinstance(
+                    value, (torch.Tensor, list, tuple, dict, collections.deque))):
                 held.append((i, name, id(value)))
     return order, held
 
@@ -71,8 +75,8 @@ def test_the_python_walk_is_named_modules_and_vars():
 @needs_native
 def test_the_native_walk_is_the_python_one():
     roots = _models()
-    assert _flat(native.held_attributes(roots)) == _independent(roots)
-    assert _flat(native.held_attributes([])) == ([], [])
+    assert _flat(native.held_attributes(roots, module_cache._HOLDERS)) == _independent(roots)
+    assert _flat(native.held_attributes([], module_cache._HOLDERS)) == ([], [])
 
 
 class _Clock:
@@ -91,9 +95,9 @@ def _run(steps: int, scan_s: float, step_s: float) -> tuple[list[int], float, fl
     model = nn.Linear(2, 2)
     slow = module_cache.held_attributes
 
-    def held(roots):
+    def held(roots, holders):
         clock.t += scan_s
-        return slow(roots)
+        return slow(roots, holders)
 
     caches._held = held
     scanned = []

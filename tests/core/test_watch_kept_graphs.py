@@ -229,6 +229,87 @@ def test_clean_kept_outputs_under_no_grad(tmp_path, keep):
     assert code == 0 and diagnoses(doc) == []
 
 
+# --- what a scan must tell apart (an independent user's scripts, 2026-12-07) ---------------
+
+SCAN = HEAD + """
+import collections
+class Block(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = nn.Linear(8, 32)
+        {init}
+    def forward(self, x):
+        h = torch.relu(self.fc(x))
+        {store}  # STORE
+        return h
+{model}
+opt = torch.optim.SGD(model.parameters(), lr=1e-3)
+for step in range(6):
+    x = torch.randn({rows}, 8)
+    opt.zero_grad()
+    model(x).sum().backward()
+    opt.step()
+"""
+
+
+def _scan_script(tmp_path, init="pass", store="pass", rows="16",
+                 model="model = nn.Sequential(Block(), nn.Linear(32, 1))"):
+    source = SCAN.format(init=init, store=store, rows=rows, model=model)
+    code, doc, _ = watch_script(tmp_path, source)
+    assert code == 0
+    return diagnoses(doc), source
+
+
+def test_a_ring_buffer_of_activations_is_found(tmp_path):
+    """collections.deque(maxlen=k): a cache that stops growing at k, found all the same."""
+    found, source = _scan_script(tmp_path, "self.recent = collections.deque(maxlen=8)",
+                                 "self.recent.append(h)")
+    assert [d["key"] for d in found] == [findings.MODULE_CACHE]
+    assert "`self.recent` of `model.0` (Block)" in found[0]["message"]
+    assert found[0]["where"].endswith(f"train.py:{line_of(source, '# STORE')}")
+
+
+def test_one_activation_replaced_at_each_size_is_not_growing(tmp_path):
+    """Each step's batch is larger: the one tensor held is larger, never more of them."""
+    found, _ = _scan_script(tmp_path, store="self.last = h", rows="16 * (step + 1)")
+    assert [d["key"] for d in found] == [findings.MODULE_CACHE]
+    assert "not growing (replaced each step)" in found[0]["message"]
+
+
+def test_a_view_of_a_parameter_kept_on_a_module_is_no_cache(tmp_path):
+    """Tied weights: `self.w_t = other.weight.t()` once, a graph of one node, the parameter's
+    own storage. Detaching it (the cache's fix) would stop the embedding from training."""
+    model = """
+class Head(nn.Module):
+    def __init__(self, fc):
+        super().__init__()
+        self.w_t = fc.weight.t()
+    def forward(self, h):
+        return h @ self.w_t.t()
+block = Block()
+model = nn.Sequential(block, nn.ReLU(), Head(block.fc))"""
+    found, _ = _scan_script(tmp_path, model=model, rows="16")
+    assert found == []
+
+
+def test_a_module_hidden_from_named_modules_is_named_by_its_path(tmp_path):
+    model = """
+class Wrapper(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.body = nn.Sequential(nn.Linear(8, 8), Block())
+    def named_modules(self, *args, **kwargs):
+        for name, m in super().named_modules(*args, **kwargs):
+            if not isinstance(m, Block):
+                yield name, m
+    def forward(self, x):
+        return self.body(x)
+model = Wrapper()"""
+    found, _ = _scan_script(tmp_path, store="self.kept = h", model=model)
+    assert [d["key"] for d in found] == [findings.MODULE_CACHE]
+    assert "`self.kept` of `model.body.1` (Block)" in found[0]["message"]
+
+
 def test_a_parametrized_weight_built_outside_a_forward_is_no_model_call(tmp_path):
     """spectral_norm's parametrization computes the weight at construction, a root call of
     its ParametrizationList under grad: no forward of a model, never backwarded or not."""

@@ -90,7 +90,7 @@ PYBIND11_MODULE(memlens_native, m) {
   }
   m.add_object("count_graph_nodes", py::reinterpret_steal<py::object>(count));
   m.def("format_rows", &format_rows, py::arg("rows"), py::arg("kinds"), py::arg("names"));
-  m.def("held_attributes", &held_attributes, py::arg("roots"));
+  m.def("held_attributes", &held_attributes, py::arg("roots"), py::arg("holders"));
 
   py::class_<GradWatch>(m, "GradWatch")
       .def(py::init<const py::list&>())

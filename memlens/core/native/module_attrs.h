@@ -14,9 +14,25 @@
 // The modules under each of `roots` (their `_modules` dicts, depth first in named_modules()'s
 // order, each module once over all the roots, a None child skipped) and, in that order, the
 // attributes of each one's __dict__ a kept activation could be in: a str name not starting
-// with '_' whose value is a tensor, list, tuple or dict. Returns (modules, held), held's items
-// (index into modules, name, value).
-py::tuple held_attributes(const py::list& roots) {
+// with '_' whose value is an instance of one of the types `holders` (module_cache._HOLDERS:
+// a type check, as isinstance without an __instancecheck__ of the type's own). Returns
+// (modules, held), held's items (index into modules, name, value).
+py::tuple held_attributes(const py::list& roots, const py::tuple& holders) {
+  std::vector<PyTypeObject*> types;
+  for (const py::handle& t : holders) {
+    if (!PyType_Check(t.ptr())) {
+      throw py::type_error("held_attributes: holders must be types");
+    }
+    types.push_back(reinterpret_cast<PyTypeObject*>(t.ptr()));
+  }
+  const auto held_by = [&types](PyObject* value) {
+    for (PyTypeObject* t : types) {
+      if (PyObject_TypeCheck(value, t)) {
+        return true;
+      }
+    }
+    return false;
+  };
   std::unordered_set<PyObject*> looked;
   std::vector<PyObject*> stack;  // borrowed: each is held by its parent's dict or by roots
   py::list modules, held;
@@ -47,8 +63,7 @@ py::tuple held_attributes(const py::list& roots) {
             (PyUnicode_GET_LENGTH(key) > 0 && PyUnicode_READ_CHAR(key, 0) == '_')) {
           continue;
         }
-        if (THPVariable_Check(value) || PyList_Check(value) || PyTuple_Check(value) ||
-            PyDict_Check(value)) {
+        if (held_by(value)) {
           held.append(py::make_tuple(index, py::handle(key), py::handle(value)));
         }
       }

@@ -20,6 +20,7 @@ attribute a forward pre-hook recomputes at each call (`weight_norm`'s `weight`).
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 from torch import Tensor, nn
@@ -32,16 +33,20 @@ SCAN_FIRST = 4  # steps 1..SCAN_FIRST are looked at
 SCAN_EVERY = 8  # then the steps k * SCAN_EVERY and the one after
 SCAN_SHARE = 0.01  # of the run's time, at most, the scans after the first take
 ITEMS = 4096  # of a cached list or dict's items looked at
-_HOLDERS = (Tensor, list, tuple, dict)  # what an attribute holding activations is
+# what an attribute holding activations is (a subclass too: a defaultdict, a ring buffer)
+_HOLDERS = (Tensor, list, tuple, dict, deque)
+_SEQUENCES = (list, tuple, deque)
 
 
 def _cached(value) -> list[Tensor]:
     """The tensors with a graph in an attribute's value: a tensor, or those in a list, a
-    tuple or a dict (and in tuples or dicts inside them), one value each left out."""
+    tuple, a deque or a dict (and in those inside them), one value each left out."""
     if isinstance(value, Tensor):
         items = [value]
     elif isinstance(value, (list, tuple)):
         items = list(value[-ITEMS:])
+    elif isinstance(value, deque):
+        items = list(value)[-ITEMS:]
     elif isinstance(value, dict):
         items = list(value.values())[:ITEMS]
     else:
@@ -49,7 +54,7 @@ def _cached(value) -> list[Tensor]:
     out = []
     for v in items:
         for t in (v,) if isinstance(v, Tensor) else (
-                v.values() if isinstance(v, dict) else v if isinstance(v, (list, tuple))
+                v.values() if isinstance(v, dict) else v if isinstance(v, _SEQUENCES)
                 else ()):
             if isinstance(t, Tensor) and _has_graph(t) and t.numel() > 1:
                 out.append(t)
@@ -72,13 +77,13 @@ def _recomputed(module: nn.Module) -> set[str]:
             if isinstance(name := getattr(h, "name", None), str)}
 
 
-def held_attributes(roots: list) -> tuple[list, list]:
+def held_attributes(roots: list, holders: tuple[type, ...] = _HOLDERS) -> tuple[list, list]:
     """The modules under each of `roots` (their `_modules` dicts, depth first in
     named_modules()'s order, each module once over all the roots) and, in that order, the
-    attributes a kept activation could be in: a name not starting with '_' whose value is a
-    tensor, a list, a tuple or a dict, as (index into the modules, name, value). The
-    definition; the native helpers' held_attributes (core/native/module_attrs.h) does the same
-    in C, where a scan's walk cost 7 us a module in Python."""
+    attributes a kept activation could be in: a name not starting with '_' whose value is an
+    instance of one of `holders`, as (index into the modules, name, value). The definition;
+    the native helpers' held_attributes (core/native/module_attrs.h) does the same in C,
+    where a scan's walk cost 7 us a module in Python."""
     looked: set[int] = set()
     modules: list = []
     held: list = []
@@ -96,19 +101,33 @@ def held_attributes(roots: list) -> tuple[list, list]:
                 continue
             held += [(index, name, value) for name, value in list(attrs.items())
                      if isinstance(name, str) and name[:1] != "_"
-                     and isinstance(value, _HOLDERS)]
+                     and isinstance(value, holders)]
             children = attrs.get("_modules")
             if isinstance(children, dict):
                 stack += reversed([m for m in list(children.values()) if m is not None])
     return modules, held
 
 
+def _parameter_storages(models: dict[str, nn.Module]) -> set[int]:
+    """The data pointers of the models' parameters' storages."""
+    return {p.untyped_storage().data_ptr() for m in models.values() for p in m.parameters()}
+
+
 def _names(models: dict[str, nn.Module]) -> dict[int, str]:
-    """Each module's name as a scan reports it (`model.0.attn`), by id."""
+    """Each module's name as a scan reports it (`model.0.attn`), by id, from the walk a scan
+    makes (held_attributes': a module a class's own named_modules hides is named too)."""
     names: dict[int, str] = {}
     for model_name, model in models.items():
-        for path, module in model.named_modules():
-            names.setdefault(id(module), f"{model_name}.{path}" if path else model_name)
+        stack = [(model, model_name)]
+        while stack:
+            module, name = stack.pop()
+            if id(module) in names:
+                continue
+            names[id(module)] = name
+            children = getattr(module, "__dict__", {}).get("_modules")
+            if isinstance(children, dict):
+                stack += reversed([(m, f"{name}.{key}") for key, m in list(children.items())
+                                   if m is not None])
     return names
 
 
@@ -141,11 +160,15 @@ class ModuleCaches:
         self.pending = False
         self._scanned = step
         t = self._clock()
-        modules, held = self._held(list(models.values()))
+        modules, held = self._held(list(models.values()), _HOLDERS)
         names: dict[int, str] | None = None
+        params: set[int] | None = None
         skips: dict[int, set[str]] = {}
         for index, attr, value in held:
             tensors = _cached(value)
+            if tensors:  # a view of a parameter (tied weights' `emb.weight.t()`) is no cache
+                params = params if params is not None else _parameter_storages(models)
+                tensors = [t for t in tensors if t.untyped_storage().data_ptr() not in params]
             if not tensors:
                 continue
             module = modules[index]
@@ -172,7 +195,7 @@ class ModuleCaches:
     def _report_cache(self, module: nn.Module, name: str, attr: str,
                       first: tuple[int, int, int], now: tuple[int, int, int]) -> None:
         step, nbytes, n = now
-        if nbytes > first[1] and step > first[0]:
+        if n > first[2] and nbytes > first[1] and step > first[0]:  # more of them: growing
             growth = f", +{byte_figure((nbytes - first[1]) / (step - first[0]))} a step"
         else:
             growth = ", not growing (replaced each step)"

@@ -124,13 +124,19 @@ FINDINGS: tuple[Finding, ...] = (
         FIX_DETACH_STATE, ("watch",)),
     Finding(
         MODULE_CACHE, 7,
-        "at the start of a step (steps 1-4, then every 8th and the one after), an attribute "
-        "of one of the models' modules holds tensors that carry a graph, which only an "
-        "earlier step can have made (`self.cache = h`, `self.cache.append(h)` in "
-        "`forward`); seen at two such starts. Not a loss (one value: diagnosis 2's), not "
-        "an attribute a forward pre-hook recomputes (`weight_norm`), not a `_private` one",
+        "at the start of a step (steps 1-4, then every 8th and the one after, while those "
+        "scans take at most 1% of the run), an attribute of one of the models' modules "
+        "(every module in their `_modules`, one a class's own `named_modules` hides too) "
+        "holds tensors that carry a graph, in a tensor, list, tuple, deque or dict, which "
+        "only an earlier step can have made (`self.cache = h`, `self.cache.append(h)`, a "
+        "`deque(maxlen=k)` ring in `forward`); seen at two such starts. Not a loss (one "
+        "value: diagnosis 2's), not an attribute a forward pre-hook recomputes "
+        "(`weight_norm`), not a `_private` one, not a view of a parameter (tied weights' "
+        "`self.w_t = emb.weight.t()`: detaching it would stop the embedding training)",
         "the line in the module's class that stores it, the holder (`self.cache` of "
-        "`model.block`), the bytes held (each storage once) and their growth a step",
+        "`model.block`), the bytes held (each storage once) and their growth a step (only "
+        "where it holds more tensors than when first seen: one tensor replaced by a larger "
+        "one is \"not growing\")",
         "store `h.detach()` (or a value) on the module, or clear the cache each step",
         FIX_DETACH_CACHE, ("watch",)),
     Finding(

@@ -327,3 +327,14 @@ for step in range(6):
     code, doc, _ = watch_script(tmp_path, source)
     assert code == 0 and diagnoses(doc) == []
     assert [m["class"] for m in doc["models"]] == ["Sequential"]
+
+
+@pytest.mark.parametrize(("init", "store"), [
+    ("self.by_layer = collections.defaultdict(list)", 'self.by_layer["h"].append(h)'),
+    ("self.recent = collections.deque()", "self.recent.appendleft(h)"),
+])
+def test_a_cache_grown_through_an_item_or_at_the_left_names_the_line_that_grows_it(
+        tmp_path, init, store):
+    found, source = _scan_script(tmp_path, init, store)
+    assert [d["key"] for d in found] == [findings.MODULE_CACHE]
+    assert found[0]["where"].endswith(f"train.py:{line_of(source, '# STORE')}")

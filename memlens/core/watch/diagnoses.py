@@ -309,9 +309,13 @@ def attribute_site(cls: type, attr: str) -> str:
     return ""
 
 
+_GROWERS = ("append", "extend", "insert", "appendleft", "extendleft")  # (a deque's too)
+
+
 def _best_line(source: str, name: str) -> int | None:
     """The line (1-based in `source`) where `name` (a variable, or an attribute of that
-    name) grows: `+=`, `append`/`extend`/`insert`, `x = x + ...`, `d[k] = ...`; else where
+    name) grows: `+=`, `append`/`extend`/`insert` (on it, or on one of its items: a
+    defaultdict's `d[k].append`), `x = x + ...`, `d[k] = ...`; else where
     it is plainly assigned, a value before a constant (`self.last = None`)."""
     import textwrap
 
@@ -323,8 +327,10 @@ def _best_line(source: str, name: str) -> int | None:
     for node in ast.walk(tree):
         rank = None
         grows = (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                 and node.func.attr in ("append", "extend", "insert")
-                 and _named(node.func.value, name))
+                 and node.func.attr in _GROWERS
+                 and (_named(node.func.value, name)  # `x.append(h)`, `d[k].append(h)`
+                      or (isinstance(node.func.value, ast.Subscript)
+                          and _named(node.func.value.value, name))))
         if grows or (isinstance(node, ast.AugAssign) and _named(node.target, name)):
             rank = 0
         elif isinstance(node, ast.Assign) and any(

@@ -14,6 +14,14 @@ each with its four phase samples, for 20 s (quick: 2 s). Meanwhile:
   the event loop did nothing else;
 - at the end the producer stops and the window takes its last frame: the rows sent must all
   be in the history, and all of them in the window's plot series.
+
+Then the lab's own cost of drawing (lab_step_refreshing): a new window trains the mlp preset
+for real (torch, the app's worker thread) and its refresh timer is started and stopped in
+alternating blocks; each pair of neighbouring blocks gives the ratio of their steps' wall
+time (from the records' time_s), refreshing over stopped. The GUI thread's Python holds the
+GIL the training thread needs between its ops, so every frame's Python is the training's
+time too (2026-12-07: 1.13-1.14x at 30 Hz with the GUI thread at 11-14% CPU, the same with
+one torch thread, so the GIL and not the cores).
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ PAINT_P99_MS = 16.0
 STALL_MS = 50.0
 REFRESH_HZ = 30.0
 REFRESH_TOLERANCE = 0.95  # "30 Hz held": at least 95% of the nominal rate
+LAB_BLOCK_S = 1.5  # a block of the lab's steps, refreshing or not
+LAB_PAIRS_QUICK, LAB_PAIRS = 4, 12
 PROFILE_ENV = "MEMLENS_BENCH_PROFILE"
 SLOW_MS = 25.0  # events slower than this are named in the stall figure's note
 TRACE_ENV = "MEMLENS_BENCH_EVENTS"
@@ -412,5 +422,54 @@ def run(s: Settings) -> list[Figure]:
     interval = window.refresh_timer.interval()
     window.close()
 
-    return _figures(s, app, frames, paints, busy, cpu, gaps, elapsed, preload_rows,
-                    gc_pauses, traced, sent, produced_s, dropped, shows_last, interval)
+    figures = _figures(s, app, frames, paints, busy, cpu, gaps, elapsed, preload_rows,
+                       gc_pauses, traced, sent, produced_s, dropped, shows_last, interval)
+    return [*figures, lab_step_refreshing(s)]
+
+
+def _never() -> bool:
+    return False
+
+
+def lab_step_refreshing(s: Settings) -> Figure:
+    """The mlp preset trained in a real window, its ~30 Hz refresh on and off in alternating
+    blocks (see the module doc): refreshing / stopped, the median over neighbouring pairs."""
+    from memlens.app.window.main_window import MainWindow
+    from memlens.core.config import RunConfig
+    from memlens.core.stats import median_pair_ratio
+
+    config = RunConfig(preset="mlp", steps=10_000_000, eval_every=0)
+    window = MainWindow(config, runs_dir=None)
+    as_launched(window)
+    session = window.start_config(config)
+    steps, timer = session.history.steps, window.refresh_timer
+    if not spin_until(lambda: len(steps) > 50 and start_up_settled(window), 120):
+        raise RuntimeError("the lab's run did not start")
+    walls: dict[bool, list[float]] = {True: [], False: []}
+    gui_share = []
+    for refreshing in [True, False] * (LAB_PAIRS_QUICK if s.quick else LAB_PAIRS):
+        if refreshing:
+            timer.start()
+        else:
+            timer.stop()
+        spin_until(_never, 0.3)  # the event loop runs this long: settled into the mode
+        n0, c0, t0 = len(steps), time.thread_time(), time.perf_counter()
+        spin_until(_never, LAB_BLOCK_S)
+        if refreshing:
+            gui_share.append((time.thread_time() - c0) / (time.perf_counter() - t0))
+        t = steps.column("time_s", n0, len(steps))
+        walls[refreshing].append((t[-1] - t[0]) / (len(t) - 1) if len(t) > 2 else float("nan"))
+    timer.start()
+    interval = timer.interval()
+    session.stop()
+    spin_until(lambda: not window.running, 30)
+    window.close()
+    ci = median_pair_ratio(walls[False], walls[True])
+    return Figure("gui_lab_step_refreshing",
+                  "lab step (mlp, real training) with the window refreshing / stopped",
+                  ci.ratio, "x",
+                  note=f"95% CI {ci.low:.3f}-{ci.high:.3f}, {ci.n_after} pairs of "
+                       f"{LAB_BLOCK_S} s blocks; stopped {median(walls[False]) * 1e3:.2f} ms a "
+                       f"step; GUI thread CPU {median(gui_share):.0%} of the wall clock "
+                       f"refreshing, every {interval} ms: its Python is the training's time "
+                       f"(the GIL), the cost the app adds to the lab's overhead figures")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from torch import Tensor, nn
 
@@ -77,34 +77,42 @@ def _recomputed(module: nn.Module) -> set[str]:
             if isinstance(name := getattr(h, "name", None), str)}
 
 
+def _walk(roots: list[tuple[object, str]]) -> Iterator[tuple[object, str, dict | None]]:
+    """Each module under the (root, name) pairs once over all of them, depth first in
+    named_modules()'s order (the `_modules` dicts, a None child skipped), with its name
+    (`model.0.attn`) and its __dict__ (None for an object without one)."""
+    looked: set[int] = set()
+    for root, root_name in roots:
+        stack = [(root, root_name)]
+        while stack:
+            module, name = stack.pop()
+            if id(module) in looked:
+                continue
+            looked.add(id(module))
+            attrs = getattr(module, "__dict__", None)
+            attrs = attrs if isinstance(attrs, dict) else None
+            yield module, name, attrs
+            children = attrs.get("_modules") if attrs is not None else None
+            if isinstance(children, dict):
+                stack += reversed([(m, f"{name}.{key}") for key, m in list(children.items())
+                                   if m is not None])
+
+
 def held_attributes(roots: list, holders: tuple[type, ...] = _HOLDERS) -> tuple[list, list]:
-    """The modules under each of `roots` (their `_modules` dicts, depth first in
-    named_modules()'s order, each module once over all the roots) and, in that order, the
+    """The modules under each of `roots` (_walk's, in its order) and, in that order, the
     attributes a kept activation could be in: a name not starting with '_' whose value is an
     instance of one of `holders`, as (index into the modules, name, value). The definition;
     the native helpers' held_attributes (core/native/module_attrs.h) does the same in C,
     where a scan's walk cost 7 us a module in Python."""
-    looked: set[int] = set()
     modules: list = []
     held: list = []
-    for root in roots:
-        stack = [root]
-        while stack:
-            module = stack.pop()
-            if id(module) in looked:
-                continue
-            looked.add(id(module))
-            index = len(modules)
-            modules.append(module)
-            attrs = getattr(module, "__dict__", None)
-            if not isinstance(attrs, dict):
-                continue
+    for module, _name, attrs in _walk([(root, "") for root in roots]):
+        index = len(modules)
+        modules.append(module)
+        if attrs is not None:
             held += [(index, name, value) for name, value in list(attrs.items())
                      if isinstance(name, str) and name[:1] != "_"
                      and isinstance(value, holders)]
-            children = attrs.get("_modules")
-            if isinstance(children, dict):
-                stack += reversed([m for m in list(children.values()) if m is not None])
     return modules, held
 
 
@@ -115,20 +123,9 @@ def _parameter_storages(models: dict[str, nn.Module]) -> set[int]:
 
 def _names(models: dict[str, nn.Module]) -> dict[int, str]:
     """Each module's name as a scan reports it (`model.0.attn`), by id, from the walk a scan
-    makes (held_attributes': a module a class's own named_modules hides is named too)."""
-    names: dict[int, str] = {}
-    for model_name, model in models.items():
-        stack = [(model, model_name)]
-        while stack:
-            module, name = stack.pop()
-            if id(module) in names:
-                continue
-            names[id(module)] = name
-            children = getattr(module, "__dict__", {}).get("_modules")
-            if isinstance(children, dict):
-                stack += reversed([(m, f"{name}.{key}") for key, m in list(children.items())
-                                   if m is not None])
-    return names
+    makes (a module a class's own named_modules hides is named too)."""
+    return {id(module): name for module, name, _ in _walk(
+        [(model, model_name) for model_name, model in models.items()])}
 
 
 class ModuleCaches:
@@ -159,7 +156,7 @@ class ModuleCaches:
         """Look at the models' modules before this step's first forward runs."""
         self.pending = False
         self._scanned = step
-        t = self._clock()
+        started = self._clock()
         modules, held = self._held(list(models.values()), _HOLDERS)
         names: dict[int, str] | None = None
         params: set[int] | None = None
@@ -190,7 +187,7 @@ class ModuleCaches:
                 self._report_cache(module, names.get(id(module), ""), attr, first,
                                    (step, nbytes, len(tensors)))
         if step > SCAN_FIRST:
-            self._spent += self._clock() - t
+            self._spent += self._clock() - started
 
     def _report_cache(self, module: nn.Module, name: str, attr: str,
                       first: tuple[int, int, int], now: tuple[int, int, int]) -> None:

@@ -22,11 +22,7 @@ from memlens.core.history import SAMPLE_COLUMNS, STEP_COLUMNS
 from memlens.core.records import SAMPLE_PHASES
 from memlens.core.runfolder import format as fmt
 from memlens.core.runfolder.format import memory_row, memory_text, steps_row, steps_text
-
-native = memlens.core.native.load()
-needs_native = pytest.mark.skipif(
-    native is None,
-    reason=f"native helpers unavailable: {memlens.core.native.unavailable_reason()}")
+from tests.core.native_marks import native, needs_native
 
 
 def _csv_lines(cell_rows: list[list[str]]) -> str:

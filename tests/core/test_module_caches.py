@@ -8,11 +8,9 @@ from __future__ import annotations
 
 import collections
 
-import pytest
 import torch
 from torch import nn
 
-import memlens.core.native
 from memlens.core.watch import module_cache
 from memlens.core.watch.module_cache import (
     SCAN_EVERY,
@@ -21,11 +19,7 @@ from memlens.core.watch.module_cache import (
     ModuleCaches,
     held_attributes,
 )
-
-native = memlens.core.native.load()
-needs_native = pytest.mark.skipif(
-    native is None,
-    reason=f"native helpers unavailable: {memlens.core.native.unavailable_reason()}")
+from tests.core.native_marks import native, needs_native
 
 
 def _models() -> list[nn.Module]:

@@ -19,11 +19,7 @@ from memlens.core.native.tracker import (
 )
 from memlens.core.records import SAMPLE_PHASE_CODE
 from tests.core.helpers import run, tiny_config
-
-native = memlens.core.native.load()
-needs_native = pytest.mark.skipif(
-    native is None,
-    reason=f"native recorder unavailable: {memlens.core.native.unavailable_reason()}")
+from tests.core.native_marks import native, needs_native
 
 
 def _python_tracker(monkeypatch) -> None:

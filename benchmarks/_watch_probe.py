@@ -27,16 +27,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from memlens.core.watch.detail import FIRST_DETAILED, MAX_CALIBRATION_PAIRS, WARM_UP_PAIRS
+from memlens.core.watch.detail import (
+    CYCLE,
+    FIRST_DETAILED,
+    MAX_CALIBRATION_CYCLES,
+    WARM_UP_CYCLES,
+)
 
 # Steps dropped at the start of each block: a watch finds the models and makes its probe on
 # its first steps; and a watched block goes on dropping steps until detail=auto
 # (core.watch.detail) has measured its cost and chosen (Watch.detail): a run's steady state
 # is what a user meets over its minutes, calibration its first few dozen steps.
 SKIP = 12
-# steps at most; a step the detail came to early (a change) is no pair's: dcgan's sampling
-# every 10 steps took 93 where the pairs alone take 75
-CALIBRATING = FIRST_DETAILED + 2 * (WARM_UP_PAIRS + MAX_CALIBRATION_PAIRS) + 40
+# steps at most; a step the detail came to early (a change) cuts its cycle short: dcgan's
+# sampling every 10 steps took 93 where the pairs of an earlier calibration alone took 75
+CALIBRATING = FIRST_DETAILED + CYCLE * (WARM_UP_CYCLES + MAX_CALIBRATION_CYCLES) + 40
 WARM_UP = 5
 IDLE_AT = "1000000000:zero_grad=script"
 SIDES = ("plain", "watched", "toggles")

@@ -16,20 +16,22 @@ import torch
 from memlens.core import findings
 from memlens.core.watch.detail import (
     AUTO_EVERY_BELOW,
-    CALIBRATION_PAIRS,
+    CALIBRATION_CYCLES,
+    CYCLE,
     FIRST_DETAILED,
-    MAX_CALIBRATION_PAIRS,
+    MAX_CALIBRATION_CYCLES,
     MAX_EVERY,
     SCHEDULE_SHARE,
-    WARM_UP_PAIRS,
+    WARM_UP_CYCLES,
     DetailPolicy,
     WatchDetail,
     parse_detail,
 )
 from memlens.core.watch.script import run_script
 
-# the first step whose pair counts (after the first detailed steps and the warm-up pairs)
-CALIBRATION_START = FIRST_DETAILED + 2 * WARM_UP_PAIRS
+# the first step whose cycle counts (after the first detailed steps and the warm-up cycles)
+CALIBRATION_START = FIRST_DETAILED + CYCLE * WARM_UP_CYCLES
+CALIBRATED = CALIBRATION_START + CYCLE * CALIBRATION_CYCLES  # the fewest steps it takes
 
 LOOP = """
 import sys
@@ -74,24 +76,42 @@ def test_parse_detail_takes_every_auto_or_n_and_says_what_else_is_wrong():
 
 
 def test_auto_keeps_every_step_where_the_detail_is_cheap_else_a_schedule():
-    """Calibration steps alternate without and with the detail; the share of the step it
-    costs decides (fake step times: no clock)."""
+    """Calibration takes cycles of three steps: with the detail, the one after it, one
+    clear of both; the share of the step it costs decides (fake step times: no clock)."""
     for off_ms, on_ms, every in ((10.0, 10.0 * (1 + AUTO_EVERY_BELOW / 2), 1),
                                  (2.0, 2.4, 20)):  # 20% of a step: every 20 steps
         policy = DetailPolicy("auto")
         wants = []
-        for step in range(CALIBRATION_START + 2 * CALIBRATION_PAIRS):
+        for step in range(CALIBRATED):
             on = policy.want(step)
             wants.append(on)
             policy.note_step(step, on_ms if on else off_ms, on)
         assert wants[:FIRST_DETAILED] == [True] * FIRST_DETAILED
-        assert wants[FIRST_DETAILED:] == [False, True] * (WARM_UP_PAIRS + CALIBRATION_PAIRS)
+        assert wants[FIRST_DETAILED:] == [True, False, False] * (WARM_UP_CYCLES
+                                                                 + CALIBRATION_CYCLES)
         assert policy.every == every, policy.why
-    start = CALIBRATION_START + 2 * CALIBRATION_PAIRS
+    start = CALIBRATED
     later = [policy.want(s) for s in range(start, start + 40)]
     assert later.count(True) == 2 and later[19] and later[39]  # every 20th step
     policy.trigger("a toggle")
     assert policy.want(start + 40) and policy.triggered == {"a toggle": 1}
+
+
+def test_auto_counts_what_the_step_after_the_detail_pays():
+    """The step after a detailed one frees the graph the detail's hooks packed its saved
+    tensors into (when the script drops its loss): part of the detail's cost. Here the
+    detailed step costs 0.1 ms more and the one after it 0.3 ms more than a clear one, on a
+    2 ms step: 20%, every 20 steps. Steps alternating without and with the detail read
+    -0.2 ms (held at zero: every step, 20% of every step of the run)."""
+    def times(step, on):
+        if on:
+            return 2.1
+        return 2.3 if (step - FIRST_DETAILED) % CYCLE == 1 else 2.0
+
+    policy = DetailPolicy("auto")
+    _calibrate(policy, times, CALIBRATED)
+    assert policy.every == 20, policy.why
+    assert f"over {CALIBRATION_CYCLES} cycles" in policy.why
 
 
 def _calibrate(policy: DetailPolicy, times, steps: int) -> list[bool]:
@@ -105,41 +125,41 @@ def _calibrate(policy: DetailPolicy, times, steps: int) -> list[bool]:
 
 
 @pytest.mark.parametrize("cost", [0.03, 0.01])
-def test_auto_measures_more_pairs_while_the_cost_is_too_close_to_call(cost):
-    """A cost near AUTO_EVERY_BELOW on a noisy machine (steps +-15%, a pair sharing its
-    moment's speed): CALIBRATION_PAIRS pairs cannot tell, so calibration goes on, up to
-    MAX_CALIBRATION_PAIRS, and then the pairs decide (where they still cannot tell, a
+def test_auto_measures_more_cycles_while_the_cost_is_too_close_to_call(cost):
+    """A cost near AUTO_EVERY_BELOW on a noisy machine (steps +-15%, a cycle sharing its
+    moment's speed): CALIBRATION_CYCLES cycles cannot tell, so calibration goes on, up to
+    MAX_CALIBRATION_CYCLES, and then the cycles decide (where they still cannot tell, a
     schedule sized by their interval's top): what the numbers say, computed here with
     numpy."""
     import numpy as np
 
     rng = np.random.default_rng(7)
-    speed = 2.0 * (1 + 0.15 * rng.standard_normal(200))  # the machine's, step by step
-    jitter = 0.08 * rng.standard_normal(200)  # a step's own (4% of it)
-    pair_speed = {s: speed[(s - 1) // 2 * 2] for s in range(200)}  # a pair's two steps
+    speed = 2.0 * (1 + 0.15 * rng.standard_normal(200))  # the machine's, cycle by cycle
+    jitter = 0.08 * rng.standard_normal(400)  # a step's own (4% of it)
 
     def times(step, on):
-        return float(pair_speed[step] * (1 + (cost if on else 0.0)) + jitter[step])
+        cycle_speed = speed[max(0, step - FIRST_DETAILED) // CYCLE]
+        return float(cycle_speed * (1 + (cost if on else 0.0)) + jitter[step])
 
     policy = DetailPolicy("auto")
-    start = CALIBRATION_START + 2 * CALIBRATION_PAIRS
-    _calibrate(policy, times, start)
+    _calibrate(policy, times, CALIBRATED)
     assert policy.every is None and policy.chosen == "measuring"  # too close to call
     # (what run.json says of a run that ends here)
-    assert f"{CALIBRATION_PAIRS} pairs of steps so far" in policy.describe()["why"]
-    step = start
-    while policy.every is None and step < CALIBRATION_START + 2 * MAX_CALIBRATION_PAIRS:
-        assert policy.want(step) == (step - FIRST_DETAILED) % 2  # off, on, off, on...
-        policy.note_step(step, times(step, bool((step - FIRST_DETAILED) % 2)),
-                         bool((step - FIRST_DETAILED) % 2))
+    assert f"{CALIBRATION_CYCLES} cycles of three steps so far" in policy.describe()["why"]
+    step = CALIBRATED
+    while policy.every is None and step < CALIBRATION_START + CYCLE * MAX_CALIBRATION_CYCLES:
+        on = (step - FIRST_DETAILED) % CYCLE == 0  # with, after, clear, with...
+        assert policy.want(step) == on
+        policy.note_step(step, times(step, on), on)
         step += 1
-    n = (step - CALIBRATION_START) // 2  # the pairs it counted
-    assert policy.every is not None and CALIBRATION_PAIRS < n <= MAX_CALIBRATION_PAIRS
-    off = [times(s, False) for s in range(CALIBRATION_START, step, 2)]
-    on = [times(s, True) for s in range(CALIBRATION_START + 1, step, 2)]
-    diffs = np.sort(np.subtract(on, off))
-    base, mid = float(np.median(off)), max(0.0, float(np.median(diffs)))
-    # the median's distribution-free ~95% interval: the k-th difference from either end
+    n = (step - CALIBRATION_START) // CYCLE  # the cycles it counted
+    assert policy.every is not None and CALIBRATION_CYCLES < n <= MAX_CALIBRATION_CYCLES
+    starts = range(CALIBRATION_START, CALIBRATION_START + CYCLE * n, CYCLE)
+    clear = [times(s + 2, False) for s in starts]
+    cost_ms = [times(s, True) + times(s + 1, False) - 2 * times(s + 2, False) for s in starts]
+    diffs = np.sort(cost_ms)
+    base, mid = float(np.median(clear)), max(0.0, float(np.median(diffs)))
+    # the median's distribution-free ~95% interval: the k-th cost from either end
     k = max(0, math.floor((n - 2 * math.sqrt(n)) / 2))
     low, high = float(diffs[k]) / base, max(0.0, float(diffs[n - 1 - k])) / base
     if low < AUTO_EVERY_BELOW <= high:  # still too close to call: sized by the top
@@ -149,85 +169,84 @@ def test_auto_measures_more_pairs_while_the_cost_is_too_close_to_call(cost):
     else:
         expected = max(2, min(MAX_EVERY, math.ceil(mid / base / SCHEDULE_SHARE)))
     assert policy.every == expected, policy.why
-    assert f"over {n} pairs" in policy.why
+    assert f"over {n} cycles" in policy.why
 
 
 def test_auto_decides_at_once_where_the_cost_is_clear_of_the_noise():
     """A detail costing 20% of a step, steps +-15% noisy: the interval is far above
-    AUTO_EVERY_BELOW after CALIBRATION_PAIRS pairs, so the schedule is chosen then; a step
-    the detail came to early (a change) is no pair's: calibration counts one pair more."""
+    AUTO_EVERY_BELOW after CALIBRATION_CYCLES cycles, so the schedule is chosen then; a
+    step the detail came to early (a change) cuts its cycle short: calibration counts one
+    cycle more."""
     import numpy as np
 
     rng = np.random.default_rng(3)
     speed = 2.0 * (1 + 0.15 * rng.standard_normal(100))
 
     def times(step, on):
-        return float(speed[(step - 1) // 2 * 2] * (1.2 if on else 1.0))
+        return float(speed[max(0, step - FIRST_DETAILED) // CYCLE] * (1.2 if on else 1.0))
 
     policy = DetailPolicy("auto")
     wants = []
-    for step in range(CALIBRATION_START + 2 * CALIBRATION_PAIRS + 2):
+    for step in range(CALIBRATED + 2 * CYCLE):
         on = policy.want(step) or step == CALIBRATION_START + 2  # a new input shape, say
         wants.append(on)
         policy.note_step(step, times(step, on), on)
         if policy.every is not None:
             break
-    assert len(wants) == CALIBRATION_START + 2 * CALIBRATION_PAIRS + 2  # one pair lost
-    assert policy.every > 1 and f"over {CALIBRATION_PAIRS} pairs" in policy.why
+    assert len(wants) == CALIBRATED + CYCLE  # one cycle lost
+    assert policy.every > 1 and f"over {CALIBRATION_CYCLES} cycles" in policy.why
 
 
 def test_auto_is_not_fooled_by_a_watchs_first_slow_steps():
     """A watch's first steps run its code for the first time: slow by milliseconds, at
     random (a 3 ms mlp step took 4-8 ms up to about its 12th). Here the warm-up's steps
-    without the detail are the slow ones, so their pairs say the detail is free; after
+    without the detail are the slow ones, so their cycles say the detail is free; after
     them, the detail costs 6.25% of a 2 ms step. Auto chooses the schedule that cost asks
     for (ceil(6.25% / SCHEDULE_SHARE)), never every step (it chose every step from pairs
     like these: the median of six differences was negative)."""
     off_ms, on_ms = 2.0, 2.125
 
-    slow_until = FIRST_DETAILED + 8  # the warm-up measured: four pairs after the first steps
-
     def times(step, on):
-        if step < slow_until:
+        if step < CALIBRATION_START:  # the warm-up measured
             return 3.0 if on else 4.0
         return on_ms if on else off_ms
 
     policy = DetailPolicy("auto")
-    _calibrate(policy, times, CALIBRATION_START + 2 * CALIBRATION_PAIRS)
+    _calibrate(policy, times, CALIBRATED)
     assert policy.every == math.ceil((on_ms - off_ms) / off_ms / SCHEDULE_SHARE), policy.why
-    assert f"over {CALIBRATION_PAIRS} pairs" in policy.why
+    assert f"over {CALIBRATION_CYCLES} cycles" in policy.why
 
 
-def test_a_cost_still_too_close_to_call_after_every_pair_gets_a_schedule_not_every_step():
-    """A detail costing 1% of a 2 ms step on a machine whose neighbouring steps differ by
-    +-0.3 ms: after MAX_CALIBRATION_PAIRS pairs the interval still straddles
+def test_a_cost_still_too_close_to_call_after_every_cycle_gets_a_schedule_not_every_step():
+    """A detail costing 1% of a 2 ms step on a machine whose neighbouring cycles differ by
+    +-0.3 ms: after MAX_CALIBRATION_CYCLES cycles the interval still straddles
     AUTO_EVERY_BELOW. Every step would risk its top for the whole run; the schedule is
     chosen, sized by that top (on the old rule the median, 1%, chose every step; and
     where half the differences were alike, a MAD's interval was zero wide)."""
     def times(step, on):
-        pair = (step - FIRST_DETAILED) // 2
-        return 2.0 + ((0.02 + (0.3 if pair % 2 else -0.3)) if on else 0.0)
+        cycle = (step - FIRST_DETAILED) // CYCLE
+        return 2.0 + ((0.02 + (0.3 if cycle % 2 else -0.3)) if on else 0.0)
 
     policy = DetailPolicy("auto")
-    _calibrate(policy, times, CALIBRATION_START + 2 * MAX_CALIBRATION_PAIRS)
+    _calibrate(policy, times, CALIBRATION_START + CYCLE * MAX_CALIBRATION_CYCLES)
     assert policy.every is not None and policy.every > 1, policy.why
-    assert "too close to" in policy.why and f"over {MAX_CALIBRATION_PAIRS} pairs" in policy.why
+    assert "too close to" in policy.why and f"over {MAX_CALIBRATION_CYCLES} cycles" in policy.why
 
 
 def test_a_run_that_ends_while_auto_measures_says_how_far_it_got(tmp_path, capsys):
-    """A script shorter than auto's calibration: the steps after the first ones alternate
-    without and with the detail (memory.csv's carried rows show which), and run.json says
-    it was still measuring and over how many pairs, not "0 pairs" from its start."""
-    pairs = CALIBRATION_PAIRS - 2
-    steps = CALIBRATION_START + 2 * pairs + 1  # ends on a step without the detail
+    """A script shorter than auto's calibration: after the first steps, one step in three
+    takes the detail (memory.csv's carried rows show which the others are), and run.json
+    says it was still measuring and over how many cycles, not "0 cycles" from its start."""
+    cycles = CALIBRATION_CYCLES - 2
+    steps = CALIBRATION_START + CYCLE * cycles + 2  # ends in a cycle cut short
     code, _, doc = watched(tmp_path, capsys, [str(steps), "1000"], detail="auto")
     carried = {int(r["step"]) for r in rows(tmp_path / "run", "memory.csv")
                if r["carried"] == "1"}
-    assert code == 0 and carried == set(range(FIRST_DETAILED, steps, 2))
+    detailed = set(range(FIRST_DETAILED, steps, CYCLE))
+    assert code == 0 and carried == set(range(FIRST_DETAILED, steps)) - detailed
     assert doc["detail"]["chosen"] == "measuring"
-    # the pairs after the warm-up's, the last one unfinished
-    counted = len(carried) - 1 - WARM_UP_PAIRS
-    assert f"{counted} pairs of steps so far" in doc["detail"]["why"]
+    # the cycles after the warm-up's; the last one unfinished
+    assert f"{cycles} cycles of three steps so far" in doc["detail"]["why"]
 
 
 def test_every_nth_step_measures_what_is_saved_and_the_others_carry_it(tmp_path, capsys):
@@ -484,7 +503,7 @@ def _scheduled(book) -> WatchDetail:
     policy = DetailPolicy("auto")
     detail = WatchDetail(policy, torch.autograd.graph.saved_tensors_hooks(
         lambda t: t, lambda t: t), _Steps(), book)
-    for step in range(CALIBRATION_START + 2 * CALIBRATION_PAIRS):
+    for step in range(CALIBRATED):
         on = policy.want(step)
         policy.note_step(step, 2.4 if on else 2.0, on)
     assert policy.every > 1

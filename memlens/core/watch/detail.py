@@ -10,21 +10,27 @@ step feels (torch's own hook machinery alone is about 0.1 ms a step of a small m
 step without it carries the last figures of what the detailed steps saved, marked so in
 memory.csv (`carried`), and is drawn so.
 
-`auto` (the default) measures the detail's cost in the first steps, alternating steps with
-and without it, and keeps it on every step where it costs under AUTO_EVERY_BELOW of a step
-(long steps: the usual case on a GPU), else takes it every Nth step, N chosen so that its
-share stays near SCHEDULE_SHARE. The cost is the median of neighbouring steps' differences
-(a pair shares the machine's speed of that moment), held at zero, with the median's
-interval from their order (calibrated_share). Where the interval straddles
-AUTO_EVERY_BELOW (a cost near it, measured on a noisy machine) more pairs are measured, up
-to MAX_CALIBRATION_PAIRS; if it still straddles, the schedule is chosen, its N sized by the
-interval's top: every step might cost that much of each step for the whole run (the costly
-mistake), where too few detailed steps cost only detail, and every change brings it at
-once. The first WARM_UP_PAIRS pairs count for nothing: a watch's first steps run its code
-for the first time and are slow by milliseconds, at random (a 3 ms mlp step took 4-8 ms
-up to about its 12th step), which made the median of six pairs negative in some runs, and
-every step then took a detail that cost 5% of each. `every` forces the detail on every
-step (the figures of a watch before this schedule existed); an integer N forces every Nth.
+`auto` (the default) measures the detail's cost in the first steps and keeps it on every
+step where it costs under AUTO_EVERY_BELOW of a step (long steps: the usual case on a GPU),
+else takes it every Nth step, N chosen so that its share stays near SCHEDULE_SHARE. It
+measures in cycles of three neighbouring steps: one with the detail, the one after it, and
+one clear of both. The step after pays for part of the detail: the graph the detailed step
+saved its tensors into, packed by memlens's hooks, is freed there, when the script drops
+its loss (mlp: ~25 us on average, ~100 us in some runs); steps alternating without and
+with the detail charged that to the steps without it, and measured the cost at 2-3% where
+it was 11% (every 5 steps chosen where 12 keep 1%). A cycle's cost is (with - clear) +
+(after - clear); the cost is the median of the cycles' (held at zero: the detail costs no
+less than nothing), with the median's interval from their order (calibrated_share). Where
+the interval straddles AUTO_EVERY_BELOW (a cost near it, measured on a noisy machine) more
+cycles are measured, up to MAX_CALIBRATION_CYCLES; if it still straddles, the schedule is
+chosen, its N sized by the interval's top: every step might cost that much of each step
+for the whole run (the costly mistake), where too few detailed steps cost only detail, and
+every change brings it at once. The first WARM_UP_CYCLES cycles count for nothing: a
+watch's first steps run its code for the first time and are slow by milliseconds, at
+random (a 3 ms mlp step took 4-8 ms up to about its 12th step), which made the median of
+six pairs negative in some runs, and every step then took a detail that cost 5% of each.
+`every` forces the detail on every step (the figures of a watch before this schedule
+existed); an integer N forces every Nth.
 """
 
 from __future__ import annotations
@@ -35,9 +41,10 @@ import statistics
 from collections.abc import Sequence
 
 FIRST_DETAILED = 3  # the first steps: the models, their inputs and their graphs are found
-WARM_UP_PAIRS = 4  # then pairs of steps without and with the detail that count for nothing
-CALIBRATION_PAIRS = 8  # then the pairs that measure it
-MAX_CALIBRATION_PAIRS = 32  # more while the cost's interval straddles AUTO_EVERY_BELOW
+CYCLE = 3  # a calibration cycle's steps: with the detail, the one after it, one clear of both
+WARM_UP_CYCLES = 3  # then cycles that count for nothing
+CALIBRATION_CYCLES = 8  # then the cycles that measure it
+MAX_CALIBRATION_CYCLES = 32  # more while the cost's interval straddles AUTO_EVERY_BELOW
 INTERVAL_Z = 2.0  # the median's interval: this many of a binomial's standard deviations
 AUTO_EVERY_BELOW = 0.02  # detail's share of a step under which every step takes it
 SCHEDULE_SHARE = 0.01  # the share of the step time a schedule aims to spend on detail
@@ -76,11 +83,12 @@ class DetailPolicy:
         self.why = ("asked for (detail=every)" if self.mode == "every" else
                     f"asked for (detail={self.mode})" if isinstance(self.mode, int) else
                     "measuring the detail's cost")
-        # calibration: neighbouring steps' times (without, with the detail); a step the
-        # detail came to early (a change: `at_call`) is no pair's
-        self._pairs: list[tuple[float, float]] = []
-        self._warming = WARM_UP_PAIRS  # pairs still to come that count for nothing
-        self._off_ms: float | None = None
+        # calibration: each cycle's (clear step, with + after - clear) ms; a step the detail
+        # came to early (a change: `at_call`) starts a cycle of its own (the one under way
+        # is lost)
+        self._cycles: list[tuple[float, float]] = []
+        self._warming = WARM_UP_CYCLES  # cycles still to come that count for nothing
+        self._cycle: list[float] | None = None  # the cycle under way: its steps' ms
         self._pending: str | None = None  # a change seen: the next step takes the detail
         self._since = 0  # steps since the last detailed one
         self.triggered: dict[str, int] = {}  # reason -> times it took the detail early
@@ -95,9 +103,9 @@ class DetailPolicy:
     def describe(self) -> dict:
         why = self.why
         if self.every is None:  # (a run may end before it has chosen: said as it stands)
-            why = (f"measuring the detail's cost: {len(self._pairs)} pairs of steps so far "
-                   f"(at least {CALIBRATION_PAIRS}, after {WARM_UP_PAIRS} to warm up), a step "
-                   "without it, then one with it")
+            why = (f"measuring the detail's cost: {len(self._cycles)} cycles of three steps "
+                   f"so far (at least {CALIBRATION_CYCLES}, after {WARM_UP_CYCLES} to warm "
+                   "up): one with it, the one after it, one clear of both")
         return {"mode": self.mode if isinstance(self.mode, str) else int(self.mode),
                 "chosen": self.chosen, "why": why, "triggered": dict(self.triggered)}
 
@@ -120,8 +128,8 @@ class DetailPolicy:
         if self.every == 1 or step < FIRST_DETAILED:
             self._since = 0
             return True
-        if self.every is None:  # auto, calibrating: off, on, off, on...
-            return (step - FIRST_DETAILED) % 2 == 1
+        if self.every is None:  # auto, calibrating: with, after, clear, with...
+            return (step - FIRST_DETAILED) % CYCLE == 0
         if self._pending is not None:
             reason, self._pending = self._pending, None
             self.triggered[reason] = self.triggered.get(reason, 0) + 1
@@ -135,32 +143,38 @@ class DetailPolicy:
 
     def note_step(self, step: int, step_ms: float, detailed: bool) -> None:
         """A step ended, taking `step_ms` with memlens's own work for it: during auto's
-        calibration its time is kept; once enough pairs are (see the module doc), the
+        calibration its time is kept; once enough cycles are (see the module doc), the
         schedule is chosen."""
         if self.every is not None or step < FIRST_DETAILED:
             return
-        if not detailed:
-            self._off_ms = step_ms
+        if detailed:  # a cycle starts (where one was under way, a change cut it short)
+            self._cycle = [step_ms]
             return
-        off_ms, self._off_ms = self._off_ms, None
-        if off_ms is None:
+        cycle = self._cycle
+        if cycle is None:
             return
+        cycle.append(step_ms)
+        if len(cycle) < CYCLE:
+            return
+        self._cycle = None
         if self._warming:
             self._warming -= 1
             return
-        self._pairs.append((off_ms, step_ms))
-        n = len(self._pairs)
-        if n < CALIBRATION_PAIRS:
+        with_ms, after_ms, clear_ms = cycle
+        self._cycles.append((clear_ms, with_ms + after_ms - clear_ms))
+        n = len(self._cycles)
+        if n < CALIBRATION_CYCLES:
             return
-        share, low, high, off = calibrated_share(*zip(*self._pairs, strict=True))
+        share, low, high, off = calibrated_share(*zip(*self._cycles, strict=True))
         undecided = low < AUTO_EVERY_BELOW <= high
-        if undecided and n < MAX_CALIBRATION_PAIRS:
-            return  # too close to call at this noise: another pair
+        if undecided and n < MAX_CALIBRATION_CYCLES:
+            return  # too close to call at this noise: another cycle
         measured = (f"the detail costs {share:.1%} (about {max(0.0, low):.1%}-{high:.1%}) "
-                    f"of a {off:.2f} ms step, measured over {n} pairs of steps")
+                    f"of a {off:.2f} ms step, measured over {n} cycles of three steps (the "
+                    "detailed step and the one after it, against one clear of both)")
         if undecided:  # still: every step might cost up to `high` of each, for the whole
             # run; a schedule sized by that keeps the detail's share near SCHEDULE_SHARE
-            self.every = max(2, min(MAX_EVERY, math.ceil(high / SCHEDULE_SHARE)))
+            self.every = _every_for(high)
             self.why = (f"{measured}: too close to {AUTO_EVERY_BELOW:.0%} to call, so every "
                         f"{self.every} steps (sized by the top of the interval) and at every "
                         f"change keeps it near {SCHEDULE_SHARE:.0%} or under")
@@ -168,17 +182,25 @@ class DetailPolicy:
             self.every = 1
             self.why = f"{measured}: under {AUTO_EVERY_BELOW:.0%}, so every step"
         else:
-            self.every = max(2, min(MAX_EVERY, math.ceil(share / SCHEDULE_SHARE)))
+            self.every = _every_for(share)
             self.why = (f"{measured}: every {self.every} steps and at every change keeps "
                         f"it near {SCHEDULE_SHARE:.0%}")
         self._since = 0
 
 
+def _every_for(share: float) -> int:
+    """Every how many steps a detail costing `share` of a step is taken to cost about
+    SCHEDULE_SHARE (2 to MAX_EVERY; a share that is a whole multiple of it, summed from
+    step times, is not one step more for the float's last digit)."""
+    return max(2, min(MAX_EVERY, math.ceil(round(share / SCHEDULE_SHARE, 9))))
+
+
 def calibrated_share(off: Sequence[float],
                      on: Sequence[float]) -> tuple[float, float, float, float]:
     """(share, low, high, step ms): the detail's cost as a share of a step without it, from
-    pairs of neighbouring steps (off[i], on[i]): the median of their differences over the
-    median step, held at zero (the detail costs no less than nothing: a negative median is
+    measurements (off[i], on[i]): a step clear of the detail and what the detail's steps
+    took in its place (a cycle's with + after - clear): the median of their differences
+    over the median step, held at zero (the detail costs no less than nothing: a negative median is
     noise), and the median's distribution-free interval: the differences k-th from either
     end, k where a binomial's INTERVAL_Z standard deviations fall (about 95%). Robust to a
     step a page fault or another process stretched, and never collapsed to a point where

@@ -579,3 +579,44 @@ def test_a_run_that_ends_in_a_step_without_detail_ends_with_its_figures(tmp_path
     last = rows(tmp_path / "run", "memory.csv")[-1]
     assert (last["step"], last["phase"], last["carried"]) == ("14", "eval", "1")
     assert (int(last["grads_bytes"]), int(last["optimizer_bytes"])) == (grads, state)
+
+
+def test_a_detailed_steps_start_is_timed_as_the_detailed_steps_own(tmp_path, monkeypatch):
+    """Turning the detail on happens as a step begins, inside the bookkeeping of the step
+    before: calibration must charge it to the detailed step, not to the clear step before
+    it (which made the detail look cheaper by twice its start). Here turning it on takes a
+    second of the watch's clock: every detailed step's time has it, no other step's."""
+    import memlens
+
+    timed = []
+    note_step = DetailPolicy.note_step
+
+    def record(self, step, step_ms, detailed):
+        timed.append((step, step_ms, detailed))
+        note_step(self, step, step_ms, detailed)
+
+    monkeypatch.setattr(DetailPolicy, "note_step", record)
+    torch.manual_seed(0)
+    model = torch.nn.Linear(8, 2)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    x, y = torch.randn(4, 8), torch.randn(4, 2)
+    with memlens.watch(out=tmp_path / "run", quiet=True, detail="auto") as w:
+        steps, late = w._session.steps, [0.0]
+        clock = steps.clock
+        steps.clock = lambda: clock() + late[0]
+        turn_on = WatchDetail._set
+
+        def slow_on(self, on):
+            if on and not self.on:
+                late[0] += 1.0  # a second, on the watch's clock
+            turn_on(self, on)
+
+        monkeypatch.setattr(WatchDetail, "_set", slow_on)
+        for _ in range(CALIBRATION_START + 2 * CYCLE):
+            opt.zero_grad()
+            torch.nn.functional.mse_loss(model(x), y).backward()
+            opt.step()
+    calibration = [(ms, detailed) for step, ms, detailed in timed if step > FIRST_DETAILED]
+    assert calibration and any(d for _, d in calibration) and not all(d for _, d in calibration)
+    for ms, detailed in calibration:
+        assert (ms >= 1000.0) == detailed, calibration

@@ -825,3 +825,48 @@ y.backward()  # a second time: autograd raises
     assert "core/watch" not in said.err, said.err
     line = next(i for i, t in enumerate(script.read_text().splitlines(), 1) if "second" in t)
     assert f'"{script}", line {line}' in said.err
+
+
+def test_a_model_passed_in_is_a_model_even_where_its_parameters_are_hidden(tmp_path):
+    """memlens.watch(models=[model]) where the model's own named_modules hides its children
+    (so its parameters() shows none): it is still the model, its forwards recorded as its
+    phase, named as passed, and the script's losses unchanged."""
+    import contextlib
+
+    import memlens
+
+    class Hidden(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.body = torch.nn.Linear(4, 1)
+
+        def named_modules(self, *args, **kwargs):
+            yield "", self
+
+        def forward(self, x):
+            return self.body(x)
+
+    def train(watch_it):
+        torch.manual_seed(0)
+        model = Hidden()
+        assert not list(model.parameters())
+        opt = torch.optim.SGD(model.body.parameters(), lr=0.1)
+        x, y = torch.randn(16, 4), torch.randn(16, 1)
+        losses = []
+        ctx = (memlens.watch(models=[model], out=tmp_path / "run", quiet=True) if watch_it
+               else contextlib.nullcontext())
+        with ctx:
+            for _ in range(4):
+                opt.zero_grad()
+                loss = torch.nn.functional.mse_loss(model(x), y)
+                loss.backward()
+                opt.step()
+                losses.append(loss.item())
+        return losses
+
+    assert train(True) == train(False)
+    history = load_run(tmp_path / "run")
+    assert len(history.steps) == 4
+    assert (history.steps.column("forward_ms") > 0).all()
+    doc = json.loads((tmp_path / "run" / "run.json").read_text())
+    assert [m["name"] for m in doc["summary"]["extra"]["models"]] == ["model"]

@@ -262,12 +262,16 @@ class Discovery:
             # A parametrized weight read outside a forward (spectral_norm at construction, a
             # log of `layer.weight`) calls its ParametrizationList at the root: the
             # parametrization computing the weight, never a model's forward.
-            is_model = next(module.parameters(), None) is not None and (
-                not self.explicit_models or id(module) in self.names) and (
-                not isinstance(module, ParametrizationList))
+            # A model passed to watch(models=...) is one whatever its parameters() shows
+            # (a module whose own named_modules hides its children shows none).
+            given = self.explicit_models and id(module) in self.names
+            is_model = given or (not self.explicit_models and (
+                next(module.parameters(), None) is not None) and (
+                not isinstance(module, ParametrizationList)))
             info = self.modules[id(module)] = ModelInfo(module, is_model)
-            if is_model:
-                info.name = self._part_of_model(module, info) or self.add_model(module)
+            if is_model:  # (no parameters is part of every model: a given one is itself)
+                info.name = (self.add_model(module) if given else
+                             self._part_of_model(module, info) or self.add_model(module))
         return info
 
     def _part_of_model(self, module: nn.Module, info: ModelInfo) -> str | None:

@@ -14,23 +14,24 @@ memory.csv (`carried`), and is drawn so.
 step where it costs under AUTO_EVERY_BELOW of a step (long steps: the usual case on a GPU),
 else takes it every Nth step, N chosen so that its share stays near SCHEDULE_SHARE. It
 measures in cycles of three neighbouring steps: one with the detail, the one after it, and
-one clear of both. The step after pays for part of the detail: the graph the detailed step
-saved its tensors into, packed by memlens's hooks, is freed there, when the script drops
-its loss (mlp: ~25 us on average, ~100 us in some runs); steps alternating without and
-with the detail charged that to the steps without it, and measured the cost at 2-3% where
-it was 11% (every 5 steps chosen where 12 keep 1%). A cycle's cost is (with - clear) +
-(after - clear); the cost is the median of the cycles' (held at zero: the detail costs no
-less than nothing), with the median's interval from their order (calibrated_share). Where
-the interval straddles AUTO_EVERY_BELOW (a cost near it, measured on a noisy machine) more
-cycles are measured, up to MAX_CALIBRATION_CYCLES; if it still straddles, the schedule is
-chosen, its N sized by the interval's top: every step might cost that much of each step
-for the whole run (the costly mistake), where too few detailed steps cost only detail, and
-every change brings it at once. The first WARM_UP_CYCLES cycles count for nothing: a
-watch's first steps run its code for the first time and are slow by milliseconds, at
-random (a 3 ms mlp step took 4-8 ms up to about its 12th step), which made the median of
-six pairs negative in some runs, and every step then took a detail that cost 5% of each.
-`every` forces the detail on every step (the figures of a watch before this schedule
-existed); an integer N forces every Nth.
+one clear of both. The step after a detailed one is slower too (mlp, timed step by step
+under detail=8: the detailed step +185 us, the one after it +25 us, against a step clear of
+both), and a detailed step's start (the detail turned on) is timed as its own
+(WatchSession._end_step); steps alternating without and with the detail charged both to the
+steps without it, and 8 watches of mlp measured 2.2-13.7% where it cost about 11% (every 5
+steps chosen where 12 keep 1%, and every step in 1 watch of 24). A cycle's cost is (with -
+clear) + (after - clear); the cost is the median of the cycles' (held at zero: the detail
+costs no less than nothing), with the median's interval from their order
+(calibrated_share). Where the interval straddles AUTO_EVERY_BELOW (a cost near it, measured
+on a noisy machine) more cycles are measured, up to MAX_CALIBRATION_CYCLES; if it still
+straddles, the schedule is chosen, its N sized by the interval's top: every step might cost
+that much of each step for the whole run (the costly mistake), where too few detailed steps
+cost only detail, and every change brings it at once. The first WARM_UP_CYCLES cycles count
+for nothing: a watch's first steps run its code for the first time and are slow by
+milliseconds, at random (a 3 ms mlp step took 4-8 ms up to about its 12th step), which made
+the median of six pairs negative in some runs, and every step then took a detail that cost
+5% of each. `every` forces the detail on every step (the figures of a watch before this
+schedule existed); an integer N forces every Nth.
 """
 
 from __future__ import annotations
@@ -200,8 +201,8 @@ def calibrated_share(off: Sequence[float],
     """(share, low, high, step ms): the detail's cost as a share of a step without it, from
     measurements (off[i], on[i]): a step clear of the detail and what the detail's steps
     took in its place (a cycle's with + after - clear): the median of their differences
-    over the median step, held at zero (the detail costs no less than nothing: a negative median is
-    noise), and the median's distribution-free interval: the differences k-th from either
+    over the median step, held at zero (the detail costs no less than nothing: a negative
+    median is noise), and the median's distribution-free interval: the differences k-th from either
     end, k where a binomial's INTERVAL_Z standard deviations fall (about 95%). Robust to a
     step a page fault or another process stretched, and never collapsed to a point where
     many differences are alike (a MAD's interval was: zero wide, with half of them equal)."""

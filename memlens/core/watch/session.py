@@ -543,8 +543,8 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
             self.sink.on_start({"sharding": sharding})
         # auto's calibration: the step with all memlens did for it (a detail's samples
         # are no phase's time), up to here; the next step's start (its detail turned on or
-        # off) is the next step's (charged to the step before, a detailed step's start was
-        # a clear step's cost: calibration measured 2-5% where the detail cost 11%)
+        # off) is the next step's own (charged to the step before, a detailed step's start
+        # was counted as a clear step's cost: core.watch.detail's module doc)
         now = self.steps.clock()
         period_ms, self._period_t0 = (now - self._period_t0) * 1e3, now
         chose = self.detail.timed(step, period_ms, detailed)

@@ -609,7 +609,7 @@ def test_forward_calls_followed_natively_agree_with_torch_own_prehooks(tmp_path)
     native = load(build=False)
     if native is None:
         pytest.skip("native helpers not built")
-    track, fired, alive, release = native.CallTracker().fast_functions()
+    track, fired, alive, release, _unreleased = native.CallTracker().fast_functions()
     a = torch.randn(5, requires_grad=True)
     cases = {"backwarded once": 1, "twice (retain_graph)": 2, "never": 0}
     for what, passes in cases.items():
@@ -636,6 +636,32 @@ def test_forward_calls_followed_natively_agree_with_torch_own_prehooks(tmp_path)
         assert not alive(handle), what
         release(handle)
     assert track(a.detach()) == -1  # nothing to backward: an eval forward
+
+
+def test_unreleased_keeps_only_graphs_alive_and_unreleased():
+    """A step without detail's forwards, checked at its end in one call: a graph never
+    backwarded or backwarded with retain_graph=True is kept; one backwarded (its buffers
+    freed) or dead is let go, its handle free for the next forward."""
+    from memlens.core.native import load
+
+    native = load(build=False)
+    if native is None:
+        pytest.skip("native helpers not built")
+    track, _fired, _alive, _release, unreleased = native.CallTracker().fast_functions()
+    a = torch.randn(5, requires_grad=True)
+    never, retained, freed, dead = a * 2, a * 3, a * 4, a * 5
+    handles = [track(t) for t in (never, retained, freed, dead)]
+    retained.sum().backward(retain_graph=True)
+    freed.sum().backward()
+    with pytest.raises(RuntimeError):  # torch's own word that its buffers were freed
+        freed.sum().backward()
+    del dead
+    gc.collect()
+    assert unreleased(handles) == handles[:2]
+    assert {track(a * 6), track(a * 7)} == set(handles[2:])  # let go: handles reused
+    assert unreleased([]) == []
+    with pytest.raises(TypeError):
+        unreleased(tuple(handles))
 
 
 def test_a_failing_write_stops_recording_and_never_the_script(tmp_path, capsys, monkeypatch):

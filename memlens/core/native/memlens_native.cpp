@@ -128,9 +128,11 @@ PYBIND11_MODULE(memlens_native, m) {
       .def("reaches", &CallTracker::reaches, py::arg("handles"), py::arg("tensor"),
            py::arg("limit"))
       .def("fast_functions", [](py::object self) {
-        // (track, fired, alive, release) as plain C functions: track runs at every forward.
+        // (track, fired, alive, release, unreleased) as plain C functions: track runs at
+        // every forward, unreleased at the end of every step without detail.
         return bound_functions<CallTracker>(
-            self, {&calls_track_def, &calls_fired_def, &calls_alive_def, &calls_release_def});
+            self, {&calls_track_def, &calls_fired_def, &calls_alive_def, &calls_release_def,
+                   &calls_unreleased_def});
       });
 
   SavedHolderType.tp_name = "memlens_native.SavedHolder";

@@ -122,8 +122,8 @@ class CallBook:
     def __init__(self, native, report: Report, held_bytes: Callable[[], int]) -> None:
         """`held_bytes()`: the activations (bytes saved for backward) at this step's end."""
         tracker = self._tracker = native.CallTracker() if native is not None else None
-        self.track, self.fired, self.alive, self.release = (
-            tracker.fast_functions() if tracker is not None else (None, None, None, None))
+        self.track, self.fired, self.alive, self.release, self._unreleased = (
+            tracker.fast_functions() if tracker is not None else (None,) * 5)
         self.kept = KeptOutputs(report, held_bytes, self._reaches_held)
         self.report = report
         self.calls: list[Call] = []  # this step's
@@ -169,14 +169,8 @@ class CallBook:
         no figure until it dies. Those dead or released are let go."""
         if not self._carried and not self._left:
             return False
-        freed, alive, release = self._tracker.freed, self.alive, self.release
-        left = []
-        for h in self._left + self._carried:
-            if freed(h) == 0 and alive(h):
-                left.append(h)
-            else:
-                release(h)
-        self._carried, self._left = [], left
+        self._left = left = self._unreleased(self._left + self._carried)  # (one C call)
+        self._carried = []
         return bool(left)
 
     def mark_loss(self, root: Tensor, step: int, where: str) -> None:

@@ -436,7 +436,9 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
                 self.backward_depth -= 1
         # a gradient of tensors that are no parameters (a saliency map) trains nothing
         training = inputs is None or trains(inputs, self.found.parameters)
-        started = self._guard(self._before_backward, tensors, training)
+        # the loss's site is looked for from the hook's caller on (sys._getframe(1): the
+        # hook), not through this method's frames; the frame is not kept
+        started = self._guard(self._before_backward, tensors, training, sys._getframe(1))
         failed = False
         try:
             return call()
@@ -456,7 +458,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
             if started:
                 self._guard(self._after_backward_call, training, not failed)
 
-    def _before_backward(self, tensors, training: bool) -> None:
+    def _before_backward(self, tensors, training: bool, hook) -> None:
         ca = sys.modules.get("torch._dynamo.compiled_autograd")
         if ca is not None and getattr(ca, "compiled_autograd_enabled", False):
             # compiled autograd runs no C++ node hooks: which forwards it reached is unknown
@@ -467,7 +469,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         roots = tensors_of(tensors)
         if self.captures.open and roots:  # before the loss is marked (see there)
             self.captures.at_backward(roots[0], self.steps.step)
-        self._note_roots(roots)
+        self._note_roots(roots, hook)
         if not self.norms.cleared:  # cleared without zero_grad (p.grad = None)?
             self.norms.check_none(self.found.optimizers)
         self.steps.enter("backward")
@@ -478,7 +480,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
         if self._closure and training and returned:  # the gradients a closure's step starts from
             self._closure_backward()
 
-    def _note_roots(self, roots: list[Tensor]) -> None:
+    def _note_roots(self, roots: list[Tensor], hook) -> None:
         where = None
         for t in roots:
             if t.grad_fn is None:
@@ -487,7 +489,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
                 self.losses.add(t)
                 if self.losses.scaled:
                     self.norms.rescaled()
-            where = where or dx.call_site(1)
+            where = where or dx.site_from(hook.f_back)
             self.book.mark_loss(t, self.steps.step, where)
         self._graph_nodes = self.rec.count_nodes(roots, GRAPH_NODE_LIMIT)
 

@@ -188,12 +188,19 @@ class StepRecorder:
         ms = self.ms
         if name in ms:
             ms[name] += spent
-        elif name == OTHER:
+        else:
+            self._charge_other(name, spent)
+
+    def _charge_other(self, name: str, spent: float) -> None:
+        if name == OTHER:
             self.other_ms += spent
         else:
             self.custom_ms[name] = self.custom_ms.get(name, 0.0) + spent
             self.custom_step_ms += spent
 
+    # enter and leave run at every phase edge, right after the phase's kernels, where each
+    # line of Python ran cold (0.5 us a line, 760 lines a step of a watch on a 4 ms MLP
+    # step): _charge's common case is written out in both.
     def enter(self, name: str) -> None:
         """A phase begins (inside the one running, if any)."""
         self.activity = True
@@ -201,8 +208,13 @@ class StepRecorder:
         if self._idle:
             self._idle = False
             self._step_t0 = self.since = now
-        self._charge(now)
-        self._stack.append(name)
+        stack, ms = self._stack, self.ms
+        top, spent = stack[-1], (now - self.since) * 1e3
+        if top in ms:
+            ms[top] += spent
+        else:
+            self._charge_other(top, spent)
+        stack.append(name)
         self.since = now
         if self._precise is not None:
             self.rec.begin_phase(self.step, name)  # new storages filed under the phase
@@ -211,9 +223,12 @@ class StepRecorder:
         """The innermost phase ends; its sample is taken (where it is one of PHASES and
         `sample`: else the driver takes it later with `sample`). Returns its name."""
         now = self.clock()
-        self._charge(now)
-        stack = self._stack
-        name = stack[-1]
+        stack, ms = self._stack, self.ms
+        name, spent = stack[-1], (now - self.since) * 1e3
+        if name in ms:
+            ms[name] += spent
+        else:
+            self._charge_other(name, spent)
         if len(stack) > 1:
             stack.pop()
         self.since = now

@@ -188,15 +188,14 @@ class StepRecorder:
         ms = self.ms
         if name in ms:
             ms[name] += spent
-        else:
-            self._charge_other(name, spent)
-
-    def _charge_other(self, name: str, spent: float) -> None:
-        if name == OTHER:
+        elif name == OTHER:
             self.other_ms += spent
         else:
-            self.custom_ms[name] = self.custom_ms.get(name, 0.0) + spent
-            self.custom_step_ms += spent
+            self._charge_custom(name, spent)
+
+    def _charge_custom(self, name: str, spent: float) -> None:
+        self.custom_ms[name] = self.custom_ms.get(name, 0.0) + spent
+        self.custom_step_ms += spent
 
     # enter and leave run at every phase edge, right after the phase's kernels, where each
     # line of Python ran cold (0.5 us a line, 760 lines a step of a watch on a 4 ms MLP
@@ -212,8 +211,10 @@ class StepRecorder:
         top, spent = stack[-1], (now - self.since) * 1e3
         if top in ms:
             ms[top] += spent
+        elif top == OTHER:
+            self.other_ms += spent
         else:
-            self._charge_other(top, spent)
+            self._charge_custom(top, spent)
         stack.append(name)
         self.since = now
         if self._precise is not None:
@@ -227,8 +228,10 @@ class StepRecorder:
         name, spent = stack[-1], (now - self.since) * 1e3
         if name in ms:
             ms[name] += spent
+        elif name == OTHER:
+            self.other_ms += spent
         else:
-            self._charge_other(name, spent)
+            self._charge_custom(name, spent)
         if len(stack) > 1:
             stack.pop()
         self.since = now

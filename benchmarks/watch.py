@@ -22,7 +22,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from benchmarks._common import ROOT, Figure, Settings, percentile
+from benchmarks._common import ROOT, Figure, Settings, percentile, run_child
 from memlens.core.stats import median_pair_ratio
 
 # (example, its arguments, has the target): the examples at their own sizes (PyTorch's
@@ -237,6 +237,26 @@ def follow_latency(s: Settings) -> list[Figure]:
                    FOLLOW_LIMIT_MS)]
 
 
+def python_per_step(_s: Settings) -> list[Figure]:
+    """memlens's Python a step runs on the training thread, counted in bytecode instructions
+    (benchmarks/_lines_probe.py): the same on any machine and under any load."""
+    rc, counts = run_child(["benchmarks._lines_probe"])
+    if counts is None:
+        raise RuntimeError(f"counting memlens's Python a step failed (exit status {rc})")
+    labels = {"watch_mlp_no_detail": "watch: the 2 ms MLP step, steps without the detail",
+              "watch_mlp_auto": "watch: the 2 ms MLP step, detail=auto",
+              "lab_mlp_light": "lab: mlp preset, light", "lab_gan_light": "lab: gan preset, light"}
+    out = []
+    for case, label in labels.items():
+        c = counts[case]
+        top = ", ".join(f"{name} {n:.0f}" for name, n in c["top"][:4])
+        out.append(Figure(f"python_per_step_{case}", f"{label}: memlens bytecode a step",
+                          c["instructions"], "instr",
+                          note=f"{c['calls']:.0f} calls a step; most in {top}"
+                          + (f"; chose {c['chosen']}" if "chosen" in c else "")))
+    return out
+
+
 def run(s: Settings) -> list[Figure]:
     # (the follow latency is measured with the GUI group, gui_load)
-    return in_process(s) + sharded(s) + end_to_end(s)
+    return in_process(s) + python_per_step(s) + sharded(s) + end_to_end(s)

@@ -114,3 +114,26 @@ def test_light_rounds_run_before_the_other_tools_exist(monkeypatch):
     assert len(times["memtracker"]) == len(times["light"]) == 2
     light = {f.name: f.value for f in overhead.figures_for("mlp", times)}
     assert math.isclose(light["overhead_mlp_light"], 1.04)
+
+
+def test_instruction_count_counts_memlens_python_only():
+    """benchmarks/_lines_probe's count: memlens's own bytecode on this thread, per step; the
+    caller's code and torch's are not counted, and twice the work counts twice."""
+    from benchmarks._lines_probe import InstructionCount
+    from memlens.core.units import format_bytes
+
+    def nothing(i):
+        return sum(range(i + 3))  # no memlens code
+
+    def once(i):
+        return format_bytes(1536 + i)
+
+    def twice(i):
+        return format_bytes(1536 + i), format_bytes(1536 + i)
+
+    assert InstructionCount().count(nothing, 5) == {"instructions": 0.0, "calls": 0.0,
+                                                     "top": []}
+    one, two = InstructionCount().count(once, 5), InstructionCount().count(twice, 5)
+    assert one["instructions"] > 0 and one["calls"] >= 1
+    assert two["instructions"] == 2 * one["instructions"] and two["calls"] == 2 * one["calls"]
+    assert one["top"][0][0] == "format_bytes"

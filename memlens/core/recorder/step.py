@@ -191,15 +191,9 @@ class StepRecorder:
         elif name == OTHER:
             self.other_ms += spent
         else:
-            self._charge_custom(name, spent)
+            self.custom_ms[name] = self.custom_ms.get(name, 0.0) + spent
+            self.custom_step_ms += spent
 
-    def _charge_custom(self, name: str, spent: float) -> None:
-        self.custom_ms[name] = self.custom_ms.get(name, 0.0) + spent
-        self.custom_step_ms += spent
-
-    # enter and leave run at every phase edge, right after the phase's kernels, where each
-    # line of Python ran cold (0.5 us a line, 760 lines a step of a watch on a 4 ms MLP
-    # step): _charge's common case is written out in both.
     def enter(self, name: str) -> None:
         """A phase begins (inside the one running, if any)."""
         self.activity = True
@@ -207,15 +201,8 @@ class StepRecorder:
         if self._idle:
             self._idle = False
             self._step_t0 = self.since = now
-        stack, ms = self._stack, self.ms
-        top, spent = stack[-1], (now - self.since) * 1e3
-        if top in ms:
-            ms[top] += spent
-        elif top == OTHER:
-            self.other_ms += spent
-        else:
-            self._charge_custom(top, spent)
-        stack.append(name)
+        self._charge(now)
+        self._stack.append(name)
         self.since = now
         if self._precise is not None:
             self.rec.begin_phase(self.step, name)  # new storages filed under the phase
@@ -224,14 +211,9 @@ class StepRecorder:
         """The innermost phase ends; its sample is taken (where it is one of PHASES and
         `sample`: else the driver takes it later with `sample`). Returns its name."""
         now = self.clock()
-        stack, ms = self._stack, self.ms
-        name, spent = stack[-1], (now - self.since) * 1e3
-        if name in ms:
-            ms[name] += spent
-        elif name == OTHER:
-            self.other_ms += spent
-        else:
-            self._charge_custom(name, spent)
+        self._charge(now)
+        stack = self._stack
+        name = stack[-1]
         if len(stack) > 1:
             stack.pop()
         self.since = now

@@ -105,26 +105,3 @@ def test_on_cpu_the_norm_of_a_scaled_backward_is_the_unscaled_gradients(tmp_path
     seen = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     steps = load_run(folder).steps
     assert steps.column("grad_norm").tolist() == pytest.approx([s[1] for s in seen], rel=1e-5)
-
-
-def test_grad_norms_keep_nothing_of_an_optimizer_that_died():
-    """What the grad norm keeps per optimizer (its native reader, its last gradient) goes
-    with the optimizer: a script that makes a new optimizer per epoch never has the old
-    ones' parameters kept alive by memlens."""
-    import gc
-    import weakref
-
-    from memlens.core.watch.norms import ById
-
-    table = ById()
-    model = torch.nn.Linear(4, 4)
-    opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    held = torch.zeros(3)
-    table.put(opt, held)
-    assert table.get(opt) is held and table.values() == [held]
-    other = torch.optim.SGD(model.parameters(), lr=0.1)
-    assert table.get(other) is None
-    gone = weakref.ref(held)
-    del opt, held
-    gc.collect()
-    assert table.values() == [] and gone() is None  # the entry went with its optimizer

@@ -26,7 +26,6 @@ import itertools
 import math
 import weakref
 from collections.abc import Callable
-from typing import Any
 
 from memlens.core.findings import GRADS_NOT_CLEARED, fix_of
 from memlens.core.recorder.keys import local_tensor
@@ -40,10 +39,8 @@ class GradNorms:
     def __init__(self, native, report: Callable[..., None]) -> None:
         self._native = native
         self._report = report
-        # per optimizer, by id (ById: a WeakKeyDictionary's get made a weak reference and
-        # ran its Python at every optimizer step)
-        self._watches = ById()
-        self._last_grad = ById()
+        self._watches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._last_grad: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self.norm_sq = math.nan  # this step's, over every optimizer measured
         self.cleared = True  # zero_grad (or grads set to None, or replaced) since last step
         self._growing: list[float] = []
@@ -96,11 +93,10 @@ class GradNorms:
         first = _first_grad(opt)
         if first is None:
             return
-        last = self._last_grad
-        seen = last.get(opt)
+        seen = self._last_grad.get(opt)
         if seen is None or seen() is not first:  # a new tensor: set, not accumulated into
             self.cleared = True
-            last.put(opt, weakref.ref(first))
+        self._last_grad[opt] = weakref.ref(first)
         if self.cleared and not self.taking:  # a step without the detail: no norm
             self._skipped = True
             self._growing = []  # (diagnosis 3 counts from the next uncleared step on)
@@ -170,8 +166,7 @@ class GradNorms:
             # replaces memlens's, and that gradient is then read here.
             if self.taking:
                 install()
-            entry = (n, sum_sq, watch, install)
-            self._watches.put(opt, entry)
+            entry = self._watches[opt] = (n, sum_sq, watch, install)
         if self._rescaled:
             entry[2].forget()
         return entry[1]()
@@ -179,25 +174,6 @@ class GradNorms:
     def close(self) -> None:
         for _n, _sum, watch, _install in list(self._watches.values()):
             watch.uninstall()  # only the hooks still memlens's own
-
-
-class ById:
-    """Values kept per object while it lives, looked up by its id (checked by a weak
-    reference: a dead object's id may be a new one's); an entry goes when its object dies."""
-
-    def __init__(self) -> None:
-        self._d: dict[int, tuple[weakref.ref, Any]] = {}
-
-    def get(self, obj) -> Any:
-        entry = self._d.get(id(obj))
-        return entry[1] if entry is not None and entry[0]() is obj else None
-
-    def put(self, obj, value) -> None:
-        key, table = id(obj), self._d
-        table[key] = (weakref.ref(obj, lambda _ref: table.pop(key, None)), value)
-
-    def values(self) -> list:
-        return [v for ref, v in self._d.values() if ref() is not None]
 
 
 def _queue_on_gpu(grads: list) -> DeviceRead | None:

@@ -38,10 +38,9 @@ def is_user_file(filename: str) -> bool:
 
 
 # id of a code object -> (that code, is_user_file(its file)): asked at every call. By id, the
-# code held (so its id is no other's while it is here): a code object's hash is computed
-# from its whole content at every look-up, its constants and the code nested in them
-# included, and cold after a step's kernels a look-up by code cost call_site 7-12 us in
-# place on a 4 ms MLP step. Two files may hold the same code: by content they were one key.
+# code held (so its id is no other's while it is here): code objects compare (and hash) by
+# content, not by file, so a user's function and an identical one in a library were one
+# key, and a look-up hashed the whole code at every call.
 _USER_CODE: dict[int, tuple[Any, bool]] = {}
 # (id of a user's code object, instruction) -> (that code, call_site's file:line).
 _SITES: dict[tuple[int, int], tuple[Any, str]] = {}

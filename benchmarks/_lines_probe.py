@@ -3,7 +3,7 @@ training step runs on the training thread, counted (sys.settrace's opcode events
 memlens's own files: bytecode instructions), not timed.
 
 Right after a step's kernels none of memlens's code or data is in cache, and its Python runs
-cold: on the AMD EPYC VM a watch of the 4 ms MLP step ran about 3,800 instructions a step
+cold: on the AMD EPYC VM a watch of the 4 ms MLP step ran about 3,850 instructions a step
 for +430 us (about 0.11 us an instruction, several times their warm cost). A count is the
 same on every machine and under any load, where the step times of a shared machine move by
 more than a cut is worth: it shows where the per-step Python stands on the way to the 2 ms

@@ -151,3 +151,42 @@ def test_a_recorders_shared_frames_map_to_the_same_texts_block_after_block():
         assert sorted(history.frames) == sorted(set(texts))
     assert kept.frames == plain.frames
     assert np.array_equal(kept.allocs.column("frame"), plain.allocs.column("frame"))
+
+
+def test_edge_blocks_become_the_rows_their_samples_would():
+    """A step's native edge rows (an EdgeBlock) stored at once, many steps together, give
+    the rows the MemorySamples made of them one by one give (records.edge_samples, then
+    sample_values), in the order the items came, MemorySamples between them included: DDP's
+    buckets, precise mode's tracked bytes, no heap read, a carried step."""
+    import random
+
+    from memlens.core.history import sample_values
+    from memlens.core.records import Buckets, edge_totals, samples_of
+
+    rng = random.Random(7)
+    items = [MemorySample(0, "start", 0.01, 1000, 0, 0, 0, 64, None, None, 5000, 16)]
+    for step in range(40):
+        rows = []
+        for code in sorted(rng.sample(range(1, 6), rng.randint(1, 4))):
+            grads = rng.choice([0, 4096, 8192])
+            rows.append((code, step + code / 10, grads, rng.randint(0, 9000),
+                         rng.randint(0, 1 << 20), rng.randint(0, 512),
+                         rng.choice([-1, 123456]), rng.choice([-1, 987654]),
+                         rng.choice([0, 2048]), rng.choice([-1, 3 << 20, 10])))
+        buckets = rng.choice([Buckets(), Buckets(fixed=512), Buckets(views=6000),
+                              Buckets(fixed=100, views=4096)])
+        items.append((step, 4096, 256, rows, buckets, rng.random() < 0.3))
+        if step % 7 == 3:  # a long step's sample handed on by itself
+            items.append(MemorySample(step, "eval", step + 0.9, 4096, 1, 2, 3, 4, None, None,
+                                      None, 256))
+    expected = np.array([sample_values(s) for s in samples_of(items)])
+    history = RunHistory()
+    history.on_samples(items[:5])  # several items at once, then one at a time
+    for item in items[5:]:
+        history.on_samples([item])
+    got = history.samples.rows()
+    assert got.shape == expected.shape
+    np.testing.assert_array_equal(got, expected)
+    # and each block's totals as the step's recorder reads them (its peak, its end)
+    for block in (i for i in items if isinstance(i, tuple)):
+        assert edge_totals(*block[1:5]) == [s.total for s in samples_of([block])]

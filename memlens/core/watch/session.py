@@ -295,7 +295,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
             started = False
             if info is None or info.is_model or info.ref() is not module:  # else a loss module
                 try:
-                    started = self._forward_pre(module, args, kwargs, info)
+                    started = self._forward_pre(module, args, kwargs, info, sys._getframe(1))
                 except Exception as exc:
                     self._fail(exc)
             if not started:
@@ -322,8 +322,9 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
             self._guard(self.steps.leave)
 
     def _forward_pre(self, module: nn.Module, args: tuple, kwargs: dict,
-                     info: ModelInfo | None) -> bool:
-        """A root call begins: True where it is a model's forward, recorded."""
+                     info: ModelInfo | None, hook) -> bool:
+        """A root call begins: True where it is a model's forward, recorded. `hook`: the
+        frame of the hook that called root_call (its caller's line is the call's site)."""
         if self.broken:
             return False
         if self.model_found is not None and id(module) not in self.seen.modules:
@@ -344,7 +345,7 @@ class WatchSession(FrameworkCalls, OptimizerCalls):
             self.seen.note_called(module, info)
             if self.caches.pending:  # before this forward runs: what earlier steps cached
                 self.caches.scan(self.seen.models_by_name(), self.steps.step)
-        site = dx.call_site(3)
+        site = dx.site_from(hook.f_back)
         if not (self.detail.at_call(site, info.name, args) if grad else self.detail.on):
             return self._cheap_forward(grad, args, kwargs)
         call = Call(self.book, self.steps.step, info.name, site, grad,

@@ -93,6 +93,9 @@ def site_from(f) -> str:
     known = _USER_CODE
     while f is not None:
         code = f.f_code
+        site = _SITES.get((id(code), f.f_lasti))  # a user's line met before: most calls
+        if site is not None and site[0] is code:
+            return site[1]
         seen = known.get(id(code))
         if seen is not None and seen[0] is code:
             user = seen[1]
@@ -103,13 +106,11 @@ def site_from(f) -> str:
             user = is_user_file(code.co_filename)
             known[id(code)] = (code, user)
         if user:  # an instruction of a code object is on one line: its text made once
-            key = (id(code), f.f_lasti)
-            known_site = _SITES.get(key)
-            if known_site is None or known_site[0] is not code:
-                if len(_SITES) > 50_000:  # (bounded as the code objects are)
-                    _SITES.clear()
-                known_site = _SITES[key] = (code, f"{code.co_filename}:{f.f_lineno}")
-            return known_site[1]
+            if len(_SITES) > 50_000:  # (bounded as the code objects are)
+                _SITES.clear()
+            text = f"{code.co_filename}:{f.f_lineno}"
+            _SITES[(id(code), f.f_lasti)] = (code, text)
+            return text
         f = f.f_back
     return ""
 

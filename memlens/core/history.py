@@ -24,6 +24,7 @@ from memlens.core.records import (
     SampleItem,
     StepRecord,
     StepRow,
+    samples_of,
 )
 
 STEP_COLUMNS: tuple[str, ...] = (
@@ -98,36 +99,6 @@ def sample_values(s: MemorySample) -> tuple[float, ...]:
         _num(s.allocated), _num(s.reserved), _num(s.heap), _num(s.rss), s.gathered, s.buckets,
         float(s.carried),
     )
-
-
-def edge_block_rows(blocks: list) -> np.ndarray:
-    """EdgeBlocks (records: a step's native edge rows, not made MemorySamples) as rows in
-    SAMPLE_COLUMNS order, all at once: the rows sample_values gives the samples
-    records.edge_samples makes of them (a test holds the two equal). The lab's history
-    takes a step's samples so: making four or five MemorySamples a step, each made a row
-    by sample_values, ran about 650 bytecode instructions a step on the training thread."""
-    counts = [len(b[3]) for b in blocks]
-    raw = np.array([row for b in blocks for row in b[3]], dtype=np.float64).reshape(-1, 10)
-    code, t, grads, opt, act, other, heap, rss, gathered, tracked = raw.T
-
-    def per_row(values) -> np.ndarray:
-        return np.repeat(np.asarray(values, dtype=np.float64), counts)
-
-    step, params, buffers = (per_row([b[k] for b in blocks]) for k in (0, 1, 2))
-    carried = per_row([float(b[5]) for b in blocks])
-    fixed = per_row([b[4].fixed for b in blocks])
-    views = per_row([b[4].views for b in blocks])
-    buckets = fixed + np.where(views != 0, np.maximum(0.0, views - grads), 0.0)  # Buckets.at
-    temporaries = np.where(tracked >= 0, np.maximum(
-        0.0, tracked - (params + buffers + grads + opt + act + buckets) - other), 0.0)
-    zeros, nan = np.zeros_like(t), np.full_like(t, math.nan)
-    total = (params + grads + opt + act + other + buffers + zeros + temporaries + gathered
-             + buckets)  # MemorySample.total, amp_casts 0
-    return np.column_stack((
-        step, code, step + code / PHASES_PER_STEP, t,
-        params, grads, opt, act, other, buffers, zeros, temporaries, total,
-        nan, nan, np.where(heap >= 0, heap, nan), np.where(rss >= 0, rss, nan),
-        gathered, buckets, carried))
 
 
 def step_values(r: StepRecord) -> tuple[float, ...]:
@@ -300,7 +271,6 @@ class ColumnTable:
 
     def __init__(self, columns: Sequence[str], block_rows: int = BLOCK_ROWS,
                  convert: Callable[[Any], Sequence[float]] | None = None,
-                 expand: Callable[[list], np.ndarray] | None = None,
                  spill: SpillFile | None = None, keep_blocks: int = KEEP_BLOCKS) -> None:
         """`spill`: where full blocks beyond the newest `keep_blocks` go (None: all stay in
         memory)."""
@@ -317,9 +287,6 @@ class ColumnTable:
         self._pending: collections.deque = collections.deque()
         self._pending_since = 0.0  # when an item went into an empty queue (approximate)
         self._convert = convert
-        # Items that are tuples (records' EdgeBlocks: a step's rows as the native edges took
-        # them) become several rows each, by `expand` over a run of them at once
-        self._expand = expand
 
     def __len__(self) -> int:
         self._drain()
@@ -363,28 +330,10 @@ class ColumnTable:
             items = [pending.popleft() for _ in range(len(pending))]
             if not items:
                 return
-            if self._expand is not None and any(type(i) is tuple for i in items):
-                self._store(self._rows_of_runs(items))
-                return
             convert = self._convert
             rows = np.array(items if convert is None else [convert(i) for i in items],
                             dtype=np.float64).reshape(len(items), len(self.columns))
             self._store(rows)
-
-    def _rows_of_runs(self, items: list) -> np.ndarray:
-        """Rows of items in order: each run of tuples by `expand`, each other item by
-        `convert`."""
-        parts, run, width = [], [], len(self.columns)
-        convert = self._convert
-        for item, is_block in ((i, type(i) is tuple) for i in items):
-            if run and is_block != (type(run[0]) is tuple):
-                parts.append(self._expand(run) if type(run[0]) is tuple else np.array(
-                    [convert(i) for i in run], dtype=np.float64).reshape(len(run), width))
-                run = []
-            run.append(item)
-        parts.append(self._expand(run) if type(run[0]) is tuple else np.array(
-            [convert(i) for i in run], dtype=np.float64).reshape(len(run), width))
-        return np.concatenate(parts) if len(parts) > 1 else parts[0]
 
     def _store(self, rows: np.ndarray) -> None:
         """Write rows after the last stored one. Called with the lock held."""
@@ -489,8 +438,7 @@ class RunHistory:
         self.spill = SpillFile(None if spill_dir is None else os.fspath(spill_dir))
         self.steps = ColumnTable(STEP_COLUMNS, convert=step_values, spill=self.spill,
                                  keep_blocks=keep_blocks)
-        self.samples = ColumnTable(SAMPLE_COLUMNS, convert=sample_values,
-                                   expand=edge_block_rows, spill=self.spill,
+        self.samples = ColumnTable(SAMPLE_COLUMNS, convert=sample_values, spill=self.spill,
                                    keep_blocks=keep_blocks)
         self._events: list[RunEvent] = []
         self._events_lock = threading.Lock()
@@ -525,9 +473,9 @@ class RunHistory:
             append(record)
 
     def _add_samples(self, items: Sequence[SampleItem]) -> None:
-        append = self.samples.append  # (an EdgeBlock as it is: made rows with others)
-        for item in items:
-            append(item)
+        append = self.samples.append
+        for s in samples_of(items):
+            append(s)
 
     def on_cuda_snapshot(self, recorder) -> None:
         pass

@@ -313,10 +313,6 @@ def edge_totals(params: int, buffers: int, rows: list[tuple],
                 buckets: Buckets = NO_BUCKETS) -> list[int]:
     """Each edge row's total (edge_samples' MemorySample.total), without making samples."""
     base = params + buffers
-    if not buckets.fixed and not buckets.views:  # (no DDP: every step of most runs)
-        return [base + grads + opt + act + other + gathered
-                + (_temporaries(base, grads, opt, act, other, 0, tracked) if tracked >= 0 else 0)
-                for _, _, grads, opt, act, other, _, _, gathered, tracked in rows]
     return [base + grads + opt + act + other + gathered + buckets.at(grads)
             + (_temporaries(base, grads, opt, act, other, buckets.at(grads), tracked)
                if tracked >= 0 else 0)

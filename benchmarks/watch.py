@@ -239,8 +239,8 @@ def follow_latency(s: Settings) -> list[Figure]:
 
 def python_per_step(_s: Settings) -> list[Figure]:
     """memlens's Python a step runs on the training thread, counted in bytecode instructions
-    (benchmarks/_lines_probe.py): the same on any machine and under any load."""
-    rc, counts = run_child(["benchmarks._lines_probe"])
+    (benchmarks/_instructions_probe.py): the same on any machine and under any load."""
+    rc, counts = run_child(["benchmarks._instructions_probe"])
     if counts is None:
         raise RuntimeError(f"counting memlens's Python a step failed (exit status {rc})")
     labels = {"watch_mlp_no_detail": "watch: the 2 ms MLP step, steps without the detail",

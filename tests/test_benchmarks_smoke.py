@@ -117,9 +117,9 @@ def test_light_rounds_run_before_the_other_tools_exist(monkeypatch):
 
 
 def test_instruction_count_counts_memlens_python_only():
-    """benchmarks/_lines_probe's count: memlens's own bytecode on this thread, per step; the
+    """benchmarks/_instructions_probe's count: memlens's own bytecode on this thread, per step; the
     caller's code and torch's are not counted, and twice the work counts twice."""
-    from benchmarks._lines_probe import InstructionCount
+    from benchmarks._instructions_probe import InstructionCount
     from memlens.core.units import format_bytes
 
     def nothing(i):

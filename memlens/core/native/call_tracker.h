@@ -210,7 +210,8 @@ class CallTracker {
 };
 
 // track(output) -> handle or -1; fired(handle) -> int; alive(handle) -> bool;
-// release(handle); unreleased(handles) -> handles: as plain C functions (see bind_fast), called at every root forward.
+// release(handle); unreleased(handles) -> handles: as plain C functions (see bind_fast),
+// track at every root forward, unreleased at the end of every step without detail.
 PyObject* calls_track_fast(PyObject* self, PyObject* arg) {
   return guarded([&]() -> PyObject* {
     return PyLong_FromLongLong(bound_object<CallTracker>(self)->track(arg));

@@ -12,7 +12,7 @@ which only timing in place does, and it weighs every instruction alike where wor
 batches runs warm (the history's rows: 879 fewer instructions a step of the lab, no time
 effect the timing resolved).
 
-    python -m benchmarks._lines_probe --out FILE
+    python -m benchmarks._instructions_probe --out FILE
 
 Writes {case: {"instructions": per step, "calls": memlens functions called per step, "top":
 [[qualified name, instructions per step], ...]}} for the watch on benchmarks/_mlp_step.py,
@@ -77,12 +77,12 @@ def watch_cases() -> dict:
     import torch
 
     torch.set_num_threads(1)
-    names = runpy.run_path(str(ROOT / "benchmarks" / "_mlp_step.py"), run_name="memlens_lines")
+    names = runpy.run_path(str(ROOT / "benchmarks" / "_mlp_step.py"), run_name="memlens_probe")
     train_step = names["train_step"]
     import memlens
 
     out = {}
-    with tempfile.TemporaryDirectory(prefix="memlens-lines-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="memlens-instructions-") as tmp:
         for case, detail in (("watch_mlp_no_detail", NEVER), ("watch_mlp_auto", None)):
             w = memlens.watch(out=Path(tmp) / case, quiet=True, detail=detail)
             try:
@@ -119,7 +119,7 @@ def lab_cases() -> dict:
 
 
 def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks._lines_probe")
+    parser = argparse.ArgumentParser(prog="python -m benchmarks._instructions_probe")
     parser.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     result = watch_cases() | lab_cases()
